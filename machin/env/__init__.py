@@ -1,0 +1,5 @@
+"""Gymnasium helpers and parallel environment wrappers."""
+
+from . import utils, wrappers
+
+__all__ = ["utils", "wrappers"]

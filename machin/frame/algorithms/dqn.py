@@ -1,0 +1,294 @@
+"""Deep Q-learning: vanilla, fixed-target and double DQN."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, List, Optional, Union
+
+import numpy as np
+import torch
+from torch import nn
+
+from ..buffers import Buffer
+from ..transition import Transition
+from .base import TorchFramework, pack_result, split_output
+from .utils import hard_update, safe_call, soft_update
+
+__all__ = ["DQN", "SampledBatch"]
+
+REQUIRED_ATTRS = ("state", "action", "next_state", "reward", "terminal")
+
+
+@dataclass
+class SampledBatch:
+    """One sampled training batch, as the update hooks of the value-based family see it.
+
+    ``reward`` and ``terminal`` are ``[B, 1]`` float tensors; ``others`` holds the
+    custom attributes; ``index`` and ``weight`` are set by prioritized replay.
+    """
+
+    size: int
+    state: Dict[str, Any]
+    action: Dict[str, Any]
+    reward: torch.Tensor
+    next_state: Dict[str, Any]
+    terminal: torch.Tensor
+    others: Dict[str, Any] = field(default_factory=dict)
+    index: Optional[np.ndarray] = None
+    weight: Optional[torch.Tensor] = None
+
+
+class DQN(TorchFramework):
+    """Deep Q-Network for discrete action spaces.
+
+    ``mode`` selects the target: ``"vanilla"`` bootstraps from the online network
+    (which is then also ``qnet_target``), ``"fixed_target"`` from a separate target
+    network, and ``"double"`` lets the online network choose the next action and the
+    target network evaluate it. A dueling architecture is a property of the network
+    and works with every mode.
+
+    Args:
+        qnet: Q network: ``forward(<state keys>) -> q_value[B, action_num], <extras>``.
+        qnet_target: Target Q network of the same structure (ignored in vanilla mode).
+        optimizer: Optimizer class, called as ``optimizer(qnet.parameters(), lr=learning_rate)``.
+        criterion: Loss, called as ``criterion(target[B, 1], predicted[B, 1])``.
+        lr_scheduler: Scheduler class, called as
+            ``lr_scheduler(optimizer, *lr_scheduler_args[0], **lr_scheduler_kwargs[0])``.
+        lr_scheduler_args: One tuple of positional arguments, e.g. ``((lr_func,),)``.
+        lr_scheduler_kwargs: One dict of keyword arguments, e.g. ``({},)``.
+        batch_size: Transitions per update.
+        epsilon_decay: Factor applied to epsilon after each exploring action.
+        update_rate: Soft target update rate tau (``target = tau * online + (1 - tau) * target``);
+            set it to ``None`` and use ``update_steps`` for periodic hard copies.
+        update_steps: Copy the online network into the target every this many updates
+            (only when ``update_rate`` is ``None``).
+        learning_rate: Learning rate of the optimizer.
+        discount: Discount factor gamma.
+        gradient_max: Maximum gradient norm (``inf``: no clipping).
+        replay_size: Capacity of the default replay buffer.
+        replay_device: Device of the default replay buffer.
+        replay_buffer: A buffer to use instead of the default one.
+        mode: ``"vanilla"``, ``"fixed_target"`` or ``"double"``.
+        visualize: Draw the loss graph on the first update.
+        visualize_dir: Where to write the drawing.
+    """
+
+    _is_top = ["qnet", "qnet_target"]
+    _is_restorable = ["qnet_target"]
+    _modes = ("vanilla", "fixed_target", "double")
+
+    def __init__(
+        self,
+        qnet: nn.Module,
+        qnet_target: Optional[nn.Module],
+        optimizer: Callable,
+        criterion: Callable,
+        *,
+        lr_scheduler: Optional[Callable] = None,
+        lr_scheduler_args: Optional[tuple] = None,
+        lr_scheduler_kwargs: Optional[tuple] = None,
+        batch_size: int = 100,
+        epsilon_decay: float = 0.9999,
+        update_rate: Optional[float] = 0.005,
+        update_steps: Optional[int] = None,
+        learning_rate: float = 0.001,
+        discount: float = 0.99,
+        gradient_max: float = math.inf,
+        replay_size: int = 500000,
+        replay_device: Union[str, torch.device] = "cpu",
+        replay_buffer: Optional[Buffer] = None,
+        mode: str = "double",
+        visualize: bool = False,
+        visualize_dir: str = "",
+    ):
+        super().__init__(visualize=visualize, visualize_dir=visualize_dir)
+        if mode not in self._modes:
+            raise ValueError(f"Unknown DQN mode {mode!r}: choose one of {self._modes}")
+        if (update_rate is None) == (update_steps is None):
+            raise ValueError(
+                f"give exactly one of update_rate (soft updates) and update_steps (hard copies), "
+                f"got update_rate={update_rate!r}, update_steps={update_steps!r}"
+            )
+        if update_rate is not None and not 0 < update_rate <= 1:
+            raise ValueError(f"update_rate must be in (0, 1], got {update_rate!r}")
+        if update_steps is not None and (not isinstance(update_steps, int) or update_steps < 1):
+            raise ValueError(f"update_steps must be a positive integer, got {update_steps!r}")
+        if not 0 < epsilon_decay <= 1:
+            raise ValueError(f"epsilon_decay must be in (0, 1], got {epsilon_decay!r}")
+        if not 0 <= discount <= 1:
+            raise ValueError(f"discount must be in [0, 1], got {discount!r}")
+        self._check_positive(batch_size=batch_size, learning_rate=learning_rate, gradient_max=gradient_max)
+
+        self.mode = mode
+        self.batch_size = batch_size
+        self.epsilon = 1.0
+        self.epsilon_decay = epsilon_decay
+        self.update_rate = update_rate
+        self.update_steps = update_steps
+        self.discount = discount
+        self.gradient_max = gradient_max
+        self.criterion = criterion
+        self._update_counter = 0
+
+        self.qnet = qnet
+        if mode == "vanilla":
+            self.qnet_target = qnet
+        else:
+            if qnet_target is None:
+                raise ValueError(f"mode {mode!r} needs a qnet_target network")
+            self.qnet_target = qnet_target
+            hard_update(self.qnet_target, self.qnet)
+        self.qnet_optim = self._make_optimizer(optimizer, self.qnet, learning_rate)
+        self._init_lr_schedulers(lr_scheduler, lr_scheduler_args, lr_scheduler_kwargs, [self.qnet_optim])
+        self.replay_buffer = self._make_buffer(replay_buffer, lambda: self._default_buffer(replay_size, replay_device))
+
+    def _default_buffer(self, replay_size: int, replay_device) -> Buffer:
+        return Buffer(replay_size, replay_device)
+
+    # -- acting -----------------------------------------------------------------------
+    def _q_network(self, use_target: bool) -> nn.Module:
+        return self.qnet_target if use_target else self.qnet
+
+    def _greedy_action(self, q_output: torch.Tensor) -> torch.Tensor:
+        """Greedy ``[B, 1]`` actions from the network's first output."""
+        return q_output.argmax(dim=1, keepdim=True)
+
+    def _act(self, state: Dict[str, Any], use_target: bool):
+        with torch.no_grad():
+            output, extras = split_output(safe_call(self._q_network(use_target), state))
+        return output, extras
+
+    def act_discrete(self, state: Dict[str, Any], use_target: bool = False):
+        """Greedy action ``[B, 1]`` for ``state``, followed by any extra outputs of the Q network."""
+        output, extras = self._act(state, use_target)
+        return pack_result(self._greedy_action(output), extras)
+
+    def act_discrete_with_noise(self, state: Dict[str, Any], use_target: bool = False, decay_epsilon: bool = True):
+        """Epsilon-greedy action ``[B, 1]``, followed by any extra outputs of the Q network.
+
+        Each row is replaced by a uniformly random action with probability
+        ``epsilon``; epsilon starts at 1 and is multiplied by ``epsilon_decay`` after
+        every call when ``decay_epsilon`` is true.
+        """
+        output, extras = self._act(state, use_target)
+        action = self._greedy_action(output)
+        action_num = output.shape[1]
+        explore = torch.rand(action.shape, device=action.device) < self.epsilon
+        if explore.any():
+            random_action = torch.randint_like(action, action_num)
+            action = torch.where(explore, random_action, action)
+        if decay_epsilon:
+            self.epsilon *= self.epsilon_decay
+        return pack_result(action, extras)
+
+    def criticize(self, state: Dict[str, Any], use_target: bool = False):
+        """Q values ``[B, action_num]`` (and extra outputs) for ``state``."""
+        with torch.no_grad():
+            return safe_call(self._q_network(use_target), state)
+
+    # -- storing ----------------------------------------------------------------------
+    def store_transition(self, transition: Union[Transition, Dict[str, Any]]) -> None:
+        """Store one step with attributes state, action, next_state, reward, terminal."""
+        self.replay_buffer.append(transition, required_attrs=REQUIRED_ATTRS)
+
+    def store_episode(self, episode: List[Union[Transition, Dict[str, Any]]]) -> None:
+        """Store every step of an episode at once."""
+        self.replay_buffer.extend(episode, required_attrs=REQUIRED_ATTRS)
+
+    # -- hooks a user may override ----------------------------------------------------
+    @staticmethod
+    def action_get_function(sampled_actions: Dict[str, Any]) -> torch.Tensor:
+        """Pick the integer action tensor out of the sampled action dict (key ``"action"``)."""
+        return sampled_actions["action"]
+
+    @staticmethod
+    def reward_function(reward: torch.Tensor, discount: float, next_value: torch.Tensor,
+                        terminal: torch.Tensor, others: Dict[str, Any]) -> torch.Tensor:
+        """Bellman target ``reward + discount * (1 - terminal) * next_value`` (terminal as 0/1 floats)."""
+        return reward + discount * (1.0 - terminal) * next_value
+
+    # -- update -----------------------------------------------------------------------
+    def _sample(self, concatenate: bool) -> Optional[SampledBatch]:
+        size, batch = self.replay_buffer.sample_batch(
+            self.batch_size, concatenate, sample_method="random_unique",
+            sample_attrs=["state", "action", "reward", "next_state", "terminal", "*"],
+        )
+        if size == 0:
+            return None
+        return self._make_batch(size, batch)
+
+    @staticmethod
+    def _make_batch(size: int, batch: tuple, **extra: Any) -> SampledBatch:
+        state, action, reward, next_state, terminal, others = batch
+        if not isinstance(reward, torch.Tensor):
+            reward = Buffer.make_tensor_from_batch(reward, None, True)
+            terminal = Buffer.make_tensor_from_batch(terminal, None, True)
+        dtype = reward.dtype if reward.is_floating_point() else torch.get_default_dtype()
+        return SampledBatch(size, state, action, reward.to(dtype).view(size, -1), next_state,
+                            terminal.to(dtype).view(size, -1), others, **extra)
+
+    def _next_value(self, batch: SampledBatch) -> torch.Tensor:
+        """Value ``[B, 1]`` of the next state under the mode's target rule (no gradient)."""
+        target_q, _ = split_output(safe_call(self.qnet_target, batch.next_state))
+        if self.mode == "double":
+            online_q, _ = split_output(safe_call(self.qnet, batch.next_state))
+            next_action = online_q.argmax(dim=1, keepdim=True).to(target_q.device)
+            return target_q.gather(1, next_action)
+        return target_q.max(dim=1, keepdim=True).values
+
+    def _target_value(self, batch: SampledBatch) -> torch.Tensor:
+        with torch.no_grad():
+            next_value = self._next_value(batch)
+            device = next_value.device
+            return self.reward_function(batch.reward.to(device), self.discount, next_value,
+                                        batch.terminal.to(device), batch.others)
+
+    def _predicted_value(self, batch: SampledBatch) -> torch.Tensor:
+        q, _ = split_output(safe_call(self.qnet, batch.state))
+        action = self.action_get_function(batch.action).to(device=q.device, dtype=torch.long)
+        return q.gather(1, action.view(batch.size, 1))
+
+    def _value_loss(self, predicted: torch.Tensor, target: torch.Tensor, batch: SampledBatch) -> torch.Tensor:
+        size = batch.size
+        return self.criterion(target.view(size, 1).to(predicted.device), predicted.view(size, 1))
+
+    def _update_target(self) -> None:
+        if self.mode == "vanilla":
+            return
+        if self.update_rate is not None:
+            soft_update(self.qnet_target, self.qnet, self.update_rate)
+        elif self._update_counter % self.update_steps == 0:
+            hard_update(self.qnet_target, self.qnet)
+
+    def update(self, update_value: bool = True, update_target: bool = True,
+               concatenate_samples: bool = True) -> Optional[float]:
+        """Sample a batch, take one optimizer step on the TD loss and update the target.
+
+        Args:
+            update_value: Take the optimizer step on ``qnet``.
+            update_target: Update ``qnet_target`` (soft update, or hard copy every ``update_steps``).
+            concatenate_samples: Concatenate the sampled states into batched tensors
+                (``False`` hands the networks per-sample lists).
+
+        Returns:
+            The value loss as a float, or ``None`` when the buffer is empty.
+        """
+        self.qnet.train()
+        batch = self._sample(concatenate_samples)
+        if batch is None:
+            return None
+        target = self._target_value(batch)
+        predicted = self._predicted_value(batch)
+        loss = self._value_loss(predicted, target, batch)
+        self._maybe_visualize(loss, "qnet")
+        if update_value:
+            self._optimize(loss, self.qnet_optim, self.qnet, self.gradient_max)
+            self._update_counter += 1
+        if update_target:
+            self._update_target()
+        self.qnet.eval()
+        return loss.item()
+
+    def _post_load(self) -> None:
+        hard_update(self.qnet, self.qnet_target)

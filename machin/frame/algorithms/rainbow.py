@@ -1,0 +1,198 @@
+"""RAINBOW: distributional double DQN with n-step returns and prioritized replay."""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Callable, Dict, List, Optional, Union
+
+import torch
+from torch import nn
+
+from ..buffers import Buffer
+from ..transition import Transition, TransitionBase
+from .dqn import REQUIRED_ATTRS, SampledBatch
+from .dqn_per import DQNPer
+from .utils import safe_call
+
+__all__ = ["RAINBOW"]
+
+RAINBOW_ATTRS = REQUIRED_ATTRS + ("value", "steps")
+
+
+class RAINBOW(DQNPer):
+    """Categorical (C51) double DQN with n-step returns and prioritized replay.
+
+    The Q network returns a distribution over ``atom_num`` atoms for every action,
+    ``q_dist[B, action_num, atom_num]`` with each ``[b, a, :]`` summing to 1 (a
+    softmax over the last dimension); the atoms are spread evenly over
+    ``[value_min, value_max]``. Noisy or dueling layers are part of the user's
+    network.
+
+    :meth:`store_episode` computes the n-step return of every step
+    (``reward_future_steps`` = n) and points the step at the state n steps later
+    (fewer at the end of an episode), so the target is
+    ``value + discount**steps * (1 - terminal) * z`` projected onto the atoms.
+    :meth:`store_transition` is for users who compute this themselves: the
+    transition must carry the custom attribute ``value`` (the discounted reward sum)
+    and its ``next_state`` must be the state ``steps`` steps later (``steps``
+    defaults to ``reward_future_steps``).
+
+    Args:
+        qnet: Distributional Q network.
+        qnet_target: Target network of the same structure.
+        optimizer: Optimizer class.
+        value_min: Smallest atom value.
+        value_max: Largest atom value.
+        reward_future_steps: n of the n-step return.
+        Other arguments: as :class:`~machin.frame.algorithms.dqn.DQN` (there is no
+            criterion: the loss is the cross-entropy between distributions).
+    """
+
+    def __init__(
+        self,
+        qnet: nn.Module,
+        qnet_target: nn.Module,
+        optimizer: Callable,
+        value_min: float,
+        value_max: float,
+        *,
+        lr_scheduler: Optional[Callable] = None,
+        lr_scheduler_args: Optional[tuple] = None,
+        lr_scheduler_kwargs: Optional[tuple] = None,
+        batch_size: int = 100,
+        epsilon_decay: float = 0.9999,
+        update_rate: Optional[float] = 0.001,
+        update_steps: Optional[int] = None,
+        learning_rate: float = 0.001,
+        discount: float = 0.99,
+        gradient_max: float = math.inf,
+        reward_future_steps: int = 3,
+        replay_size: int = 500000,
+        replay_device: Union[str, torch.device] = "cpu",
+        replay_buffer: Optional[Buffer] = None,
+        visualize: bool = False,
+        visualize_dir: str = "",
+    ):
+        if not value_min < value_max:
+            raise ValueError(f"value_min must be below value_max, got {value_min!r} and {value_max!r}")
+        if not isinstance(reward_future_steps, int) or reward_future_steps < 1:
+            raise ValueError(f"reward_future_steps must be a positive integer, got {reward_future_steps!r}")
+        super().__init__(
+            qnet, qnet_target, optimizer, None,
+            lr_scheduler=lr_scheduler, lr_scheduler_args=lr_scheduler_args,
+            lr_scheduler_kwargs=lr_scheduler_kwargs, batch_size=batch_size,
+            epsilon_decay=epsilon_decay, update_rate=update_rate, update_steps=update_steps,
+            learning_rate=learning_rate, discount=discount, gradient_max=gradient_max,
+            replay_size=replay_size, replay_device=replay_device, replay_buffer=replay_buffer,
+            mode="double", visualize=visualize, visualize_dir=visualize_dir,
+        )
+        self.value_min = value_min
+        self.value_max = value_max
+        self.reward_future_steps = reward_future_steps
+
+    # -- distributions ----------------------------------------------------------------
+    def _support(self, dist: torch.Tensor) -> torch.Tensor:
+        return torch.linspace(self.value_min, self.value_max, dist.shape[-1], device=dist.device, dtype=dist.dtype)
+
+    def _check_dist(self, dist: torch.Tensor) -> None:
+        if dist.dim() != 3:
+            raise ValueError(
+                f"RAINBOW needs a Q network returning q_dist[batch_size, action_num, atom_num], "
+                f"got shape {list(dist.shape)}"
+            )
+
+    def _greedy_action(self, q_output: torch.Tensor) -> torch.Tensor:
+        self._check_dist(q_output)
+        expected = (q_output * self._support(q_output)).sum(dim=-1)
+        return expected.argmax(dim=1, keepdim=True)
+
+    def _target_value(self, batch: SampledBatch) -> torch.Tensor:
+        """The target distribution ``[B, atom_num]``: Bellman-shifted atoms projected back onto the support."""
+        with torch.no_grad():
+            target_dist = safe_call(self.qnet_target, batch.next_state)
+            target_dist = target_dist[0] if isinstance(target_dist, tuple) else target_dist
+            self._check_dist(target_dist)
+            online_dist = safe_call(self.qnet, batch.next_state)
+            online_dist = online_dist[0] if isinstance(online_dist, tuple) else online_dist
+            next_action = self._greedy_action(online_dist).to(target_dist.device)
+            atoms = target_dist.shape[-1]
+            next_dist = target_dist.gather(1, next_action.view(-1, 1, 1).expand(-1, 1, atoms)).squeeze(1)
+
+            device = next_dist.device
+            support = self._support(next_dist)
+            steps = batch.others["steps"].to(device=device, dtype=support.dtype).view(-1, 1)
+            shifted = self.reward_function(
+                batch.others["value"].to(device=device, dtype=support.dtype).view(-1, 1),
+                self.discount ** steps, support.view(1, -1), batch.terminal.to(device), batch.others,
+            ).clamp(self.value_min, self.value_max)
+            return self._project(shifted, next_dist, support)
+
+    def _project(self, shifted: torch.Tensor, probs: torch.Tensor, support: torch.Tensor) -> torch.Tensor:
+        """Spread each shifted atom's probability over its two neighbouring support atoms."""
+        atoms = support.shape[0]
+        delta = (self.value_max - self.value_min) / (atoms - 1)
+        position = (shifted - self.value_min) / delta
+        lower = position.floor().long().clamp(0, atoms - 1)
+        upper = position.ceil().long().clamp(0, atoms - 1)
+        upper_weight = position - lower.to(position.dtype)
+        lower_weight = 1.0 - upper_weight
+        projected = torch.zeros_like(probs)
+        projected.scatter_add_(1, lower, probs * lower_weight)
+        projected.scatter_add_(1, upper, probs * upper_weight)
+        # When the position is an exact atom, lower == upper and the weights sum to 1 there.
+        return projected
+
+    def _predicted_value(self, batch: SampledBatch) -> torch.Tensor:
+        """Distribution ``[B, atom_num]`` of the taken actions (with gradient)."""
+        dist = safe_call(self.qnet, batch.state)
+        dist = dist[0] if isinstance(dist, tuple) else dist
+        self._check_dist(dist)
+        action = self.action_get_function(batch.action).to(device=dist.device, dtype=torch.long)
+        return dist.gather(1, action.view(-1, 1, 1).expand(-1, 1, dist.shape[-1])).squeeze(1)
+
+    def _value_loss(self, predicted: torch.Tensor, target: torch.Tensor, batch: SampledBatch) -> torch.Tensor:
+        cross_entropy = -(target.to(predicted.device) * predicted.clamp_min(1e-8).log()).sum(dim=-1)
+        loss = self._per_sample_loss(cross_entropy, batch)
+        self.replay_buffer.update_priority(cross_entropy.detach().cpu().numpy(), batch.index)
+        return loss
+
+    def _sample(self, concatenate: bool) -> Optional[SampledBatch]:
+        size, batch, index, is_weight = self.replay_buffer.sample_batch(
+            self.batch_size, concatenate,
+            sample_attrs=["state", "action", "reward", "next_state", "terminal", "*"],
+            additional_concat_attrs=["value", "steps"],
+        )
+        if size == 0:
+            return None
+        weight = torch.as_tensor(is_weight, dtype=torch.get_default_dtype()).view(size, 1)
+        return self._make_batch(size, batch, index=index, weight=weight)
+
+    # -- storing ----------------------------------------------------------------------
+    def _with_steps(self, transition: Union[TransitionBase, Dict[str, Any]]) -> Union[TransitionBase, Dict]:
+        if isinstance(transition, dict):
+            return transition if "steps" in transition else {**transition, "steps": self.reward_future_steps}
+        if "steps" in transition.keys() or not isinstance(transition, Transition):
+            return transition
+        return Transition(**{k: getattr(transition, k) for k in transition.keys()}, steps=self.reward_future_steps)
+
+    def store_transition(self, transition: Union[Transition, Dict[str, Any]]) -> None:
+        """Store one step that already carries its n-step return as the custom attribute ``value``."""
+        self.replay_buffer.append(self._with_steps(transition), required_attrs=RAINBOW_ATTRS)
+
+    def store_episode(self, episode: List[Union[Transition, Dict[str, Any]]]) -> None:
+        """Store an episode, computing each step's n-step return and n-step-ahead next state."""
+        steps = [Buffer._as_transition(t) for t in episode]
+        length, n = len(steps), self.reward_future_steps
+        rewards = [float(t.reward) if not isinstance(t.reward, torch.Tensor) else t.reward.sum().item()
+                   for t in steps]
+        rebuilt = []
+        for i, t in enumerate(steps):
+            k = min(n, length - i)
+            last = steps[i + k - 1]
+            value = sum(rewards[i + j] * self.discount ** j for j in range(k))
+            custom = {name: getattr(t, name) for name in t.custom_attr if name not in ("value", "steps")}
+            rebuilt.append(Transition(
+                state=t.state, action=t.action, next_state=last.next_state, reward=t.reward,
+                terminal=last.terminal, value=value, steps=k, **custom,
+            ))
+        self.replay_buffer.extend(rebuilt, required_attrs=RAINBOW_ATTRS)

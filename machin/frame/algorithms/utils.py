@@ -1,0 +1,211 @@
+"""Calling user networks by keyword, and copying parameters between networks.
+
+``safe_call`` is how every algorithm talks to the networks a user hands it: the
+algorithm passes dictionaries (the state dict, the action dict, ...) and the keys
+that name an argument of the network's ``forward`` are passed as keyword
+arguments. The signature of ``forward`` is read once per module and cached.
+"""
+
+from __future__ import annotations
+
+import inspect
+import warnings
+import weakref
+from typing import Any, Dict, Iterable, Optional, Tuple
+
+import torch
+from torch import nn
+
+__all__ = [
+    "safe_call",
+    "soft_update",
+    "hard_update",
+    "assert_output_is_probs",
+    "get_input_device",
+]
+
+
+class _Signature:
+    """What ``safe_call`` needs to know about one module's ``forward``."""
+
+    __slots__ = ("names", "required", "accepts_any", "class_name")
+
+    def __init__(self, names: Tuple[str, ...], required: Tuple[str, ...], accepts_any: bool, class_name: str):
+        self.names = frozenset(names)
+        self.required = required
+        self.accepts_any = accepts_any
+        self.class_name = class_name
+
+
+_signatures: "weakref.WeakKeyDictionary[nn.Module, _Signature]" = weakref.WeakKeyDictionary()
+_warned_classes: set = set()
+
+
+def _unwrap(model: nn.Module) -> nn.Module:
+    """Follow ``.module`` through DataParallel/DDP-like wrappers whose forward takes anything."""
+    inner = model
+    while isinstance(getattr(inner, "module", None), nn.Module):
+        params = inspect.signature(inner.forward).parameters.values()
+        if not any(p.kind in (p.VAR_KEYWORD, p.VAR_POSITIONAL) for p in params):
+            break
+        inner = inner.module
+    return inner
+
+
+def _read_signature(model: nn.Module) -> _Signature:
+    class_name = type(model).__name__
+    if isinstance(model, torch.jit.ScriptModule):
+        try:
+            arguments = model.forward.schema.arguments[1:]  # skip self
+        except (AttributeError, RuntimeError) as error:
+            raise TypeError(
+                f"safe_call cannot read the forward signature of the TorchScript module "
+                f"{class_name}: {error}"
+            ) from error
+        names = tuple(a.name for a in arguments)
+        # An argument without a default value is required.
+        required = tuple(a.name for a in arguments if not a.has_default_value())
+        return _Signature(names, required, False, class_name)
+
+    inner = _unwrap(model)
+    try:
+        parameters = inspect.signature(inner.forward).parameters.values()
+    except (TypeError, ValueError) as error:
+        raise TypeError(
+            f"safe_call cannot read the forward signature of {class_name}: {error}"
+        ) from error
+    names, required, accepts_any = [], [], False
+    for p in parameters:
+        if p.kind is p.VAR_KEYWORD:
+            accepts_any = True
+        elif p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY):
+            names.append(p.name)
+            if p.default is p.empty:
+                required.append(p.name)
+    return _Signature(tuple(names), tuple(required), accepts_any, class_name)
+
+
+def get_input_device(model: nn.Module) -> Optional[torch.device]:
+    """Return the device a module's inputs should be on.
+
+    The ``input_device`` attribute of :class:`~machin.model.nets.NeuralNetworkModule`
+    and of the module wrappers is used when present; otherwise the device of the
+    first parameter or buffer is used (with a one-time warning per class), and
+    ``None`` is returned for a module without any.
+    """
+    device = getattr(model, "input_device", None)
+    if device is not None:
+        return torch.device(device)
+    for tensor in model.parameters():
+        break
+    else:
+        tensor = next(iter(model.buffers()), None)
+        if tensor is None:
+            return None
+    cls = type(model)
+    if cls not in _warned_classes:
+        _warned_classes.add(cls)
+        warnings.warn(
+            f"{cls.__name__} does not declare an input device; using the device of its first "
+            f"parameter ({tensor.device}). Wrap it with machin.model.nets.static_module_wrapper "
+            f"or dynamic_module_wrapper, or subclass NeuralNetworkModule, to silence this.",
+            stacklevel=3,
+        )
+    return tensor.device
+
+
+def safe_call(model: nn.Module, *named_args: Optional[Dict[str, Any]], required_argument: Iterable[str] = ()):
+    """Call ``model`` with the entries of ``named_args`` whose keys name ``forward`` arguments.
+
+    Keys that are not arguments of ``forward`` are ignored (unless ``forward`` takes
+    ``**kwargs``, then every key is passed). Tensors are moved to the model's input
+    device when they are elsewhere. The model's return value is passed back as is.
+
+    Args:
+        model: The network to call.
+        *named_args: Dictionaries of keyword arguments; ``None`` entries are skipped.
+            When two dictionaries share a key, the later one wins.
+        required_argument: Names that must be supplied even if ``forward`` gives them a default.
+
+    Returns:
+        Whatever ``model`` returns.
+
+    Raises:
+        TypeError: When an argument of ``forward`` without a default (or one listed in
+            ``required_argument``) has no matching key. The message names the network
+            class, the missing arguments and the keys that were given.
+    """
+    signature = _signatures.get(model)
+    if signature is None:
+        signature = _signatures[model] = _read_signature(model)
+    device = get_input_device(model)
+
+    kwargs = {}
+    names = signature.names
+    accepts_any = signature.accepts_any
+    for arg_dict in named_args:
+        if not arg_dict:
+            continue
+        for key, value in arg_dict.items():
+            if accepts_any or key in names:
+                if device is not None and isinstance(value, torch.Tensor) and value.device != device:
+                    value = value.to(device)
+                kwargs[key] = value
+
+    missing = [name for name in signature.required if name not in kwargs]
+    missing += [name for name in required_argument if name not in kwargs and name not in missing]
+    if missing:
+        given = sorted({key for d in named_args if d for key in d})
+        raise TypeError(
+            f"{signature.class_name}.forward requires argument(s) {missing}, "
+            f"but the dictionaries passed to it have the keys {given}. "
+            f"Name the dictionary keys after the forward arguments."
+        )
+    return model(**kwargs)
+
+
+@torch.no_grad()
+def soft_update(target_net: nn.Module, source_net: nn.Module, update_rate: float) -> None:
+    """Move ``target_net`` towards ``source_net``: ``target = (1 - rate) * target + rate * source``.
+
+    Floating-point parameters and buffers are blended; other buffers (counters such
+    as BatchNorm's ``num_batches_tracked``) are copied.
+    """
+    target_params = list(target_net.parameters())
+    source_params = list(source_net.parameters())
+    if len(target_params) != len(source_params):
+        raise ValueError(
+            f"soft_update needs networks of the same structure, got {len(target_params)} target "
+            f"parameters and {len(source_params)} source parameters"
+        )
+    if target_params:
+        torch._foreach_lerp_(target_params, source_params, update_rate)
+    for t, s in zip(target_net.buffers(), source_net.buffers()):
+        if t.is_floating_point():
+            t.lerp_(s, update_rate)
+        else:
+            t.copy_(s)
+
+
+@torch.no_grad()
+def hard_update(target_net: nn.Module, source_net: nn.Module) -> None:
+    """Copy every parameter and buffer of ``source_net`` into ``target_net``."""
+    for t, s in zip(target_net.parameters(), source_net.parameters()):
+        t.copy_(s)
+    for t, s in zip(target_net.buffers(), source_net.buffers()):
+        t.copy_(s)
+
+
+def assert_output_is_probs(tensor: torch.Tensor) -> None:
+    """Raise ``ValueError`` unless ``tensor`` is ``[B, N]`` with non-negative rows summing to 1."""
+    if tensor.dim() != 2:
+        raise ValueError(
+            f"expected action probabilities of shape [batch_size, action_num], got shape {tuple(tensor.shape)}"
+        )
+    if not torch.all(tensor >= 0) or not torch.allclose(
+        tensor.sum(dim=1), torch.ones((), dtype=tensor.dtype, device=tensor.device), atol=1e-5
+    ):
+        raise ValueError(
+            "expected action probabilities (non-negative rows that sum to 1, e.g. a softmax output), "
+            f"got rows summing to {tensor.sum(dim=1).tolist()[:4]}"
+        )

@@ -1,0 +1,473 @@
+"""Replay buffer on column storage.
+
+Every attribute key of the stored transitions is one preallocated tensor (a
+column) on the buffer's device, created on the first append from that
+transition's shapes and dtypes and grown geometrically up to ``buffer_size``;
+after that the buffer is a ring that overwrites its oldest rows. Sampling draws
+one index tensor and gathers each column once, so its cost does not depend on
+Python loops over the sampled transitions. Custom attributes that are numbers
+are kept in columns too; any other custom value lives in a Python list.
+"""
+
+from __future__ import annotations
+
+import numbers
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Union
+
+import torch
+
+from ..transition import Scalar, Transition, TransitionBase
+
+__all__ = ["Buffer", "DEFAULT_REQUIRED_ATTRS"]
+
+DEFAULT_REQUIRED_ATTRS = ("state", "action", "next_state", "reward", "terminal")
+_INITIAL_CAPACITY = 1024
+_SCALAR_DTYPES = {bool: torch.bool, int: torch.int64, float: torch.float64}
+
+
+def _scalar_kind(value: Any) -> Optional[type]:
+    """``bool``, ``int`` or ``float`` for a real Python/numpy scalar, else ``None``."""
+    if isinstance(value, (bool,)) or type(value).__name__ == "bool_":
+        return bool
+    if isinstance(value, numbers.Integral):
+        return int
+    if isinstance(value, numbers.Real):
+        return float
+    return None
+
+
+class _Column:
+    """Storage of one sub or custom attribute: a tensor column, or a list for other values.
+
+    ``scalar`` columns remember the Python kind of their values (bool < int < float,
+    promoted when a wider kind arrives), so that unconcatenated samples give back
+    Python scalars of the kind that was stored.
+    """
+
+    __slots__ = ("tensor", "kind", "values", "row_shape")
+
+    def __init__(self, first: Any, capacity: int, device: torch.device, allow_list: bool):
+        self.tensor, self.kind, self.values, self.row_shape = None, None, None, None
+        if isinstance(first, torch.Tensor):
+            self.row_shape = tuple(first.shape[1:])
+            self.tensor = torch.empty((capacity, *self.row_shape), dtype=first.dtype, device=device)
+        elif _scalar_kind(first) is not None:
+            self.kind = _scalar_kind(first)
+            self.tensor = torch.empty((capacity, 1), dtype=_SCALAR_DTYPES[self.kind], device=device)
+        elif allow_list:
+            self.values = [None] * capacity
+        else:
+            raise ValueError(f"cannot store a value of type {type(first).__name__}")
+
+    def grow(self, capacity: int, filled: int) -> None:
+        if self.values is not None:
+            self.values.extend([None] * (capacity - len(self.values)))
+        else:
+            new = self.tensor.new_empty((capacity, *self.tensor.shape[1:]))
+            new[:filled] = self.tensor[:filled]
+            self.tensor = new
+
+    def accepts(self, value: Any) -> Optional[str]:
+        """``None`` if ``value`` fits this column, else the reason it does not."""
+        if self.values is not None:
+            return None
+        if self.kind is None:
+            if not isinstance(value, torch.Tensor):
+                return f"a tensor of shape [1, *{self.row_shape}], got {type(value).__name__}"
+            if tuple(value.shape[1:]) != self.row_shape or value.dtype != self.tensor.dtype:
+                return (
+                    f"shape [*, *{list(self.row_shape)}] and dtype {self.tensor.dtype}, "
+                    f"got shape {list(value.shape)} and dtype {value.dtype}"
+                )
+            return None
+        kind = _scalar_kind(value)
+        if kind is None:
+            return f"a {self.kind.__name__} scalar, got {type(value).__name__}"
+        return None
+
+    def promote(self, values: Sequence[Any]) -> None:
+        """Widen a scalar column (bool -> int -> float) or turn it into a list column."""
+        if self.values is not None or self.kind is None:
+            return
+        kinds = {_scalar_kind(v) for v in values}
+        if None in kinds:
+            filled = self.tensor.tolist()
+            self.values = [row[0] if self.kind is float else self.kind(row[0]) for row in filled]
+            self.tensor, self.kind = None, None
+            return
+        order = (bool, int, float)
+        widest = max(kinds | {self.kind}, key=order.index)
+        if widest is not self.kind:
+            self.kind = widest
+            self.tensor = self.tensor.to(_SCALAR_DTYPES[widest])
+
+    def write(self, rows: Union[slice, torch.Tensor], values: Sequence[Any], positions: List[int]) -> None:
+        if self.values is not None:
+            for p, v in zip(positions, values):
+                self.values[p] = v
+        elif self.kind is None:
+            block = values[0] if len(values) == 1 else torch.cat(values)
+            self.tensor[rows] = block.to(self.tensor.device)
+        else:
+            self.tensor[rows] = torch.tensor(values, dtype=self.tensor.dtype).view(-1, 1).to(self.tensor.device)
+
+    def gather(self, index: torch.Tensor, index_list: List[int], concatenate: bool, as_tensor: bool,
+               device: Optional[torch.device]):
+        if self.values is not None:
+            values = [self.values[i] for i in index_list]
+            if concatenate and as_tensor:
+                return torch.tensor(values, device=device).view(len(values), -1)
+            return values
+        block = self.tensor.index_select(0, index)
+        if self.kind is None:
+            if device is not None and block.device != device:
+                block = block.to(device)
+            return block if concatenate else list(block.split(1))
+        if concatenate and as_tensor:
+            if self.kind is float:
+                block = block.to(torch.get_default_dtype())
+            return block.to(device) if device is not None else block
+        values = block.view(-1).tolist()
+        return values if self.kind is not bool else [bool(v) for v in values]
+
+
+class Buffer:
+    """A ring buffer of transitions stored column by column.
+
+    Args:
+        buffer_size: Maximum number of transitions; the oldest is overwritten when full.
+        buffer_device: Device the stored tensors live on.
+        generator: Optional ``torch.Generator`` (on the CPU) used for sampling, for
+            repeatable runs; the global torch generator is used otherwise.
+
+    Not thread-safe.
+    """
+
+    def __init__(self, buffer_size: int = 1_000_000, buffer_device: Union[str, torch.device] = "cpu", *,
+                 generator: Optional[torch.Generator] = None):
+        if not isinstance(buffer_size, int) or isinstance(buffer_size, bool) or buffer_size < 1:
+            raise ValueError(f"buffer_size must be a positive integer, got {buffer_size!r}")
+        self.buffer_size = buffer_size
+        self.buffer_device = torch.device(buffer_device)
+        self.generator = generator
+        self.clear()
+
+    # -- bookkeeping ----------------------------------------------------------------
+    def clear(self) -> None:
+        """Remove every transition and forget the stored attribute layout."""
+        self._keys: Optional[List[str]] = None
+        self._major: Dict[str, Dict[str, _Column]] = {}
+        self._sub: Dict[str, _Column] = {}
+        self._custom: Dict[str, _Column] = {}
+        self._capacity = 0
+        self._pos = 0
+        self._size = 0
+
+    def size(self) -> int:
+        """Number of stored transitions."""
+        return self._size
+
+    def __len__(self) -> int:
+        return self._size
+
+    @property
+    def attribute_names(self) -> Optional[List[str]]:
+        """Attribute names of the stored transitions (``None`` before the first append)."""
+        return None if self._keys is None else list(self._keys)
+
+    def _columns(self):
+        for cols in self._major.values():
+            yield from cols.values()
+        yield from self._sub.values()
+        yield from self._custom.values()
+
+    # -- appending ------------------------------------------------------------------
+    @staticmethod
+    def _as_transition(transition: Union[TransitionBase, Dict[str, Any]]) -> TransitionBase:
+        if isinstance(transition, TransitionBase):
+            return transition
+        if isinstance(transition, dict):
+            try:
+                return Transition(**transition)
+            except TypeError as error:
+                raise ValueError(f"cannot build a Transition from the dictionary: {error}") from None
+        raise TypeError(
+            f"transition must be a Transition or a dict, got {type(transition).__name__}"
+        )
+
+    def _create_layout(self, t: TransitionBase) -> None:
+        self._keys = t.keys()
+        cap = self._capacity = min(self.buffer_size, _INITIAL_CAPACITY)
+        dev = self.buffer_device
+        self._major = {
+            name: {k: _Column(v, cap, dev, False) for k, v in getattr(t, name).items()} for name in t.major_attr
+        }
+        self._sub = {name: _Column(getattr(t, name), cap, dev, False) for name in t.sub_attr}
+        self._custom = {name: _Column(getattr(t, name), cap, dev, True) for name in t.custom_attr}
+
+    def _check(self, t: TransitionBase, required_attrs: Iterable[str]) -> None:
+        missing = [a for a in required_attrs if a not in t.keys()]
+        if missing:
+            raise ValueError(
+                f"transition is missing required attribute(s) {missing}; it has {t.keys()}"
+            )
+        if self._keys is None:
+            return
+        if t.keys() != self._keys or t.major_attr != list(self._major) or t.sub_attr != list(self._sub):
+            raise ValueError(
+                f"transition attributes {t.keys()} differ from those already stored {self._keys}; "
+                f"every transition in a buffer must have the same attributes"
+            )
+        for name, cols in self._major.items():
+            value = getattr(t, name)
+            if value.keys() != cols.keys():
+                raise ValueError(
+                    f"major attribute {name!r} has keys {sorted(value)}, but the stored transitions "
+                    f"have keys {sorted(cols)}"
+                )
+            for key, col in cols.items():
+                problem = col.accepts(value[key])
+                if problem:
+                    raise ValueError(f"attribute {name}[{key!r}] must have {problem}")
+        for name, col in self._sub.items():
+            problem = col.accepts(getattr(t, name))
+            if problem:
+                raise ValueError(f"attribute {name!r} must be {problem}")
+
+    def _reserve(self, n: int) -> Tuple[List[int], Union[slice, torch.Tensor]]:
+        """Make room for ``n`` new rows; return their storage positions and an indexer."""
+        if self._size + n > self._capacity and self._capacity < self.buffer_size:
+            new_cap = min(self.buffer_size, max(2 * self._capacity, self._size + n))
+            for col in self._columns():
+                col.grow(new_cap, self._size)
+            self._capacity = new_cap
+            # Before the first wrap-around, rows are filled in order from 0.
+            self._pos = self._size
+        cap = self._capacity
+        start = self._pos
+        positions = [(start + i) % cap for i in range(n)]
+        rows = slice(start, start + n) if start + n <= cap else torch.tensor(positions, device=self.buffer_device)
+        self._pos = (start + n) % cap
+        self._size = min(self._size + n, cap)
+        return positions, rows
+
+    def _write(self, transitions: List[TransitionBase]) -> List[int]:
+        """Write already checked transitions; returns the storage positions used."""
+        if len(transitions) > self.buffer_size:
+            transitions = transitions[-self.buffer_size:]
+        for name, col in self._custom.items():
+            col.promote([getattr(t, name) for t in transitions])
+        for name, col in self._sub.items():
+            col.promote([getattr(t, name) for t in transitions])
+        positions, rows = self._reserve(len(transitions))
+        for name, cols in self._major.items():
+            for key, col in cols.items():
+                col.write(rows, [getattr(t, name)[key] for t in transitions], positions)
+        for name, col in self._sub.items():
+            col.write(rows, [getattr(t, name) for t in transitions], positions)
+        for name, col in self._custom.items():
+            col.write(rows, [getattr(t, name) for t in transitions], positions)
+        return positions
+
+    def append(self, transition: Union[TransitionBase, Dict[str, Any]],
+               required_attrs: Iterable[str] = DEFAULT_REQUIRED_ATTRS) -> int:
+        """Store one transition (a :class:`Transition` or a dict of its attributes).
+
+        Args:
+            transition: The transition; a dict is turned into a :class:`Transition`.
+            required_attrs: Attributes that must be present; ``()`` disables the check.
+
+        Returns:
+            The storage position of the new row.
+
+        Raises:
+            ValueError: When a required attribute is missing, or the attributes (names,
+                keys, shapes or dtypes) differ from those already stored.
+        """
+        return self.extend([transition], required_attrs)[0]
+
+    def extend(self, transitions: Iterable[Union[TransitionBase, Dict[str, Any]]],
+               required_attrs: Iterable[str] = DEFAULT_REQUIRED_ATTRS) -> List[int]:
+        """Store several transitions (e.g. a whole episode) in one write per column.
+
+        Every transition is checked before any is written, so a bad one leaves the
+        buffer unchanged. Returns the storage positions used.
+        """
+        ts = [self._as_transition(t) for t in transitions]
+        if not ts:
+            return []
+        required_attrs = tuple(required_attrs)
+        if self._keys is None:
+            self._check(ts[0], required_attrs)
+            self._create_layout(ts[0])
+        for t in ts:
+            self._check(t, required_attrs)
+        return self._write(ts)
+
+    # -- sampling -------------------------------------------------------------------
+    def _randint(self, high: int, n: int) -> torch.Tensor:
+        return torch.randint(high, (n,), generator=self.generator)
+
+    @staticmethod
+    def sample_method_random_unique(buffer: Buffer, batch_size: int) -> Tuple[int, torch.Tensor]:
+        """Up to ``batch_size`` distinct positions, in random order."""
+        size = buffer.size()
+        n = min(batch_size, size)
+        if n <= 0:
+            return 0, torch.empty(0, dtype=torch.long)
+        if 4 * n <= size:
+            index = buffer._randint(size, n)
+            for _ in range(64):
+                unique = torch.unique(index)
+                if unique.numel() == n:
+                    return n, index
+                # Replace repeated draws; rare when n is small next to size.
+                index = torch.cat([unique, buffer._randint(size, n - unique.numel())])
+            # Fall through to an exact permutation if rejection did not settle.
+        return n, torch.randperm(size, generator=buffer.generator)[:n]
+
+    @staticmethod
+    def sample_method_random(buffer: Buffer, batch_size: int) -> Tuple[int, torch.Tensor]:
+        """``batch_size`` positions drawn with replacement."""
+        if buffer.size() == 0 or batch_size <= 0:
+            return 0, torch.empty(0, dtype=torch.long)
+        return batch_size, buffer._randint(buffer.size(), batch_size)
+
+    @staticmethod
+    def sample_method_all(buffer: Buffer, _batch_size: int) -> Tuple[int, torch.Tensor]:
+        """Every position, oldest first."""
+        return buffer.size(), torch.arange(buffer.size())
+
+    def _storage_index(self, logical: torch.Tensor) -> torch.Tensor:
+        """Map positions counted from the oldest row (0) to storage rows."""
+        if self._size < self._capacity or self._pos == 0:
+            return logical
+        return (logical + self._pos) % self._capacity
+
+    def sample_batch(
+        self,
+        batch_size: int,
+        concatenate: bool = True,
+        device: Union[str, torch.device, None] = None,
+        sample_method: Union[str, Callable[[Buffer, int], Tuple[int, Any]]] = "random_unique",
+        sample_attrs: Optional[List[str]] = None,
+        additional_concat_attrs: Optional[List[str]] = None,
+    ) -> Tuple[int, Optional[Tuple[Any, ...]]]:
+        """Sample a batch of transitions.
+
+        Args:
+            batch_size: How many to sample (a hint: the method decides).
+            concatenate: Return tensors of shape ``[B, ...]`` (``True``) or per-sample lists.
+            device: Device of the returned tensors (default: the buffer's device).
+            sample_method: ``"random_unique"`` (without replacement), ``"random"`` (with
+                replacement), ``"all"`` (everything, oldest first) or a callable
+                ``f(buffer, batch_size) -> (size, positions)`` where ``positions`` is a
+                sequence or tensor of positions counted from the oldest stored row (0).
+            sample_attrs: Attributes to return, in order; ``"*"`` stands for a dict of the
+                custom attributes not named otherwise; unknown names are skipped.
+                Default: every attribute.
+            additional_concat_attrs: Custom attributes to return as ``[B, 1]`` tensors.
+
+        Returns:
+            ``(size, values)``, with ``values`` a tuple in ``sample_attrs`` order, or
+            ``(0, None)`` when nothing was sampled.
+        """
+        if isinstance(sample_method, str):
+            method = {
+                "random_unique": self.sample_method_random_unique,
+                "random": self.sample_method_random,
+                "all": self.sample_method_all,
+            }.get(sample_method)
+            if method is None:
+                raise ValueError(
+                    f"sample_method must be 'random_unique', 'random', 'all' or a callable, "
+                    f"got {sample_method!r}"
+                )
+        elif callable(sample_method):
+            method = sample_method
+        else:
+            raise TypeError(f"sample_method must be a string or a callable, got {type(sample_method).__name__}")
+        if self._size == 0:
+            return 0, None
+        size, positions = method(self, batch_size)
+        if size == 0:
+            return 0, None
+        positions = torch.as_tensor(positions, dtype=torch.long).view(-1)
+        if positions.numel() and (positions.min() < 0 or positions.max() >= self._size):
+            raise ValueError(
+                f"sample method returned positions outside [0, {self._size - 1}]: "
+                f"{positions.min().item()}..{positions.max().item()}"
+            )
+        index = self._storage_index(positions)
+        return size, self._gather(index, concatenate, device, sample_attrs, additional_concat_attrs)
+
+    def _gather(self, index: torch.Tensor, concatenate: bool, device, sample_attrs, additional_concat_attrs):
+        """Read the rows at storage positions ``index`` for the requested attributes."""
+        device = torch.device(device) if device is not None else None
+        if sample_attrs is None:
+            sample_attrs = self._keys
+        concat_custom = set(additional_concat_attrs or ())
+        storage_index = index.to(self.buffer_device)
+        index_list = index.tolist()
+        result = []
+        for name in sample_attrs:
+            if name == "*":
+                named = set(sample_attrs)
+                result.append({
+                    k: c.gather(storage_index, index_list, concatenate, k in concat_custom, device)
+                    for k, c in self._custom.items() if k not in named
+                })
+            elif name in self._major:
+                result.append({
+                    k: c.gather(storage_index, index_list, concatenate, True, device)
+                    for k, c in self._major[name].items()
+                })
+            elif name in self._sub:
+                result.append(self._sub[name].gather(storage_index, index_list, concatenate, True, device))
+            elif name in self._custom:
+                result.append(self._custom[name].gather(
+                    storage_index, index_list, concatenate, name in concat_custom, device))
+        return tuple(result)
+
+    # -- documented helpers for lists of transitions --------------------------------
+    @staticmethod
+    def make_tensor_from_batch(batch: List[Union[Scalar, torch.Tensor]], device, concatenate: bool):
+        """Concatenate a list of tensors (dim 0) or scalars (into ``[B, 1]``).
+
+        An empty ``batch``, or ``concatenate=False``, returns ``batch`` unchanged.
+        """
+        if not batch or not concatenate:
+            return batch
+        if isinstance(batch[0], torch.Tensor):
+            return torch.cat([t.to(device) for t in batch], dim=0)
+        return torch.tensor(batch, device=device).view(len(batch), -1)
+
+    @classmethod
+    def post_process_batch(cls, batch: List[TransitionBase], device, concatenate: bool,
+                           sample_attrs: Optional[List[str]], additional_concat_attrs: Optional[List[str]]):
+        """Turn a list of transitions into the tuple :meth:`sample_batch` returns."""
+        if not batch:
+            return None
+        first = batch[0]
+        sample_attrs = first.keys() if sample_attrs is None else sample_attrs
+        concat_custom = set(additional_concat_attrs or ())
+
+        def custom(name):
+            values = [getattr(t, name) for t in batch]
+            return cls.make_tensor_from_batch(values, device, concatenate and name in concat_custom)
+
+        result = []
+        for name in sample_attrs:
+            if name == "*":
+                named = set(sample_attrs)
+                result.append({k: custom(k) for k in first.custom_attr if k not in named})
+            elif name in first.major_attr:
+                result.append({
+                    k: cls.make_tensor_from_batch([getattr(t, name)[k] for t in batch], device, concatenate)
+                    for k in getattr(first, name)
+                })
+            elif name in first.sub_attr:
+                result.append(cls.make_tensor_from_batch([getattr(t, name) for t in batch], device, concatenate))
+            elif name in first.custom_attr:
+                result.append(custom(name))
+        return tuple(result)

@@ -1,0 +1,252 @@
+"""Prioritized experience replay on a vectorised sum tree."""
+
+from __future__ import annotations
+
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union
+
+import numpy as np
+import torch
+
+from ..transition import TransitionBase
+from .buffer import DEFAULT_REQUIRED_ATTRS, Buffer
+
+__all__ = ["WeightTree", "PrioritizedBuffer"]
+
+
+class WeightTree:
+    """A sum tree over ``size`` non-negative leaf weights, stored in one flat array.
+
+    The leaves come first and the root last; each level holds the pairwise sums of
+    the level below (an odd last element is carried up alone). For leaves
+    ``[1, 2, 3, 4]`` the array is ``[1, 2, 3, 4, 3, 7, 11]``. Updates and searches
+    take whole batches and run level by level in numpy.
+
+    Args:
+        size: Number of leaves.
+    """
+
+    def __init__(self, size: int):
+        if not isinstance(size, (int, np.integer)) or size < 1:
+            raise ValueError(f"WeightTree size must be a positive integer, got {size!r}")
+        self.size = int(size)
+        sizes = [self.size]
+        while sizes[-1] > 1:
+            sizes.append((sizes[-1] + 1) // 2)
+        self._level_sizes = sizes
+        self._offsets = np.cumsum([0] + sizes[:-1]).tolist()
+        self.weights = np.zeros(sum(sizes), dtype=np.float64)
+        self._levels = [self.weights[o:o + s] for o, s in zip(self._offsets, sizes)]
+        self.max_leaf = 0.0
+
+    # -- queries --------------------------------------------------------------------
+    def get_weight_sum(self) -> float:
+        """Sum of all leaf weights."""
+        return float(self.weights[-1])
+
+    def get_leaf_max(self) -> float:
+        """Largest leaf weight."""
+        return float(self._levels[0].max())
+
+    def get_leaf_all_weights(self) -> np.ndarray:
+        """A copy of the leaf weights, shape ``(size,)``."""
+        return self._levels[0].copy()
+
+    def _check_index(self, index: np.ndarray) -> None:
+        if index.size and (index.min() < 0 or index.max() >= self.size):
+            raise ValueError(
+                f"leaf index out of range [0, {self.size - 1}]: got {index.min()}..{index.max()}"
+            )
+
+    def get_leaf_weight(self, index: Union[int, Sequence[int], np.ndarray]) -> Union[float, np.ndarray]:
+        """Weight of one leaf (``float``) or of several (``ndarray``)."""
+        scalar = np.isscalar(index)
+        idx = np.asarray(index, dtype=np.int64).reshape(-1)
+        self._check_index(idx)
+        weights = self._levels[0][idx]
+        return float(weights[0]) if scalar else weights
+
+    def find_leaf_index(self, weight: Union[float, Sequence[float], np.ndarray]) -> Union[int, np.ndarray]:
+        """Index of the leaf whose cumulative interval contains ``weight``.
+
+        ``weight`` should lie in ``[0, weight_sum]``; values outside are clipped.
+        A scalar gives an ``int``, a sequence an ``ndarray``.
+        """
+        scalar = np.isscalar(weight)
+        w = np.asarray(weight, dtype=np.float64).reshape(-1).copy()
+        index = np.zeros(w.shape, dtype=np.int64)
+        for level in range(len(self._levels) - 1, 0, -1):
+            below = self._levels[level - 1]
+            left = index * 2
+            left_w = below[left]
+            has_right = left + 1 < below.shape[0]
+            go_right = (w > left_w) & has_right
+            w = np.where(go_right, w - left_w, w)
+            index = left + go_right
+        # Never land on an empty leaf at the far right when rounding pushed w past the sum.
+        index = np.minimum(index, self.size - 1)
+        return int(index[0]) if scalar else index
+
+    # -- updates --------------------------------------------------------------------
+    def _propagate(self, leaf_index: np.ndarray) -> None:
+        index = np.unique(leaf_index)
+        for level in range(1, len(self._levels)):
+            below = self._levels[level - 1]
+            index = np.unique(index // 2)
+            left = index * 2
+            right = left + 1
+            sums = below[left].copy()
+            has_right = right < below.shape[0]
+            sums[has_right] += below[right[has_right]]
+            self._levels[level][index] = sums
+
+    def update_leaf(self, weight: float, index: int) -> None:
+        """Set the weight of one leaf."""
+        self.update_leaf_batch([weight], [index])
+
+    def update_leaf_batch(self, weights: Union[Sequence[float], np.ndarray],
+                          indexes: Union[Sequence[int], np.ndarray]) -> None:
+        """Set the weights of several leaves (when an index repeats, the last weight wins)."""
+        w = np.asarray(weights, dtype=np.float64).reshape(-1)
+        idx = np.asarray(indexes, dtype=np.int64).reshape(-1)
+        if w.shape != idx.shape:
+            raise ValueError(f"got {w.size} weights for {idx.size} indexes")
+        if not idx.size:
+            return
+        self._check_index(idx)
+        if np.any(w < 0) or not np.all(np.isfinite(w)):
+            raise ValueError("leaf weights must be finite and non-negative")
+        self._levels[0][idx] = w
+        self._propagate(idx)
+
+    def update_all_leaves(self, weights: Union[Sequence[float], np.ndarray]) -> None:
+        """Replace the leaves with ``weights`` (length 0 to ``size``; the rest become 0) and rebuild."""
+        w = np.asarray(weights, dtype=np.float64).reshape(-1)
+        if w.size > self.size:
+            raise ValueError(f"got {w.size} weights for a tree of {self.size} leaves")
+        if np.any(w < 0) or not np.all(np.isfinite(w)):
+            raise ValueError("leaf weights must be finite and non-negative")
+        self._levels[0][:] = 0.0
+        self._levels[0][:w.size] = w
+        for level in range(1, len(self._levels)):
+            below = self._levels[level - 1]
+            current = self._levels[level]
+            pairs = below.shape[0] // 2
+            current[:pairs] = below[0:2 * pairs:2] + below[1:2 * pairs:2]
+            if below.shape[0] % 2:
+                current[-1] = below[-1]
+
+    def print_weights(self, precision: int = 2) -> None:
+        """Print the tree level by level, root first (for debugging)."""
+        for level in reversed(self._levels):
+            print(" ".join(f"{v:.{precision}f}" for v in level))
+
+
+class PrioritizedBuffer(Buffer):
+    """A replay buffer that samples transitions in proportion to their priority.
+
+    The probability of transition ``j`` is ``p_j**alpha / sum_i p_i**alpha`` with
+    ``p = |priority| + epsilon``; importance-sampling weights
+    ``(N * P(j))**(-beta)`` are divided by their batch maximum, and ``beta`` grows by
+    ``beta_increment_per_sampling`` on every sample up to 1.
+
+    Args:
+        buffer_size: Maximum number of transitions.
+        buffer_device: Device the stored tensors live on.
+        epsilon: Added to every priority so that none has zero probability.
+        alpha: How strongly priorities shape sampling (0 = uniform).
+        beta: Initial importance-sampling exponent.
+        beta_increment_per_sampling: Growth of ``beta`` per :meth:`sample_batch` call.
+        generator: Optional ``numpy.random.Generator`` for repeatable sampling
+            (default: numpy's global random state).
+    """
+
+    def __init__(self, buffer_size: int = 1_000_000, buffer_device: Union[str, torch.device] = "cpu",
+                 epsilon: float = 1e-2, alpha: float = 0.6, beta: float = 0.4,
+                 beta_increment_per_sampling: float = 1e-3, *,
+                 generator: Optional[np.random.Generator] = None):
+        super().__init__(buffer_size, buffer_device)
+        if epsilon < 0 or alpha < 0 or beta < 0 or beta_increment_per_sampling < 0:
+            raise ValueError(
+                f"epsilon, alpha, beta and beta_increment_per_sampling must be non-negative, got "
+                f"{epsilon}, {alpha}, {beta}, {beta_increment_per_sampling}"
+            )
+        self.epsilon = epsilon
+        self.alpha = alpha
+        self.beta = beta
+        self.beta_increment_per_sampling = beta_increment_per_sampling
+        self.rng = generator
+        self.wt_tree = WeightTree(buffer_size)
+
+    def clear(self) -> None:
+        """Remove every transition and reset all priorities to zero."""
+        super().clear()
+        if hasattr(self, "wt_tree"):
+            self.wt_tree = WeightTree(self.buffer_size)
+
+    def _normalize_priority(self, priority: Union[float, np.ndarray]) -> np.ndarray:
+        return (np.abs(np.asarray(priority, dtype=np.float64)) + self.epsilon) ** self.alpha
+
+    def _default_weight(self) -> float:
+        return self.wt_tree.get_leaf_max() if self._size else 1.0
+
+    def append(self, transition: Union[TransitionBase, Dict[str, Any]], priority: Optional[float] = None,
+               required_attrs: Iterable[str] = DEFAULT_REQUIRED_ATTRS) -> int:
+        """Store one transition with ``priority`` (default: the largest stored priority, 1 when empty)."""
+        return self.extend([transition], None if priority is None else [priority], required_attrs)[0]
+
+    def extend(self, transitions: Iterable[Union[TransitionBase, Dict[str, Any]]],
+               priorities: Optional[Sequence[float]] = None,
+               required_attrs: Iterable[str] = DEFAULT_REQUIRED_ATTRS) -> List[int]:
+        """Store several transitions at once, each with its priority (default as in :meth:`append`)."""
+        transitions = list(transitions)
+        if priorities is not None and len(priorities) != len(transitions):
+            raise ValueError(f"got {len(priorities)} priorities for {len(transitions)} transitions")
+        default = self._default_weight()
+        positions = super().extend(transitions, required_attrs)
+        if priorities is None:
+            weights = np.full(len(positions), default)
+        else:
+            weights = self._normalize_priority(priorities)[-len(positions):]
+        self.wt_tree.update_leaf_batch(weights, positions)
+        return positions
+
+    def update_priority(self, priorities: np.ndarray, indexes: np.ndarray) -> None:
+        """Set new priorities (e.g. ``|TD error|``) for the storage ``indexes`` returned by sampling."""
+        priorities = np.asarray(priorities, dtype=np.float64).reshape(-1)
+        indexes = np.asarray(indexes, dtype=np.int64).reshape(-1)
+        self.wt_tree.update_leaf_batch(self._normalize_priority(priorities), indexes)
+
+    def _uniform(self, n: int) -> np.ndarray:
+        return self.rng.random(n) if self.rng is not None else np.random.random(n)
+
+    def sample_index(self, batch_size: int) -> Tuple[np.ndarray, np.ndarray]:
+        """Draw ``batch_size`` storage indexes by priority; returns them and their IS weights."""
+        total = self.wt_tree.get_weight_sum()
+        segment = total / batch_size
+        targets = (np.arange(batch_size) + self._uniform(batch_size)) * segment
+        index = self.wt_tree.find_leaf_index(np.minimum(targets, total))
+        # Leaves past the filled part have weight 0 and are never chosen unless all are 0.
+        index = np.minimum(index, self._size - 1) if self._size < self._capacity else index
+        self.beta = min(1.0, self.beta + self.beta_increment_per_sampling)
+        probability = self.wt_tree.get_leaf_weight(index) / total
+        is_weights = np.power(np.maximum(probability, 1e-300) * self._size, -self.beta)
+        is_weights /= is_weights.max()
+        return index, is_weights
+
+    def sample_batch(self, batch_size: int, concatenate: bool = True,
+                     device: Union[str, torch.device, None] = None,
+                     sample_attrs: Optional[List[str]] = None,
+                     additional_concat_attrs: Optional[List[str]] = None):
+        """Sample ``batch_size`` transitions by priority.
+
+        Returns:
+            ``(size, values, indexes, is_weights)``: ``values`` as in
+            :meth:`Buffer.sample_batch`, the storage ``indexes`` to pass to
+            :meth:`update_priority`, and the importance-sampling weights (max 1).
+            ``(0, None, None, None)`` when the buffer is empty or ``batch_size <= 0``.
+        """
+        if self._size == 0 or batch_size <= 0 or self.wt_tree.get_weight_sum() <= 0:
+            return 0, None, None, None
+        index, is_weights = self.sample_index(batch_size)
+        values = self._gather(torch.from_numpy(index), concatenate, device, sample_attrs, additional_concat_attrs)
+        return batch_size, values, index, is_weights

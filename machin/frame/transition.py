@@ -1,0 +1,348 @@
+"""Transitions: the records that algorithms store in replay buffers.
+
+A transition has three kinds of attributes:
+
+* **major** attributes are dictionaries of tensors (``state``, ``action``,
+  ``next_state``); each key is concatenated separately when a batch is sampled and
+  the dictionaries are passed to networks as keyword arguments;
+* **sub** attributes are scalars or tensors (``reward``, ``terminal``), concatenated
+  directly; a scalar becomes a ``[B, 1]`` tensor in a batch;
+* **custom** attributes are any other value (numbers, strings, lists...), returned
+  as lists, and never tensors.
+
+The first dimension of every tensor is the batch dimension. :class:`Transition`
+describes one environment step, so that dimension must be 1.
+"""
+
+from __future__ import annotations
+
+import copy
+import numbers
+from typing import Any, Dict, Iterable, List, Union
+
+import torch
+
+__all__ = [
+    "Scalar",
+    "TransitionBase",
+    "Transition",
+    "TransitionStorageBasic",
+    "TransitionStorageSmart",
+]
+
+Scalar = Union[int, float, bool]
+
+
+def _is_scalar(value: Any) -> bool:
+    return isinstance(value, (numbers.Number, bool)) and not isinstance(value, complex)
+
+
+class TransitionBase:
+    """A record with major, sub and custom attributes.
+
+    Args:
+        major_attr: Names of the major attributes.
+        sub_attr: Names of the sub attributes.
+        custom_attr: Names of the custom attributes.
+        major_data: One ``Dict[str, Tensor]`` per major attribute.
+        sub_data: One scalar or tensor per sub attribute.
+        custom_data: One value per custom attribute (deep-copied; no tensors).
+
+    Tensors are cloned and detached, so later changes to the caller's tensors do not
+    reach the transition.
+
+    Raises:
+        ValueError: When a major value is not a dictionary of tensors, a sub value is
+            neither a scalar nor a tensor, a custom value is a tensor, or the tensors
+            disagree on the batch size.
+    """
+
+    # Number of rows every tensor must have; ``None`` accepts any common batch size.
+    _required_batch_size = None
+
+    def __init__(
+        self,
+        major_attr: Iterable[str],
+        sub_attr: Iterable[str],
+        custom_attr: Iterable[str],
+        major_data: Iterable[Dict[str, torch.Tensor]],
+        sub_data: Iterable[Union[Scalar, torch.Tensor]],
+        custom_data: Iterable[Any],
+    ):
+        object.__setattr__(self, "_major_attr", list(major_attr))
+        object.__setattr__(self, "_sub_attr", list(sub_attr))
+        object.__setattr__(self, "_custom_attr", list(custom_attr))
+        object.__setattr__(self, "_batch_size", None)
+        major_data, sub_data, custom_data = list(major_data), list(sub_data), list(custom_data)
+        for names, data, kind in (
+            (self._major_attr, major_data, "major"),
+            (self._sub_attr, sub_data, "sub"),
+            (self._custom_attr, custom_data, "custom"),
+        ):
+            if len(names) != len(data):
+                raise ValueError(
+                    f"{len(names)} {kind} attribute names {names} were given with {len(data)} values"
+                )
+        for name, value in zip(self._major_attr, major_data):
+            self._set_major(name, value)
+        for name, value in zip(self._sub_attr, sub_data):
+            self._set_sub(name, value)
+        for name, value in zip(self._custom_attr, custom_data):
+            self._set_custom(name, value)
+
+    # -- validation ---------------------------------------------------------------
+    def _check_batch(self, name: str, tensor: torch.Tensor) -> None:
+        if tensor.dim() == 0:
+            raise ValueError(
+                f"attribute {name!r} must have a batch dimension, got a 0-dimensional tensor; "
+                f"use shape [1, ...] or a Python scalar"
+            )
+        rows = tensor.shape[0]
+        required = self._required_batch_size
+        if required is not None and rows != required:
+            raise ValueError(
+                f"{type(self).__name__} holds batch size {required}: the first dimension of "
+                f"attribute {name!r} must be {required}, got shape {tuple(tensor.shape)}"
+            )
+        if self._batch_size is None:
+            object.__setattr__(self, "_batch_size", rows)
+        elif rows != self._batch_size:
+            raise ValueError(
+                f"attribute {name!r} has batch size {rows}, but earlier attributes have "
+                f"batch size {self._batch_size}"
+            )
+
+    def _set_major(self, name: str, value: Any) -> None:
+        if not isinstance(value, dict):
+            raise ValueError(
+                f"major attribute {name!r} must be a Dict[str, Tensor], got {type(value).__name__}"
+            )
+        stored = {}
+        for key, tensor in value.items():
+            if not isinstance(tensor, torch.Tensor):
+                raise ValueError(
+                    f"major attribute {name!r} must hold tensors, but key {key!r} holds "
+                    f"{type(tensor).__name__}"
+                )
+            self._check_batch(f"{name}.{key}", tensor)
+            stored[key] = tensor.detach().clone()
+        object.__setattr__(self, name, stored)
+
+    def _set_sub(self, name: str, value: Any) -> None:
+        if isinstance(value, torch.Tensor):
+            self._check_batch(name, value)
+            value = value.detach().clone()
+        elif not _is_scalar(value):
+            raise ValueError(
+                f"sub attribute {name!r} must be a scalar or a tensor, got {type(value).__name__}"
+            )
+        object.__setattr__(self, name, value)
+
+    def _set_custom(self, name: str, value: Any) -> None:
+        if isinstance(value, torch.Tensor):
+            raise ValueError(
+                f"custom attribute {name!r} must not be a tensor (custom attributes are not moved "
+                f"between devices); use a major or sub attribute, or a Python value"
+            )
+        object.__setattr__(self, name, copy.deepcopy(value))
+
+    # -- mapping-like access ------------------------------------------------------
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in self._major_attr:
+            self._set_major(name, value)
+        elif name in self._sub_attr:
+            self._set_sub(name, value)
+        elif name in self._custom_attr:
+            self._set_custom(name, value)
+        else:
+            object.__setattr__(self, name, value)
+
+    def __getitem__(self, item: str) -> Any:
+        if item not in self.keys():
+            raise KeyError(f"{type(self).__name__} has no attribute {item!r}; it has {self.keys()}")
+        return getattr(self, item)
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        if key not in self.keys():
+            raise KeyError(f"{type(self).__name__} has no attribute {key!r}; it has {self.keys()}")
+        setattr(self, key, value)
+
+    def __contains__(self, key: str) -> bool:
+        return key in self.keys()
+
+    @property
+    def major_attr(self) -> List[str]:
+        """Names of the major attributes."""
+        return list(self._major_attr)
+
+    @property
+    def sub_attr(self) -> List[str]:
+        """Names of the sub attributes."""
+        return list(self._sub_attr)
+
+    @property
+    def custom_attr(self) -> List[str]:
+        """Names of the custom attributes."""
+        return list(self._custom_attr)
+
+    @property
+    def batch_size(self) -> int:
+        """Rows of the tensors (1 when every attribute is a scalar)."""
+        return self._batch_size if self._batch_size is not None else 1
+
+    def keys(self) -> List[str]:
+        """Attribute names: major first, then sub, then custom."""
+        return self._major_attr + self._sub_attr + self._custom_attr
+
+    def items(self) -> List[Any]:
+        """Attribute values in the order of :meth:`keys`."""
+        return [getattr(self, k) for k in self.keys()]
+
+    def has_keys(self, keys: Iterable[str]) -> bool:
+        """Whether every name in ``keys`` is an attribute of this transition."""
+        own = set(self.keys())
+        return all(k in own for k in keys)
+
+    def to(self, device: Union[str, torch.device]) -> TransitionBase:
+        """Move every tensor to ``device`` (in place) and return ``self``."""
+        device = torch.device(device)
+        for name in self._major_attr:
+            value = getattr(self, name)
+            object.__setattr__(self, name, {k: t.to(device) for k, t in value.items()})
+        for name in self._sub_attr:
+            value = getattr(self, name)
+            if isinstance(value, torch.Tensor):
+                object.__setattr__(self, name, value.to(device))
+        return self
+
+    def __eq__(self, other: Any) -> bool:
+        if not isinstance(other, TransitionBase) or self.keys() != other.keys():
+            return False
+        for name in self._major_attr:
+            a, b = getattr(self, name), getattr(other, name)
+            if a.keys() != b.keys() or not all(torch.equal(a[k], b[k]) for k in a):
+                return False
+        for name in self._sub_attr:
+            a, b = getattr(self, name), getattr(other, name)
+            if isinstance(a, torch.Tensor) != isinstance(b, torch.Tensor):
+                return False
+            if (torch.equal(a, b) if isinstance(a, torch.Tensor) else a != b):
+                return False
+        return all(getattr(self, n) == getattr(other, n) for n in self._custom_attr)
+
+    __hash__ = None
+
+    def __repr__(self) -> str:
+        parts = []
+        for name in self.keys():
+            value = getattr(self, name)
+            if isinstance(value, dict):
+                value = {k: f"Tensor{tuple(t.shape)}" for k, t in value.items()}
+            elif isinstance(value, torch.Tensor):
+                value = f"Tensor{tuple(value.shape)}"
+            parts.append(f"{name}={value!r}")
+        return f"{type(self).__name__}({', '.join(parts)})"
+
+
+class Transition(TransitionBase):
+    """One environment step: ``state``, ``action``, ``next_state``, ``reward``, ``terminal``.
+
+    Args:
+        state: Observation before the step, ``Dict[str, Tensor[1, ...]]``.
+        action: Action taken, ``Dict[str, Tensor[1, ...]]``.
+        next_state: Observation after the step, ``Dict[str, Tensor[1, ...]]``.
+        reward: Scalar or ``Tensor[1, ...]``.
+        terminal: Whether the episode ended at this step (scalar or ``Tensor[1, ...]``).
+        **kwargs: Custom attributes (sorted by name in :meth:`keys`); not tensors.
+    """
+
+    _required_batch_size = 1
+    state: Dict[str, torch.Tensor] = None
+    action: Dict[str, torch.Tensor] = None
+    next_state: Dict[str, torch.Tensor] = None
+    reward: Union[float, torch.Tensor] = None
+    terminal: Union[bool, torch.Tensor] = None
+
+    def __init__(
+        self,
+        state: Dict[str, torch.Tensor],
+        action: Dict[str, torch.Tensor],
+        next_state: Dict[str, torch.Tensor],
+        reward: Union[float, torch.Tensor],
+        terminal: Union[bool, torch.Tensor],
+        **kwargs: Any,
+    ):
+        custom = sorted(kwargs)
+        super().__init__(
+            major_attr=["state", "action", "next_state"],
+            sub_attr=["reward", "terminal"],
+            custom_attr=custom,
+            major_data=[state, action, next_state],
+            sub_data=[reward, terminal],
+            custom_data=[kwargs[k] for k in custom],
+        )
+
+
+class TransitionStorageBasic(list):
+    """A list of at most ``max_size`` transitions that overwrites the oldest when full.
+
+    Each stored transition is a copy, isolated from the object passed to :meth:`store`.
+    The buffers of :mod:`machin.frame.buffers` use column storage instead; this
+    class is kept for code written against the original API.
+    """
+
+    def __init__(self, max_size: int):
+        if max_size < 1:
+            raise ValueError(f"max_size must be a positive integer, got {max_size!r}")
+        super().__init__()
+        self.max_size = max_size
+        self.index = 0
+
+    def store(self, transition: TransitionBase) -> int:
+        """Store a copy of ``transition`` and return the position it was stored at."""
+        return self._put(copy.deepcopy(transition))
+
+    def _put(self, transition: TransitionBase) -> int:
+        position = self.index
+        if len(self) < self.max_size:
+            self.append(transition)
+        else:
+            self[position] = transition
+        self.index = (position + 1) % self.max_size
+        return position
+
+    def clear(self) -> None:
+        """Remove every transition."""
+        super().clear()
+        self.index = 0
+
+
+class TransitionStorageSmart(TransitionStorageBasic):
+    """Like :class:`TransitionStorageBasic`, but shares equal major tensors between neighbours.
+
+    When a major tensor of the new transition equals the one stored under the same
+    key in the previously stored transition (typically ``state`` equal to the last
+    ``next_state``), the stored copy refers to the same tensor, which roughly halves
+    the memory of state chains.
+    """
+
+    def store(self, transition: TransitionBase) -> int:
+        """Store a copy of ``transition`` (sharing equal tensors) and return its position."""
+        new = copy.deepcopy(transition)
+        if len(self):
+            previous = self[(self.index - 1) % self.max_size]
+            candidates = [
+                t for name in previous.major_attr if name in previous.keys()
+                for t in getattr(previous, name).values()
+            ]
+            for name in new.major_attr:
+                shared = {}
+                for key, tensor in getattr(new, name).items():
+                    match = next(
+                        (c for c in candidates if c.shape == tensor.shape and c.dtype == tensor.dtype
+                         and c.device == tensor.device and torch.equal(c, tensor)),
+                        None,
+                    )
+                    shared[key] = tensor if match is None else match
+                object.__setattr__(new, name, shared)
+        return self._put(new)

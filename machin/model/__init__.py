@@ -1,0 +1,4 @@
+"""Network base classes, device wrappers and stock networks."""
+from . import nets
+
+__all__ = ["nets"]

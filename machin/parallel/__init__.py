@@ -1,0 +1,1 @@
+"""Threads, processes, pools, queues, pickling and the distributed world."""

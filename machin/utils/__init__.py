@@ -1,0 +1,1 @@
+"""Reading, writing and checking helpers shared by the whole library."""
