@@ -20,6 +20,7 @@ import copy
 import numbers
 from typing import Any, Dict, Iterable, List, Union
 
+import numpy as np
 import torch
 
 __all__ = [
@@ -34,7 +35,8 @@ Scalar = Union[int, float, bool]
 
 
 def _is_scalar(value: Any) -> bool:
-    return isinstance(value, (numbers.Number, bool)) and not isinstance(value, complex)
+    # numpy's bool is not a numbers.Number, yet environments often report terminals as np.bool_.
+    return isinstance(value, (numbers.Real, np.bool_))
 
 
 class TransitionBase:
@@ -332,7 +334,7 @@ class TransitionStorageSmart(TransitionStorageBasic):
         if len(self):
             previous = self[(self.index - 1) % self.max_size]
             candidates = [
-                t for name in previous.major_attr if name in previous.keys()
+                t for name in previous.major_attr
                 for t in getattr(previous, name).values()
             ]
             for name in new.major_attr:

@@ -171,9 +171,9 @@ class RAINBOW(DQNPer):
     def _with_steps(self, transition: Union[TransitionBase, Dict[str, Any]]) -> Union[TransitionBase, Dict]:
         if isinstance(transition, dict):
             return transition if "steps" in transition else {**transition, "steps": self.reward_future_steps}
-        if "steps" in transition.keys() or not isinstance(transition, Transition):
+        if "steps" in transition or not isinstance(transition, Transition):
             return transition
-        return Transition(**{k: getattr(transition, k) for k in transition.keys()}, steps=self.reward_future_steps)
+        return Transition(**dict(zip(transition.keys(), transition.items())), steps=self.reward_future_steps)
 
     def store_transition(self, transition: Union[Transition, Dict[str, Any]]) -> None:
         """Store one step that already carries its n-step return as the custom attribute ``value``."""

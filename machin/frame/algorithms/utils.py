@@ -37,24 +37,32 @@ class _Signature:
         self.class_name = class_name
 
 
-_signatures: "weakref.WeakKeyDictionary[nn.Module, _Signature]" = weakref.WeakKeyDictionary()
+_signatures: weakref.WeakKeyDictionary[nn.Module, _Signature] = weakref.WeakKeyDictionary()
 _warned_classes: set = set()
 
 
 def _unwrap(model: nn.Module) -> nn.Module:
-    """Follow ``.module`` through DataParallel/DDP-like wrappers whose forward takes anything."""
+    """Follow ``.module`` (DataParallel/DDP-like) or ``._orig_mod`` (``torch.compile``) through
+    wrappers whose forward takes anything."""
     inner = model
-    while isinstance(getattr(inner, "module", None), nn.Module):
+    while True:
+        wrapped = getattr(inner, "module", None)
+        if not isinstance(wrapped, nn.Module):
+            wrapped = getattr(inner, "_orig_mod", None)
+        if not isinstance(wrapped, nn.Module):
+            break
         params = inspect.signature(inner.forward).parameters.values()
         if not any(p.kind in (p.VAR_KEYWORD, p.VAR_POSITIONAL) for p in params):
             break
-        inner = inner.module
+        inner = wrapped
     return inner
 
 
 def _read_signature(model: nn.Module) -> _Signature:
     class_name = type(model).__name__
     if isinstance(model, torch.jit.ScriptModule):
+        # Every scripted module is a RecursiveScriptModule; name the class that was scripted.
+        class_name = getattr(model, "original_name", None) or class_name
         try:
             arguments = model.forward.schema.arguments[1:]  # skip self
         except (AttributeError, RuntimeError) as error:
@@ -96,9 +104,8 @@ def get_input_device(model: nn.Module) -> Optional[torch.device]:
     device = getattr(model, "input_device", None)
     if device is not None:
         return torch.device(device)
-    for tensor in model.parameters():
-        break
-    else:
+    tensor = next(iter(model.parameters()), None)
+    if tensor is None:
         tensor = next(iter(model.buffers()), None)
         if tensor is None:
             return None

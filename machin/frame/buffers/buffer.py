@@ -14,6 +14,7 @@ from __future__ import annotations
 import numbers
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
+import numpy as np
 import torch
 
 from ..transition import Scalar, Transition, TransitionBase
@@ -27,7 +28,7 @@ _SCALAR_DTYPES = {bool: torch.bool, int: torch.int64, float: torch.float64}
 
 def _scalar_kind(value: Any) -> Optional[type]:
     """``bool``, ``int`` or ``float`` for a real Python/numpy scalar, else ``None``."""
-    if isinstance(value, (bool,)) or type(value).__name__ == "bool_":
+    if isinstance(value, (bool, np.bool_)):
         return bool
     if isinstance(value, numbers.Integral):
         return int
@@ -74,9 +75,11 @@ class _Column:
         if self.kind is None:
             if not isinstance(value, torch.Tensor):
                 return f"a tensor of shape [1, *{self.row_shape}], got {type(value).__name__}"
-            if tuple(value.shape[1:]) != self.row_shape or value.dtype != self.tensor.dtype:
+            # One transition is one row: a first dimension other than 1 is rejected here,
+            # before anything is written.
+            if tuple(value.shape) != (1, *self.row_shape) or value.dtype != self.tensor.dtype:
                 return (
-                    f"shape [*, *{list(self.row_shape)}] and dtype {self.tensor.dtype}, "
+                    f"shape {[1, *self.row_shape]} and dtype {self.tensor.dtype}, "
                     f"got shape {list(value.shape)} and dtype {value.dtype}"
                 )
             return None
@@ -88,6 +91,8 @@ class _Column:
     def promote(self, values: Sequence[Any]) -> None:
         """Widen a scalar column (bool -> int -> float) or turn it into a list column."""
         if self.values is not None or self.kind is None:
+            return
+        if all(type(v) is self.kind for v in values):  # the common case: nothing to do
             return
         kinds = {_scalar_kind(v) for v in values}
         if None in kinds:
@@ -105,16 +110,18 @@ class _Column:
         if self.values is not None:
             for p, v in zip(positions, values):
                 self.values[p] = v
+        elif len(values) == 1 and isinstance(rows, slice):
+            # One row (every append): assign in place, without a temporary tensor.
+            self.tensor[rows] = values[0] if self.kind is None else self.kind(values[0])
         elif self.kind is None:
             block = values[0] if len(values) == 1 else torch.cat(values)
             self.tensor[rows] = block.to(self.tensor.device)
         else:
             self.tensor[rows] = torch.tensor(values, dtype=self.tensor.dtype).view(-1, 1).to(self.tensor.device)
 
-    def gather(self, index: torch.Tensor, index_list: List[int], concatenate: bool, as_tensor: bool,
-               device: Optional[torch.device]):
+    def gather(self, index: torch.Tensor, concatenate: bool, as_tensor: bool, device: Optional[torch.device]):
         if self.values is not None:
-            values = [self.values[i] for i in index_list]
+            values = [self.values[i] for i in index.tolist()]
             if concatenate and as_tensor:
                 return torch.tensor(values, device=device).view(len(values), -1)
             return values
@@ -206,14 +213,15 @@ class Buffer:
         self._custom = {name: _Column(getattr(t, name), cap, dev, True) for name in t.custom_attr}
 
     def _check(self, t: TransitionBase, required_attrs: Iterable[str]) -> None:
-        missing = [a for a in required_attrs if a not in t.keys()]
+        keys = t.keys()
+        missing = [a for a in required_attrs if a not in keys]
         if missing:
             raise ValueError(
-                f"transition is missing required attribute(s) {missing}; it has {t.keys()}"
+                f"transition is missing required attribute(s) {missing}; it has {keys}"
             )
         if self._keys is None:
             return
-        if t.keys() != self._keys or t.major_attr != list(self._major) or t.sub_attr != list(self._sub):
+        if keys != self._keys or t.major_attr != list(self._major) or t.sub_attr != list(self._sub):
             raise ValueError(
                 f"transition attributes {t.keys()} differ from those already stored {self._keys}; "
                 f"every transition in a buffer must have the same attributes"
@@ -300,11 +308,24 @@ class Buffer:
         if self._keys is None:
             self._check(ts[0], required_attrs)
             self._create_layout(ts[0])
-        for t in ts:
-            self._check(t, required_attrs)
+            try:
+                for t in ts:
+                    self._check(t, required_attrs)
+            except ValueError:
+                self.clear()  # nothing was stored: do not keep the rejected layout either
+                raise
+        else:
+            for t in ts:
+                self._check(t, required_attrs)
         return self._write(ts)
 
     # -- sampling -------------------------------------------------------------------
+    _SAMPLE_METHODS = {
+        "random_unique": "sample_method_random_unique",
+        "random": "sample_method_random",
+        "all": "sample_method_all",
+    }
+
     def _randint(self, high: int, n: int) -> torch.Tensor:
         return torch.randint(high, (n,), generator=self.generator)
 
@@ -318,9 +339,10 @@ class Buffer:
         if 4 * n <= size:
             index = buffer._randint(size, n)
             for _ in range(64):
-                unique = torch.unique(index)
-                if unique.numel() == n:
+                ordered = np.sort(index.numpy())  # numpy: far less call overhead than torch.unique
+                if not np.count_nonzero(ordered[1:] == ordered[:-1]):
                     return n, index
+                unique = torch.unique(index)
                 # Replace repeated draws; rare when n is small next to size.
                 index = torch.cat([unique, buffer._randint(size, n - unique.numel())])
             # Fall through to an exact permutation if rejection did not settle.
@@ -373,11 +395,7 @@ class Buffer:
             ``(0, None)`` when nothing was sampled.
         """
         if isinstance(sample_method, str):
-            method = {
-                "random_unique": self.sample_method_random_unique,
-                "random": self.sample_method_random,
-                "all": self.sample_method_all,
-            }.get(sample_method)
+            method = getattr(self, self._SAMPLE_METHODS.get(sample_method, ""), None)
             if method is None:
                 raise ValueError(
                     f"sample_method must be 'random_unique', 'random', 'all' or a callable, "
@@ -392,12 +410,14 @@ class Buffer:
         size, positions = method(self, batch_size)
         if size == 0:
             return 0, None
-        positions = torch.as_tensor(positions, dtype=torch.long).view(-1)
-        if positions.numel() and (positions.min() < 0 or positions.max() >= self._size):
-            raise ValueError(
-                f"sample method returned positions outside [0, {self._size - 1}]: "
-                f"{positions.min().item()}..{positions.max().item()}"
-            )
+        if not isinstance(sample_method, str):
+            # The built-in methods return in-range long tensors; a user's callable is checked.
+            positions = torch.as_tensor(positions, dtype=torch.long).view(-1)
+            if positions.numel() and (positions.min() < 0 or positions.max() >= self._size):
+                raise ValueError(
+                    f"sample method returned positions outside [0, {self._size - 1}]: "
+                    f"{positions.min().item()}..{positions.max().item()}"
+                )
         index = self._storage_index(positions)
         return size, self._gather(index, concatenate, device, sample_attrs, additional_concat_attrs)
 
@@ -408,25 +428,24 @@ class Buffer:
             sample_attrs = self._keys
         concat_custom = set(additional_concat_attrs or ())
         storage_index = index.to(self.buffer_device)
-        index_list = index.tolist()
         result = []
         for name in sample_attrs:
             if name == "*":
                 named = set(sample_attrs)
                 result.append({
-                    k: c.gather(storage_index, index_list, concatenate, k in concat_custom, device)
+                    k: c.gather(storage_index, concatenate, k in concat_custom, device)
                     for k, c in self._custom.items() if k not in named
                 })
             elif name in self._major:
                 result.append({
-                    k: c.gather(storage_index, index_list, concatenate, True, device)
+                    k: c.gather(storage_index, concatenate, True, device)
                     for k, c in self._major[name].items()
                 })
             elif name in self._sub:
-                result.append(self._sub[name].gather(storage_index, index_list, concatenate, True, device))
+                result.append(self._sub[name].gather(storage_index, concatenate, True, device))
             elif name in self._custom:
                 result.append(self._custom[name].gather(
-                    storage_index, index_list, concatenate, name in concat_custom, device))
+                    storage_index, concatenate, name in concat_custom, device))
         return tuple(result)
 
     # -- documented helpers for lists of transitions --------------------------------

@@ -18,7 +18,7 @@ class WeightTree:
 
     The leaves come first and the root last; each level holds the pairwise sums of
     the level below (an odd last element is carried up alone). For leaves
-    ``[1, 2, 3, 4]`` the array is ``[1, 2, 3, 4, 3, 7, 11]``. Updates and searches
+    ``[1, 2, 3, 4]`` the array is ``[1, 2, 3, 4, 3, 7, 10]``. Updates and searches
     take whole batches and run level by level in numpy.
 
     Args:
@@ -202,11 +202,15 @@ class PrioritizedBuffer(Buffer):
         if priorities is not None and len(priorities) != len(transitions):
             raise ValueError(f"got {len(priorities)} priorities for {len(transitions)} transitions")
         default = self._default_weight()
+        # Checked before anything is stored, so a bad priority leaves the buffer unchanged.
+        normalized = None if priorities is None else self._normalize_priority(priorities)
+        if normalized is not None and not np.all(np.isfinite(normalized)):
+            raise ValueError(f"priorities must be finite numbers, got {list(priorities)}")
         positions = super().extend(transitions, required_attrs)
-        if priorities is None:
+        if normalized is None:
             weights = np.full(len(positions), default)
         else:
-            weights = self._normalize_priority(priorities)[-len(positions):]
+            weights = normalized[-len(positions):]
         self.wt_tree.update_leaf_batch(weights, positions)
         return positions
 
@@ -225,8 +229,9 @@ class PrioritizedBuffer(Buffer):
         segment = total / batch_size
         targets = (np.arange(batch_size) + self._uniform(batch_size)) * segment
         index = self.wt_tree.find_leaf_index(np.minimum(targets, total))
-        # Leaves past the filled part have weight 0 and are never chosen unless all are 0.
-        index = np.minimum(index, self._size - 1) if self._size < self._capacity else index
+        # Leaves past the filled part have weight 0 and are never chosen unless all are 0
+        # (or rounding pushes a target past the last filled leaf).
+        index = np.minimum(index, self._size - 1)
         self.beta = min(1.0, self.beta + self.beta_increment_per_sampling)
         probability = self.wt_tree.get_leaf_weight(index) / total
         is_weights = np.power(np.maximum(probability, 1e-300) * self._size, -self.beta)

@@ -1,0 +1,302 @@
+"""Soft actor-critic with twin critics and automatic entropy tuning."""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Callable, Dict, List, Optional, Tuple, Union
+
+import torch
+from torch import nn
+
+from ..buffers import Buffer
+from ..transition import Transition
+from .a2c import REQUIRED_ATTRS, as_column, split_actor_output
+from .base import TorchFramework, split_output
+from .dqn import DQN, SampledBatch
+from .utils import hard_update, safe_call, soft_update
+
+__all__ = ["SAC"]
+
+
+class SAC(TorchFramework):
+    """Soft actor-critic (off-policy, maximum entropy) with a learned temperature alpha.
+
+    The actor is called as ``actor(<state keys>, action=None)`` and returns
+    ``(action, log_prob, *extras)`` (an entropy output in third place is accepted
+    and ignored: the entropy enters through ``log_prob``). Log-probabilities may
+    have shape ``[B]`` or ``[B, 1]``. Each critic is called as
+    ``critic(<state keys>, action=...)`` (the dict from
+    :meth:`action_transform_function`) and returns ``q_value[B, 1]``.
+
+    One :meth:`update` on a sampled batch:
+
+    * critics: both regress on ``reward + discount * (1 - terminal) * (min(Q1', Q2')(s', a') - alpha * log_prob(a'|s'))``
+      with ``a'`` drawn from the actor for the next state and ``Q1', Q2'`` the targets;
+    * actor: minimises ``mean(alpha * log_prob(a|s) - min(Q1, Q2)(s, a))`` with ``a``
+      freshly drawn from the actor;
+    * alpha: ``log(alpha)`` minimises ``-mean(log(alpha) * (log_prob + target_entropy))``,
+      which raises alpha while the policy's entropy is below ``target_entropy`` and
+      lowers it while above;
+    * targets: soft update by ``update_rate``.
+
+    Continuous actions must be drawn with ``rsample()`` so that the actor loss
+    reaches the actor through the critics (reparameterisation). Discrete actions
+    (e.g. ``Categorical(...).sample()``, which carries no gradient) are supported
+    with the score-function gradient instead: when the drawn action does not
+    require a gradient, the actor minimises
+    ``mean(log_prob * stop_gradient(alpha * log_prob - Q - baseline))`` with the
+    batch mean as baseline. The critics then receive the integer actions (override
+    :meth:`action_transform_function` to one-hot them, for instance) and
+    ``target_entropy`` must be given (e.g. ``0.5 * log(action_num)``).
+
+    Args:
+        actor: Stochastic policy network.
+        critic: First Q network.
+        critic_target: Target of the first Q network (hard-copied from ``critic`` now).
+        critic2: Second Q network.
+        critic2_target: Target of the second Q network (hard-copied from ``critic2`` now).
+        optimizer: Optimizer class, called as ``optimizer(params, lr=...)`` for the actor,
+            each critic and ``log(alpha)``.
+        criterion: Value loss, called as ``criterion(target[B, 1], predicted[B, 1])``.
+        lr_scheduler: Scheduler class, called for the actor, critic and critic2
+            optimizers (in that order; alpha's optimizer is not scheduled) as
+            ``lr_scheduler(optimizer, *lr_scheduler_args[i], **lr_scheduler_kwargs[i])``.
+        lr_scheduler_args: Three tuples of positional arguments.
+        lr_scheduler_kwargs: Three dicts of keyword arguments.
+        target_entropy: Entropy the temperature tuning aims at; ``None`` uses minus the
+            action dimension, read from the first action the actor returns.
+        initial_entropy_alpha: Starting temperature alpha (positive).
+        batch_size: Transitions per update.
+        update_rate: Soft target update rate tau: ``target = tau * online + (1 - tau) * target``.
+        actor_learning_rate: Learning rate of the actor optimizer.
+        critic_learning_rate: Learning rate of both critic optimizers.
+        alpha_learning_rate: Learning rate of the temperature optimizer.
+        discount: Discount factor gamma.
+        gradient_max: Maximum gradient norm of each network (``inf``: no clipping).
+        replay_size: Capacity of the default buffer.
+        replay_device: Device of the default buffer.
+        replay_buffer: A buffer to use instead of the default one.
+        visualize: Draw each loss graph on the first update.
+        visualize_dir: Where to write the drawings.
+
+    Raises:
+        ValueError: When an option is out of range.
+    """
+
+    _is_top = ["actor", "critic", "critic2", "critic_target", "critic2_target"]
+    _is_restorable = ["actor", "critic_target", "critic2_target"]
+
+    def __init__(
+        self,
+        actor: nn.Module,
+        critic: nn.Module,
+        critic_target: nn.Module,
+        critic2: nn.Module,
+        critic2_target: nn.Module,
+        optimizer: Callable,
+        criterion: Callable,
+        *,
+        lr_scheduler: Optional[Callable] = None,
+        lr_scheduler_args: Optional[Tuple[Tuple, ...]] = None,
+        lr_scheduler_kwargs: Optional[Tuple[Dict, ...]] = None,
+        target_entropy: Optional[float] = None,
+        initial_entropy_alpha: float = 1.0,
+        batch_size: int = 100,
+        update_rate: float = 0.005,
+        actor_learning_rate: float = 0.0005,
+        critic_learning_rate: float = 0.001,
+        alpha_learning_rate: float = 0.001,
+        discount: float = 0.99,
+        gradient_max: float = math.inf,
+        replay_size: int = 500000,
+        replay_device: Union[str, torch.device] = "cpu",
+        replay_buffer: Optional[Buffer] = None,
+        visualize: bool = False,
+        visualize_dir: str = "",
+    ):
+        super().__init__(visualize=visualize, visualize_dir=visualize_dir)
+        if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
+            raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
+        self._check_positive(initial_entropy_alpha=initial_entropy_alpha, actor_learning_rate=actor_learning_rate,
+                             critic_learning_rate=critic_learning_rate, alpha_learning_rate=alpha_learning_rate,
+                             gradient_max=gradient_max)
+        if not 0 < update_rate <= 1:
+            raise ValueError(f"update_rate must be in (0, 1], got {update_rate!r}")
+        if not 0 <= discount <= 1:
+            raise ValueError(f"discount must be in [0, 1], got {discount!r}")
+        if target_entropy is not None and not isinstance(target_entropy, (int, float)):
+            raise ValueError(f"target_entropy must be a number or None, got {target_entropy!r}")
+
+        self.target_entropy = None if target_entropy is None else float(target_entropy)
+        self.batch_size = batch_size
+        self.update_rate = update_rate
+        self.discount = discount
+        self.gradient_max = gradient_max
+        self.criterion = criterion
+
+        self.actor = actor
+        self.critic, self.critic_target = critic, critic_target
+        self.critic2, self.critic2_target = critic2, critic2_target
+        hard_update(self.critic_target, self.critic)
+        hard_update(self.critic2_target, self.critic2)
+        self.log_alpha = torch.tensor(math.log(initial_entropy_alpha), requires_grad=True)
+        self.actor_optim = self._make_optimizer(optimizer, actor, actor_learning_rate)
+        self.critic_optim = self._make_optimizer(optimizer, critic, critic_learning_rate)
+        self.critic2_optim = self._make_optimizer(optimizer, critic2, critic_learning_rate)
+        self.alpha_optim = self._make_optimizer(optimizer, [self.log_alpha], alpha_learning_rate)
+        self._init_lr_schedulers(lr_scheduler, lr_scheduler_args, lr_scheduler_kwargs,
+                                 [self.actor_optim, self.critic_optim, self.critic2_optim])
+        self.replay_buffer = self._make_buffer(replay_buffer, lambda: Buffer(replay_size, replay_device))
+
+    @property
+    def entropy_alpha(self) -> float:
+        """The current temperature alpha."""
+        return self.log_alpha.exp().item()
+
+    # -- acting -----------------------------------------------------------------------
+    def act(self, state: Dict[str, Any]) -> Any:
+        """Sample an action: the actor's output ``(action, log_prob, ...)`` as is."""
+        with torch.no_grad():
+            output = safe_call(self.actor, state)
+        self._resolve_target_entropy(split_actor_output(output, "SAC")[0])
+        return output
+
+    def _resolve_target_entropy(self, action: torch.Tensor) -> None:
+        """Default ``target_entropy`` to minus the per-sample action dimension."""
+        if self.target_entropy is not None:
+            return
+        if not action.is_floating_point():
+            raise ValueError(
+                f"target_entropy cannot be derived from discrete actions (the actor returned "
+                f"{action.dtype} actions); pass target_entropy explicitly, e.g. 0.5 * log(action_num)"
+            )
+        self.target_entropy = -float(action[0].numel())
+
+    def _sample_action(self, state: Dict[str, Any], size: int) -> Tuple[torch.Tensor, torch.Tensor]:
+        """Draw ``(action, log_prob[B, 1])`` from the actor, with gradient."""
+        action, log_prob, _ = split_actor_output(safe_call(self.actor, state), "SAC")
+        self._resolve_target_entropy(action)
+        return action, as_column(log_prob, size, "the actor's log_prob output")
+
+    def _criticize(self, critic: nn.Module, state: Dict[str, Any], action: Dict[str, Any],
+                   size: int) -> torch.Tensor:
+        return as_column(split_output(safe_call(critic, state, action))[0], size, "the critic output")
+
+    def _min_q(self, critics: Tuple[nn.Module, nn.Module], state: Dict[str, Any], action: Dict[str, Any],
+               size: int) -> torch.Tensor:
+        return torch.min(*(self._criticize(c, state, action, size) for c in critics))
+
+    # -- storing ----------------------------------------------------------------------
+    def store_transition(self, transition: Union[Transition, Dict[str, Any]]) -> None:
+        """Store one step with attributes state, action, next_state, reward, terminal."""
+        self.replay_buffer.append(transition, required_attrs=REQUIRED_ATTRS)
+
+    def store_episode(self, episode: List[Union[Transition, Dict[str, Any]]]) -> None:
+        """Store every step of an episode at once."""
+        self.replay_buffer.extend(episode, required_attrs=REQUIRED_ATTRS)
+
+    # -- hooks a user may override ----------------------------------------------------
+    @staticmethod
+    def action_transform_function(raw_output_action: Any, *_) -> Dict[str, Any]:
+        """Turn the actor's action into the critic's input dict: ``{"action": raw_output_action}``."""
+        return {"action": raw_output_action}
+
+    @staticmethod
+    def reward_function(reward: torch.Tensor, discount: float, next_value: torch.Tensor,
+                        terminal: torch.Tensor, others: Dict[str, Any]) -> torch.Tensor:
+        """Bellman target ``reward + discount * (1 - terminal) * next_value`` (terminal as 0/1 floats)."""
+        return reward + discount * (1.0 - terminal) * next_value
+
+    # -- update -----------------------------------------------------------------------
+    def _sample(self, concatenate: bool) -> Optional[SampledBatch]:
+        size, batch = self.replay_buffer.sample_batch(
+            self.batch_size, concatenate, sample_method="random_unique",
+            sample_attrs=["state", "action", "reward", "next_state", "terminal", "*"],
+        )
+        return None if size == 0 else DQN._make_batch(size, batch)
+
+    def _target_value(self, batch: SampledBatch, alpha: torch.Tensor) -> torch.Tensor:
+        """Soft Bellman target ``[B, 1]`` (no gradient)."""
+        with torch.no_grad():
+            next_action, next_log_prob = self._sample_action(batch.next_state, batch.size)
+            next_q = self._min_q((self.critic_target, self.critic2_target), batch.next_state,
+                                 self.action_transform_function(next_action, batch.next_state), batch.size)
+            next_value = next_q - alpha.to(next_q.device) * next_log_prob.to(next_q.device)
+            device = next_value.device
+            return self.reward_function(batch.reward.to(device), self.discount, next_value,
+                                        batch.terminal.to(device), batch.others)
+
+    def _critic_losses(self, batch: SampledBatch, target: torch.Tensor) -> List[torch.Tensor]:
+        losses = []
+        for critic in (self.critic, self.critic2):
+            q = self._criticize(critic, batch.state, batch.action, batch.size)
+            losses.append(self.criterion(target.to(device=q.device, dtype=q.dtype), q))
+        return losses
+
+    def _actor_loss(self, batch: SampledBatch, action: torch.Tensor, log_prob: torch.Tensor,
+                    alpha: torch.Tensor) -> Tuple[torch.Tensor, float]:
+        """``(actor loss, policy value)``: reparameterised, or score-function for non-differentiable actions."""
+        q = self._min_q((self.critic, self.critic2), batch.state,
+                        self.action_transform_function(action, batch.state), batch.size)
+        soft_q = q - alpha.to(q.device) * log_prob.to(q.device)
+        if action.requires_grad:
+            loss = -soft_q.mean()
+        else:
+            weight = soft_q.detach()
+            loss = -(log_prob.to(q.device) * (weight - weight.mean())).mean()
+        return loss, soft_q.mean().item()
+
+    def update(self, update_value: bool = True, update_policy: bool = True, update_target: bool = True,
+               update_entropy_alpha: bool = True,
+               concatenate_samples: bool = True) -> Tuple[Optional[float], Optional[float]]:
+        """Sample a batch; step the critics, the actor and alpha; soft-update the targets.
+
+        Args:
+            update_value: Step both critics.
+            update_policy: Step the actor.
+            update_target: Soft-update both target critics.
+            update_entropy_alpha: Step the temperature alpha towards ``target_entropy``.
+            concatenate_samples: Concatenate the sampled states into batched tensors
+                (``False`` hands the networks per-sample lists).
+
+        Returns:
+            ``(policy value, value loss)`` as floats: the policy value is the batch mean
+            of ``min(Q1, Q2)(s, a) - alpha * log_prob(a|s)`` and the value loss the mean
+            of the two critic losses; ``(None, None)`` when the buffer is empty.
+        """
+        batch = self._sample(concatenate_samples)
+        if batch is None:
+            return None, None
+        networks = (self.actor, self.critic, self.critic2)
+        for net in networks:
+            net.train()
+        alpha = self.log_alpha.detach().exp()
+
+        target = self._target_value(batch, alpha)
+        critic_losses = self._critic_losses(batch, target)
+        if update_value:
+            for loss, critic, optim, name in zip(critic_losses, (self.critic, self.critic2),
+                                                 (self.critic_optim, self.critic2_optim), ("critic", "critic2")):
+                self._maybe_visualize(loss, name)
+                self._optimize(loss, optim, critic, self.gradient_max)
+
+        action, log_prob = self._sample_action(batch.state, batch.size)
+        actor_loss, policy_value = self._actor_loss(batch, action, log_prob, alpha)
+        if update_policy:
+            self._maybe_visualize(actor_loss, "actor")
+            self._optimize(actor_loss, self.actor_optim, self.actor, self.gradient_max)
+
+        if update_entropy_alpha:
+            entropy_gap = (log_prob.detach() + self.target_entropy).mean().to(self.log_alpha.device)
+            self._optimize(-self.log_alpha * entropy_gap, self.alpha_optim, [self.log_alpha])
+
+        if update_target:
+            soft_update(self.critic_target, self.critic, self.update_rate)
+            soft_update(self.critic2_target, self.critic2, self.update_rate)
+        for net in networks:
+            net.eval()
+        return policy_value, sum(loss.item() for loss in critic_losses) / 2
+
+    def _post_load(self) -> None:
+        hard_update(self.critic, self.critic_target)
+        hard_update(self.critic2, self.critic2_target)

@@ -1,0 +1,275 @@
+"""Noise added directly to actions.
+
+Each function returns a new tensor ``action + ratio * noise``; the noise has the
+action's shape, device and dtype, and the input is never modified.
+
+``noise_param`` comes in two forms for the uniform, normal and clipped normal
+functions:
+
+* one tuple, e.g. ``(mean, sigma)``, used for every element of the action;
+* a sequence of such tuples, one per action column ``action[:, i]``; the
+  parameters are laid out as tensors along dimension 1 and broadcast, so no
+  Python loop runs over the batch or the columns.
+
+Ornstein-Uhlenbeck noise has a state, so :func:`add_ou_noise_to_action` draws
+from one generator shared by every caller of this module.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Union
+
+import torch
+
+from .generator import (
+    OrnsteinUhlenbeckNoiseGen,
+    _check_bounds,
+    _check_sigma,
+    _is_real,
+    _sample_clipped_normal,
+    _sample_normal,
+    _sample_uniform,
+)
+
+__all__ = [
+    "add_uniform_noise_to_action",
+    "add_normal_noise_to_action",
+    "add_clipped_normal_noise_to_action",
+    "add_ou_noise_to_action",
+]
+
+NoiseParam = Union[Tuple[float, ...], Iterable[Tuple[float, ...]]]
+Param = Union[float, torch.Tensor]
+
+_OU_KEYS = ("mu", "sigma", "theta", "dt", "x0", "generator")
+# The Ornstein-Uhlenbeck generator shared by all calls of add_ou_noise_to_action,
+# and the keyword arguments it was built with.
+_shared_ou: Optional[OrnsteinUhlenbeckNoiseGen] = None
+_shared_ou_kwargs: Dict[str, Any] = {}
+
+
+def add_uniform_noise_to_action(
+    action: torch.Tensor, noise_param: NoiseParam = (0.0, 1.0), ratio: float = 1.0
+) -> torch.Tensor:
+    """Add uniform noise to an action.
+
+    Args:
+        action: Raw action, a floating tensor (per-column parameters need a shape
+            ``[batch, columns, ...]``).
+        noise_param: ``(uniform_min, uniform_max)`` for every element, or a sequence of
+            such tuples, one per column ``action[:, i]``.
+        ratio: The sampled noise is multiplied by this before it is added.
+
+    Returns:
+        A new tensor: the action plus uniform noise in ``[ratio*min, ratio*max)``.
+
+    Raises:
+        TypeError: ``action`` is not a floating tensor or ``ratio`` is not a number.
+        ValueError: ``noise_param`` does not have one of the two forms, has a column count
+            different from ``action.shape[1]``, or a minimum above its maximum.
+    """
+    name = "add_uniform_noise_to_action"
+    low, high = _parse_noise_param(
+        name, action, noise_param, ratio, ("uniform_min", "uniform_max"), _check_uniform
+    )
+    noise = _sample_uniform(action.shape, low, high, action.device, action.dtype, None)
+    return action + noise * ratio
+
+
+def add_normal_noise_to_action(
+    action: torch.Tensor, noise_param: NoiseParam = (0.0, 1.0), ratio: float = 1.0
+) -> torch.Tensor:
+    """Add normal (Gaussian) noise to an action.
+
+    Args:
+        action: Raw action, see :func:`add_uniform_noise_to_action`.
+        noise_param: ``(normal_mean, normal_sigma)`` for every element, or a sequence of
+            such tuples, one per column ``action[:, i]``.
+        ratio: The sampled noise is multiplied by this before it is added.
+
+    Returns:
+        A new tensor: the action plus normal noise.
+
+    Raises:
+        TypeError: see :func:`add_uniform_noise_to_action`.
+        ValueError: ``noise_param`` has the wrong form (see
+            :func:`add_uniform_noise_to_action`) or a negative sigma.
+    """
+    name = "add_normal_noise_to_action"
+    mean, std = _parse_noise_param(
+        name, action, noise_param, ratio, ("normal_mean", "normal_sigma"), _check_normal
+    )
+    noise = _sample_normal(action.shape, mean, std, action.device, action.dtype, None)
+    return action + noise * ratio
+
+
+def add_clipped_normal_noise_to_action(
+    action: torch.Tensor,
+    noise_param: NoiseParam = (0.0, 1.0, -1.0, 1.0),
+    ratio: float = 1.0,
+) -> torch.Tensor:
+    """Add normal noise, clipped into ``[clip_min, clip_max]``, to an action.
+
+    The noise is clipped before it is multiplied by ``ratio``, so ``result - action`` lies
+    in ``[ratio*clip_min, ratio*clip_max]``.
+
+    Args:
+        action: Raw action, see :func:`add_uniform_noise_to_action`.
+        noise_param: ``(normal_mean, normal_sigma, clip_min, clip_max)`` for every
+            element, or a sequence of such tuples, one per column ``action[:, i]``.
+        ratio: The clipped noise is multiplied by this before it is added.
+
+    Returns:
+        A new tensor: the action plus clipped normal noise.
+
+    Raises:
+        TypeError: see :func:`add_uniform_noise_to_action`.
+        ValueError: ``noise_param`` has the wrong form (see
+            :func:`add_uniform_noise_to_action`), a negative sigma, or a ``clip_min``
+            above its ``clip_max``.
+    """
+    name = "add_clipped_normal_noise_to_action"
+    fields = ("normal_mean", "normal_sigma", "clip_min", "clip_max")
+    mean, std, low, high = _parse_noise_param(
+        name, action, noise_param, ratio, fields, _check_clipped_normal
+    )
+    noise = _sample_clipped_normal(
+        action.shape, mean, std, low, high, action.device, action.dtype, None
+    )
+    return action + noise * ratio
+
+
+def add_ou_noise_to_action(
+    action: torch.Tensor,
+    noise_param: Optional[Dict[str, Any]] = None,
+    ratio: float = 1.0,
+    reset: bool = False,
+) -> torch.Tensor:
+    """Add Ornstein-Uhlenbeck noise to an action.
+
+    All calls share one :class:`~machin.frame.noise.generator.OrnsteinUhlenbeckNoiseGen`,
+    so consecutive calls give temporally correlated noise. The generator is (re)created
+    with the shape of ``action`` on the first call, when ``reset`` is true, and when the
+    action's shape differs from the generator's. ``noise_param`` only matters at such a
+    (re)creation: it holds the generator's keyword arguments, and ``None`` keeps those of
+    the previous generator (the generator's defaults on the first call; pass ``{}`` to
+    return to the defaults). The same parameters apply to every action column.
+
+    Args:
+        action: Raw action, a floating tensor.
+        noise_param: Keyword arguments of ``OrnsteinUhlenbeckNoiseGen`` other than
+            ``shape``: any of ``mu``, ``sigma``, ``theta``, ``dt``, ``x0`` and ``generator``.
+        ratio: The sampled noise is multiplied by this before it is added.
+        reset: Re-create the shared generator, which restarts the process.
+
+    Returns:
+        A new tensor: the action plus the next value of the shared process.
+
+    Raises:
+        TypeError: see :func:`add_uniform_noise_to_action`.
+        ValueError: ``noise_param`` is not a dict of the keys above, or holds values the
+            generator rejects.
+    """
+    global _shared_ou, _shared_ou_kwargs
+    name = "add_ou_noise_to_action"
+    _check_action_and_ratio(name, action, ratio)
+    if noise_param is not None:
+        if not isinstance(noise_param, Mapping):
+            raise ValueError(
+                f"{name}: noise_param must be None or a dict of OrnsteinUhlenbeckNoiseGen "
+                f"keyword arguments, got {noise_param!r} ({type(noise_param).__name__})"
+            )
+        unknown = sorted(str(key) for key in noise_param if key not in _OU_KEYS)
+        if unknown:
+            raise ValueError(
+                f"{name}: noise_param keys must be among {list(_OU_KEYS)}, got unknown {unknown}"
+            )
+    if reset or _shared_ou is None or _shared_ou.shape != action.shape:
+        kwargs = dict(noise_param) if noise_param is not None else _shared_ou_kwargs
+        _shared_ou = OrnsteinUhlenbeckNoiseGen(action.shape, dtype=action.dtype, **kwargs)
+        _shared_ou_kwargs = kwargs
+    noise = _shared_ou(action.device)
+    return action + noise.to(action.dtype) * ratio
+
+
+# ----------------------------------------------------------------------------------------
+# Parameter parsing shared by the uniform, normal and clipped normal functions.
+
+
+def _check_uniform(owner: str, values: Sequence[float]) -> None:
+    _check_bounds(owner, "uniform_min", values[0], "uniform_max", values[1])
+
+
+def _check_normal(owner: str, values: Sequence[float]) -> None:
+    _check_sigma(owner, "normal_sigma", values[1])
+
+
+def _check_clipped_normal(owner: str, values: Sequence[float]) -> None:
+    _check_sigma(owner, "normal_sigma", values[1])
+    _check_bounds(owner, "clip_min", values[2], "clip_max", values[3])
+
+
+def _check_action_and_ratio(name: str, action: Any, ratio: Any) -> None:
+    if not isinstance(action, torch.Tensor) or not action.is_floating_point():
+        given = f"dtype {action.dtype}" if isinstance(action, torch.Tensor) else repr(action)
+        raise TypeError(
+            f"{name}: action must be a floating point torch.Tensor, "
+            f"got {given} ({type(action).__name__})"
+        )
+    if not (_is_real(ratio) or isinstance(ratio, torch.Tensor)):
+        raise TypeError(
+            f"{name}: ratio must be a real number, got {ratio!r} ({type(ratio).__name__})"
+        )
+
+
+def _as_list(value: Any) -> Optional[List[Any]]:
+    """The items of a non-string, non-mapping iterable, or ``None`` for anything else."""
+    if isinstance(value, (str, bytes, Mapping, torch.Tensor)) or not isinstance(value, Iterable):
+        return None
+    return list(value)
+
+
+def _as_reals(items: Optional[List[Any]], arity: int) -> Optional[Tuple[float, ...]]:
+    """``items`` as ``arity`` floats, or ``None`` if they are not that many real numbers."""
+    if items is None or len(items) != arity or not all(_is_real(v) for v in items):
+        return None
+    return tuple(float(v) for v in items)
+
+
+def _parse_noise_param(
+    name: str,
+    action: torch.Tensor,
+    noise_param: Any,
+    ratio: Any,
+    fields: Tuple[str, ...],
+    check: Callable[[str, Sequence[float]], None],
+) -> List[Param]:
+    """Validate the arguments and return one value per field.
+
+    A single tuple gives floats. Per-column tuples give tensors of shape
+    ``[1, columns, 1, ...]`` on the action's device and dtype, which broadcast along
+    ``action[:, i]``.
+    """
+    _check_action_and_ratio(name, action, ratio)
+    items = _as_list(noise_param)
+    single = _as_reals(items, len(fields))
+    if single is not None:
+        check(name, single)
+        return list(single)
+
+    columns = [_as_reals(_as_list(row), len(fields)) for row in items or ()]
+    if not columns or any(row is None for row in columns):
+        expected = f"a tuple ({', '.join(fields)}) or a sequence of such tuples, one per column"
+        raise ValueError(f"{name}: noise_param must be {expected}, got {noise_param!r}")
+    if action.dim() < 2 or action.shape[1] != len(columns):
+        raise ValueError(
+            f"{name}: per-column noise_param needs one tuple per column of an action shaped "
+            f"[batch, columns, ...]; got {len(columns)} tuples for an action of shape "
+            f"{list(action.shape)}"
+        )
+    for row in columns:
+        check(name, row)
+    table = torch.tensor(columns, dtype=action.dtype, device=action.device)
+    view = (1, len(columns)) + (1,) * (action.dim() - 2)
+    return [table[:, i].reshape(view) for i in range(len(fields))]

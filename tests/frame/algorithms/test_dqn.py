@@ -1,0 +1,250 @@
+import math
+
+import pytest
+import torch
+from torch import nn
+
+from machin.frame.algorithms import DQN
+from machin.frame.algorithms.dqn import DQN as DQNFromModule
+
+from .dqn_nets import DuelingQNet, QNet, QNetWithHidden, train_cartpole, transition
+
+
+class LinearQ(nn.Module):
+    """Q(s) = W s with hand-set weights, for hand-computed targets."""
+
+    def __init__(self, weight):
+        super().__init__()
+        self.fc = nn.Linear(2, 2, bias=False)
+        with torch.no_grad():
+            self.fc.weight.copy_(torch.tensor(weight, dtype=torch.float32))
+
+    def forward(self, state):
+        return self.fc(state)
+
+
+def make(mode="double", qnet=None, qnet_target=None, **kwargs):
+    torch.manual_seed(0)
+    qnet = qnet or QNet()
+    qnet_target = qnet_target or QNet()
+    kwargs.setdefault("batch_size", 8)
+    return DQN(qnet, qnet_target, torch.optim.SGD, nn.MSELoss(reduction="sum"), mode=mode, **kwargs)
+
+
+def fill(dqn, n=16, state_dim=4):
+    for i in range(n):
+        dqn.store_transition(transition(torch.randn(state_dim), i % 2, torch.randn(state_dim), 1.0, i % 5 == 0))
+
+
+def params(net):
+    return [p.detach().clone() for p in net.parameters()]
+
+
+def same(a, b):
+    return all(torch.equal(x, y) for x, y in zip(a, b))
+
+
+def test_import_paths_and_class_attributes():
+    assert DQN is DQNFromModule
+    assert DQN._is_top == ["qnet", "qnet_target"]
+    assert DQN._is_restorable == ["qnet_target"]
+    assert DQN.get_restorable() == ["qnet_target"]
+
+
+def test_bad_options_raise_clear_errors():
+    with pytest.raises(ValueError, match="Unknown DQN mode 'foo'"):
+        make(mode="foo")
+    with pytest.raises(ValueError, match="exactly one of update_rate"):
+        make(update_rate=None)
+    with pytest.raises(ValueError, match="batch_size must be positive"):
+        make(batch_size=0)
+    with pytest.raises(TypeError, match="unexpected keyword"):
+        make(not_an_option=1)
+
+
+def test_modes_wire_target_network():
+    vanilla = make("vanilla")
+    assert vanilla.qnet_target is vanilla.qnet
+    for mode in ("fixed_target", "double"):
+        dqn = make(mode)
+        assert dqn.qnet_target is not dqn.qnet
+        assert same(params(dqn.qnet), params(dqn.qnet_target))
+
+
+def test_act_discrete_shapes_dtypes_and_argmax():
+    dqn = make()
+    state = torch.randn(5, 4)
+    action = dqn.act_discrete({"state": state, "ignored_key": 1})
+    assert action.shape == (5, 1) and action.dtype == torch.long
+    assert torch.equal(action, dqn.qnet(state).argmax(dim=1, keepdim=True))
+    q = dqn.criticize({"state": state})
+    assert q.shape == (5, 2)
+
+
+def test_extra_outputs_are_returned_after_the_action():
+    dqn = make(qnet=QNetWithHidden(), qnet_target=QNetWithHidden())
+    action, hidden = dqn.act_discrete({"state": torch.randn(3, 4)})
+    assert action.shape == (3, 1) and hidden.shape == (3, 3)
+    action, hidden = dqn.act_discrete_with_noise({"state": torch.randn(3, 4), "hidden": torch.zeros(3, 3)})
+    assert torch.equal(hidden, torch.ones(3, 3))
+
+
+def test_noisy_action_explores_and_epsilon_decays():
+    dqn = make(epsilon_decay=0.5)
+    state = torch.randn(1, 4)
+    greedy = dqn.act_discrete({"state": state}).item()
+    torch.manual_seed(1)
+    dqn.epsilon = 1.0
+    actions = set()
+    for _ in range(20):
+        dqn.epsilon = 1.0
+        actions.add(dqn.act_discrete_with_noise({"state": state}).item())
+    assert actions == {0, 1}
+    dqn.epsilon = 1.0
+    dqn.act_discrete_with_noise({"state": state})
+    assert dqn.epsilon == 0.5
+    dqn.epsilon = 0.0
+    assert dqn.act_discrete_with_noise({"state": state}, decay_epsilon=False).item() == greedy
+    assert dqn.epsilon == 0.0
+
+
+def test_use_target_acts_with_target_network():
+    dqn = make("fixed_target")
+    with torch.no_grad():
+        for p in dqn.qnet_target.parameters():
+            p.neg_()
+    state = torch.randn(64, 4)
+    assert torch.equal(dqn.criticize({"state": state}, use_target=True), dqn.qnet_target(state))
+    assert not torch.equal(dqn.act_discrete({"state": state}, use_target=True), dqn.act_discrete({"state": state}))
+
+
+def test_store_requires_terminal_and_episode_appends_all():
+    dqn = make()
+    bad = transition([0.0] * 4, 0, [0.0] * 4, 1.0, False)
+    del bad["terminal"]
+    with pytest.raises(ValueError, match="terminal"):
+        dqn.store_transition(bad)
+    dqn.store_episode([transition(torch.randn(4), 0, torch.randn(4), 1.0, False) for _ in range(7)])
+    assert dqn.replay_buffer.size() == 7
+
+
+@pytest.mark.parametrize("mode", ["vanilla", "fixed_target", "double"])
+def test_targets_match_hand_computation(mode):
+    # online Q(s) = [s0 + s1, 2 s0], target Q(s) = [3 s0, s1]
+    online = LinearQ([[1.0, 1.0], [2.0, 0.0]])
+    target = LinearQ([[3.0, 0.0], [0.0, 1.0]])
+    dqn = DQN(online, target, torch.optim.SGD, nn.MSELoss(reduction="sum"), mode=mode, batch_size=1,
+              discount=0.5)
+    if mode != "vanilla":  # construction copied online into target: restore the hand-set target
+        with torch.no_grad():
+            dqn.qnet_target.fc.weight.copy_(torch.tensor([[3.0, 0.0], [0.0, 1.0]]))
+    dqn.store_transition(transition([1.0, 0.0], 0, [1.0, 4.0], 2.0, False))
+    batch = dqn._sample(True)
+    # next state s' = (1, 4): online Q = [5, 2], target Q = [3, 4]
+    expected_next = {"vanilla": 5.0, "fixed_target": 4.0, "double": 3.0}[mode]
+    assert dqn._target_value(batch).item() == pytest.approx(2.0 + 0.5 * expected_next)
+    assert dqn._predicted_value(batch).item() == pytest.approx(1.0)  # Q_online(s=(1,0))[0]
+
+
+def test_terminal_zeroes_bootstrap():
+    reward = torch.tensor([[1.0], [1.0]])
+    value = torch.tensor([[10.0], [10.0]])
+    terminal = torch.tensor([[0.0], [1.0]])
+    out = DQN.reward_function(reward, 0.9, value, terminal, {})
+    assert torch.allclose(out, torch.tensor([[10.0], [1.0]]))
+    assert DQN.action_get_function({"action": reward}) is reward
+
+
+def test_update_trains_online_and_soft_updates_target():
+    dqn = make("double", update_rate=0.25)
+    fill(dqn)
+    online_before, target_before = params(dqn.qnet), params(dqn.qnet_target)
+    loss = dqn.update()
+    assert isinstance(loss, float) and math.isfinite(loss)
+    online_after, target_after = params(dqn.qnet), params(dqn.qnet_target)
+    assert not same(online_before, online_after)
+    for t0, o1, t1 in zip(target_before, online_after, target_after):
+        assert torch.allclose(t1, 0.75 * t0 + 0.25 * o1, atol=1e-6)
+
+
+def test_update_switches():
+    dqn = make("double")
+    fill(dqn)
+    online, target = params(dqn.qnet), params(dqn.qnet_target)
+    dqn.update(update_value=False, update_target=False)
+    assert same(online, params(dqn.qnet)) and same(target, params(dqn.qnet_target))
+    dqn.update(update_value=True, update_target=False)
+    assert not same(online, params(dqn.qnet)) and same(target, params(dqn.qnet_target))
+
+
+def test_gradients_reach_only_the_online_network():
+    dqn = make("fixed_target")
+    fill(dqn)
+    dqn.update(update_target=False)
+    assert all(p.grad is None for p in dqn.qnet_target.parameters())
+    assert any(p.grad is not None for p in dqn.qnet.parameters())
+
+
+def test_hard_target_copies_every_update_steps():
+    dqn = make("fixed_target", update_rate=None, update_steps=3)
+    fill(dqn)
+    target = params(dqn.qnet_target)
+    dqn.update()
+    dqn.update()
+    assert same(target, params(dqn.qnet_target))
+    dqn.update()
+    assert same(params(dqn.qnet), params(dqn.qnet_target))
+
+
+def test_update_on_empty_buffer_returns_none():
+    assert make().update() is None
+
+
+def test_dueling_network_trains_in_every_mode():
+    for mode in ("vanilla", "fixed_target", "double"):
+        dqn = make(mode, qnet=DuelingQNet(), qnet_target=DuelingQNet())
+        fill(dqn)
+        before = params(dqn.qnet)
+        assert math.isfinite(dqn.update())
+        assert not same(before, params(dqn.qnet))
+
+
+def test_lr_scheduler_steps():
+    dqn = make(lr_scheduler=torch.optim.lr_scheduler.LambdaLR, lr_scheduler_args=((lambda step: 0.5 ** step,),),
+               learning_rate=0.1)
+    fill(dqn)
+    dqn.update()
+    dqn.update_lr_scheduler()
+    assert dqn.qnet_optim.param_groups[0]["lr"] == pytest.approx(0.05)
+
+
+def test_save_then_load_acts_identically(tmp_path):
+    dqn = make()
+    fill(dqn)
+    for _ in range(3):
+        dqn.update()
+    dqn.save(str(tmp_path), version=3)
+    assert (tmp_path / "qnet_target_3.pt").exists()
+    other = make()
+    other.load(str(tmp_path))
+    state = torch.randn(32, 4)
+    assert torch.equal(other.act_discrete({"state": state}, use_target=True),
+                       dqn.act_discrete({"state": state}, use_target=True))
+    # after loading, the online network is a copy of the loaded target
+    assert same(params(other.qnet), params(dqn.qnet_target))
+
+
+def test_missing_state_key_names_network_and_argument():
+    dqn = make()
+    with pytest.raises(TypeError, match=r"QNet.forward requires argument\(s\) \['state'\].*'obs'"):
+        dqn.act_discrete({"obs": torch.randn(1, 4)})
+
+
+@pytest.mark.learning
+def test_double_dqn_learns_cartpole():
+    torch.manual_seed(0)
+    dqn = DQN(QNet(), QNet(), torch.optim.Adam, nn.MSELoss(reduction="sum"), batch_size=64,
+              epsilon_decay=0.999, update_rate=0.01, replay_size=20000)
+    episode, steps, seconds = train_cartpole(dqn, seed=0)
+    print(f"DQN (double) solved CartPole-v0 at episode {episode} ({steps} steps, {seconds:.1f} s)")
+    assert episode is not None, "DQN did not reach a smoothed return of 150 within 400 episodes"
