@@ -117,6 +117,13 @@ class TorchFramework:
             nn.utils.clip_grad_norm_(params, gradient_max)
         optimizer.step()
 
+    @staticmethod
+    def _set_mode(training: bool, *networks: nn.Module) -> None:
+        """Switch networks to training or evaluation mode (only those not already in it)."""
+        for network in networks:
+            if network.training != training:
+                network.train(training)
+
     def set_backward_function(self, backward_func: Callable[[torch.Tensor], None]) -> None:
         """Replace ``torch.autograd.backward`` (e.g. with a gradient scaler's or accelerator's)."""
         self._backward = backward_func

@@ -139,6 +139,8 @@ class DQN(TorchFramework):
                 raise ValueError(f"mode {mode!r} needs a qnet_target network")
             self.qnet_target = qnet_target
             hard_update(self.qnet_target, self.qnet)
+        # Networks act in evaluation mode and train in training mode (matters for dropout/batch norm).
+        self._set_mode(False, self.qnet, self.qnet_target)
         self.qnet_optim = self._make_optimizer(optimizer, self.qnet, learning_rate)
         self._init_lr_schedulers(lr_scheduler, lr_scheduler_args, lr_scheduler_kwargs, [self.qnet_optim])
         self.replay_buffer = self._make_buffer(replay_buffer, lambda: self._default_buffer(replay_size, replay_device))
@@ -274,10 +276,10 @@ class DQN(TorchFramework):
         Returns:
             The value loss as a float, or ``None`` when the buffer is empty.
         """
-        self.qnet.train()
         batch = self._sample(concatenate_samples)
         if batch is None:
             return None
+        self._set_mode(True, self.qnet)
         target = self._target_value(batch)
         predicted = self._predicted_value(batch)
         loss = self._value_loss(predicted, target, batch)
@@ -287,7 +289,7 @@ class DQN(TorchFramework):
             self._update_counter += 1
         if update_target:
             self._update_target()
-        self.qnet.eval()
+        self._set_mode(False, self.qnet)
         return loss.item()
 
     def _post_load(self) -> None:
