@@ -1,0 +1,21 @@
+"""Network base classes, device wrappers and ResNet."""
+
+from .base import (
+    DynamicModuleWrapper,
+    ModuleWrapper,
+    NeuralNetworkModule,
+    StaticModuleWrapper,
+    dynamic_module_wrapper,
+    static_module_wrapper,
+)
+from .resnet import ResNet
+
+__all__ = [
+    "NeuralNetworkModule",
+    "ResNet",
+    "static_module_wrapper",
+    "dynamic_module_wrapper",
+    "ModuleWrapper",
+    "StaticModuleWrapper",
+    "DynamicModuleWrapper",
+]
