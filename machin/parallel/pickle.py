@@ -1,0 +1,130 @@
+"""Serialization for everything that crosses a process boundary in :mod:`machin.parallel`.
+
+It is built on `dill <https://github.com/uqfoundation/dill>`_, which can pickle
+lambdas, local functions and closures, and adds the choice of how tensors travel:
+
+* ``copy_tensor=True``: the tensor data is written into the pickle, so the
+  receiver gets an independent copy.
+* ``copy_tensor=False``: tensors are passed by reference through the reductions
+  of :mod:`torch.multiprocessing`. A CPU tensor is moved into shared memory (in
+  place, if it is not there already) and only a handle travels, so writes on
+  either side are seen by both. CUDA tensors travel as CUDA IPC handles. Such a
+  pickle is only meaningful to another process on the same machine, and for CPU
+  tensors (with torch's default "file_descriptor" sharing strategy) the sending
+  process must still be alive when the receiver unpickles.
+"""
+
+import copyreg
+import importlib
+import io
+from multiprocessing.reduction import ForkingPickler
+from types import ModuleType
+from typing import Any, Callable, Dict, Set, Tuple
+
+import dill
+import torch.multiprocessing  # noqa: F401  (registers torch's reductions with ForkingPickler)
+
+__all__ = ["Pickler", "dumps", "loads", "mark_static_module"]
+
+_STATIC_MODULES: Set[str] = set()
+
+
+def _reducer_tables() -> Tuple[Dict[type, Callable], Dict[type, Callable]]:
+    """Split ForkingPickler's extra reducers into (generic ones, torch sharing ones)."""
+    generic, sharing = {}, {}
+    for cls, reducer in ForkingPickler._extra_reducers.items():
+        is_torch = getattr(reducer, "__module__", "") == "torch.multiprocessing.reductions"
+        (sharing if is_torch else generic)[cls] = reducer
+    return generic, sharing
+
+
+class Pickler(dill.Pickler):
+    """A dill pickler that can pass tensors by reference.
+
+    ``dispatch`` (the per-type save functions) is a class attribute shared by all
+    instances, as in dill. ``dispatch_table`` (copyreg-style reducers) belongs to
+    each instance; it always holds the reducers multiprocessing uses for pipes and
+    sockets, and with ``copy_tensor=False`` also the reducers of
+    :mod:`torch.multiprocessing` for tensors, storages and CUDA events.
+
+    Modules marked with :func:`mark_static_module` are saved as a reference to
+    their name.
+
+    Args:
+        file: A binary file-like object with a ``write`` method.
+        recurse: Save only the globals a function really refers to (needed for
+            lambdas and local functions whose module globals are not picklable).
+        copy_tensor: ``True`` writes tensor data into the pickle; ``False``
+            (the default here) shares tensors by reference, see the module notes.
+    """
+
+    def __init__(self, file: Any, recurse: bool = False, copy_tensor: bool = False):
+        super().__init__(file, recurse=recurse)
+        generic, sharing = _reducer_tables()
+        table = copyreg.dispatch_table.copy()
+        table.update(generic)
+        if not copy_tensor:
+            table.update(sharing)
+        self.dispatch_table = table
+
+    def reducer_override(self, obj: Any) -> Any:
+        """Save static modules by name; leave every other object to the usual rules."""
+        if isinstance(obj, ModuleType) and obj.__name__ in _STATIC_MODULES:
+            return importlib.import_module, (obj.__name__,)
+        return NotImplemented
+
+
+def dumps(obj: Any, recurse: bool = False, copy_tensor: bool = True) -> bytes:
+    """Serialize ``obj`` into bytes with :class:`Pickler`.
+
+    Works for CPU and CUDA tensors. Note that the ``copy_tensor`` default here
+    (``True``) differs from the one of :class:`Pickler` (``False``).
+
+    Args:
+        obj: The object to serialize.
+        recurse: Enable to dump lambdas and local functions defined where the
+            module globals are not picklable (``__main__`` of a script, say).
+        copy_tensor: ``True`` copies tensor data into the bytes; ``False`` passes
+            tensors by reference (CPU tensors are moved to shared memory).
+
+    Returns:
+        The pickled bytes; read them back with :func:`loads` (or ``dill.loads``).
+    """
+    buffer = io.BytesIO()
+    Pickler(buffer, recurse=recurse, copy_tensor=copy_tensor).dump(obj)
+    return buffer.getvalue()
+
+
+def loads(data: bytes) -> Any:
+    """Rebuild an object from bytes made by :func:`dumps`.
+
+    Args:
+        data: The pickled bytes.
+
+    Returns:
+        The object.
+    """
+    return dill.loads(data)
+
+
+def mark_static_module(module: Any) -> None:
+    """Pickle ``module`` as a reference to its name from now on, never by value.
+
+    dill saves the whole namespace of a module that does not look installed
+    (outside ``site-packages``, say) whenever a pickled function refers to it.
+    That fails for modules holding handles into hand-loaded C libraries (ctypes
+    ``CDLL`` objects and pointers), and is wasteful for any stateless module. A
+    marked module is imported again by name on the receiving side instead, so it
+    must be importable there.
+
+    Args:
+        module: The module object to mark.
+
+    Raises:
+        TypeError: If ``module`` is not a module.
+    """
+    if not isinstance(module, ModuleType):
+        raise TypeError(
+            f"module must be a module object, got {module!r} of type {type(module).__name__}"
+        )
+    _STATIC_MODULES.add(module.__name__)

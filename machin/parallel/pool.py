@@ -1,0 +1,755 @@
+"""Process and thread pools that run lambdas, keep per-worker contexts and share tensors.
+
+All pools here are :class:`multiprocessing.pool.Pool` subclasses and keep its
+methods and their semantics (``apply``, ``apply_async``, ``map``, ``map_async``,
+``imap``, ``imap_unordered``, ``starmap``, ``starmap_async``, ``close``,
+``terminate``, ``join``, use as a context manager), plus ``size()``.
+
+Process pools (:class:`Pool`, :class:`P2PPool`, :class:`CtxPool`) move every
+task, argument and result through a :class:`~machin.parallel.queue.SimpleQueue`,
+that is with dill, so lambdas and local functions can be submitted. The pool's
+``is_copy_tensor`` and ``share_method`` decide whether tensors are copied or
+shared (see :mod:`machin.parallel.pickle`). An exception raised by a task comes
+back to the caller as the original exception, with the worker's traceback text
+attached as a :class:`~machin.parallel.exception.RemoteTraceback` in ``__cause__``.
+
+Start method: ``"fork"`` on Linux and ``"spawn"`` elsewhere
+(:func:`machin.parallel.process.resolve_context`), except that
+``share_method="cuda"`` selects ``"spawn"`` because CUDA cannot be used in a
+forked child. The keyword-only ``context`` argument (a start method name or a
+multiprocessing context) overrides the rule.
+"""
+
+import itertools
+import os
+import threading
+from functools import partial
+from multiprocessing import pool as mp_pool
+from multiprocessing.context import BaseContext
+from multiprocessing.dummy import DummyProcess
+from multiprocessing.process import BaseProcess
+from typing import Any, Callable, Iterable, List, Optional, Sequence, Tuple, Union
+
+from .exception import ExceptionWithTraceback
+from .pickle import dumps, loads
+from .process import Process, resolve_context
+from .queue import SimpleQueue
+
+__all__ = [
+    "Pool",
+    "P2PPool",
+    "CtxPool",
+    "CtxPoolStorage",
+    "ThreadPool",
+    "CtxThreadPool",
+    "proxy_caller",
+    "proxy_ctx_caller",
+    "proxy_dumper",
+]
+
+ContextLike = Union[BaseContext, str, None]
+Function = Union[Callable[..., Any], bytes]
+
+
+class CtxPoolStorage:
+    """Where a :class:`CtxPool` worker process keeps its own context.
+
+    Every worker process has its own copy of this class, so ``storage`` holds the
+    context of the worker reading it. It is ``None`` in the process that owns the
+    pool.
+    """
+
+    storage: Any = None
+
+
+# Each CtxThreadPool worker thread keeps its context here.
+_thread_context = threading.local()
+
+
+def _as_function(func: Function) -> Callable[..., Any]:
+    return loads(func) if isinstance(func, (bytes, bytearray)) else func
+
+
+def proxy_caller(*input_: Any, **kwargs: Any) -> Any:
+    """Call a function, deserializing it first if it is given as bytes.
+
+    ``proxy_caller(func, *args, **kwargs)`` returns ``func(*args, **kwargs)``,
+    where ``func`` is a callable or bytes from :func:`proxy_dumper` /
+    :func:`~machin.parallel.pickle.dumps`. Process pools run every task through it.
+
+    Args:
+        *input_: The function, then its positional arguments.
+        **kwargs: Its keyword arguments.
+
+    Returns:
+        What the function returns.
+    """
+    func, *args = input_
+    return _as_function(func)(*args, **kwargs)
+
+
+def proxy_ctx_caller(*input_: Any, **kwargs: Any) -> Any:
+    """Like :func:`proxy_caller`, passing the worker context as the first argument.
+
+    ``proxy_ctx_caller(func, *args, **kwargs)`` returns
+    ``func(CtxPoolStorage.storage, *args, **kwargs)``.
+
+    Args:
+        *input_: The function (callable or bytes), then its positional arguments.
+        **kwargs: Its keyword arguments.
+
+    Returns:
+        What the function returns.
+    """
+    func, *args = input_
+    return _as_function(func)(CtxPoolStorage.storage, *args, **kwargs)
+
+
+def proxy_dumper(
+    recurse: bool, copy_tensor: bool, func: Callable[..., Any], args_list: Iterable[Sequence[Any]]
+) -> List[Tuple[Any, ...]]:
+    """Serialize ``func`` once and pair it with each argument tuple.
+
+    The result is ready for ``pool.starmap(proxy_caller, ...)`` on any pool,
+    including the plain :mod:`multiprocessing` ones, since the function travels
+    as bytes.
+
+    Note that with ``copy_tensor=False`` the bytes may hold single-use handles of
+    shared CPU tensors; such a function can then be deserialized only once.
+
+    Args:
+        recurse: See :func:`~machin.parallel.pickle.dumps`.
+        copy_tensor: See :func:`~machin.parallel.pickle.dumps`.
+        func: The function to serialize.
+        args_list: One sequence of positional arguments per call.
+
+    Returns:
+        ``[(func_bytes, *args) for args in args_list]``.
+    """
+    func_bytes = dumps(func, recurse=recurse, copy_tensor=copy_tensor)
+    return [(func_bytes, *args) for args in args_list]
+
+
+class _RemoteError(Exception):
+    """Carries a task's exception out of a worker; it unpickles as that exception."""
+
+    def __init__(self, error: BaseException):
+        super().__init__(repr(error))
+        self.carrier = ExceptionWithTraceback(error)
+
+    def __reduce__(self) -> Any:
+        return self.carrier.__reduce__()
+
+
+def _call_reporting_errors(caller: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    try:
+        return caller(*args, **kwargs)
+    except Exception as error:
+        raise _RemoteError(error) from None
+
+
+def _call_with_thread_context(func: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    return func(_thread_context.value, *args, **kwargs)
+
+
+def _set_process_context(context: Any) -> None:
+    CtxPoolStorage.storage = context
+
+
+def _set_thread_context(context: Any) -> None:
+    _thread_context.value = context
+
+
+def _enter_context(
+    setter: Callable[[Any], None],
+    context: Any,
+    initializer: Optional[Callable[..., Any]],
+    *initargs: Any,
+) -> None:
+    setter(context)
+    if initializer is not None:
+        initializer(*initargs)
+
+
+# The standard pool starts each worker with the arguments
+# (inqueue, outqueue, initializer, initargs, maxtasks, wrap_exception). The
+# adapters below change them for the worker of one slot.
+
+
+def _adapt_context(
+    setter: Callable[[Any], None], contexts: Sequence[Any], slot: int, args: Tuple[Any, ...]
+) -> Tuple[Any, ...]:
+    inqueue, outqueue, initializer, initargs, *rest = args
+    initializer = partial(_enter_context, setter, contexts[slot], initializer)
+    return (inqueue, outqueue, initializer, initargs, *rest)
+
+
+def _adapt_p2p(queues: Sequence[SimpleQueue], slot: int, args: Tuple[Any, ...]) -> Tuple[Any, ...]:
+    return (queues[slot], *args[1:])
+
+
+class _PoolWorker(Process):
+    """A pool worker process; the pool sets its daemon flag once, at creation.
+
+    The standard pool forces ``daemon = True`` on every worker; that assignment
+    is ignored here so ``is_daemon=False`` can hold.
+    """
+
+    daemon = property(BaseProcess.daemon.fget, lambda self, value: None)
+
+
+def _create_process_worker(is_daemon: bool, ctx: BaseContext, **kwds: Any) -> _PoolWorker:
+    worker = _PoolWorker(ctx=ctx, **kwds)
+    BaseProcess.daemon.fset(worker, is_daemon)
+    return worker
+
+
+def _create_thread_worker(ctx: BaseContext, **kwds: Any) -> DummyProcess:
+    return DummyProcess(**kwds)
+
+
+class _WorkerFactory:
+    """The ``Process`` attribute of a pool: creates its workers.
+
+    With an ``adapt`` function each worker occupies one of ``slot_count`` slots,
+    and a worker replacing an exited one (``maxtasksperchild``) takes its slot, so
+    slot-specific arguments (a context, a task queue) survive replacement. The
+    factory holds no reference to its pool, so an abandoned pool can still be
+    garbage collected.
+    """
+
+    def __init__(
+        self,
+        create: Callable[..., Any],
+        slot_count: int,
+        adapt: Optional[Callable[[int, Tuple[Any, ...]], Tuple[Any, ...]]] = None,
+    ):
+        self._create = create
+        self._adapt = adapt
+        self._slots: List[Any] = [None] * slot_count
+        self._lock = threading.Lock()
+
+    def __call__(self, ctx: BaseContext, **kwds: Any) -> Any:
+        if self._adapt is None:
+            return self._create(ctx, **kwds)
+        with self._lock:
+            free = [i for i, w in enumerate(self._slots) if w is None or w.exitcode is not None]
+            if not free:
+                raise RuntimeError("every worker slot of the pool is taken by a live worker")
+            kwds["args"] = self._adapt(free[0], tuple(kwds["args"]))
+            worker = self._create(ctx, **kwds)
+            self._slots[free[0]] = worker
+            return worker
+
+
+class _P2PTaskQueue:
+    """The task queue of a :class:`P2PPool`: one queue per worker, filled in turn."""
+
+    def __init__(self, queues: Sequence[SimpleQueue]):
+        self._queues = list(queues)
+        self._turn = itertools.cycle(self._queues)
+
+    def quick_put(self, obj: Any) -> None:
+        if obj is None:
+            # The pool's stop signal must reach every worker.
+            for queue in self._queues:
+                queue.quick_put(None)
+        else:
+            next(self._turn).quick_put(obj)
+
+    def _discard_while(self, keep_going: Callable[[], bool]) -> None:
+        for queue in self._queues:
+            queue._discard_while(keep_going)
+
+
+def _check_processes(processes: Optional[int]) -> int:
+    if processes is None:
+        return os.cpu_count() or 1
+    if isinstance(processes, bool) or not isinstance(processes, int) or processes < 1:
+        raise ValueError(f"processes must be a positive int or None, got {processes!r}")
+    return processes
+
+
+def _check_contexts(worker_contexts: Optional[Sequence[Any]], processes: int) -> List[Any]:
+    if worker_contexts is None:
+        return [None] * processes
+    if not isinstance(worker_contexts, (list, tuple)):
+        raise TypeError(
+            "worker_contexts must be a list or tuple with one context per worker, "
+            f"got {type(worker_contexts).__name__}"
+        )
+    if len(worker_contexts) != processes:
+        raise ValueError(
+            f"worker_contexts must hold one context per worker (processes={processes}), "
+            f"got {len(worker_contexts)}"
+        )
+    return list(worker_contexts)
+
+
+def _choose_context(
+    is_copy_tensor: bool, share_method: Optional[str], context: ContextLike
+) -> BaseContext:
+    if is_copy_tensor:
+        return resolve_context(context)
+    if share_method not in ("cpu", "cuda"):
+        raise ValueError(
+            'share_method must be "cpu" or "cuda" when is_copy_tensor is False, '
+            f"got {share_method!r}"
+        )
+    if share_method == "cuda":
+        if context is None:
+            return resolve_context("spawn")
+        resolved = resolve_context(context)
+        if resolved.get_start_method() == "fork":
+            raise ValueError(
+                'share_method="cuda" needs the "spawn" or "forkserver" start method, '
+                'got context "fork"'
+            )
+        return resolved
+    return resolve_context(context)
+
+
+class _PoolAPI:
+    """The methods shared by every pool here.
+
+    Each call method hands the user's function to the standard pool after
+    ``self._wrap``, which subclasses override.
+    """
+
+    _processes: int
+
+    def __del__(self) -> None:
+        # A constructor that rejected its arguments leaves no pool state behind.
+        if "_state" in self.__dict__:
+            super().__del__()
+
+    def _wrap(self, func: Callable[..., Any]) -> Callable[..., Any]:
+        return func
+
+    def size(self) -> int:
+        """Number of workers in the pool.
+
+        Returns:
+            The worker count.
+        """
+        return self._processes
+
+    def apply(
+        self, func: Callable[..., Any], args: Sequence[Any] = (), kwds: Optional[dict] = None
+    ) -> Any:
+        """Call ``func(*args, **kwds)`` in a worker and wait for the result.
+
+        Args:
+            func: The function (lambdas and local functions are fine).
+            args: Its positional arguments.
+            kwds: Its keyword arguments.
+
+        Returns:
+            What ``func`` returned.
+        """
+        return self.apply_async(func, args, kwds).get()
+
+    def apply_async(
+        self,
+        func: Callable[..., Any],
+        args: Sequence[Any] = (),
+        kwds: Optional[dict] = None,
+        callback: Optional[Callable[[Any], None]] = None,
+        error_callback: Optional[Callable[[BaseException], None]] = None,
+    ) -> mp_pool.AsyncResult:
+        """Asynchronous :meth:`apply`.
+
+        Args:
+            func: The function.
+            args: Its positional arguments.
+            kwds: Its keyword arguments.
+            callback: Called with the result when it is ready.
+            error_callback: Called with the exception if the call fails.
+
+        Returns:
+            An :class:`~multiprocessing.pool.AsyncResult`.
+        """
+        return super().apply_async(
+            self._wrap(func), tuple(args), kwds or {}, callback, error_callback
+        )
+
+    def map(
+        self, func: Callable[[Any], Any], iterable: Iterable[Any], chunksize: Optional[int] = None
+    ) -> List[Any]:
+        """Apply ``func`` to every item of ``iterable`` and return the results in order.
+
+        Args:
+            func: A function of one argument.
+            iterable: The items.
+            chunksize: Items sent to a worker at once (``None`` picks one).
+
+        Returns:
+            The list of results.
+        """
+        return super().map(self._wrap(func), iterable, chunksize)
+
+    def map_async(
+        self,
+        func: Callable[[Any], Any],
+        iterable: Iterable[Any],
+        chunksize: Optional[int] = None,
+        callback: Optional[Callable[[List[Any]], None]] = None,
+        error_callback: Optional[Callable[[BaseException], None]] = None,
+    ) -> mp_pool.MapResult:
+        """Asynchronous :meth:`map`.
+
+        Args:
+            func: A function of one argument.
+            iterable: The items.
+            chunksize: Items sent to a worker at once.
+            callback: Called with the list of results.
+            error_callback: Called with the exception if a call fails.
+
+        Returns:
+            A :class:`~multiprocessing.pool.MapResult`.
+        """
+        return super().map_async(self._wrap(func), iterable, chunksize, callback, error_callback)
+
+    def imap(
+        self, func: Callable[[Any], Any], iterable: Iterable[Any], chunksize: int = 1
+    ) -> Iterable[Any]:
+        """Lazy :meth:`map`: an iterator over the results, in order.
+
+        Args:
+            func: A function of one argument.
+            iterable: The items.
+            chunksize: Items sent to a worker at once.
+
+        Returns:
+            An iterator over the results.
+        """
+        return super().imap(self._wrap(func), iterable, chunksize)
+
+    def imap_unordered(
+        self, func: Callable[[Any], Any], iterable: Iterable[Any], chunksize: int = 1
+    ) -> Iterable[Any]:
+        """Like :meth:`imap`, yielding results as they complete, in any order.
+
+        Args:
+            func: A function of one argument.
+            iterable: The items.
+            chunksize: Items sent to a worker at once.
+
+        Returns:
+            An iterator over the results.
+        """
+        return super().imap_unordered(self._wrap(func), iterable, chunksize)
+
+    def starmap(
+        self,
+        func: Callable[..., Any],
+        iterable: Iterable[Sequence[Any]],
+        chunksize: Optional[int] = None,
+    ) -> List[Any]:
+        """Like :meth:`map`, unpacking each item as the arguments: ``func(*item)``.
+
+        Args:
+            func: The function.
+            iterable: Argument sequences.
+            chunksize: Items sent to a worker at once.
+
+        Returns:
+            The list of results.
+        """
+        return super().starmap(self._wrap(func), iterable, chunksize)
+
+    def starmap_async(
+        self,
+        func: Callable[..., Any],
+        iterable: Iterable[Sequence[Any]],
+        chunksize: Optional[int] = None,
+        callback: Optional[Callable[[List[Any]], None]] = None,
+        error_callback: Optional[Callable[[BaseException], None]] = None,
+    ) -> mp_pool.MapResult:
+        """Asynchronous :meth:`starmap`.
+
+        Args:
+            func: The function.
+            iterable: Argument sequences.
+            chunksize: Items sent to a worker at once.
+            callback: Called with the list of results.
+            error_callback: Called with the exception if a call fails.
+
+        Returns:
+            A :class:`~multiprocessing.pool.MapResult`.
+        """
+        return super().starmap_async(
+            self._wrap(func), iterable, chunksize, callback, error_callback
+        )
+
+
+class Pool(_PoolAPI, mp_pool.Pool):
+    """A process pool that accepts lambdas and lets you choose how tensors travel.
+
+    To share CPU tensors through shared memory instead of copying them, pass
+    ``is_copy_tensor=False, share_method="cpu"``: a worker writing into a tensor
+    it received (as an argument, or captured by the function) changes the
+    caller's tensor. For CUDA tensors pass ``share_method="cuda"`` (this selects
+    the "spawn" start method). Only one share method can be used by a pool.
+
+    Caveat of sharing CPU tensors (torch's "file_descriptor" strategy): the
+    process that sends a tensor must be alive when the receiver unpickles it, so
+    do not return new tensors from tasks of a pool with ``maxtasksperchild``.
+
+    Args:
+        processes: Number of worker processes; ``None`` uses ``os.cpu_count()``.
+        initializer: Called as ``initializer(*initargs)`` in each worker when it
+            starts.
+        initargs: Arguments of ``initializer``.
+        maxtasksperchild: Tasks a worker completes before it is replaced by a fresh
+            one; ``None`` keeps workers for the pool's lifetime.
+        is_recursive: Pickle functions with dill's ``recurse`` option (only the
+            globals they use are saved). Enable it for lambdas and local functions
+            defined where the module's globals cannot be pickled, such as
+            ``__main__``; lambdas from importable modules work either way.
+        is_daemon: Whether workers are daemon processes. Daemon processes cannot
+            start children of their own, so use ``False`` to nest pools.
+        is_copy_tensor: ``True`` copies tensors into every message; ``False``
+            passes them by reference and requires ``share_method``.
+        share_method: ``"cpu"`` or ``"cuda"``, used when ``is_copy_tensor`` is
+            ``False`` (ignored otherwise).
+        context: Keyword only. Start method name or multiprocessing context that
+            overrides the rule of the module notes.
+
+    Raises:
+        ValueError: For a non-positive ``processes`` or ``maxtasksperchild``, a
+            missing or unknown ``share_method`` with ``is_copy_tensor=False``, or
+            ``share_method="cuda"`` with a "fork" context.
+    """
+
+    # Task errors are packed by _call_reporting_errors, not by the standard worker.
+    _wrap_exception = False
+
+    def __init__(
+        self,
+        processes: Optional[int] = None,
+        initializer: Optional[Callable[..., Any]] = None,
+        initargs: Sequence[Any] = (),
+        maxtasksperchild: Optional[int] = None,
+        is_recursive: bool = False,
+        is_daemon: bool = True,
+        is_copy_tensor: bool = True,
+        share_method: Optional[str] = None,
+        *,
+        context: ContextLike = None,
+    ):
+        processes = _check_processes(processes)
+        if maxtasksperchild is not None and (
+            isinstance(maxtasksperchild, bool)
+            or not isinstance(maxtasksperchild, int)
+            or maxtasksperchild < 1
+        ):
+            raise ValueError(
+                f"maxtasksperchild must be a positive int or None, got {maxtasksperchild!r}"
+            )
+        context = _choose_context(is_copy_tensor, share_method, context)
+        self._is_recursive = is_recursive
+        self._is_copy_tensor = is_copy_tensor
+        self._context = context
+        self.Process = _WorkerFactory(
+            partial(_create_process_worker, is_daemon),
+            processes,
+            self._worker_adapter(processes),
+        )
+        super().__init__(processes, initializer, tuple(initargs), maxtasksperchild, context)
+
+    def _worker_adapter(
+        self, processes: int
+    ) -> Optional[Callable[[int, Tuple[Any, ...]], Tuple[Any, ...]]]:
+        return None
+
+    def _new_queue(self) -> SimpleQueue:
+        return SimpleQueue(
+            ctx=self._context, copy_tensor=self._is_copy_tensor, recurse=self._is_recursive
+        )
+
+    def _setup_queues(self) -> None:
+        self._inqueue = self._new_queue()
+        self._outqueue = self._new_queue()
+        self._quick_put = self._inqueue.quick_put
+        self._quick_get = self._outqueue.quick_get
+
+    @staticmethod
+    def _help_stuff_finish(inqueue: Any, task_handler: threading.Thread, size: int) -> None:
+        # On terminate: stop workers from taking tasks; unblock a task handler
+        # waiting on a full pipe.
+        inqueue._discard_while(task_handler.is_alive)
+
+    def _wrap(self, func: Callable[..., Any]) -> Callable[..., Any]:
+        return partial(_call_reporting_errors, proxy_caller, func)
+
+
+class P2PPool(Pool):
+    """A :class:`Pool` in which every worker has its own task pipe.
+
+    Tasks are dealt to the workers in turn (point to point) rather than taken
+    from one shared pipe, so workers never wait for each other to read. A worker
+    busy with a long task delays the tasks queued behind it, so prefer it for
+    many tasks of similar cost. A replacement worker (``maxtasksperchild``) takes
+    over the pipe of the worker it replaces.
+
+    Takes the same arguments as :class:`Pool`.
+    """
+
+    def _worker_adapter(
+        self, processes: int
+    ) -> Optional[Callable[[int, Tuple[Any, ...]], Tuple[Any, ...]]]:
+        self._slot_queues = [self._new_queue() for _ in range(processes)]
+        return partial(_adapt_p2p, self._slot_queues)
+
+    def _setup_queues(self) -> None:
+        self._inqueue = _P2PTaskQueue(self._slot_queues)
+        self._outqueue = self._new_queue()
+        self._quick_put = self._inqueue.quick_put
+        self._quick_get = self._outqueue.quick_get
+
+    def close(self) -> None:
+        """Stop accepting tasks; workers exit once every submitted task is done.
+
+        The stop signal is sent to every worker's own pipe.
+        """
+        super().close()
+
+
+class CtxPool(Pool):
+    """A :class:`Pool` whose workers each hold a context object.
+
+    Worker ``i`` receives ``worker_contexts[i]`` when it starts (a replacement
+    worker receives the context of the worker it replaces) and keeps it in
+    :attr:`CtxPoolStorage.storage`. Every function run by the pool is called with
+    that context as its first positional argument: ``pool.map(f, xs)`` calls
+    ``f(ctx, x)``. Use it for objects that are expensive to build or send, such
+    as environments or models.
+
+    Contexts are inherited by forked workers and pickled (with dill) for spawned
+    ones.
+
+    Args:
+        processes: Number of worker processes.
+        initializer: See :class:`Pool`; it runs after the context is installed.
+        initargs: See :class:`Pool`.
+        maxtasksperchild: See :class:`Pool`.
+        worker_contexts: One context per worker; ``None`` gives every worker the
+            context ``None``.
+        is_recursive: See :class:`Pool`.
+        is_daemon: See :class:`Pool`.
+        is_copy_tensor: See :class:`Pool`.
+        share_method: See :class:`Pool`.
+        context: See :class:`Pool` (keyword only).
+
+    Raises:
+        ValueError: If ``len(worker_contexts) != processes``, and as :class:`Pool`.
+        TypeError: If ``worker_contexts`` is not a list or tuple.
+    """
+
+    def __init__(
+        self,
+        processes: int,
+        initializer: Optional[Callable[..., Any]] = None,
+        initargs: Sequence[Any] = (),
+        maxtasksperchild: Optional[int] = None,
+        worker_contexts: Optional[Sequence[Any]] = None,
+        is_recursive: bool = False,
+        is_daemon: bool = True,
+        is_copy_tensor: bool = True,
+        share_method: Optional[str] = None,
+        *,
+        context: ContextLike = None,
+    ):
+        self._worker_contexts = _check_contexts(worker_contexts, _check_processes(processes))
+        super().__init__(
+            processes,
+            initializer,
+            initargs,
+            maxtasksperchild,
+            is_recursive,
+            is_daemon,
+            is_copy_tensor,
+            share_method,
+            context=context,
+        )
+
+    def _worker_adapter(
+        self, processes: int
+    ) -> Optional[Callable[[int, Tuple[Any, ...]], Tuple[Any, ...]]]:
+        return partial(_adapt_context, _set_process_context, self._worker_contexts)
+
+    def _wrap(self, func: Callable[..., Any]) -> Callable[..., Any]:
+        return partial(_call_reporting_errors, proxy_ctx_caller, func)
+
+
+class ThreadPool(_PoolAPI, mp_pool.ThreadPool):
+    """A thread pool (:class:`multiprocessing.pool.ThreadPool`) with :meth:`size`.
+
+    Nothing is pickled, so any callable works, and exceptions reach the caller
+    as the original objects with their tracebacks.
+
+    Args:
+        processes: Number of worker threads; ``None`` uses ``os.cpu_count()``.
+        initializer: Called as ``initializer(*initargs)`` in each thread when it
+            starts.
+        initargs: Arguments of ``initializer``.
+
+    Raises:
+        ValueError: If ``processes`` is not a positive int.
+    """
+
+    def __init__(
+        self,
+        processes: Optional[int] = None,
+        initializer: Optional[Callable[..., Any]] = None,
+        initargs: Sequence[Any] = (),
+    ):
+        processes = _check_processes(processes)
+        self.Process = _WorkerFactory(
+            _create_thread_worker, processes, self._worker_adapter(processes)
+        )
+        super().__init__(processes, initializer, tuple(initargs))
+
+    def _worker_adapter(
+        self, processes: int
+    ) -> Optional[Callable[[int, Tuple[Any, ...]], Tuple[Any, ...]]]:
+        return None
+
+
+class CtxThreadPool(ThreadPool):
+    """A :class:`ThreadPool` whose threads each hold a context object.
+
+    Thread ``i`` keeps ``worker_contexts[i]``, and every function run by the
+    pool is called with the context of the thread running it as its first
+    positional argument, as in :class:`CtxPool`.
+
+    Args:
+        processes: Number of worker threads.
+        initializer: See :class:`ThreadPool`; it runs after the context is installed.
+        initargs: See :class:`ThreadPool`.
+        worker_contexts: One context per thread; ``None`` gives every thread the
+            context ``None``.
+
+    Raises:
+        ValueError: If ``len(worker_contexts) != processes``.
+        TypeError: If ``worker_contexts`` is not a list or tuple.
+    """
+
+    def __init__(
+        self,
+        processes: int,
+        initializer: Optional[Callable[..., Any]] = None,
+        initargs: Sequence[Any] = (),
+        worker_contexts: Optional[Sequence[Any]] = None,
+    ):
+        self._worker_contexts = _check_contexts(worker_contexts, _check_processes(processes))
+        super().__init__(processes, initializer, initargs)
+
+    def _worker_adapter(
+        self, processes: int
+    ) -> Optional[Callable[[int, Tuple[Any, ...]], Tuple[Any, ...]]]:
+        return partial(_adapt_context, _set_thread_context, self._worker_contexts)
+
+    def _wrap(self, func: Callable[..., Any]) -> Callable[..., Any]:
+        return partial(_call_with_thread_context, func)
