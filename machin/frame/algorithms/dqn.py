@@ -13,6 +13,7 @@ from torch import nn
 from ..buffers import Buffer
 from ..transition import Transition
 from .base import TorchFramework, pack_result, split_output
+from .returns import n_step_episode
 from .utils import hard_update, safe_call, soft_update
 
 __all__ = ["DQN", "SampledBatch"]
@@ -70,6 +71,9 @@ class DQN(TorchFramework):
         replay_device: Device of the default replay buffer.
         replay_buffer: A buffer to use instead of the default one.
         mode: ``"vanilla"``, ``"fixed_target"`` or ``"double"``.
+        n_step: Learn from n-step returns (``n_step > 1`` needs whole episodes: use
+            :meth:`store_episode`, which computes them; see
+            :func:`~machin.frame.algorithms.returns.n_step_episode`).
         visualize: Draw the loss graph on the first update.
         visualize_dir: Where to write the drawing.
     """
@@ -99,6 +103,7 @@ class DQN(TorchFramework):
         replay_device: Union[str, torch.device] = "cpu",
         replay_buffer: Optional[Buffer] = None,
         mode: str = "double",
+        n_step: int = 1,
         visualize: bool = False,
         visualize_dir: str = "",
     ):
@@ -116,6 +121,8 @@ class DQN(TorchFramework):
             raise ValueError(f"update_steps must be a positive integer, got {update_steps!r}")
         if not 0 < epsilon_decay <= 1:
             raise ValueError(f"epsilon_decay must be in (0, 1], got {epsilon_decay!r}")
+        if not isinstance(n_step, int) or n_step < 1:
+            raise ValueError(f"n_step must be a positive integer, got {n_step!r}")
         if not 0 <= discount <= 1:
             raise ValueError(f"discount must be in [0, 1], got {discount!r}")
         self._check_positive(batch_size=batch_size, learning_rate=learning_rate, gradient_max=gradient_max)
@@ -127,6 +134,7 @@ class DQN(TorchFramework):
         self.update_rate = update_rate
         self.update_steps = update_steps
         self.discount = discount
+        self.n_step = n_step
         self.gradient_max = gradient_max
         self.criterion = criterion
         self._update_counter = 0
@@ -192,10 +200,17 @@ class DQN(TorchFramework):
     # -- storing ----------------------------------------------------------------------
     def store_transition(self, transition: Union[Transition, Dict[str, Any]]) -> None:
         """Store one step with attributes state, action, next_state, reward, terminal."""
+        if self.n_step > 1:
+            raise RuntimeError(
+                f"{type(self).__name__} with n_step={self.n_step} computes n-step returns over whole "
+                f"episodes: call store_episode instead of store_transition"
+            )
         self.replay_buffer.append(transition, required_attrs=REQUIRED_ATTRS)
 
     def store_episode(self, episode: List[Union[Transition, Dict[str, Any]]]) -> None:
-        """Store every step of an episode at once."""
+        """Store every step of an episode at once (as n-step transitions when ``n_step > 1``)."""
+        if self.n_step > 1:
+            episode = n_step_episode(episode, self.n_step, self.discount)
         self.replay_buffer.extend(episode, required_attrs=REQUIRED_ATTRS)
 
     # -- hooks a user may override ----------------------------------------------------
@@ -239,11 +254,19 @@ class DQN(TorchFramework):
             return target_q.gather(1, next_action)
         return target_q.max(dim=1, keepdim=True).values
 
+    def _discount(self, batch: SampledBatch, device: torch.device) -> Union[float, torch.Tensor]:
+        """``discount``, or ``discount ** steps`` per sample for n-step transitions."""
+        steps = batch.others.get("steps")
+        if steps is None:
+            return self.discount
+        steps = torch.as_tensor(steps, dtype=torch.get_default_dtype(), device=device).view(-1, 1)
+        return self.discount ** steps
+
     def _target_value(self, batch: SampledBatch) -> torch.Tensor:
         with torch.no_grad():
             next_value = self._next_value(batch)
             device = next_value.device
-            return self.reward_function(batch.reward.to(device), self.discount, next_value,
+            return self.reward_function(batch.reward.to(device), self._discount(batch, device), next_value,
                                         batch.terminal.to(device), batch.others)
 
     def _predicted_value(self, batch: SampledBatch) -> torch.Tensor:

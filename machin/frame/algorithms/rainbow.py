@@ -12,6 +12,7 @@ from ..buffers import Buffer
 from ..transition import Transition, TransitionBase
 from .dqn import REQUIRED_ATTRS, SampledBatch
 from .dqn_per import DQNPer
+from .returns import n_step_episode
 from .utils import safe_call
 
 __all__ = ["RAINBOW"]
@@ -120,10 +121,9 @@ class RAINBOW(DQNPer):
 
             device = next_dist.device
             support = self._support(next_dist)
-            steps = batch.others["steps"].to(device=device, dtype=support.dtype).view(-1, 1)
             shifted = self.reward_function(
                 batch.others["value"].to(device=device, dtype=support.dtype).view(-1, 1),
-                self.discount ** steps, support.view(1, -1), batch.terminal.to(device), batch.others,
+                self._discount(batch, device), support.view(1, -1), batch.terminal.to(device), batch.others,
             ).clamp(self.value_min, self.value_max)
             return self._project(shifted, next_dist, support)
 
@@ -181,18 +181,5 @@ class RAINBOW(DQNPer):
 
     def store_episode(self, episode: List[Union[Transition, Dict[str, Any]]]) -> None:
         """Store an episode, computing each step's n-step return and n-step-ahead next state."""
-        steps = [Buffer._as_transition(t) for t in episode]
-        length, n = len(steps), self.reward_future_steps
-        rewards = [float(t.reward) if not isinstance(t.reward, torch.Tensor) else t.reward.sum().item()
-                   for t in steps]
-        rebuilt = []
-        for i, t in enumerate(steps):
-            k = min(n, length - i)
-            last = steps[i + k - 1]
-            value = sum(rewards[i + j] * self.discount ** j for j in range(k))
-            custom = {name: getattr(t, name) for name in t.custom_attr if name not in ("value", "steps")}
-            rebuilt.append(Transition(
-                state=t.state, action=t.action, next_state=last.next_state, reward=t.reward,
-                terminal=last.terminal, value=value, steps=k, **custom,
-            ))
-        self.replay_buffer.extend(rebuilt, required_attrs=RAINBOW_ATTRS)
+        self.replay_buffer.extend(n_step_episode(episode, self.reward_future_steps, self.discount, "value"),
+                                  required_attrs=RAINBOW_ATTRS)

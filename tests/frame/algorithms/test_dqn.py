@@ -248,3 +248,31 @@ def test_double_dqn_learns_cartpole():
     episode, steps, seconds = train_cartpole(dqn, seed=0)
     print(f"DQN (double) solved CartPole-v0 at episode {episode} ({steps} steps, {seconds:.1f} s)")
     assert episode is not None, "DQN did not reach a smoothed return of 150 within 400 episodes"
+
+
+def test_n_step_episode_targets_at_episode_end_and_truncation():
+    dqn = make("fixed_target", n_step=2, discount=0.5)
+    with pytest.raises(RuntimeError, match="store_episode"):
+        dqn.store_transition(transition([0.0] * 4, 0, [0.0] * 4, 1.0, False))
+    # a truncated episode (last terminal False) of three steps with rewards 1, 2, 4
+    episode = [transition([float(i)] * 4, 0, [float(i + 1)] * 4, r, False) for i, r in enumerate([1.0, 2.0, 4.0])]
+    dqn.store_episode(episode)
+    size, (reward, next_state, terminal, steps) = dqn.replay_buffer.sample_batch(
+        10, sample_method="all", sample_attrs=["reward", "next_state", "terminal", "steps"],
+        additional_concat_attrs=["steps"])
+    assert reward.view(-1).tolist() == [1 + 0.5 * 2, 2 + 0.5 * 4, 4.0]
+    assert steps.view(-1).tolist() == [2, 2, 1]
+    assert next_state["state"][:, 0].tolist() == [2.0, 3.0, 3.0]
+    assert terminal.view(-1).tolist() == [False, False, False]
+    # the target bootstraps with discount ** steps, also from the truncated last step
+    batch = dqn._sample(True)
+    with torch.no_grad():
+        next_value = dqn.qnet_target(batch.next_state["state"]).max(1, keepdim=True).values
+    steps = torch.tensor(batch.others["steps"], dtype=torch.float32).view(-1, 1)
+    expected = batch.reward + 0.5 ** steps * next_value
+    assert torch.allclose(dqn._target_value(batch), expected)
+    # a terminated episode stops bootstrapping at its last step
+    dqn.replay_buffer.clear()
+    dqn.store_episode([transition([0.0] * 4, 0, [1.0] * 4, 1.0, False), transition([1.0] * 4, 0, [2.0] * 4, 1.0, True)])
+    batch = dqn._sample(True)
+    assert torch.allclose(dqn._target_value(batch), batch.reward)  # both windows end in the terminal state

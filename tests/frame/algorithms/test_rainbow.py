@@ -76,7 +76,7 @@ def test_target_distribution_is_projected_bellman_shift():
             expected[lo + 1] += prob * frac
     target = agent._target_value(batch)
     assert torch.allclose(target[0], expected, atol=1e-6)
-    assert target.sum().item() == pytest.approx(1.0, abs=1e-6)
+    assert target[0].sum().item() == pytest.approx(1.0, abs=1e-6)
 
 
 def test_terminal_target_collapses_on_value():
