@@ -45,12 +45,13 @@ class _Column:
     Python scalars of the kind that was stored.
     """
 
-    __slots__ = ("tensor", "kind", "values", "row_shape")
+    __slots__ = ("tensor", "kind", "values", "row_shape", "one_row")
 
     def __init__(self, first: Any, capacity: int, device: torch.device, allow_list: bool):
         self.tensor, self.kind, self.values, self.row_shape = None, None, None, None
         if isinstance(first, torch.Tensor):
             self.row_shape = tuple(first.shape[1:])
+            self.one_row = (1, *self.row_shape)  # the shape every appended value must have
             self.tensor = torch.empty((capacity, *self.row_shape), dtype=first.dtype, device=device)
         elif _scalar_kind(first) is not None:
             self.kind = _scalar_kind(first)
@@ -77,11 +78,13 @@ class _Column:
                 return f"a tensor of shape [1, *{self.row_shape}], got {type(value).__name__}"
             # One transition is one row: a first dimension other than 1 is rejected here,
             # before anything is written.
-            if tuple(value.shape) != (1, *self.row_shape) or value.dtype != self.tensor.dtype:
+            if value.shape != self.one_row or value.dtype != self.tensor.dtype:
                 return (
                     f"shape {[1, *self.row_shape]} and dtype {self.tensor.dtype}, "
                     f"got shape {list(value.shape)} and dtype {value.dtype}"
                 )
+            return None
+        if type(value) is self.kind:  # the common case, without the slower ABC checks
             return None
         kind = _scalar_kind(value)
         if kind is None:
@@ -90,9 +93,10 @@ class _Column:
 
     def promote(self, values: Sequence[Any]) -> None:
         """Widen a scalar column (bool -> int -> float) or turn it into a list column."""
-        if self.values is not None or self.kind is None:
+        kind = self.kind
+        if self.values is not None or kind is None:
             return
-        if all(type(v) is self.kind for v in values):  # the common case: nothing to do
+        if all(type(v) is kind for v in values):  # the common case: nothing to do
             return
         kinds = {_scalar_kind(v) for v in values}
         if None in kinds:
@@ -253,7 +257,7 @@ class Buffer:
             self._pos = self._size
         cap = self._capacity
         start = self._pos
-        positions = [(start + i) % cap for i in range(n)]
+        positions = list(range(start, start + n)) if start + n <= cap else [(start + i) % cap for i in range(n)]
         rows = slice(start, start + n) if start + n <= cap else torch.tensor(positions, device=self.buffer_device)
         self._pos = (start + n) % cap
         self._size = min(self._size + n, cap)
@@ -263,18 +267,16 @@ class Buffer:
         """Write already checked transitions; returns the storage positions used."""
         if len(transitions) > self.buffer_size:
             transitions = transitions[-self.buffer_size:]
-        for name, col in self._custom.items():
-            col.promote([getattr(t, name) for t in transitions])
-        for name, col in self._sub.items():
-            col.promote([getattr(t, name) for t in transitions])
+        scalar_like = [(col, [getattr(t, name) for t in transitions])
+                       for columns in (self._sub, self._custom) for name, col in columns.items()]
+        for col, values in scalar_like:
+            col.promote(values)
         positions, rows = self._reserve(len(transitions))
         for name, cols in self._major.items():
             for key, col in cols.items():
                 col.write(rows, [getattr(t, name)[key] for t in transitions], positions)
-        for name, col in self._sub.items():
-            col.write(rows, [getattr(t, name) for t in transitions], positions)
-        for name, col in self._custom.items():
-            col.write(rows, [getattr(t, name) for t in transitions], positions)
+        for col, values in scalar_like:
+            col.write(rows, values, positions)
         return positions
 
     def append(self, transition: Union[TransitionBase, Dict[str, Any]],
@@ -337,14 +339,26 @@ class Buffer:
         if n <= 0:
             return 0, torch.empty(0, dtype=torch.long)
         if 4 * n <= size:
+            # Draw with replacement and redraw until no position repeats. Only equality decides
+            # what is redrawn, so every ordered tuple of distinct positions stays equally likely.
+            # When repeats are unlikely (n * n <= 2 * size: a clean draw has probability above
+            # 1/e) redrawing everything is cheapest; otherwise only the later copies are redrawn.
+            redraw_all = n * n <= 2 * size
             index = buffer._randint(size, n)
+            values = index.numpy()  # a view: writing to it rewrites ``index``
             for _ in range(64):
-                ordered = np.sort(index.numpy())  # numpy: far less call overhead than torch.unique
-                if not np.count_nonzero(ordered[1:] == ordered[:-1]):
+                ordered = values.copy()  # numpy: far less call overhead than torch.unique
+                ordered.sort()
+                same = ordered[1:] == ordered[:-1]
+                if not np.count_nonzero(same):
                     return n, index
-                unique = torch.unique(index)
-                # Replace repeated draws; rare when n is small next to size.
-                index = torch.cat([unique, buffer._randint(size, n - unique.numel())])
+                if redraw_all:
+                    index = buffer._randint(size, n)
+                    values = index.numpy()
+                    continue
+                repeated = ordered[1:][same]
+                later = np.concatenate([np.flatnonzero(values == r)[1:] for r in set(repeated.tolist())])
+                values[later] = buffer._randint(size, later.size).numpy()
             # Fall through to an exact permutation if rejection did not settle.
         return n, torch.randperm(size, generator=buffer.generator)[:n]
 

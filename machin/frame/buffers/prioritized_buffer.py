@@ -88,10 +88,23 @@ class WeightTree:
 
     # -- updates --------------------------------------------------------------------
     def _propagate(self, leaf_index: np.ndarray) -> None:
-        index = np.unique(leaf_index)
+        index = np.unique(leaf_index)  # sorted and distinct
+        if index.size == 1:
+            # One leaf (every append): walk up with Python integers, no array temporaries.
+            i = int(index[0])
+            for level in range(1, len(self._levels)):
+                below = self._levels[level - 1]
+                i //= 2
+                total = below[2 * i]
+                if 2 * i + 1 < below.shape[0]:
+                    total = total + below[2 * i + 1]
+                self._levels[level][i] = total
+            return
         for level in range(1, len(self._levels)):
             below = self._levels[level - 1]
-            index = np.unique(index // 2)
+            index = index // 2
+            # Halving keeps the order, so repeated parents are neighbours: no re-sort needed.
+            index = index[np.concatenate(([True], index[1:] != index[:-1]))]
             left = index * 2
             right = left + 1
             sums = below[left].copy()

@@ -1,0 +1,238 @@
+"""Actor-critic updates (DDPG, TD3, SAC on Pendulum sizes; PPO on a 2048-step rollout) against floors.
+
+Each floor is the same update written by hand with bare PyTorch: the same networks
+(MLP 64-64), batch size 100, losses, optimizer steps and soft target updates. The
+library side calls ``update()`` on a buffer filled with the same random data.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import torch
+from torch import nn
+from torch.distributions import Categorical, Normal
+
+from machin.frame.algorithms import DDPG, PPO, SAC, TD3
+from machin.frame.transition import Transition
+
+try:
+    from .common import compare, setup_torch
+except ImportError:  # run as a script
+    from common import compare, setup_torch
+
+S, A, B, GAMMA, TAU = 3, 1, 100, 0.99, 0.005
+
+
+def mlp(inputs, outputs):
+    return nn.Sequential(nn.Linear(inputs, 64), nn.ReLU(), nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, outputs))
+
+
+class Actor(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.net = mlp(S, A)
+
+    def forward(self, state):
+        return torch.tanh(self.net(state)) * 2
+
+
+class Critic(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.net = mlp(S + A, 1)
+
+    def forward(self, state, action):
+        return self.net(torch.cat([state, action], 1))
+
+
+class GaussianActor(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.net = mlp(S, 2 * A)
+
+    def forward(self, state, action=None):
+        mu, log_std = self.net(state).chunk(2, dim=1)
+        dist = Normal(mu, log_std.clamp(-20, 2).exp())
+        raw = dist.rsample()
+        act = torch.tanh(raw)
+        log_prob = (dist.log_prob(raw) - torch.log(1 - act.pow(2) + 1e-6)).sum(1, keepdim=True)
+        return act * 2, log_prob, dist.entropy()
+
+
+def replay_data(n=20_000):
+    g = torch.Generator().manual_seed(0)
+    return (torch.randn(n, S, generator=g), torch.rand(n, A, generator=g) * 4 - 2, torch.randn(n, 1, generator=g),
+            torch.randn(n, S, generator=g), (torch.rand(n, 1, generator=g) < 0.01).float())
+
+
+def fill(agent, data):
+    s, a, r, s2, d = data
+    agent.replay_buffer.extend(
+        Transition(state={"state": s[i:i + 1]}, action={"action": a[i:i + 1]}, next_state={"state": s2[i:i + 1]},
+                   reward=float(r[i]), terminal=bool(d[i])) for i in range(s.shape[0]))
+
+
+def sample(data):
+    idx = torch.randint(data[0].shape[0], (B,))
+    return [x[idx] for x in data]
+
+
+def step(loss, opt):
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    opt.step()
+
+
+def lerp(target, source):
+    with torch.no_grad():
+        torch._foreach_lerp_(list(target.parameters()), list(source.parameters()), TAU)
+
+
+def ddpg_floor(nets, data, twin=False, delay=1):
+    actor, actor_t, critics, critics_t = nets
+    a_opt = torch.optim.Adam(actor.parameters(), lr=5e-4)
+    c_opts = [torch.optim.Adam(c.parameters(), lr=1e-3) for c in critics]
+    mse = nn.MSELoss(reduction="sum")
+    count = [0]
+
+    def update():
+        s, a, r, s2, d = sample(data)
+        with torch.no_grad():
+            a2 = actor_t(s2)
+            if twin:
+                a2 = (a2 + (torch.randn_like(a2) * 0.2).clamp(-0.5, 0.5))
+            q2 = torch.min(*[c(s2, a2) for c in critics_t]) if twin else critics_t[0](s2, a2)
+            y = r + GAMMA * (1 - d) * q2
+        for c, opt in zip(critics, c_opts):
+            step(mse(y, c(s, a)), opt)
+        count[0] += 1
+        if count[0] % delay == 0:
+            step(-critics[0](s, actor(s)).mean(), a_opt)
+            for target, online in zip([actor_t, *critics_t], [actor, *critics]):
+                lerp(target, online)
+
+    return update
+
+
+def sac_floor(nets, data):
+    actor, critics, critics_t = nets
+    log_alpha = torch.zeros(1, requires_grad=True)
+    opts = [torch.optim.Adam(actor.parameters(), lr=5e-4)] + [torch.optim.Adam(c.parameters(), lr=1e-3)
+                                                              for c in critics]
+    alpha_opt = torch.optim.Adam([log_alpha], lr=1e-3)
+    mse = nn.MSELoss(reduction="sum")
+
+    def update():
+        s, a, r, s2, d = sample(data)
+        alpha = log_alpha.detach().exp()
+        with torch.no_grad():
+            a2, lp2, _ = actor(s2)
+            y = r + GAMMA * (1 - d) * (torch.min(*[c(s2, a2) for c in critics_t]) - alpha * lp2)
+        for c, opt in zip(critics, opts[1:]):
+            step(mse(y, c(s, a)), opt)
+        act, lp, _ = actor(s)
+        step(-(torch.min(*[c(s, act) for c in critics]) - alpha * lp).mean(), opts[0])
+        step(-(log_alpha * (lp.detach() - A).mean()), alpha_opt)
+        for target, online in zip(critics_t, critics):
+            lerp(target, online)
+
+    return update
+
+
+class PPOActor(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.net = mlp(4, 2)
+
+    def forward(self, state, action=None):
+        dist = Categorical(logits=self.net(state))
+        action = dist.sample() if action is None else action.view(-1)
+        return action.view(-1, 1), dist.log_prob(action).view(-1, 1), dist.entropy().view(-1, 1)
+
+
+class PPOCritic(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.net = mlp(4, 1)
+
+    def forward(self, state):
+        return self.net(state)
+
+
+def ppo_bench():
+    rollout, batch, actor_times, critic_times, clip = 2048, 256, 10, 10, 0.2
+    g = torch.Generator().manual_seed(1)
+    states = torch.randn(rollout, 1, 4, generator=g)
+    actions = torch.randint(2, (rollout, 1, 1), generator=g)
+    values, gaes = torch.randn(rollout, generator=g).tolist(), torch.randn(rollout, generator=g).tolist()
+    episode = [Transition(state={"state": states[i]}, action={"action": actions[i]}, next_state={"state": states[i]},
+                          reward=1.0, terminal=False, value=values[i], gae=gaes[i]) for i in range(rollout)]
+    actor, critic = PPOActor(), PPOCritic()
+    ppo = PPO(copy.deepcopy(actor), copy.deepcopy(critic), torch.optim.Adam, nn.MSELoss(reduction="sum"),
+              batch_size=batch, actor_update_times=actor_times, critic_update_times=critic_times,
+              surrogate_loss_clip=clip, replay_size=rollout)
+    a_opt, c_opt = torch.optim.Adam(actor.parameters(), lr=1e-3), torch.optim.Adam(critic.parameters(), lr=1e-3)
+    mse = nn.MSELoss(reduction="sum")
+    value_t, gae_t = torch.tensor(values).view(-1, 1), torch.tensor(gaes).view(-1, 1)
+
+    def library():
+        ppo.replay_buffer.extend(episode, required_attrs=())
+        ppo.update()
+
+    def floor():
+        s = torch.cat([states[i] for i in range(rollout)])  # the storage write the buffer does
+        a = torch.cat([actions[i] for i in range(rollout)])
+        with torch.no_grad():
+            old = actor(s, a)[1]
+        for _ in range(actor_times):
+            idx = torch.randperm(rollout)[:batch]
+            adv = gae_t[idx]
+            adv = (adv - adv.mean()) / (adv.std(correction=0) + 1e-8)
+            _, lp, _ = actor(s[idx], a[idx])
+            ratio = (lp - old[idx]).exp()
+            step(-torch.min(ratio * adv, ratio.clamp(1 - clip, 1 + clip) * adv).mean(), a_opt)
+        for _ in range(critic_times):
+            idx = torch.randperm(rollout)[:batch]
+            step(0.5 * mse(value_t[idx], critic(s[idx])), c_opt)
+
+    compare(f"PPO update ({rollout}-step rollout, {actor_times}+{critic_times} steps of {batch})", library, floor,
+            number=3, repeats=9, warmup=1)
+
+
+def main() -> None:
+    setup_torch()
+    data = replay_data()
+    mse = nn.MSELoss(reduction="sum")
+
+    actor, critic = Actor(), Critic()
+    ddpg = DDPG(copy.deepcopy(actor), copy.deepcopy(actor), copy.deepcopy(critic), copy.deepcopy(critic),
+                torch.optim.Adam, mse, batch_size=B, update_rate=TAU, replay_size=len(data[0]))
+    fill(ddpg, data)
+    floor = ddpg_floor((copy.deepcopy(actor), copy.deepcopy(actor), [copy.deepcopy(critic)], [copy.deepcopy(critic)]),
+                       data)
+    compare("DDPG update", ddpg.update, floor, number=50, repeats=11)
+
+    critic2 = Critic()
+    td3 = TD3(copy.deepcopy(actor), copy.deepcopy(actor), copy.deepcopy(critic), copy.deepcopy(critic),
+              copy.deepcopy(critic2), copy.deepcopy(critic2), torch.optim.Adam, mse, batch_size=B, update_rate=TAU,
+              replay_size=len(data[0]))
+    fill(td3, data)
+    floor = ddpg_floor((copy.deepcopy(actor), copy.deepcopy(actor), [copy.deepcopy(critic), copy.deepcopy(critic2)],
+                        [copy.deepcopy(critic), copy.deepcopy(critic2)]), data, twin=True, delay=2)
+    compare("TD3 update", td3.update, floor, number=50, repeats=11)
+
+    gactor = GaussianActor()
+    sac = SAC(copy.deepcopy(gactor), copy.deepcopy(critic), copy.deepcopy(critic), copy.deepcopy(critic2),
+              copy.deepcopy(critic2), torch.optim.Adam, mse, batch_size=B, update_rate=TAU,
+              replay_size=len(data[0]), target_entropy=-A)
+    fill(sac, data)
+    floor = sac_floor((copy.deepcopy(gactor), [copy.deepcopy(critic), copy.deepcopy(critic2)],
+                       [copy.deepcopy(critic), copy.deepcopy(critic2)]), data)
+    compare("SAC update", sac.update, floor, number=50, repeats=11)
+
+    ppo_bench()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,552 @@
+"""Tests of machin.frame.buffers.buffer.Buffer (checklist 6.4, items 29-47)."""
+
+import numpy as np
+import pytest
+import torch
+
+from machin.frame.buffers.buffer import Buffer
+from machin.frame.transition import Transition, TransitionBase
+
+
+def make(i: int, **custom) -> Transition:
+    """Transition ``i``: every tensor and the reward encode ``i`` so rows can be identified."""
+    return Transition(
+        state={"s": torch.full((1, 3), float(i))},
+        action={"a": torch.tensor([[i]])},
+        next_state={"s": torch.full((1, 3), float(i + 1))},
+        reward=float(i),
+        terminal=i % 2 == 1,
+        **custom,
+    )
+
+
+def as_dict(i: int) -> dict:
+    return dict(
+        state={"s": torch.full((1, 3), float(i))},
+        action={"a": torch.tensor([[i]])},
+        next_state={"s": torch.full((1, 3), float(i + 1))},
+        reward=float(i),
+        terminal=False,
+    )
+
+
+def filled(n: int, size: int = 100, **kwargs) -> Buffer:
+    buffer = Buffer(size, **kwargs)
+    for i in range(n):
+        buffer.append(make(i))
+    return buffer
+
+
+def all_rewards(buffer: Buffer) -> list:
+    _, (reward,) = buffer.sample_batch(-1, sample_method="all", sample_attrs=["reward"])
+    return reward.view(-1).tolist()
+
+
+def ids(batch) -> list:
+    """Transition ids of a concatenated ``(state, action, ...)`` sample."""
+    return batch[1]["a"].view(-1).tolist()
+
+
+# -- construction --------------------------------------------------------------------
+@pytest.mark.parametrize("size", [0, -1, 2.5, True, "10"])
+def test_buffer_size_must_be_a_positive_integer(size):
+    with pytest.raises(ValueError, match="buffer_size must be a positive integer"):
+        Buffer(size)
+
+
+# -- ring behaviour, appending (items 29-34) ------------------------------------------
+def test_ring_keeps_the_newest_entries():
+    buffer = filled(5, size=3)
+    assert buffer.size() == 3 and len(buffer) == 3
+    assert all_rewards(buffer) == [2.0, 3.0, 4.0]
+
+
+def test_append_returns_storage_positions_that_wrap():
+    buffer = Buffer(3)
+    assert [buffer.append(make(i)) for i in range(5)] == [0, 1, 2, 0, 1]
+
+
+def test_growth_past_the_initial_capacity_keeps_every_row_in_order():
+    # The columns start at 1024 rows and grow; crossing that boundary must lose nothing.
+    buffer = Buffer(3000)
+    positions = [buffer.append(make(i)) for i in range(1500)]
+    assert positions == list(range(1500))
+    assert all_rewards(buffer) == [float(i) for i in range(1500)]
+    _, (state, action) = buffer.sample_batch(
+        -1, sample_method="all", sample_attrs=["state", "action"]
+    )
+    assert torch.equal(action["a"].view(-1), torch.arange(1500))
+    assert torch.equal(state["s"][:, 0], torch.arange(1500, dtype=torch.float32))
+
+
+def test_growth_then_wrap_around():
+    buffer = Buffer(1100)
+    for i in range(2500):
+        buffer.append(make(i))
+    assert buffer.size() == 1100
+    assert all_rewards(buffer) == [float(i) for i in range(1400, 2500)]
+
+
+def test_extend_wraps_and_keeps_the_last_rows_of_a_long_episode():
+    buffer = Buffer(4)
+    buffer.append(make(0))
+    positions = buffer.extend([make(i) for i in range(1, 8)])
+    assert positions == [1, 2, 3, 0]  # only the last 4 of the 7 are kept
+    assert all_rewards(buffer) == [4.0, 5.0, 6.0, 7.0]
+    assert buffer.extend([]) == []
+
+
+def test_extend_across_the_ring_end():
+    buffer = Buffer(5)
+    buffer.extend([make(i) for i in range(4)])
+    assert buffer.extend([make(i) for i in range(4, 7)]) == [4, 0, 1]
+    assert all_rewards(buffer) == [2.0, 3.0, 4.0, 5.0, 6.0]
+
+
+def test_append_accepts_dicts_and_transitions():
+    buffer = Buffer(10)
+    buffer.append(as_dict(0))
+    buffer.append(make(1))
+    assert buffer.size() == 2
+    _, (action,) = buffer.sample_batch(-1, sample_method="all", sample_attrs=["action"])
+    assert action["a"].view(-1).tolist() == [0, 1]
+
+
+def test_append_rejects_other_types():
+    with pytest.raises(TypeError, match="transition must be a Transition or a dict, got list"):
+        Buffer(2).append([1, 2])
+
+
+def test_missing_required_attribute_raises():
+    data = as_dict(0)
+    del data["terminal"]
+    with pytest.raises(ValueError, match="cannot build a Transition from the dictionary"):
+        Buffer(2).append(data)
+    base = TransitionBase(["state"], ["reward"], [], [{"s": torch.zeros(1, 1)}], [1.0], [])
+    with pytest.raises(
+        ValueError, match=r"missing required attribute\(s\) \['action', 'next_state', 'terminal'\]"
+    ):
+        Buffer(2).append(base)
+
+
+def test_different_attribute_set_raises():
+    buffer = Buffer(10)
+    buffer.append(make(0))
+    with pytest.raises(ValueError, match="differ from those already stored"):
+        buffer.append(make(1, extra=1))
+    assert buffer.size() == 1
+
+
+def test_different_major_keys_shapes_or_dtypes_raise():
+    buffer = Buffer(10)
+    buffer.append(make(0))
+    other_key = as_dict(1)
+    other_key["state"] = {"t": torch.zeros(1, 3)}
+    with pytest.raises(ValueError, match=r"major attribute 'state' has keys \['t'\]"):
+        buffer.append(other_key)
+    other_shape = as_dict(1)
+    other_shape["state"] = {"s": torch.zeros(1, 4)}
+    with pytest.raises(ValueError, match=r"state\['s'\] must have shape"):
+        buffer.append(other_shape)
+    other_dtype = as_dict(1)
+    other_dtype["action"] = {"a": torch.zeros(1, 1)}
+    with pytest.raises(ValueError, match=r"action\['a'\] must have .*dtype torch.int64"):
+        buffer.append(other_dtype)
+    tensor_reward = as_dict(1)
+    tensor_reward["reward"] = torch.ones(1, 1)
+    with pytest.raises(ValueError, match="attribute 'reward' must be a float scalar, got Tensor"):
+        buffer.append(tensor_reward)
+    assert buffer.size() == 1
+
+
+def test_a_bad_transition_in_extend_leaves_the_buffer_unchanged():
+    buffer = Buffer(10)
+    buffer.append(make(0))
+    with pytest.raises(ValueError):
+        buffer.extend([make(1), make(2, extra=1)])
+    assert buffer.size() == 1
+    assert all_rewards(buffer) == [0.0]
+
+
+def test_a_failed_first_extend_leaves_the_buffer_empty_and_open_to_any_layout():
+    buffer = Buffer(10)
+    with pytest.raises(ValueError):
+        buffer.extend([make(0), make(1, extra=1)])
+    assert buffer.size() == 0
+    buffer.append(make(1, extra=1))  # the rejected layout did not stick
+    assert buffer.size() == 1
+    assert buffer.attribute_names[-1] == "extra"
+
+
+def test_transitions_with_more_than_one_row_are_rejected_before_writing():
+    def base(rows):
+        return TransitionBase(
+            ["state"], ["reward"], [], [{"s": torch.zeros(rows, 2)}], [torch.zeros(rows, 1)], []
+        )
+
+    buffer = Buffer(10)
+    buffer.append(base(1), required_attrs=())
+    with pytest.raises(ValueError, match=r"state\['s'\] must have shape \[1, 2\]"):
+        buffer.append(base(2), required_attrs=())
+    assert buffer.size() == 1
+    empty = Buffer(10)
+    with pytest.raises(ValueError, match="must have shape"):
+        empty.append(base(2), required_attrs=())
+    assert empty.size() == 0
+
+
+def test_required_attrs_empty_accepts_arbitrary_attributes():
+    buffer = Buffer(10)
+    t = TransitionBase(["obs"], [], ["note"], [{"x": torch.zeros(1, 2)}], [], ["hi"])
+    buffer.append(t, required_attrs=())
+    assert buffer.size() == 1
+    _, (obs, note) = buffer.sample_batch(1)
+    assert obs["x"].shape == (1, 2) and note == ["hi"]
+
+
+def test_clear_empties_and_forgets_layout():
+    buffer = filled(4)
+    buffer.clear()
+    assert buffer.size() == 0
+    assert buffer.attribute_names is None
+    assert buffer.sample_batch(3) == (0, None)
+    buffer.append(make(0, extra=1))
+    assert buffer.size() == 1
+
+
+def test_stored_rows_are_isolated_from_the_caller():
+    buffer = Buffer(4)
+    t = make(0)
+    buffer.append(t)
+    t.state["s"].add_(50.0)
+    _, (state,) = buffer.sample_batch(1, sample_attrs=["state"])
+    assert torch.equal(state["s"], torch.zeros(1, 3))
+
+
+# -- sampling (items 35-39) ------------------------------------------------------------
+def test_sampling_an_empty_buffer_returns_zero_and_none():
+    buffer = Buffer(10)
+    for method in ("random_unique", "random", "all"):
+        assert buffer.sample_batch(10, sample_method=method) == (0, None)
+
+
+def test_random_unique_returns_distinct_transitions():
+    torch.manual_seed(0)
+    buffer = filled(50)
+    size, batch = buffer.sample_batch(20)
+    assert size == 20
+    drawn = ids(batch)
+    assert len(set(drawn)) == 20 and all(0 <= i < 50 for i in drawn)
+    size, batch = buffer.sample_batch(200)
+    assert size == 50
+    assert sorted(ids(batch)) == list(range(50))
+
+
+def test_random_unique_uses_rejection_path_without_duplicates():
+    torch.manual_seed(1)
+    buffer = filled(1000, size=1000)
+    for _ in range(20):
+        size, batch = buffer.sample_batch(200)  # 4 * 200 <= 1000: rejection sampling
+        assert size == 200 and len(set(ids(batch))) == 200
+
+
+@pytest.mark.parametrize(
+    "stored, n",
+    [
+        (40, 10),  # repeats are frequent: only the repeated draws are redrawn
+        (200, 20),  # n * n <= 2 * stored: a sample with repeats is redrawn whole
+    ],
+)
+def test_random_unique_is_uniform_and_in_random_order(stored, n):
+    buffer = filled(stored, size=stored, generator=torch.Generator().manual_seed(3))
+    draws = 2000
+    overall = [0] * stored
+    first = [0] * stored
+    first_is_smallest = 0
+    for _ in range(draws):
+        size, positions = Buffer.sample_method_random_unique(buffer, n)
+        drawn = positions.tolist()
+        assert size == n and len(set(drawn)) == n
+        for p in drawn:
+            overall[p] += 1
+        first[drawn[0]] += 1
+        first_is_smallest += drawn[0] == min(drawn)
+    expected = draws * n / stored
+    assert 0.7 * expected < min(overall) and max(overall) < 1.3 * expected
+    # The first slot is uniform too (counted over 10 groups of positions).
+    groups = [sum(first[g * stored // 10 : (g + 1) * stored // 10]) for g in range(10)]
+    assert 0.7 * draws / 10 < min(groups) and max(groups) < 1.3 * draws / 10
+    # With a random order the first position is the smallest one time in n.
+    assert 0.6 * draws / n < first_is_smallest < 1.4 * draws / n
+
+
+def test_random_with_replacement_may_repeat():
+    torch.manual_seed(0)
+    buffer = filled(3)
+    size, batch = buffer.sample_batch(30, sample_method="random")
+    assert size == 30
+    assert set(ids(batch)) == {0, 1, 2}
+    assert buffer.sample_batch(0, sample_method="random") == (0, None)
+
+
+def test_all_ignores_batch_size_and_is_oldest_first():
+    buffer = filled(7, size=5)
+    for batch_size in (-1, 0, 2, 100):
+        size, batch = buffer.sample_batch(batch_size, sample_method="all")
+        assert size == 5
+        assert ids(batch) == [2, 3, 4, 5, 6]
+
+
+def test_callable_sample_method_positions_count_from_the_oldest_row():
+    buffer = filled(6, size=4)  # holds 2, 3, 4, 5; storage rows are rotated
+
+    def newest_two(buf, batch_size):
+        assert buf is buffer and batch_size == 9
+        return 2, [buf.size() - 1, buf.size() - 2]
+
+    size, batch = buffer.sample_batch(9, sample_method=newest_two)
+    assert size == 2
+    assert ids(batch) == [5, 4]
+
+
+def test_callable_sample_method_returning_nothing():
+    buffer = filled(3)
+    assert buffer.sample_batch(2, sample_method=lambda b, n: (0, [])) == (0, None)
+
+
+def test_callable_sample_method_out_of_range_raises():
+    buffer = filled(3)
+    with pytest.raises(ValueError, match=r"positions outside \[0, 2\]: 0\.\.3"):
+        buffer.sample_batch(2, sample_method=lambda b, n: (2, [0, 3]))
+
+
+def test_static_sample_methods_return_size_and_positions():
+    buffer = filled(5)
+    size, positions = Buffer.sample_method_all(buffer, -1)
+    assert size == 5 and positions.tolist() == [0, 1, 2, 3, 4]
+    size, positions = Buffer.sample_method_random_unique(buffer, 3)
+    assert size == 3 and len(set(positions.tolist())) == 3
+    size, positions = Buffer.sample_method_random(buffer, 8)
+    assert size == 8 and all(0 <= p < 5 for p in positions.tolist())
+
+
+def test_unknown_sample_method_raises():
+    buffer = filled(2)
+    with pytest.raises(
+        ValueError,
+        match="sample_method must be 'random_unique', 'random', 'all' or a callable, got 'best'",
+    ):
+        buffer.sample_batch(1, sample_method="best")
+    with pytest.raises(TypeError, match="sample_method must be a string or a callable, got int"):
+        buffer.sample_batch(1, sample_method=3)
+
+
+def test_generator_makes_sampling_repeatable():
+    def draw(seed):
+        buffer = filled(100, generator=torch.Generator().manual_seed(seed))
+        return [ids(buffer.sample_batch(10)[1]) for _ in range(3)]
+
+    assert draw(7) == draw(7)
+    assert draw(7) != draw(8)
+
+
+# -- output formats (items 40-46) --------------------------------------------------------
+def test_concatenated_major_and_sub_attributes():
+    buffer = filled(4)
+    size, (state, action, next_state, reward, terminal) = buffer.sample_batch(
+        -1, sample_method="all"
+    )
+    assert size == 4
+    assert set(state) == {"s"} and set(action) == {"a"} and set(next_state) == {"s"}
+    assert state["s"].shape == (4, 3) and state["s"].dtype == torch.float32
+    assert torch.equal(next_state["s"][:, 0], torch.tensor([1.0, 2.0, 3.0, 4.0]))
+    assert action["a"].shape == (4, 1) and action["a"].dtype == torch.int64
+    assert reward.shape == (4, 1) and reward.dtype == torch.float32
+    assert reward.view(-1).tolist() == [0.0, 1.0, 2.0, 3.0]
+    assert terminal.shape == (4, 1) and terminal.dtype == torch.bool
+    assert terminal.view(-1).tolist() == [False, True, False, True]
+
+
+def test_integer_and_tensor_sub_attributes():
+    buffer = Buffer(5)
+    for i in range(3):
+        buffer.append(
+            TransitionBase(
+                ["state"],
+                ["count", "value"],
+                [],
+                [{"s": torch.zeros(1, 1)}],
+                [i, torch.full((1, 2), float(i))],
+                [],
+            ),
+            required_attrs=(),
+        )
+    _, (count, value) = buffer.sample_batch(
+        -1, sample_method="all", sample_attrs=["count", "value"]
+    )
+    assert count.dtype == torch.int64 and count.view(-1).tolist() == [0, 1, 2]
+    assert value.shape == (3, 2) and value[:, 1].tolist() == [0.0, 1.0, 2.0]
+
+
+def test_numpy_scalar_rewards_and_terminals_are_stored():
+    buffer = Buffer(5)
+    data = as_dict(0)
+    data["reward"], data["terminal"] = np.float32(0.5), np.bool_(True)
+    buffer.append(data)
+    _, (reward, terminal) = buffer.sample_batch(1, sample_attrs=["reward", "terminal"])
+    assert reward.tolist() == [[0.5]]
+    assert terminal.dtype == torch.bool and terminal.tolist() == [[True]]
+
+
+def test_scalar_sub_attribute_widens_from_int_to_float():
+    buffer = Buffer(5)
+    data = as_dict(0)
+    data["reward"] = 1
+    buffer.append(data)
+    data = as_dict(1)
+    data["reward"] = 2.5
+    buffer.append(data)
+    _, (reward,) = buffer.sample_batch(-1, sample_method="all", sample_attrs=["reward"])
+    assert reward.dtype == torch.float32 and reward.view(-1).tolist() == [1.0, 2.5]
+    _, (rewards,) = buffer.sample_batch(
+        -1, concatenate=False, sample_method="all", sample_attrs=["reward"]
+    )
+    assert rewards == [1.0, 2.5] and all(isinstance(r, float) for r in rewards)
+
+
+def test_custom_attributes_are_lists_unless_concatenated():
+    buffer = Buffer(10)
+    for i in range(3):
+        buffer.append(make(i, value=i * 0.5, tag=f"t{i}", flag=i == 1))
+    _, (value, tag, flag) = buffer.sample_batch(
+        -1, sample_method="all", sample_attrs=["value", "tag", "flag"]
+    )
+    assert value == [0.0, 0.5, 1.0] and isinstance(value, list)
+    assert tag == ["t0", "t1", "t2"]
+    assert flag == [False, True, False] and all(isinstance(f, bool) for f in flag)
+    _, (value, flag) = buffer.sample_batch(
+        -1,
+        sample_method="all",
+        sample_attrs=["value", "flag"],
+        additional_concat_attrs=["value", "flag"],
+    )
+    assert value.shape == (3, 1) and value.dtype == torch.float32
+    assert value.view(-1).tolist() == [0.0, 0.5, 1.0]
+    assert flag.dtype == torch.bool and flag.view(-1).tolist() == [False, True, False]
+
+
+def test_custom_attribute_that_turns_non_numeric_becomes_a_list():
+    buffer = Buffer(10)
+    buffer.append(make(0, info=1))
+    buffer.append(make(1, info={"k": "v"}))
+    buffer.append(make(2, info=3))
+    _, (info,) = buffer.sample_batch(-1, sample_method="all", sample_attrs=["info"])
+    assert info == [1, {"k": "v"}, 3]
+
+
+def test_list_custom_attribute_concatenated_on_request():
+    buffer = Buffer(10)
+    buffer.append(make(0, pair=[1.0, 2.0]))
+    buffer.append(make(1, pair=[3.0, 4.0]))
+    _, (pair,) = buffer.sample_batch(
+        -1, sample_method="all", sample_attrs=["pair"], additional_concat_attrs=["pair"]
+    )
+    assert pair.tolist() == [[1.0, 2.0], [3.0, 4.0]]
+
+
+def test_wildcard_gathers_remaining_custom_attributes_only():
+    buffer = Buffer(10)
+    buffer.append(make(0, gae=0.5, value=1.5, note="n"))
+    _, (state, reward, rest) = buffer.sample_batch(1, sample_attrs=["state", "reward", "*"])
+    assert set(rest) == {"gae", "value", "note"}
+    assert rest["note"] == ["n"] and rest["gae"] == [0.5]
+    _, (value, rest) = buffer.sample_batch(
+        1, sample_attrs=["value", "*"], additional_concat_attrs=["gae"]
+    )
+    assert value == [1.5]
+    assert set(rest) == {"gae", "note"}  # never major or sub attributes, nor named ones
+    assert rest["gae"].tolist() == [[0.5]]
+
+
+def test_unknown_names_are_ignored_and_order_is_kept():
+    buffer = filled(2)
+    _, values = buffer.sample_batch(1, sample_attrs=["reward", "nonsense", "state", "terminal"])
+    assert len(values) == 3
+    reward, state, terminal = values
+    assert reward.shape == (1, 1) and isinstance(state, dict) and terminal.dtype == torch.bool
+
+
+def test_concatenate_false_returns_per_sample_lists():
+    buffer = filled(3)
+    size, (state, action, next_state, reward, terminal) = buffer.sample_batch(
+        -1, concatenate=False, sample_method="all"
+    )
+    assert size == 3
+    assert isinstance(state["s"], list) and len(state["s"]) == 3
+    assert all(t.shape == (1, 3) for t in state["s"])
+    assert [t.item() for t in action["a"]] == [0, 1, 2]
+    assert reward == [0.0, 1.0, 2.0]
+    assert terminal == [False, True, False] and all(isinstance(t, bool) for t in terminal)
+
+
+def test_output_device_is_honoured():
+    # The meta device stands in for an accelerator on a CPU-only machine.
+    buffer = Buffer(10)
+    for i in range(3):
+        buffer.append(make(i, value=float(i), tag=[i]))
+    _, (state, action, next_state, reward, terminal, tag, value) = buffer.sample_batch(
+        2, device="meta", additional_concat_attrs=["value", "tag"]
+    )
+    for tensor in (state["s"], action["a"], next_state["s"], reward, terminal, tag, value):
+        assert tensor.device.type == "meta"
+    assert reward.shape == (2, 1) and state["s"].shape == (2, 3)
+    # Stored data stays where it was.
+    _, (state,) = buffer.sample_batch(1, sample_attrs=["state"])
+    assert state["s"].device.type == "cpu"
+
+
+def test_buffer_device_holds_the_stored_columns():
+    buffer = Buffer(4, buffer_device="meta")
+    buffer.append(make(0))
+    _, (state, reward) = buffer.sample_batch(1, sample_attrs=["state", "reward"])
+    assert state["s"].device.type == "meta" and reward.device.type == "meta"
+    assert state["s"].shape == (1, 3) and reward.shape == (1, 1)
+
+
+def test_sampled_tensors_do_not_alias_storage():
+    buffer = filled(2)
+    _, (state,) = buffer.sample_batch(-1, sample_method="all", sample_attrs=["state"])
+    state["s"].add_(100.0)
+    _, (state,) = buffer.sample_batch(-1, sample_method="all", sample_attrs=["state"])
+    assert state["s"][:, 0].tolist() == [0.0, 1.0]
+
+
+# -- documented helpers (item 47) ---------------------------------------------------------
+def test_make_tensor_from_batch():
+    assert Buffer.make_tensor_from_batch([], "cpu", True) == []
+    scalars = Buffer.make_tensor_from_batch([1.0, 2.0, 3.0], "cpu", True)
+    assert scalars.shape == (3, 1) and scalars.view(-1).tolist() == [1.0, 2.0, 3.0]
+    tensors = Buffer.make_tensor_from_batch([torch.zeros(1, 2), torch.ones(2, 2)], "cpu", True)
+    assert tensors.shape == (3, 2) and tensors[1:].sum().item() == 4.0
+    raw = [torch.zeros(1, 2), torch.ones(1, 2)]
+    assert Buffer.make_tensor_from_batch(raw, "cpu", False) is raw
+    assert Buffer.make_tensor_from_batch([1, 2], "meta", True).device.type == "meta"
+
+
+def test_post_process_batch_matches_sample_batch():
+    transitions = [make(i, value=float(i), note=str(i)) for i in range(3)]
+    buffer = Buffer(5)
+    buffer.extend(transitions)
+    attrs = ["state", "reward", "terminal", "*"]
+    by_list = Buffer.post_process_batch(transitions, "cpu", True, attrs, ["value"])
+    _, by_buffer = buffer.sample_batch(
+        -1, sample_method="all", sample_attrs=attrs, additional_concat_attrs=["value"]
+    )
+    assert torch.equal(by_list[0]["s"], by_buffer[0]["s"])
+    assert torch.equal(by_list[1], by_buffer[1])
+    assert torch.equal(by_list[2], by_buffer[2])
+    assert torch.equal(by_list[3]["value"], by_buffer[3]["value"])
+    assert by_list[3]["note"] == by_buffer[3]["note"] == ["0", "1", "2"]
+    assert Buffer.post_process_batch([], "cpu", True, None, None) is None
+    unconcatenated = Buffer.post_process_batch(transitions, "cpu", False, ["reward"], None)
+    assert unconcatenated == ([0.0, 1.0, 2.0],)
