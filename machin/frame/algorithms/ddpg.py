@@ -24,10 +24,10 @@ from ..noise.action_space_noise import (
     add_uniform_noise_to_action,
 )
 from .base import TorchFramework, pack_result, split_output
-from .dqn import DQN, SampledBatch
+from .replay import ReplayMixin, SampledBatch
 from .utils import assert_output_is_probs, hard_update, safe_call, soft_update
 
-__all__ = ["DDPG", "NOISE_MODES"]
+__all__ = ["DDPG", "NOISE_MODES", "resolve_noise_mode"]
 
 # The documented default of ``act_with_noise(noise_param=...)``. It fits the
 # "uniform" and "normal" modes; left untouched, the other modes use their own
@@ -44,6 +44,23 @@ NOISE_MODES: Dict[str, Callable[..., torch.Tensor]] = {
 }
 
 
+def resolve_noise_mode(mode: str, noise_param: Any) -> Tuple[Callable[..., torch.Tensor], Any]:
+    """Return the noise function of an ``act_with_noise`` mode and the parameters to pass it.
+
+    A ``noise_param`` left at the documented default ``(0.0, 1.0)`` becomes the mode's
+    own default (``(0, 1, -1, 1)`` for ``"clipped_normal"``, ``None`` for ``"ou"``).
+
+    Raises:
+        ValueError: When ``mode`` is not one of :data:`NOISE_MODES`.
+    """
+    add_noise = NOISE_MODES.get(mode)
+    if add_noise is None:
+        raise ValueError(f"mode must be one of {list(NOISE_MODES)}, got {mode!r}")
+    if noise_param is _DEFAULT_NOISE_PARAM:
+        noise_param = _NOISE_DEFAULTS.get(mode, noise_param)
+    return add_noise, noise_param
+
+
 class CriticSet(NamedTuple):
     """One trained critic: its attribute name, the network, its target and its optimizer."""
 
@@ -53,7 +70,7 @@ class CriticSet(NamedTuple):
     optimizer: torch.optim.Optimizer
 
 
-class DDPG(TorchFramework):
+class DDPG(ReplayMixin, TorchFramework):
     """Deep Deterministic Policy Gradient for continuous (or probability-vector) actions.
 
     The actor maps states to actions; the critic maps states and actions to a value
@@ -196,11 +213,7 @@ class DDPG(TorchFramework):
         Raises:
             ValueError: When ``mode`` is unknown or ``noise_param`` does not fit it.
         """
-        add_noise = NOISE_MODES.get(mode)
-        if add_noise is None:
-            raise ValueError(f"mode must be one of {list(NOISE_MODES)}, got {mode!r}")
-        if noise_param is _DEFAULT_NOISE_PARAM:
-            noise_param = _NOISE_DEFAULTS.get(mode, noise_param)
+        add_noise, noise_param = resolve_noise_mode(mode, noise_param)
         action, extras = split_output(self._actor_output(state, use_target))
         try:
             noisy = add_noise(action, noise_param, ratio)
@@ -246,13 +259,6 @@ class DDPG(TorchFramework):
         with torch.no_grad():
             return safe_call(self.critic_target if use_target else self.critic, state, action)
 
-    # -- storing (shared with the DQN family: same buffer layout and sampled batch) ---
-    store_transition = DQN.store_transition
-    store_episode = DQN.store_episode
-    _default_buffer = DQN._default_buffer
-    _sample = DQN._sample
-    _make_batch = staticmethod(DQN._make_batch)
-
     # -- hooks a user may override ----------------------------------------------------
     @staticmethod
     def action_transform_function(raw_output_action: Any, *_: Any) -> Dict[str, Any]:
@@ -263,8 +269,6 @@ class DDPG(TorchFramework):
         dictionary shaped like the stored ``Transition.action``.
         """
         return {"action": raw_output_action}
-
-    reward_function = staticmethod(DQN.reward_function)
 
     # -- update steps -------------------------------------------------------------------
     @staticmethod
@@ -295,10 +299,8 @@ class DDPG(TorchFramework):
                                                          batch.others)
             next_value = self._target_value(batch, next_action)
             device = next_value.device
-            return self.reward_function(batch.reward.to(device), self.discount, next_value,
+            return self.reward_function(batch.reward.to(device), self._discount(batch, device), next_value,
                                         batch.terminal.to(device), batch.others)
-
-    _value_loss = DQN._value_loss
 
     def _update_critics(self, batch: SampledBatch, target: torch.Tensor, step: bool) -> float:
         """Regress every critic onto ``target``; returns their mean loss."""
@@ -332,11 +334,6 @@ class DDPG(TorchFramework):
         for online, target in self._online_target_pairs():
             soft_update(target, online, self.update_rate)
 
-    def _train_mode(self, training: bool) -> None:
-        for online, _ in self._online_target_pairs():
-            if online.training != training:  # train() walks every submodule: skip when set
-                online.train(training)
-
     def update(self, update_value: bool = True, update_policy: bool = True, update_target: bool = True,
                concatenate_samples: bool = True) -> Optional[Tuple[float, float]]:
         """Sample a batch and take one training step.
@@ -354,14 +351,15 @@ class DDPG(TorchFramework):
         batch = self._sample(concatenate_samples)
         if batch is None:
             return None
-        self._train_mode(True)
+        online = [net for net, _ in self._online_target_pairs()]
+        self._set_mode(True, *online)
         target = self._bellman_target(batch)
         value_loss = self._update_critics(batch, target, update_value)
         due = self._should_update_policy()
         policy_value = self._update_actor(batch, update_policy and due)
         if update_target and due:
             self._update_targets()
-        self._train_mode(False)
+        self._set_mode(False, *online)
         return policy_value, value_loss
 
     def _post_load(self) -> None:

@@ -10,12 +10,12 @@ from torch import nn
 
 from ..buffers import Buffer, PrioritizedBuffer
 from .ddpg import DDPG
-from .dqn_per import DQNPer
+from .replay import PrioritizedReplayMixin
 
 __all__ = ["DDPGPer"]
 
 
-class DDPGPer(DDPG):
+class DDPGPer(PrioritizedReplayMixin, DDPG):
     """DDPG that samples transitions by priority and weights the critic loss by importance.
 
     Takes the arguments of :class:`~machin.frame.algorithms.ddpg.DDPG` (with
@@ -70,10 +70,3 @@ class DDPGPer(DDPG):
             replay_device=replay_device, replay_buffer=replay_buffer, visualize=visualize,
             visualize_dir=visualize_dir,
         )
-
-    # Prioritized sampling and the importance-weighted, priority-refreshing value loss
-    # are the same as DQNPer's.
-    _default_buffer = DQNPer._default_buffer
-    _sample = DQNPer._sample
-    _per_sample_loss = DQNPer._per_sample_loss
-    _value_loss = DQNPer._value_loss

@@ -3,44 +3,19 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Optional, Union
+from typing import Any, Callable, Dict, Optional, Union
 
-import numpy as np
 import torch
 from torch import nn
 
 from ..buffers import Buffer
-from ..transition import Transition
 from .base import TorchFramework, pack_result, split_output
-from .returns import n_step_episode
+from .replay import REQUIRED_ATTRS, ReplayMixin, SampledBatch
 from .utils import hard_update, safe_call, soft_update
 
-__all__ = ["DQN", "SampledBatch"]
+__all__ = ["DQN", "SampledBatch", "REQUIRED_ATTRS"]
 
-REQUIRED_ATTRS = ("state", "action", "next_state", "reward", "terminal")
-
-
-@dataclass
-class SampledBatch:
-    """One sampled training batch, as the update hooks of the value-based family see it.
-
-    ``reward`` and ``terminal`` are ``[B, 1]`` float tensors; ``others`` holds the
-    custom attributes; ``index`` and ``weight`` are set by prioritized replay.
-    """
-
-    size: int
-    state: Dict[str, Any]
-    action: Dict[str, Any]
-    reward: torch.Tensor
-    next_state: Dict[str, Any]
-    terminal: torch.Tensor
-    others: Dict[str, Any] = field(default_factory=dict)
-    index: Optional[np.ndarray] = None
-    weight: Optional[torch.Tensor] = None
-
-
-class DQN(TorchFramework):
+class DQN(ReplayMixin, TorchFramework):
     """Deep Q-Network for discrete action spaces.
 
     ``mode`` selects the target: ``"vanilla"`` bootstraps from the online network
@@ -121,8 +96,6 @@ class DQN(TorchFramework):
             raise ValueError(f"update_steps must be a positive integer, got {update_steps!r}")
         if not 0 < epsilon_decay <= 1:
             raise ValueError(f"epsilon_decay must be in (0, 1], got {epsilon_decay!r}")
-        if not isinstance(n_step, int) or n_step < 1:
-            raise ValueError(f"n_step must be a positive integer, got {n_step!r}")
         if not 0 <= discount <= 1:
             raise ValueError(f"discount must be in [0, 1], got {discount!r}")
         self._check_positive(batch_size=batch_size, learning_rate=learning_rate, gradient_max=gradient_max)
@@ -134,7 +107,7 @@ class DQN(TorchFramework):
         self.update_rate = update_rate
         self.update_steps = update_steps
         self.discount = discount
-        self.n_step = n_step
+        self.n_step = self._check_n_step(n_step)
         self.gradient_max = gradient_max
         self.criterion = criterion
         self._update_counter = 0
@@ -152,9 +125,6 @@ class DQN(TorchFramework):
         self.qnet_optim = self._make_optimizer(optimizer, self.qnet, learning_rate)
         self._init_lr_schedulers(lr_scheduler, lr_scheduler_args, lr_scheduler_kwargs, [self.qnet_optim])
         self.replay_buffer = self._make_buffer(replay_buffer, lambda: self._default_buffer(replay_size, replay_device))
-
-    def _default_buffer(self, replay_size: int, replay_device) -> Buffer:
-        return Buffer(replay_size, replay_device)
 
     # -- acting -----------------------------------------------------------------------
     def _q_network(self, use_target: bool) -> nn.Module:
@@ -197,54 +167,13 @@ class DQN(TorchFramework):
         with torch.no_grad():
             return safe_call(self._q_network(use_target), state)
 
-    # -- storing ----------------------------------------------------------------------
-    def store_transition(self, transition: Union[Transition, Dict[str, Any]]) -> None:
-        """Store one step with attributes state, action, next_state, reward, terminal."""
-        if self.n_step > 1:
-            raise RuntimeError(
-                f"{type(self).__name__} with n_step={self.n_step} computes n-step returns over whole "
-                f"episodes: call store_episode instead of store_transition"
-            )
-        self.replay_buffer.append(transition, required_attrs=REQUIRED_ATTRS)
-
-    def store_episode(self, episode: List[Union[Transition, Dict[str, Any]]]) -> None:
-        """Store every step of an episode at once (as n-step transitions when ``n_step > 1``)."""
-        if self.n_step > 1:
-            episode = n_step_episode(episode, self.n_step, self.discount)
-        self.replay_buffer.extend(episode, required_attrs=REQUIRED_ATTRS)
-
     # -- hooks a user may override ----------------------------------------------------
     @staticmethod
     def action_get_function(sampled_actions: Dict[str, Any]) -> torch.Tensor:
         """Pick the integer action tensor out of the sampled action dict (key ``"action"``)."""
         return sampled_actions["action"]
 
-    @staticmethod
-    def reward_function(reward: torch.Tensor, discount: float, next_value: torch.Tensor,
-                        terminal: torch.Tensor, others: Dict[str, Any]) -> torch.Tensor:
-        """Bellman target ``reward + discount * (1 - terminal) * next_value`` (terminal as 0/1 floats)."""
-        return reward + discount * (1.0 - terminal) * next_value
-
     # -- update -----------------------------------------------------------------------
-    def _sample(self, concatenate: bool) -> Optional[SampledBatch]:
-        size, batch = self.replay_buffer.sample_batch(
-            self.batch_size, concatenate, sample_method="random_unique",
-            sample_attrs=["state", "action", "reward", "next_state", "terminal", "*"],
-        )
-        if size == 0:
-            return None
-        return self._make_batch(size, batch)
-
-    @staticmethod
-    def _make_batch(size: int, batch: tuple, **extra: Any) -> SampledBatch:
-        state, action, reward, next_state, terminal, others = batch
-        if not isinstance(reward, torch.Tensor):
-            reward = Buffer.make_tensor_from_batch(reward, None, True)
-            terminal = Buffer.make_tensor_from_batch(terminal, None, True)
-        dtype = reward.dtype if reward.is_floating_point() else torch.get_default_dtype()
-        return SampledBatch(size, state, action, reward.to(dtype).view(size, -1), next_state,
-                            terminal.to(dtype).view(size, -1), others, **extra)
-
     def _next_value(self, batch: SampledBatch) -> torch.Tensor:
         """Value ``[B, 1]`` of the next state under the mode's target rule (no gradient)."""
         target_q, _ = split_output(safe_call(self.qnet_target, batch.next_state))
@@ -253,14 +182,6 @@ class DQN(TorchFramework):
             next_action = online_q.argmax(dim=1, keepdim=True).to(target_q.device)
             return target_q.gather(1, next_action)
         return target_q.max(dim=1, keepdim=True).values
-
-    def _discount(self, batch: SampledBatch, device: torch.device) -> Union[float, torch.Tensor]:
-        """``discount``, or ``discount ** steps`` per sample for n-step transitions."""
-        steps = batch.others.get("steps")
-        if steps is None:
-            return self.discount
-        steps = torch.as_tensor(steps, dtype=torch.get_default_dtype(), device=device).view(-1, 1)
-        return self.discount ** steps
 
     def _target_value(self, batch: SampledBatch) -> torch.Tensor:
         with torch.no_grad():
@@ -273,10 +194,6 @@ class DQN(TorchFramework):
         q, _ = split_output(safe_call(self.qnet, batch.state))
         action = self.action_get_function(batch.action).to(device=q.device, dtype=torch.long)
         return q.gather(1, action.view(batch.size, 1))
-
-    def _value_loss(self, predicted: torch.Tensor, target: torch.Tensor, batch: SampledBatch) -> torch.Tensor:
-        size = batch.size
-        return self.criterion(target.view(size, 1).to(predicted.device), predicted.view(size, 1))
 
     def _update_target(self) -> None:
         if self.mode == "vanilla":

@@ -10,8 +10,8 @@ from torch import nn
 
 from ..buffers import Buffer
 from ..transition import Transition, TransitionBase
-from .dqn import REQUIRED_ATTRS, SampledBatch
 from .dqn_per import DQNPer
+from .replay import REQUIRED_ATTRS, SampledBatch
 from .returns import n_step_episode
 from .utils import safe_call
 
@@ -156,16 +156,8 @@ class RAINBOW(DQNPer):
         self.replay_buffer.update_priority(cross_entropy.detach().cpu().numpy(), batch.index)
         return loss
 
-    def _sample(self, concatenate: bool) -> Optional[SampledBatch]:
-        size, batch, index, is_weight = self.replay_buffer.sample_batch(
-            self.batch_size, concatenate,
-            sample_attrs=["state", "action", "reward", "next_state", "terminal", "*"],
-            additional_concat_attrs=["value", "steps"],
-        )
-        if size == 0:
-            return None
-        weight = torch.as_tensor(is_weight, dtype=torch.get_default_dtype()).view(size, 1)
-        return self._make_batch(size, batch, index=index, weight=weight)
+    def _sample(self, concatenate: bool, additional_concat_attrs=None) -> Optional[SampledBatch]:
+        return super()._sample(concatenate, ["value", "steps"])
 
     # -- storing ----------------------------------------------------------------------
     def _with_steps(self, transition: Union[TransitionBase, Dict[str, Any]]) -> Union[TransitionBase, Dict]:

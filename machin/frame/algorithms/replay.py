@@ -1,0 +1,167 @@
+"""What every replay-based algorithm shares: storing, sampling and the Bellman pieces.
+
+:class:`ReplayMixin` is mixed into DQN, DDPG (and their subclasses): it stores
+transitions (as n-step transitions when ``n_step > 1``), samples a
+:class:`SampledBatch`, computes the per-sample discount and the value loss.
+:class:`PrioritizedReplayMixin` swaps in prioritized sampling, importance weights and
+priority updates, for DQNPer and DDPGPer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional, Union
+
+import numpy as np
+import torch
+
+from ..buffers import Buffer, PrioritizedBuffer
+from ..transition import Transition
+from .returns import n_step_episode
+
+__all__ = ["REQUIRED_ATTRS", "SampledBatch", "ReplayMixin", "PrioritizedReplayMixin"]
+
+REQUIRED_ATTRS = ("state", "action", "next_state", "reward", "terminal")
+SAMPLE_ATTRS = ["state", "action", "reward", "next_state", "terminal", "*"]
+
+
+@dataclass
+class SampledBatch:
+    """One sampled training batch, as the update hooks of replay-based algorithms see it.
+
+    ``reward`` and ``terminal`` are ``[B, 1]`` float tensors; ``others`` holds the
+    custom attributes; ``index`` and ``weight`` are set by prioritized replay.
+    """
+
+    size: int
+    state: Dict[str, Any]
+    action: Dict[str, Any]
+    reward: torch.Tensor
+    next_state: Dict[str, Any]
+    terminal: torch.Tensor
+    others: Dict[str, Any] = field(default_factory=dict)
+    index: Optional[np.ndarray] = None
+    weight: Optional[torch.Tensor] = None
+
+
+class ReplayMixin:
+    """Storing and sampling for algorithms that learn from a replay buffer.
+
+    The host class sets ``replay_buffer``, ``batch_size``, ``discount``, ``criterion``
+    and ``n_step`` (1 unless it supports n-step returns).
+    """
+
+    n_step = 1
+
+    @staticmethod
+    def _check_n_step(n_step: int) -> int:
+        if isinstance(n_step, bool) or not isinstance(n_step, int) or n_step < 1:
+            raise ValueError(f"n_step must be a positive integer, got {n_step!r}")
+        return n_step
+
+    def _default_buffer(self, replay_size: int, replay_device) -> Buffer:
+        return Buffer(replay_size, replay_device)
+
+    # -- storing ----------------------------------------------------------------------
+    def store_transition(self, transition: Union[Transition, Dict[str, Any]]) -> None:
+        """Store one step with attributes state, action, next_state, reward, terminal.
+
+        Raises:
+            ValueError: When an attribute is missing or differs from the stored ones.
+            RuntimeError: With ``n_step > 1``, which needs whole episodes.
+        """
+        if self.n_step > 1:
+            raise RuntimeError(
+                f"{type(self).__name__} with n_step={self.n_step} computes n-step returns over whole "
+                f"episodes: call store_episode instead of store_transition"
+            )
+        self.replay_buffer.append(transition, required_attrs=REQUIRED_ATTRS)
+
+    def store_episode(self, episode: List[Union[Transition, Dict[str, Any]]]) -> None:
+        """Store every step of an episode in one write (as n-step transitions when ``n_step > 1``).
+
+        End the episode with ``terminal=False`` when it was cut by a time limit: its
+        last steps then still bootstrap from the last state.
+        """
+        if self.n_step > 1:
+            episode = n_step_episode(episode, self.n_step, self.discount)
+        self.replay_buffer.extend(episode, required_attrs=REQUIRED_ATTRS)
+
+    # -- sampling ---------------------------------------------------------------------
+    def _sample(self, concatenate: bool) -> Optional[SampledBatch]:
+        size, batch = self.replay_buffer.sample_batch(
+            self.batch_size, concatenate, sample_method="random_unique", sample_attrs=SAMPLE_ATTRS)
+        if size == 0:
+            return None
+        return self._make_batch(size, batch)
+
+    @staticmethod
+    def _make_batch(size: int, batch: tuple, **extra: Any) -> SampledBatch:
+        state, action, reward, next_state, terminal, others = batch
+        if not isinstance(reward, torch.Tensor):
+            reward = Buffer.make_tensor_from_batch(reward, None, True)
+            terminal = Buffer.make_tensor_from_batch(terminal, None, True)
+        dtype = reward.dtype if reward.is_floating_point() else torch.get_default_dtype()
+        return SampledBatch(size, state, action, reward.to(dtype).view(size, -1), next_state,
+                            terminal.to(dtype).view(size, -1), others, **extra)
+
+    # -- Bellman pieces ---------------------------------------------------------------
+    @staticmethod
+    def reward_function(reward: torch.Tensor, discount: Union[float, torch.Tensor], next_value: torch.Tensor,
+                        terminal: torch.Tensor, others: Dict[str, Any]) -> torch.Tensor:
+        """Bellman target ``reward + discount * (1 - terminal) * next_value`` (terminal as 0/1 floats)."""
+        return reward + discount * (1.0 - terminal) * next_value
+
+    def _discount(self, batch: SampledBatch, device: torch.device) -> Union[float, torch.Tensor]:
+        """``discount``, or ``discount ** steps`` per sample for n-step transitions."""
+        steps = batch.others.get("steps")
+        if steps is None:
+            return self.discount
+        steps = torch.as_tensor(steps, dtype=torch.get_default_dtype(), device=device).view(-1, 1)
+        return self.discount ** steps
+
+    def _value_loss(self, predicted: torch.Tensor, target: torch.Tensor, batch: SampledBatch) -> torch.Tensor:
+        """``criterion(target[B, 1], predicted[B, 1])``."""
+        size = batch.size
+        return self.criterion(target.view(size, 1).to(predicted.device), predicted.view(size, 1))
+
+
+class PrioritizedReplayMixin(ReplayMixin):
+    """Prioritized sampling, importance-weighted losses and |TD error| priorities.
+
+    The criterion must return one loss per sample (shape ``[B, 1]`` or ``[B]``), e.g.
+    ``nn.MSELoss(reduction="none")``: each sample's loss is multiplied by its
+    importance-sampling weight before averaging.
+    """
+
+    def _default_buffer(self, replay_size: int, replay_device) -> PrioritizedBuffer:
+        return PrioritizedBuffer(replay_size, replay_device)
+
+    def _sample(self, concatenate: bool, additional_concat_attrs: Optional[List[str]] = None
+                ) -> Optional[SampledBatch]:
+        size, batch, index, is_weight = self.replay_buffer.sample_batch(
+            self.batch_size, concatenate, sample_attrs=SAMPLE_ATTRS, additional_concat_attrs=additional_concat_attrs)
+        if size == 0:
+            return None
+        weight = torch.as_tensor(is_weight, dtype=torch.get_default_dtype()).view(size, 1)
+        return self._make_batch(size, batch, index=index, weight=weight)
+
+    def _per_sample_loss(self, per_sample: torch.Tensor, batch: SampledBatch) -> torch.Tensor:
+        """Weight per-sample losses by importance and return their mean."""
+        size = batch.size
+        if per_sample.dim() == 0 or per_sample.numel() != size:
+            raise ValueError(
+                f"{type(self).__name__} needs a criterion that returns one loss per sample "
+                f"(shape [{size}, 1]); got shape {list(per_sample.shape)}. "
+                f'Use e.g. nn.MSELoss(reduction="none") instead of reduction="sum" or "mean".'
+            )
+        return (per_sample.view(size, 1) * batch.weight.to(per_sample.device)).mean()
+
+    def _value_loss(self, predicted: torch.Tensor, target: torch.Tensor, batch: SampledBatch) -> torch.Tensor:
+        """Importance-weighted criterion; the sampled transitions get ``|target - predicted|`` as priority."""
+        size = batch.size
+        target = target.view(size, 1).to(predicted.device)
+        loss = self._per_sample_loss(self.criterion(target, predicted.view(size, 1)), batch)
+        priority = (predicted.detach().view(size, 1) - target).abs().view(-1).cpu().numpy()
+        self.replay_buffer.update_priority(priority, batch.index)
+        return loss

@@ -1,0 +1,200 @@
+"""TD3: clipped double-Q target, target policy smoothing, delayed policy updates, three optimizers."""
+
+from __future__ import annotations
+
+import copy
+import inspect
+import os
+
+import pytest
+import torch
+from torch import nn
+
+from machin.frame.algorithms.td3 import TD3
+from machin.frame.transition import Transition
+
+from .ddpg_nets import (
+    STATE_DIM,
+    Actor,
+    Critic,
+    LinearActor,
+    LinearCritic,
+    fill,
+    parameters,
+    pendulum_nets,
+    run_pendulum,
+    same,
+)
+
+pytestmark = pytest.mark.filterwarnings("ignore:.*does not declare an input device")
+
+STATE = {"state": torch.randn(5, STATE_DIM)}
+
+
+def make_td3(**kwargs) -> TD3:
+    torch.manual_seed(0)
+    actor, critic, critic2 = Actor(), Critic(), Critic()
+    kwargs.setdefault("batch_size", 8)
+    return TD3(actor, copy.deepcopy(actor), critic, copy.deepcopy(critic), critic2, copy.deepcopy(critic2),
+               torch.optim.Adam, nn.MSELoss(), **kwargs)
+
+
+class RecordingMSE(nn.MSELoss):
+    def __init__(self):
+        super().__init__()
+        self.targets = []
+
+    def forward(self, target, predicted):
+        self.targets.append(target.detach().clone())
+        return super().forward(target, predicted)
+
+
+def linear_td3(cls=TD3, **kwargs) -> TD3:
+    """Critics Q1 = s + 2a and Q2 = 3s + a; one transition s=1, a=0.25, s'=2, r=1 (discount 0.5)."""
+    td3 = cls(LinearActor(0.5), LinearActor(0.0), LinearCritic(1.0, 2.0), LinearCritic(0.0, 0.0),
+              LinearCritic(3.0, 1.0), LinearCritic(0.0, 0.0), torch.optim.SGD, RecordingMSE(),
+              batch_size=1, discount=0.5, **kwargs)
+    td3.store_transition(Transition(
+        state={"state": torch.ones(1, 1)}, action={"action": torch.full((1, 1), 0.25)},
+        next_state={"state": torch.full((1, 1), 2.0)}, reward=1.0, terminal=False))
+    return td3
+
+
+def test_class_attributes_include_the_second_critic():
+    assert TD3._is_top == ["actor", "critic", "actor_target", "critic_target", "critic2", "critic2_target"]
+    assert TD3.get_restorable() == ["actor_target", "critic_target", "critic2_target"]
+
+
+def test_documented_defaults():
+    params = inspect.signature(TD3).parameters
+    assert params["update_rate"].default == 0.005
+    assert params["policy_noise"].default == 0.2
+    assert params["noise_clip"].default == 0.5
+    assert params["policy_update_delay"].default == 2
+
+
+def test_second_target_is_hard_copied_and_has_its_own_optimizer():
+    td3 = TD3(Actor(), Actor(), Critic(), Critic(), Critic(), Critic(), torch.optim.Adam, nn.MSELoss())
+    assert same(parameters(td3.critic2), parameters(td3.critic2_target))
+    assert {id(p) for p in td3.critic2_optim.param_groups[0]["params"]} == {id(p) for p in td3.critic2.parameters()}
+
+
+@pytest.mark.parametrize("option, value, message", [
+    ("policy_update_delay", 0, "policy_update_delay must be a positive integer, got 0"),
+    ("policy_update_delay", 1.5, "policy_update_delay must be a positive integer, got 1.5"),
+    ("policy_noise", -0.1, "policy_noise and noise_clip must be non-negative"),
+    ("noise_clip", -1.0, "policy_noise and noise_clip must be non-negative"),
+])
+def test_bad_options_raise(option, value, message):
+    with pytest.raises(ValueError, match=message):
+        make_td3(**{option: value})
+
+
+def test_target_uses_the_smaller_target_critic():
+    # a' = 0.5 * 2 = 1; Q1'(2, 1) = 2 + 2 = 4; Q2'(2, 1) = 6 + 1 = 7; y = 1 + 0.5 * 4 = 3
+    td3 = linear_td3(policy_noise=0.0)
+    td3.update(update_value=False, update_policy=False, update_target=False)
+    assert len(td3.criterion.targets) == 2  # one loss per critic, same target
+    assert all(torch.allclose(t, torch.tensor([[3.0]])) for t in td3.criterion.targets)
+
+
+def test_policy_noise_function_override_is_used_for_the_target():
+    class ShiftedTD3(TD3):
+        @staticmethod
+        def policy_noise_function(actions, *_):
+            return actions + 1.0
+
+    # a' = 1 + 1 = 2; Q1' = 2 + 4 = 6; Q2' = 6 + 2 = 8; y = 1 + 0.5 * 6 = 4
+    td3 = linear_td3(ShiftedTD3)
+    td3.update(update_value=False, update_policy=False, update_target=False)
+    assert torch.allclose(td3.criterion.targets[0], torch.tensor([[4.0]]))
+
+
+def test_default_smoothing_noise_is_gaussian_and_clipped():
+    torch.manual_seed(0)
+    actions = torch.zeros(20000, 1)
+    noise = TD3.policy_noise_function(actions, 0.2, 0.5)
+    assert noise.abs().max() <= 0.5
+    assert noise.std().item() == pytest.approx(0.2, rel=0.05)
+    clipped = TD3.policy_noise_function(actions, 1.0, 0.1)
+    assert clipped.abs().max() <= 0.1 and (clipped.abs() == 0.1).float().mean() > 0.8
+    assert torch.equal(actions, torch.zeros(20000, 1))
+
+
+def test_smoothing_noise_reaches_the_target():
+    torch.manual_seed(0)
+    td3 = linear_td3(policy_noise=0.2, noise_clip=0.5)
+    for _ in range(4):
+        td3.update(update_value=False, update_policy=False, update_target=False)
+    targets = torch.cat(td3.criterion.targets[::2]).view(-1)
+    # y = 1 + 0.5 * min(2 + 2 a', 6 + a') = 3 + a' - 1 with a' = 1 + noise, noise in [-0.5, 0.5]
+    assert not torch.allclose(targets, torch.full_like(targets, 3.0))
+    assert torch.all((targets - 3.0).abs() <= 0.5 + 1e-6)
+
+
+@pytest.mark.parametrize("delay", [2, 3])
+def test_actor_and_targets_update_only_every_delay_steps(delay):
+    td3 = make_td3(policy_update_delay=delay)
+    fill(td3)
+    targets = lambda: parameters(td3.actor_target) + parameters(td3.critic_target) + parameters(td3.critic2_target)  # noqa: E731
+    for step in range(1, 2 * delay + 1):
+        actor, critic, critic2, target = (parameters(td3.actor), parameters(td3.critic),
+                                          parameters(td3.critic2), targets())
+        policy_value, value_loss = td3.update()
+        assert type(policy_value) is float and type(value_loss) is float
+        assert not same(critic, parameters(td3.critic)) and not same(critic2, parameters(td3.critic2))
+        due = step % delay == 0
+        assert same(actor, parameters(td3.actor)) != due
+        assert same(target, targets()) != due
+
+
+def test_policy_update_delay_one_updates_every_time():
+    td3 = make_td3(policy_update_delay=1)
+    fill(td3)
+    actor = parameters(td3.actor)
+    td3.update()
+    assert not same(actor, parameters(td3.actor))
+
+
+def test_three_lr_scheduler_slots():
+    halve = (lambda epoch: 0.5 ** epoch,)
+    td3 = make_td3(lr_scheduler=torch.optim.lr_scheduler.LambdaLR, lr_scheduler_args=(halve, halve, halve))
+    fill(td3)
+    td3.update()
+    td3.update()  # the actor steps on the second (delayed) update
+    td3.update_lr_scheduler()
+    lrs = [o.param_groups[0]["lr"] for o in (td3.actor_optim, td3.critic_optim, td3.critic2_optim)]
+    assert lrs == pytest.approx([0.0005 / 2, 0.001 / 2, 0.001 / 2])
+    with pytest.raises(ValueError, match=r"\(3 here\)"):
+        make_td3(lr_scheduler=torch.optim.lr_scheduler.LambdaLR, lr_scheduler_args=(halve, halve))
+
+
+def test_save_and_load_cover_the_second_critic(tmp_path):
+    td3 = make_td3(policy_update_delay=1)
+    fill(td3)
+    for _ in range(2):
+        td3.update()
+    td3.save(str(tmp_path))
+    assert sorted(os.listdir(tmp_path)) == ["actor_target_0.pt", "critic2_target_0.pt", "critic_target_0.pt"]
+
+    torch.manual_seed(7)
+    fresh = TD3(Actor(), Actor(), Critic(), Critic(), Critic(), Critic(), torch.optim.Adam, nn.MSELoss())
+    fresh.load(str(tmp_path))
+    assert torch.equal(fresh.act(STATE), td3.act(STATE, use_target=True))
+    assert same(parameters(fresh.critic2_target), parameters(td3.critic2_target))
+    assert same(parameters(fresh.critic2), parameters(td3.critic2_target))
+
+
+@pytest.mark.learning
+def test_td3_learns_pendulum():
+    torch.manual_seed(0)
+    actor, actor_target, critic, critic_target = pendulum_nets(hidden=64)
+    td3 = TD3(actor, actor_target, critic, critic_target, Critic(hidden=64), Critic(hidden=64),
+              torch.optim.Adam, nn.MSELoss(), batch_size=64, update_rate=0.005,
+              actor_learning_rate=3e-3, critic_learning_rate=3e-3)
+    smoothed, episode, steps, seconds, cpu = run_pendulum(
+        td3, lambda s: td3.act_with_noise({"state": s}, noise_param=(0.0, 0.2), mode="normal"),
+        seed=0, threshold=-400, max_episodes=60, warmup_steps=500)
+    print(f"TD3 Pendulum: smoothed {smoothed:.1f} at episode {episode}, step {steps}, "
+          f"{seconds:.1f} s wall, {cpu:.1f} s CPU")
+    assert smoothed > -400
