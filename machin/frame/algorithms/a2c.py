@@ -21,14 +21,14 @@ import torch
 from torch import nn
 
 from ..buffers import Buffer
+from ..buffers.buffer import DEFAULT_REQUIRED_ATTRS
 from ..transition import Transition, TransitionBase
 from .base import TorchFramework, split_output
 from .utils import safe_call
 
 __all__ = ["A2C", "PolicyBatch", "returns_and_advantages"]
 
-REQUIRED_ATTRS = ("state", "action", "next_state", "reward", "terminal")
-A2C_REQUIRED_ATTRS = REQUIRED_ATTRS + ("value", "gae")
+A2C_REQUIRED_ATTRS = DEFAULT_REQUIRED_ATTRS + ("value", "gae")
 
 
 # -- helpers shared by the stochastic-policy family -------------------------------------
@@ -71,9 +71,10 @@ def returns_and_advantages(
     """Discounted returns and GAE advantages of consecutive steps, in one reverse pass.
 
     Step ``t`` ends a chain of steps when it is terminal, truncated, or the last one.
-    A terminal step has no future value. Any other step bootstraps from the value
-    of its next state, so a chain cut short by truncation still sees the value of
-    where it stopped::
+    A terminal step that is not truncated has no future value (``terminal_t`` below
+    is 1 only for those); any other step bootstraps from the value of its next
+    state, so a chain cut short by truncation still sees the value of where it
+    stopped::
 
         delta_t  = r_t + discount * (1 - terminal_t) * V(s'_t) - V(s_t)
         A_t      = delta_t + discount * gae_lambda * A_{t+1}          (A = 0 past a chain end)
@@ -99,8 +100,9 @@ def returns_and_advantages(
     returns, advantages = [0.0] * steps, [0.0] * steps
     future_return = future_advantage = 0.0
     for t in reversed(range(steps)):
-        bootstrap = 0.0 if terminal[t] else discount * next_value[t]
-        if terminal[t] or truncated[t] or t == steps - 1:
+        terminated = terminal[t] and not truncated[t]
+        bootstrap = 0.0 if terminated else discount * next_value[t]
+        if terminated or truncated[t] or t == steps - 1:
             future_return = bootstrap
             future_advantage = 0.0
         else:
@@ -362,7 +364,7 @@ class A2C(TorchFramework):
         for step, t in enumerate(episode):
             if not isinstance(t, (dict, TransitionBase)):
                 raise TypeError(f"episode[{step}] must be a Transition or a dict, got {type(t).__name__}")
-            missing = [name for name in REQUIRED_ATTRS if name not in t]
+            missing = [name for name in DEFAULT_REQUIRED_ATTRS if name not in t]
             if missing:
                 raise ValueError(
                     f"episode[{step}] is missing required attribute(s) {missing}; it has {list(t.keys())}"
@@ -474,7 +476,7 @@ class A2C(TorchFramework):
             return self._critic_loss(batch).item()
 
     def update(self, update_value: bool = True, update_policy: bool = True,
-               concatenate_samples: bool = True) -> Tuple[Optional[float], Optional[float]]:
+               concatenate_samples: bool = True) -> Optional[Tuple[float, float]]:
         """Train on the stored samples, then clear the buffer.
 
         Runs ``actor_update_times`` actor steps, then ``critic_update_times`` critic
@@ -489,13 +491,13 @@ class A2C(TorchFramework):
 
         Returns:
             ``(mean policy value, mean value loss)`` as floats, the policy value being
-            minus the policy loss; ``(None, None)`` when the buffer is empty.
+            minus the policy loss; ``None`` when the buffer is empty.
         """
-        batch = self._sample_all(concatenate_samples)
-        if batch is None:
-            return None, None
         self.actor.train()
         self.critic.train()
+        batch = self._sample_all(concatenate_samples)  # old log-probs in training mode too
+        if batch is None:
+            return None
         actor_step = self._update_actor if update_policy else self._evaluate_actor
         critic_step = self._update_critic if update_value else self._evaluate_critic
         policy_value = sum(actor_step(self._actor_minibatch(batch)) for _ in range(self.actor_update_times))

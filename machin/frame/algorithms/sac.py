@@ -9,16 +9,16 @@ import torch
 from torch import nn
 
 from ..buffers import Buffer
-from ..transition import Transition
-from .a2c import REQUIRED_ATTRS, as_column, split_actor_output
+from .a2c import as_column, split_actor_output
 from .base import TorchFramework, split_output
-from .dqn import DQN, SampledBatch
+from .ddpg import DDPG
+from .replay import ReplayMixin, SampledBatch
 from .utils import hard_update, safe_call, soft_update
 
 __all__ = ["SAC"]
 
 
-class SAC(TorchFramework):
+class SAC(ReplayMixin, TorchFramework):
     """Soft actor-critic (off-policy, maximum entropy) with a learned temperature alpha.
 
     The actor is called as ``actor(<state keys>, action=None)`` and returns
@@ -146,7 +146,7 @@ class SAC(TorchFramework):
         self.alpha_optim = self._make_optimizer(optimizer, [self.log_alpha], alpha_learning_rate)
         self._init_lr_schedulers(lr_scheduler, lr_scheduler_args, lr_scheduler_kwargs,
                                  [self.actor_optim, self.critic_optim, self.critic2_optim])
-        self.replay_buffer = self._make_buffer(replay_buffer, lambda: Buffer(replay_size, replay_device))
+        self.replay_buffer = self._make_buffer(replay_buffer, lambda: self._default_buffer(replay_size, replay_device))
 
     @property
     def entropy_alpha(self) -> float:
@@ -186,58 +186,30 @@ class SAC(TorchFramework):
                size: int) -> torch.Tensor:
         return torch.min(*(self._criticize(c, state, action, size) for c in critics))
 
-    # -- storing ----------------------------------------------------------------------
-    def store_transition(self, transition: Union[Transition, Dict[str, Any]]) -> None:
-        """Store one step with attributes state, action, next_state, reward, terminal."""
-        self.replay_buffer.append(transition, required_attrs=REQUIRED_ATTRS)
-
-    def store_episode(self, episode: List[Union[Transition, Dict[str, Any]]]) -> None:
-        """Store every step of an episode at once."""
-        self.replay_buffer.extend(episode, required_attrs=REQUIRED_ATTRS)
-
-    # -- hooks a user may override ----------------------------------------------------
-    @staticmethod
-    def action_transform_function(raw_output_action: Any, *_) -> Dict[str, Any]:
-        """Turn the actor's action into the critic's input dict: ``{"action": raw_output_action}``."""
-        return {"action": raw_output_action}
-
-    @staticmethod
-    def reward_function(reward: torch.Tensor, discount: float, next_value: torch.Tensor,
-                        terminal: torch.Tensor, others: Dict[str, Any]) -> torch.Tensor:
-        """Bellman target ``reward + discount * (1 - terminal) * next_value`` (terminal as 0/1 floats)."""
-        return reward + discount * (1.0 - terminal) * next_value
+    # -- hooks a user may override (see DDPG; reward_function comes from ReplayMixin) ----
+    action_transform_function = staticmethod(DDPG.action_transform_function)
 
     # -- update -----------------------------------------------------------------------
-    def _sample(self, concatenate: bool) -> Optional[SampledBatch]:
-        size, batch = self.replay_buffer.sample_batch(
-            self.batch_size, concatenate, sample_method="random_unique",
-            sample_attrs=["state", "action", "reward", "next_state", "terminal", "*"],
-        )
-        return None if size == 0 else DQN._make_batch(size, batch)
-
     def _target_value(self, batch: SampledBatch, alpha: torch.Tensor) -> torch.Tensor:
         """Soft Bellman target ``[B, 1]`` (no gradient)."""
         with torch.no_grad():
             next_action, next_log_prob = self._sample_action(batch.next_state, batch.size)
             next_q = self._min_q((self.critic_target, self.critic2_target), batch.next_state,
-                                 self.action_transform_function(next_action, batch.next_state), batch.size)
+                                 self.action_transform_function(next_action, batch.next_state, batch.others), batch.size)
             next_value = next_q - alpha.to(next_q.device) * next_log_prob.to(next_q.device)
             device = next_value.device
-            return self.reward_function(batch.reward.to(device), self.discount, next_value,
+            return self.reward_function(batch.reward.to(device), self._discount(batch, device), next_value,
                                         batch.terminal.to(device), batch.others)
 
     def _critic_losses(self, batch: SampledBatch, target: torch.Tensor) -> List[torch.Tensor]:
-        losses = []
-        for critic in (self.critic, self.critic2):
-            q = self._criticize(critic, batch.state, batch.action, batch.size)
-            losses.append(self.criterion(target.to(device=q.device, dtype=q.dtype), q))
-        return losses
+        return [self._value_loss(self._criticize(critic, batch.state, batch.action, batch.size), target, batch)
+                for critic in (self.critic, self.critic2)]
 
     def _actor_loss(self, batch: SampledBatch, action: torch.Tensor, log_prob: torch.Tensor,
                     alpha: torch.Tensor) -> Tuple[torch.Tensor, float]:
         """``(actor loss, policy value)``: reparameterised, or score-function for non-differentiable actions."""
         q = self._min_q((self.critic, self.critic2), batch.state,
-                        self.action_transform_function(action, batch.state), batch.size)
+                        self.action_transform_function(action, batch.state, batch.others), batch.size)
         soft_q = q - alpha.to(q.device) * log_prob.to(q.device)
         if action.requires_grad:
             loss = -soft_q.mean()
@@ -248,7 +220,7 @@ class SAC(TorchFramework):
 
     def update(self, update_value: bool = True, update_policy: bool = True, update_target: bool = True,
                update_entropy_alpha: bool = True,
-               concatenate_samples: bool = True) -> Tuple[Optional[float], Optional[float]]:
+               concatenate_samples: bool = True) -> Optional[Tuple[float, float]]:
         """Sample a batch; step the critics, the actor and alpha; soft-update the targets.
 
         Args:
@@ -262,11 +234,11 @@ class SAC(TorchFramework):
         Returns:
             ``(policy value, value loss)`` as floats: the policy value is the batch mean
             of ``min(Q1, Q2)(s, a) - alpha * log_prob(a|s)`` and the value loss the mean
-            of the two critic losses; ``(None, None)`` when the buffer is empty.
+            of the two critic losses; ``None`` when the buffer is empty.
         """
         batch = self._sample(concatenate_samples)
         if batch is None:
-            return None, None
+            return None
         networks = (self.actor, self.critic, self.critic2)
         for net in networks:
             net.train()
