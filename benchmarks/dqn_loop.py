@@ -39,10 +39,11 @@ def stream(n=4096):
 
 
 class Floor:
-    """The same step written by hand."""
+    """The same step written by hand (replay on the CPU, networks on ``device``)."""
 
-    def __init__(self, qnet):
-        self.q, self.q_t = qnet, copy.deepcopy(qnet)
+    def __init__(self, qnet, device):
+        self.q, self.q_t = qnet.to(device), copy.deepcopy(qnet).to(device)
+        self.device = device
         self.opt = torch.optim.Adam(self.q.parameters(), lr=1e-3)
         self.s = torch.empty(CAPACITY, STATE)
         self.a = torch.empty(CAPACITY, 1, dtype=torch.long)
@@ -55,16 +56,16 @@ class Floor:
 
     def step(self, state, next_state, reward, done):
         with torch.no_grad():
-            action = self.q(state).argmax(1, keepdim=True)
-            if torch.rand(()) < self.eps:
-                action = torch.randint_like(action, ACTIONS)
+            action = self.q(state.to(self.device)).argmax(1, keepdim=True)
+            explore = torch.rand(action.shape, device=action.device) < self.eps
+            action = torch.where(explore, torch.randint_like(action, ACTIONS), action)
             self.eps *= 0.9999
         p = self.pos
-        self.s[p], self.a[p], self.s2[p] = state[0], action[0], next_state[0]
+        self.s[p], self.a[p], self.s2[p] = state[0], action[0].cpu(), next_state[0]
         self.r[p, 0], self.d[p, 0] = reward, float(done)
         self.pos, self.size = (p + 1) % CAPACITY, min(self.size + 1, CAPACITY)
         idx = torch.randint(self.size, (BATCH,))
-        s, a, s2, r, d = self.s[idx], self.a[idx], self.s2[idx], self.r[idx], self.d[idx]
+        s, a, s2, r, d = (x[idx].to(self.device) for x in (self.s, self.a, self.s2, self.r, self.d))
         with torch.no_grad():
             next_a = self.q(s2).argmax(1, keepdim=True)
             target = r + GAMMA * (1 - d) * self.q_t(s2).gather(1, next_a)
@@ -77,13 +78,13 @@ class Floor:
         return loss.item()
 
 
-def main() -> None:
+def main(device: str = "cpu") -> None:
     setup_torch()
     states, rewards, dones = stream()
     qnet = QNet()
-    dqn = DQN(copy.deepcopy(qnet), copy.deepcopy(qnet), torch.optim.Adam, nn.MSELoss(reduction="sum"),
-              batch_size=BATCH, update_rate=TAU, discount=GAMMA, replay_size=CAPACITY)
-    floor = Floor(copy.deepcopy(qnet))
+    dqn = DQN(copy.deepcopy(qnet).to(device), copy.deepcopy(qnet).to(device), torch.optim.Adam,
+              nn.MSELoss(reduction="sum"), batch_size=BATCH, update_rate=TAU, discount=GAMMA, replay_size=CAPACITY)
+    floor = Floor(copy.deepcopy(qnet), device)
     counter = {"lib": 0, "floor": 0}
 
     def library_step():
@@ -101,9 +102,11 @@ def main() -> None:
     for _ in range(BATCH):  # fill both buffers past one batch
         library_step()
         floor_step()
-    compare("DQN step (act_discrete_with_noise + store_transition + update)", library_step, floor_step,
-            number=100, repeats=11)
+    compare(f"DQN step (act_discrete_with_noise + store_transition + update) on {device}", library_step,
+            floor_step, number=100, repeats=11)
 
 
 if __name__ == "__main__":
-    main()
+    import sys
+
+    main(sys.argv[1] if len(sys.argv) > 1 else "cpu")

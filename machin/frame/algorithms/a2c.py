@@ -493,8 +493,7 @@ class A2C(TorchFramework):
             ``(mean policy value, mean value loss)`` as floats, the policy value being
             minus the policy loss; ``None`` when the buffer is empty.
         """
-        self.actor.train()
-        self.critic.train()
+        self._set_mode(True, self.actor, self.critic)
         batch = self._sample_all(concatenate_samples)  # old log-probs in training mode too
         if batch is None:
             return None
@@ -503,6 +502,5 @@ class A2C(TorchFramework):
         policy_value = sum(actor_step(self._actor_minibatch(batch)) for _ in range(self.actor_update_times))
         value_loss = sum(critic_step(self._minibatch(batch)) for _ in range(self.critic_update_times))
         self.replay_buffer.clear()
-        self.actor.eval()
-        self.critic.eval()
+        self._set_mode(False, self.actor, self.critic)
         return policy_value / self.actor_update_times, value_loss / self.critic_update_times

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import os
+import weakref
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 import torch
@@ -13,6 +14,19 @@ from ...utils.logging import default_logger
 from ..buffers import Buffer
 
 __all__ = ["TorchFramework", "pack_result"]
+
+_MODE_SENSITIVE_LAYERS = (nn.modules.dropout._DropoutNd, nn.modules.batchnorm._NormBase)
+_mode_sensitivity: weakref.WeakKeyDictionary[nn.Module, bool] = weakref.WeakKeyDictionary()
+
+
+def _mode_sensitive(network: nn.Module) -> bool:
+    """Whether ``train()`` / ``eval()`` changes what ``network`` computes (remembered per network)."""
+    known = _mode_sensitivity.get(network)
+    if known is None:
+        known = _mode_sensitivity[network] = any(
+            isinstance(m, _MODE_SENSITIVE_LAYERS) or getattr(m, "mode_sensitive", False) for m in network.modules()
+        )
+    return known
 
 
 def pack_result(main: Union[Any, Tuple[Any, ...]], extras: Sequence[Any] = ()) -> Any:
@@ -119,9 +133,15 @@ class TorchFramework:
 
     @staticmethod
     def _set_mode(training: bool, *networks: nn.Module) -> None:
-        """Switch networks to training or evaluation mode (only those not already in it)."""
+        """Switch networks to training or evaluation mode.
+
+        Only networks with layers that behave differently in the two modes (dropout,
+        batch norm, instance norm with running statistics, or any module declaring
+        ``mode_sensitive = True``)
+        are switched, since ``train()`` walks every submodule.
+        """
         for network in networks:
-            if network.training != training:
+            if network.training != training and _mode_sensitive(network):
                 network.train(training)
 
     def set_backward_function(self, backward_func: Callable[[torch.Tensor], None]) -> None:

@@ -240,8 +240,7 @@ class SAC(ReplayMixin, TorchFramework):
         if batch is None:
             return None
         networks = (self.actor, self.critic, self.critic2)
-        for net in networks:
-            net.train()
+        self._set_mode(True, *networks)
         alpha = self.log_alpha.detach().exp()
 
         target = self._target_value(batch, alpha)
@@ -265,8 +264,7 @@ class SAC(ReplayMixin, TorchFramework):
         if update_target:
             soft_update(self.critic_target, self.critic, self.update_rate)
             soft_update(self.critic2_target, self.critic2, self.update_rate)
-        for net in networks:
-            net.eval()
+        self._set_mode(False, *networks)
         return policy_value, sum(loss.item() for loss in critic_losses) / 2
 
     def _post_load(self) -> None:

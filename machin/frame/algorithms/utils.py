@@ -39,6 +39,20 @@ class _Signature:
 
 _signatures: weakref.WeakKeyDictionary[nn.Module, _Signature] = weakref.WeakKeyDictionary()
 _warned_classes: set = set()
+_first_parameter: weakref.WeakKeyDictionary[nn.Module, torch.Tensor] = weakref.WeakKeyDictionary()
+_parameter_lists: weakref.WeakKeyDictionary[nn.Module, tuple] = weakref.WeakKeyDictionary()
+
+
+def _tensors(module: nn.Module) -> tuple:
+    """``(parameters, has_buffers)`` of a module, remembered after the first call.
+
+    Parameters keep their identity when a module is moved or loaded, so the list stays
+    valid; buffers are replaced by moves and are therefore listed afresh when present.
+    """
+    entry = _parameter_lists.get(module)
+    if entry is None:
+        entry = _parameter_lists[module] = (list(module.parameters()), next(module.buffers(), None) is not None)
+    return entry
 
 
 def _unwrap(model: nn.Module) -> nn.Module:
@@ -104,11 +118,17 @@ def get_input_device(model: nn.Module) -> Optional[torch.device]:
     device = getattr(model, "input_device", None)
     if device is not None:
         return torch.device(device)
-    tensor = next(iter(model.parameters()), None)
+    # A parameter keeps its identity when the module moves (``.to()`` swaps its data),
+    # so the first one is remembered and asked for its device on every call.
+    tensor = _first_parameter.get(model)
     if tensor is None:
-        tensor = next(iter(model.buffers()), None)
+        tensor = next(iter(model.parameters()), None)
         if tensor is None:
-            return None
+            tensor = next(iter(model.buffers()), None)
+            if tensor is None:
+                return None
+        else:
+            _first_parameter[model] = tensor
     cls = type(model)
     if cls not in _warned_classes:
         _warned_classes.add(cls)
@@ -178,8 +198,8 @@ def soft_update(target_net: nn.Module, source_net: nn.Module, update_rate: float
     Floating-point parameters and buffers are blended; other buffers (counters such
     as BatchNorm's ``num_batches_tracked``) are copied.
     """
-    target_params = list(target_net.parameters())
-    source_params = list(source_net.parameters())
+    target_params, target_buffers = _tensors(target_net)
+    source_params, _ = _tensors(source_net)
     if len(target_params) != len(source_params):
         raise ValueError(
             f"soft_update needs networks of the same structure, got {len(target_params)} target "
@@ -187,6 +207,8 @@ def soft_update(target_net: nn.Module, source_net: nn.Module, update_rate: float
         )
     if target_params:
         torch._foreach_lerp_(target_params, source_params, update_rate)
+    if not target_buffers:
+        return
     for t, s in zip(target_net.buffers(), source_net.buffers()):
         if t.is_floating_point():
             t.lerp_(s, update_rate)

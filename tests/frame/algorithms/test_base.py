@@ -378,3 +378,15 @@ def test_split_output_separates_the_first_value():
     assert split_output(q) == (q, ())
     first, extras = split_output((q, "h", "c"))
     assert first is q and extras == ("h", "c")
+
+
+def test_set_mode_switches_only_mode_sensitive_networks():
+    from machin.frame.algorithms.base import TorchFramework
+
+    plain = torch.nn.Sequential(torch.nn.Linear(2, 2))
+    dropout = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.Dropout(0.5))
+    TorchFramework._set_mode(False, plain, dropout)
+    assert plain.training  # nothing in it depends on the mode: left alone, which saves a tree walk
+    assert not dropout.training and not dropout[1].training
+    TorchFramework._set_mode(True, dropout)
+    assert dropout[1].training

@@ -1,0 +1,272 @@
+"""A replay buffer spread over the members of an RPC group.
+
+Each member keeps its own local buffer (on the CPU) and appends to it without
+talking to anyone. Sampling asks every member for its share of the batch over
+RPC and concatenates the answers. A member's buffer is locked only while it
+writes, clears or reads its own rows, so appending is never held up by another
+process's sampling for longer than that read.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple, Union
+
+import numpy as np
+import torch
+
+from ...parallel.distributed.rpc_group import RpcGroup
+from ..transition import TransitionBase
+from .buffer import Buffer
+
+__all__ = ["DistributedBuffer"]
+
+
+def _merge(values: List[Any]) -> Any:
+    """Join the same attribute sampled by several members (tensors, lists, dicts of them)."""
+    first = values[0]
+    if isinstance(first, dict):
+        if any(not isinstance(v, dict) or v.keys() != first.keys() for v in values):
+            raise ValueError(
+                f"members returned different keys for the same attribute: {[sorted(v) for v in values]}; "
+                f"every member must store transitions with the same attributes"
+            )
+        return {key: _merge([v[key] for v in values]) for key in first}
+    if isinstance(first, torch.Tensor):
+        return torch.cat(values)
+    if isinstance(first, list):
+        return [item for v in values for item in v]
+    raise TypeError(f"cannot join sampled values of type {type(first).__name__}")
+
+
+def merge_batches(parts: List[Tuple[Any, ...]]) -> Tuple[Any, ...]:
+    """Join the attribute tuples sampled by several members, attribute by attribute.
+
+    Raises:
+        ValueError: If the members sampled different attributes.
+    """
+    if any(len(part) != len(parts[0]) for part in parts):
+        raise ValueError(
+            "members returned different numbers of attributes; store the same attributes everywhere"
+        )
+    return tuple(_merge([part[i] for part in parts]) for i in range(len(parts[0])))
+
+
+def move_to(value: Any, device: Optional[Union[str, torch.device]]) -> Any:
+    """Copy the tensors in a sampled value (tensor, list or dict) to ``device``."""
+    if device is None:
+        return value
+    if isinstance(value, torch.Tensor):
+        return value.to(device)
+    if isinstance(value, dict):
+        return {k: move_to(v, device) for k, v in value.items()}
+    if isinstance(value, list):
+        return [move_to(v, device) for v in value]
+    if isinstance(value, tuple):
+        return tuple(move_to(v, device) for v in value)
+    return value
+
+
+class DistributedPart:
+    """What both distributed buffers add to their local buffer class.
+
+    The local buffer answers the group through one registered service,
+    ``"<buffer_name>/<member>/_buffer_service"``, which dispatches to the
+    ``_op_<name>`` methods listed in ``_OPS``.
+    """
+
+    _OPS: Tuple[str, ...] = ("size", "clear", "sample")
+    _lock: threading.Lock
+
+    def _join(self, buffer_name: str, group: RpcGroup, rng: np.random.Generator) -> None:
+        if not group.is_member():
+            raise ValueError(
+                f"the current process must be a member of group {group.get_group_members()} to hold "
+                f"a part of buffer {buffer_name!r}"
+            )
+        self.buffer_name = buffer_name
+        self.group = group
+        self._rng = rng  # splits batches between members
+        try:
+            group.register(self._service_key(group.get_cur_name()), self._serve)
+        except KeyError:
+            raise ValueError(
+                f"buffer_name {buffer_name!r} is already used in group {group.get_group_name()!r}; "
+                f"each distributed buffer needs a unique name"
+            ) from None
+
+    def _service_key(self, member: str) -> str:
+        return f"{self.buffer_name}/{member}/_buffer_service"
+
+    def _serve(self, op: str, *args: Any) -> Any:
+        if op not in self._OPS:
+            raise ValueError(f"unknown buffer operation {op!r}; expected one of {self._OPS}")
+        return getattr(self, "_op_" + op)(*args)
+
+    def _holders(self) -> List[str]:
+        """Members currently holding a part of this buffer (those that left are skipped)."""
+        return [
+            m
+            for m in self.group.get_group_members()
+            if self.group.is_registered(self._service_key(m))
+        ]
+
+    def _call(self, requests: Dict[str, Tuple[Any, ...]]) -> Dict[str, Any]:
+        """Run one operation on several members at once; replies in the order of ``requests``."""
+        futures = {
+            m: self.group.registered_async(self._service_key(m), args=args)
+            for m, args in requests.items()
+        }
+        return {m: future.wait() for m, future in futures.items()}
+
+    # -- local writes, under the lock ---------------------------------------------------
+    def extend(
+        self,
+        transitions: Iterable[Union[TransitionBase, Dict[str, Any]]],
+        *args: Any,
+        **kwargs: Any,
+    ) -> List[int]:
+        """Store several transitions in the local buffer (see the local buffer class)."""
+        with self._lock:
+            positions = super().extend(transitions, *args, **kwargs)
+            self._written(positions)
+            return positions
+
+    def clear(self) -> None:
+        """Remove every transition from the local buffer."""
+        with self._lock:
+            super().clear()
+            self._cleared()
+
+    def _written(self, positions: List[int]) -> None:
+        """Hook: storage ``positions`` were just written (under the lock)."""
+
+    def _cleared(self) -> None:
+        """Hook: the local buffer was just cleared (under the lock)."""
+
+    # -- group-wide -----------------------------------------------------------------------
+    def all_size(self) -> int:
+        """Number of transitions stored by all members together."""
+        return sum(self._call({m: ("size",) for m in self._holders()}).values())
+
+    def all_clear(self) -> None:
+        """Remove every transition from the local buffers of all members."""
+        self._call({m: ("clear",) for m in self._holders()})
+
+    def _op_size(self) -> int:
+        return self.size()
+
+    def _op_clear(self) -> None:
+        self.clear()
+
+
+class DistributedBuffer(DistributedPart, Buffer):
+    """A replay buffer whose transitions stay where they were appended.
+
+    Construct it, with the same ``buffer_name``, on every member of ``group`` that
+    stores or samples (then call ``group.barrier()`` before sampling, so every part
+    exists). :meth:`append`, :meth:`clear` and :meth:`size` act on the local part
+    only; :meth:`all_size`, :meth:`all_clear` and :meth:`sample_batch` on all parts.
+    Every member must store transitions with the same attributes. Data is always
+    kept on the CPU, whatever the device of the appended tensors.
+
+    Args:
+        buffer_name: Name of the buffer, unique in ``group``.
+        group: The RPC group whose members hold the parts.
+        buffer_size: Maximum size of the **local** part.
+        generator: Optional ``torch.Generator`` seeding the sampling, for
+            repeatable runs.
+
+    Raises:
+        ValueError: If the current process is not a member of ``group``, or
+            ``buffer_name`` is already used there.
+    """
+
+    def __init__(
+        self,
+        buffer_name: str,
+        group: RpcGroup,
+        buffer_size: int,
+        *,
+        generator: Optional[torch.Generator] = None,
+    ):
+        self._lock = threading.Lock()
+        Buffer.__init__(self, buffer_size, "cpu", generator=generator)
+        seed = None if generator is None else int(torch.randint(2**62, (1,), generator=generator))
+        self._join(buffer_name, group, np.random.default_rng(seed))
+
+    def sample_batch(
+        self,
+        batch_size: int,
+        concatenate: bool = True,
+        device: Union[str, torch.device, None] = None,
+        sample_method: Union[str, Callable[[Buffer, int], Tuple[int, Any]]] = "random_unique",
+        sample_attrs: Optional[List[str]] = None,
+        additional_concat_attrs: Optional[List[str]] = None,
+    ) -> Tuple[int, Optional[Tuple[Any, ...]]]:
+        """Sample a batch from the parts of all members (same contract as :meth:`Buffer.sample_batch`).
+
+        Each member's share is drawn in proportion to its size: without replacement
+        over the whole group for ``"random_unique"``, with replacement for
+        ``"random"``; ``"all"`` returns everything; a callable method is run on each
+        member's part with a share of ``batch_size`` proportional to that part's size.
+        """
+        if isinstance(sample_method, str):
+            if sample_method not in self._SAMPLE_METHODS:
+                raise ValueError(
+                    f"sample_method must be 'random_unique', 'random', 'all' or a callable, got {sample_method!r}"
+                )
+        elif not callable(sample_method):
+            raise TypeError(
+                f"sample_method must be a string or a callable, got {type(sample_method).__name__}"
+            )
+        holders = self._holders()
+        if sample_method == "all":
+            shares = {m: 0 for m in holders}
+        else:
+            sizes = self._call({m: ("size",) for m in holders})
+            shares = {
+                m: n for m, n in self._share(sizes, batch_size, sample_method).items() if n > 0
+            }
+        replies = self._call(
+            {
+                m: ("sample", n, concatenate, sample_method, sample_attrs, additional_concat_attrs)
+                for m, n in shares.items()
+            }
+        )
+        parts = [values for size, values in replies.values() if size > 0]
+        if not parts:
+            return 0, None
+        size = sum(size for size, _ in replies.values())
+        return size, move_to(merge_batches(parts), device)
+
+    def _share(self, sizes: Dict[str, int], batch_size: int, method: Any) -> Dict[str, int]:
+        """Split ``batch_size`` between members of the given sizes."""
+        members = list(sizes)
+        counts = np.array([sizes[m] for m in members], dtype=np.int64)
+        total = int(counts.sum())
+        if total == 0 or batch_size <= 0:
+            return {}
+        if method == "random_unique":
+            shares = self._rng.multivariate_hypergeometric(counts, min(batch_size, total))
+        elif method == "random":
+            shares = self._rng.multinomial(batch_size, counts / total)
+        else:  # a callable: proportional, largest remainders first
+            exact = counts * batch_size / total
+            shares = np.floor(exact).astype(np.int64)
+            for i in np.argsort(shares - exact)[: batch_size - int(shares.sum())]:
+                shares[i] += 1
+        return {m: int(n) for m, n in zip(members, shares)}
+
+    def _op_sample(
+        self,
+        count: int,
+        concatenate: bool,
+        method: Any,
+        sample_attrs: Optional[List[str]],
+        additional_concat_attrs: Optional[List[str]],
+    ) -> Tuple[int, Optional[Tuple[Any, ...]]]:
+        with self._lock:
+            return Buffer.sample_batch(
+                self, count, concatenate, None, method, sample_attrs, additional_concat_attrs
+            )

@@ -1,0 +1,211 @@
+"""A prioritized replay buffer spread over the members of an RPC group.
+
+Each member keeps a local buffer with its own weight tree. Sampling first reads
+every member's total weight, splits the batch between members in proportion to
+those totals, and lets each member draw its share by priority. Each member's
+lock is held only while it draws and reads its rows, never until the priorities
+are updated, so appending stays local and is never held up for long (the
+"design #3" of the Machin tutorial).
+
+Because appends continue between sampling and the priority update, a sampled
+slot may be overwritten by a new transition before its new priority arrives. A
+**taint table** (one write counter per slot) detects this: the counters are read
+at sampling time and travel with the indexes; an update whose counter changed
+since is dropped.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from typing import Any, Dict, List, Optional, Tuple, Union
+
+import numpy as np
+import torch
+
+from ...parallel.distributed.rpc_group import RpcGroup
+from .buffer_d import DistributedPart, merge_batches, move_to
+from .prioritized_buffer import PrioritizedBuffer
+
+__all__ = ["DistributedPrioritizedBuffer"]
+
+#: member name -> (local storage indexes, write counters of those slots when sampled)
+SampledIndexes = "OrderedDict[str, Tuple[np.ndarray, np.ndarray]]"
+
+
+class DistributedPrioritizedBuffer(DistributedPart, PrioritizedBuffer):
+    """A prioritized replay buffer whose transitions stay where they were appended.
+
+    Construct it, with the same ``buffer_name``, on every member of ``group``
+    (then call ``group.barrier()`` before sampling). :meth:`append`, :meth:`clear`
+    and :meth:`size` act on the local part only; :meth:`all_size`,
+    :meth:`all_clear`, :meth:`sample_batch` and :meth:`update_priority` on all
+    parts. Data is always kept on the CPU.
+
+    The sampling probability of a transition is its weight over the sum of all
+    members' weights, as read at the start of the sampling (the sums may be
+    slightly stale by the time members draw; with large buffers the difference is
+    negligible). Importance-sampling weights use the total size of all parts and
+    this buffer's ``beta``, which grows on every :meth:`sample_batch` call.
+
+    Args:
+        buffer_name: Name of the buffer, unique in ``group``.
+        group: The RPC group whose members hold the parts.
+        buffer_size: Maximum size of the **local** part.
+        epsilon: See :class:`PrioritizedBuffer`.
+        alpha: See :class:`PrioritizedBuffer`.
+        beta: See :class:`PrioritizedBuffer`.
+        beta_increment_per_sampling: See :class:`PrioritizedBuffer`.
+        generator: Optional ``numpy.random.Generator`` for repeatable sampling
+            (the local draws and the split between members).
+
+    Raises:
+        ValueError: If the current process is not a member of ``group``, or
+            ``buffer_name`` is already used there.
+    """
+
+    _OPS = ("size", "clear", "weight", "sample", "update")
+
+    def __init__(
+        self,
+        buffer_name: str,
+        group: RpcGroup,
+        buffer_size: int,
+        *,
+        epsilon: float = 1e-2,
+        alpha: float = 0.6,
+        beta: float = 0.4,
+        beta_increment_per_sampling: float = 1e-3,
+        generator: Optional[np.random.Generator] = None,
+    ):
+        self._lock = threading.Lock()
+        PrioritizedBuffer.__init__(
+            self,
+            buffer_size,
+            "cpu",
+            epsilon,
+            alpha,
+            beta,
+            beta_increment_per_sampling,
+            generator=generator,
+        )
+        self._taint = np.zeros(buffer_size, dtype=np.int64)
+        self._join(buffer_name, group, np.random.default_rng() if generator is None else generator)
+
+    # -- taint table ----------------------------------------------------------------------
+    def _written(self, positions: List[int]) -> None:
+        self._taint[positions] += 1
+
+    def _cleared(self) -> None:
+        taint = getattr(self, "_taint", None)  # absent while the base class initializes
+        if taint is not None:
+            taint += 1
+
+    # -- sampling -------------------------------------------------------------------------
+    def sample_batch(
+        self,
+        batch_size: int,
+        concatenate: bool = True,
+        device: Union[str, torch.device, None] = None,
+        sample_attrs: Optional[List[str]] = None,
+        additional_concat_attrs: Optional[List[str]] = None,
+    ):
+        """Sample ``batch_size`` transitions by priority from the parts of all members.
+
+        Returns:
+            ``(size, values, indexes, is_weights)``: ``values`` as in
+            :meth:`Buffer.sample_batch`; ``indexes`` an ``OrderedDict`` mapping each
+            member that contributed, in the order of ``values``, to ``(local
+            storage indexes, write counters of those slots)``, to pass back to
+            :meth:`update_priority`; ``is_weights`` the importance-sampling weights
+            (max 1). ``(0, None, None, None)`` when nothing can be sampled.
+        """
+        if batch_size <= 0:
+            return 0, None, None, None
+        stats = self._call({m: ("weight",) for m in self._holders()})
+        weights = {m: w for m, (w, size) in stats.items() if w > 0 and size > 0}
+        total_weight = sum(weights.values())
+        if total_weight <= 0:
+            return 0, None, None, None
+        total_size = sum(size for _, size in stats.values())
+        shares = self._rng.multinomial(batch_size, np.array(list(weights.values())) / total_weight)
+        replies = self._call(
+            {
+                m: ("sample", int(n), concatenate, sample_attrs, additional_concat_attrs)
+                for m, n in zip(weights, shares)
+                if n > 0
+            }
+        )
+        parts, probabilities = [], []
+        indexes: SampledIndexes = OrderedDict()
+        for member, (size, values, index, local_probability, taint) in replies.items():
+            if size == 0:
+                continue
+            parts.append(values)
+            indexes[member] = (index, taint)
+            probabilities.append(local_probability * (weights[member] / total_weight))
+        if not parts:
+            return 0, None, None, None
+        probability = np.concatenate(probabilities)
+        with self._lock:
+            self.beta = beta = min(1.0, self.beta + self.beta_increment_per_sampling)
+        is_weights = np.power(np.maximum(probability, 1e-300) * total_size, -beta)
+        is_weights /= is_weights.max()
+        return len(probability), move_to(merge_batches(parts), device), indexes, is_weights
+
+    def update_priority(self, priorities: np.ndarray, indexes: SampledIndexes) -> None:
+        """Set new priorities for sampled transitions, where they live.
+
+        Updates for slots overwritten (or cleared) since they were sampled are
+        dropped; so are those of members that left.
+
+        Args:
+            priorities: New priorities, in the order of the sampled values.
+            indexes: The ``indexes`` returned by :meth:`sample_batch`.
+
+        Raises:
+            ValueError: If the number of priorities differs from the number of indexes.
+        """
+        priorities = np.asarray(priorities, dtype=np.float64).reshape(-1)
+        counts = [len(index) for index, _ in indexes.values()]
+        if sum(counts) != priorities.size:
+            raise ValueError(f"got {priorities.size} priorities for {sum(counts)} sampled indexes")
+        holders = set(self._holders())
+        requests: Dict[str, Tuple[Any, ...]] = {}
+        offset = 0
+        for (member, (index, taint)), count in zip(indexes.items(), counts):
+            if member in holders:
+                requests[member] = ("update", priorities[offset : offset + count], index, taint)
+            offset += count
+        self._call(requests)
+
+    # -- what each member does for the sampler ----------------------------------------------
+    def _op_weight(self) -> Tuple[float, int]:
+        with self._lock:
+            return self.wt_tree.get_weight_sum(), self.size()
+
+    def _op_sample(
+        self,
+        count: int,
+        concatenate: bool,
+        sample_attrs: Optional[List[str]],
+        additional_concat_attrs: Optional[List[str]],
+    ):
+        with self._lock:
+            local_sum = self.wt_tree.get_weight_sum()
+            if self.size() == 0 or local_sum <= 0:
+                return 0, None, None, None, None
+            # sample_index also advances beta: that is the sampler's business, not this part's.
+            beta = self.beta
+            index, _ = self.sample_index(count)
+            self.beta = beta
+            probability = self.wt_tree.get_leaf_weight(index) / local_sum
+            values = self._gather(
+                torch.from_numpy(index), concatenate, None, sample_attrs, additional_concat_attrs
+            )
+            return count, values, index, probability, self._taint[index].copy()
+
+    def _op_update(self, priorities: np.ndarray, index: np.ndarray, taint: np.ndarray) -> None:
+        with self._lock:
+            fresh = self._taint[index] == taint
+            PrioritizedBuffer.update_priority(self, priorities[fresh], index[fresh])

@@ -1,0 +1,26 @@
+"""The distributed world: RPC groups and collective groups on PyTorch's runtime.
+
+Start one :class:`World` per process (from arguments, or from the environment
+variables ``torchrun`` sets), then create :class:`RpcGroup` s for named services
+and shared values, and :class:`CollectiveGroup` s for collective communication.
+:func:`launch` runs a function in several local processes, one world rank each, and
+:func:`run_script` runs a script's ``main(rank)`` either that way or, under
+``torchrun``, as the rank ``torchrun`` started.
+"""
+
+from .collective_group import CollectiveGroup
+from .launcher import LaunchError, launch, run_script
+from .rpc_group import RpcGroup
+from .world import World, get_cur_name, get_cur_rank, get_world
+
+__all__ = [
+    "World",
+    "get_world",
+    "get_cur_rank",
+    "get_cur_name",
+    "RpcGroup",
+    "CollectiveGroup",
+    "launch",
+    "run_script",
+    "LaunchError",
+]

@@ -1,0 +1,188 @@
+"""How calls, values and failures cross processes in :mod:`machin.parallel.distributed`.
+
+* Callables travel as dill payloads (``recurse=True``), so lambdas and local
+  functions work; everything else uses PyTorch's own RPC serialization, which
+  sends tensors without extra copies.
+* A function run on behalf of a caller returns ``(True, result)`` or
+  ``(False, exception)``; the caller re-raises the exception with the remote
+  traceback attached (see :mod:`machin.parallel.exception`). Any exception the RPC
+  call itself raises is then a transport failure (a member that died, left or did
+  not answer in time) and is reported as a :class:`RuntimeError` naming the member.
+* The one warning PyTorch prints while starting RPC over gloo is filtered here.
+"""
+
+import contextlib
+import functools
+import threading
+import types
+import warnings
+from typing import Any, Callable, Dict, Iterator, Optional, Tuple
+
+import torch
+from torch.futures import Future
+
+from ..exception import ExceptionWithTraceback
+from ..pickle import dumps, loads
+
+__all__ = [
+    "DillPayload",
+    "pack_args",
+    "pack_kwargs",
+    "run_wrapped",
+    "unwrap",
+    "CallFuture",
+    "transport_error",
+    "wait_local",
+    "quiet_rpc_startup",
+]
+
+_CALLABLE_TYPES = (types.FunctionType, functools.partial)
+
+
+class DillPayload:
+    """Carries an object through a torch RPC message as a dill payload.
+
+    Unpickling yields the wrapped object itself (not the wrapper), so a wrapped
+    function arrives on the other side as a plain function. The wrapper is also
+    callable, which lets it stand for the function of an RPC call.
+
+    Args:
+        obj: The object to carry (typically a lambda or a local function).
+    """
+
+    __slots__ = ("obj",)
+
+    def __init__(self, obj: Any):
+        self.obj = obj
+
+    def __reduce__(self) -> Tuple[Callable, Tuple[bytes]]:
+        return loads, (dumps(self.obj, recurse=True, copy_tensor=True),)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.obj(*args, **kwargs)
+
+
+def _pack(value: Any) -> Any:
+    return DillPayload(value) if isinstance(value, _CALLABLE_TYPES) else value
+
+
+def pack_args(args: Any) -> Tuple[Any, ...]:
+    """Wrap the plain functions among ``args`` (top level only) in :class:`DillPayload`.
+
+    Raises:
+        TypeError: If ``args`` is not a tuple or a list.
+    """
+    if not isinstance(args, (tuple, list)):
+        raise TypeError(
+            f"args must be a tuple or a list, got {args!r} of type {type(args).__name__}"
+        )
+    return tuple(_pack(a) for a in args)
+
+
+def pack_kwargs(kwargs: Optional[Dict[str, Any]]) -> Dict[str, Any]:
+    """Like :func:`pack_args` for keyword arguments; ``None`` gives ``{}``.
+
+    Raises:
+        TypeError: If ``kwargs`` is neither ``None`` nor a dict.
+    """
+    if kwargs is None:
+        return {}
+    if not isinstance(kwargs, dict):
+        raise TypeError(
+            f"kwargs must be a dict or None, got {kwargs!r} of type {type(kwargs).__name__}"
+        )
+    return {k: _pack(v) for k, v in kwargs.items()}
+
+
+def run_wrapped(func: Callable, args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Tuple[bool, Any]:
+    """Run ``func(*args, **kwargs)`` and return ``(True, result)`` or ``(False, packed exception)``."""
+    try:
+        return True, func(*args, **kwargs)
+    except Exception as error:
+        return False, ExceptionWithTraceback(error)
+
+
+def unwrap(reply: Tuple[bool, Any]) -> Any:
+    """Return the result of a :func:`run_wrapped` reply, or raise its exception."""
+    ok, value = reply
+    if ok:
+        return value
+    if isinstance(value, ExceptionWithTraceback):  # a reply that never crossed a process
+        value = loads(dumps(value))
+    raise value
+
+
+def transport_error(what: str, member: str, error: BaseException) -> RuntimeError:
+    """The error raised when an RPC to ``member`` failed in the transport layer."""
+    return RuntimeError(
+        f"{what} failed: member {member!r} could not be reached or did not answer in time "
+        f"(it may have died or left). Cause: {error}"
+    )
+
+
+class CallFuture:
+    """The result of an asynchronous call (``registered_async``, ``rpc_async``).
+
+    ``wait()`` blocks until the call completes, then returns its result or raises
+    the exception the remote function raised (with the remote traceback attached
+    as ``__cause__``). A transport failure raises :class:`RuntimeError`.
+
+    Args:
+        future: The torch future of a call whose function replied through
+            :func:`run_wrapped`.
+        what: Description of the call, for error messages.
+        member: Name of the member that runs the call.
+    """
+
+    __slots__ = ("_future", "_what", "_member")
+
+    def __init__(self, future: Future, what: str, member: str):
+        self._future = future
+        self._what = what
+        self._member = member
+
+    def done(self) -> bool:
+        """Whether the call has completed (successfully or not)."""
+        return self._future.done()
+
+    def wait(self) -> Any:
+        """Block until completion; return the result or raise the failure."""
+        try:
+            reply = self._future.wait()
+        except Exception as error:
+            raise transport_error(self._what, self._member, error) from error
+        return unwrap(reply)
+
+
+def wait_local(future: Future, timeout: float, what: str) -> Any:
+    """Wait for a future completed in this process, at most ``timeout`` seconds (0: forever).
+
+    Raises:
+        RuntimeError: When the timeout passes first.
+    """
+    done = threading.Event()
+    future.add_done_callback(lambda _: done.set())
+    if not done.wait(timeout if timeout > 0 else None):
+        raise RuntimeError(f"{what} did not complete within {timeout} seconds")
+    return future.wait()
+
+
+def done_future(value: Any) -> Future:
+    """A torch future already completed with ``value``."""
+    future: Future = torch.futures.Future()
+    future.set_result(value)
+    return future
+
+
+@contextlib.contextmanager
+def quiet_rpc_startup() -> Iterator[None]:
+    """Silence the deprecation warning PyTorch emits when RPC starts over gloo.
+
+    TensorPipe's start-up passes a gloo backend where torch now expects a
+    process group and warns about its own internal use; users cannot act on it.
+    """
+    with warnings.catch_warnings():
+        warnings.filterwarnings(
+            "ignore", message=r"You are using a Backend .* as a ProcessGroup", category=UserWarning
+        )
+        yield

@@ -1,0 +1,144 @@
+"""A versioned key-value server reached through an RPC group."""
+
+import threading
+from abc import ABC, abstractmethod
+from collections import OrderedDict
+from typing import Any, Dict, Hashable, Optional, Tuple
+
+from ..distributed.rpc_group import RpcGroup
+
+__all__ = ["OrderedServerBase", "OrderedServerSimple", "OrderedServerSimpleImpl"]
+
+
+class OrderedServerBase(ABC):
+    """A key-value store whose values carry versions; pushes must name the version they replace.
+
+    Implementations need not be strongly consistent: a push that was acknowledged
+    may still be lost.
+    """
+
+    @abstractmethod
+    def push(self, key: Hashable, value: Any, version: Hashable, prev_version: Hashable) -> bool:
+        """Store ``value`` as ``version`` of ``key``, if ``prev_version`` is the newest version.
+
+        When ``version == prev_version`` the newest value is replaced in place, with no
+        ordering guarantee between concurrent pushes (a loophole you may use on purpose).
+
+        Args:
+            key: The key.
+            value: The new value.
+            version: Its version.
+            prev_version: The version it follows.
+
+        Returns:
+            ``True`` if stored, ``False`` if ``prev_version`` was not the newest version.
+        """
+
+    @abstractmethod
+    def pull(
+        self, key: Hashable, version: Optional[Hashable] = None
+    ) -> Optional[Tuple[Any, Hashable]]:
+        """Read a version of ``key`` (default: the newest).
+
+        Args:
+            key: The key.
+            version: The version to read; ``None`` for the newest.
+
+        Returns:
+            ``(value, version)``, or ``None`` when the key or the version is unknown
+            (or the version was dropped as too old).
+        """
+
+
+class OrderedServerSimple(OrderedServerBase):
+    """Accessor of an :class:`OrderedServerSimpleImpl`, usable from any process.
+
+    Get it with ``group.get_paired(server_name).to_here()`` or build it directly.
+
+    Args:
+        server_name: Name the server was created with.
+        group: The RPC group of the server.
+    """
+
+    def __init__(self, server_name: str, group: RpcGroup):
+        self.server_name = server_name
+        self.group = group
+
+    def push(self, key: Hashable, value: Any, version: Hashable, prev_version: Hashable) -> bool:
+        """See :meth:`OrderedServerBase.push`."""
+        return self.group.registered_sync(
+            self.server_name + "/_push_service", args=(key, value, version, prev_version)
+        )
+
+    def pull(
+        self, key: Hashable, version: Optional[Hashable] = None
+    ) -> Optional[Tuple[Any, Hashable]]:
+        """See :meth:`OrderedServerBase.pull`."""
+        return self.group.registered_sync(self.server_name + "/_pull_service", args=(key, version))
+
+
+class OrderedServerSimpleImpl:
+    """A key-value server that keeps the last ``version_depth`` versions of each key.
+
+    Construct it only in the process that serves it, a member of ``group``. It
+    registers the push and pull services in ``group`` and pairs an
+    :class:`OrderedServerSimple` accessor under ``server_name``.
+
+    The first push of a key always succeeds; later ones succeed only when their
+    ``prev_version`` is the newest stored version, so versions form a chain.
+
+    Args:
+        server_name: Name of the server, unique in the group.
+        group: The RPC group it serves.
+        version_depth: How many versions of each key to keep (1: only the newest).
+
+    Raises:
+        ValueError: If ``version_depth`` is not a positive int.
+    """
+
+    def __init__(self, server_name: str, group: RpcGroup, version_depth: int = 1):
+        if (
+            isinstance(version_depth, bool)
+            or not isinstance(version_depth, int)
+            or version_depth < 1
+        ):
+            raise ValueError(f"version_depth must be a positive int, got {version_depth!r}")
+        self.server_name = server_name
+        self.group = group
+        self.version_depth = version_depth
+        self._storage: Dict[Hashable, OrderedDict[Hashable, Any]] = {}
+        self._lock = threading.Lock()
+        group.register(server_name + "/_push_service", self._push_service)
+        group.register(server_name + "/_pull_service", self._pull_service)
+        group.pair(server_name, OrderedServerSimple(server_name, group))
+
+    def _push_service(
+        self, key: Hashable, value: Any, version: Hashable, prev_version: Hashable
+    ) -> bool:
+        with self._lock:
+            versions = self._storage.get(key)
+            if versions is None:
+                self._storage[key] = OrderedDict([(version, value)])
+                return True
+            newest = next(reversed(versions))
+            if newest != prev_version:
+                return False
+            if version != newest:
+                versions.pop(version, None)  # a reused old version becomes the newest
+            versions[version] = value
+            while len(versions) > self.version_depth:
+                versions.popitem(last=False)
+            return True
+
+    def _pull_service(
+        self, key: Hashable, version: Optional[Hashable] = None
+    ) -> Optional[Tuple[Any, Hashable]]:
+        with self._lock:
+            versions = self._storage.get(key)
+            if versions is None:
+                return None
+            if version is None:
+                version = next(reversed(versions))
+            if version not in versions:
+                return None
+            return versions[version], version

@@ -1,0 +1,111 @@
+"""DistributedPrioritizedBuffer: sampling by priority across members, taint table (3 processes)."""
+
+from collections import OrderedDict
+
+import numpy as np
+import pytest
+
+from machin.frame.buffers.prioritized_buffer import PrioritizedBuffer
+from machin.frame.buffers.prioritized_buffer_d import DistributedPrioritizedBuffer
+from machin.parallel.distributed import World
+from tests.frame.buffers.test_buffer_d import transition
+from tests.multiprocess import no_children_left, run_ranks  # noqa: F401
+
+pytestmark = [pytest.mark.multiprocess, pytest.mark.usefixtures("no_children_left")]
+
+EPSILON, ALPHA = 0.01, 0.6
+LOW, HIGH = (1.0 + EPSILON) ** ALPHA, (5.0 + EPSILON) ** ALPHA
+
+
+def _prioritized_checks(rank):
+    world = World(rpc_timeout=30)
+    group = world.create_rpc_group("apex", world.get_members())
+    buffer = DistributedPrioritizedBuffer(
+        "per",
+        group,
+        buffer_size=4,
+        epsilon=EPSILON,
+        alpha=ALPHA,
+        beta=0.4,
+        generator=np.random.default_rng(rank),
+    )
+    assert isinstance(buffer, PrioritizedBuffer)
+    group.barrier()
+    result = {}
+    if rank == 0:
+        assert buffer.sample_batch(8) == (0, None, None, None)  # nothing stored anywhere yet
+    group.barrier()
+    if rank != 0:  # the workers fill their 4 slots, the learner stores nothing
+        for i in range(4):
+            buffer.append(transition(rank, i), priority=1.0)
+    group.barrier()
+
+    if rank == 0:
+        assert buffer.size() == 0 and buffer.all_size() == 8
+        size, (marks,), indexes, is_weights = buffer.sample_batch(16, sample_attrs=["mark"])
+        assert size == 16 and len(marks) == 16
+        assert isinstance(indexes, OrderedDict) and set(indexes) == {"1", "2"}
+        offset = 0
+        for member, (
+            index,
+            taint,
+        ) in indexes.items():  # values come member by member, in this order
+            assert index.dtype == np.int64 and taint.shape == index.shape and np.all(taint == 1)
+            assert [m // 100 for m in marks[offset : offset + len(index)]] == [int(member)] * len(
+                index
+            )
+            assert [m % 100 for m in marks[offset : offset + len(index)]] == index.tolist()
+            offset += len(index)
+        assert np.allclose(is_weights, 1.0)  # equal priorities: uniform sampling
+        result["sampled"] = {m: sorted(set(index.tolist())) for m, (index, _) in indexes.items()}
+    group.barrier()
+    # The learner holds its samples; worker 2 keeps appending (nothing waits for the learner)
+    # and overwrites every slot the learner sampled from it.
+    if rank == 2:
+        for i in range(4, 8):
+            buffer.append(transition(rank, i), priority=1.0)
+        assert buffer.size() == 4
+    group.barrier()
+    if rank == 0:
+        with pytest.raises(ValueError, match="got 3 priorities for 16 sampled indexes"):
+            buffer.update_priority(np.ones(3), indexes)
+        buffer.update_priority(np.full(16, 5.0), indexes)  # worker 2's updates are stale: dropped
+    group.barrier()
+    if rank != 0:
+        result["leaves"] = buffer.wt_tree.get_leaf_all_weights().tolist()
+    group.barrier()
+
+    if rank == 0:
+        # importance-sampling weights follow (N * P(j)) ** -beta, normalized to a maximum of 1
+        size, (marks,), indexes, is_weights = buffer.sample_batch(64, sample_attrs=["mark"])
+        high = {100 + i for i in result["sampled"]["1"]}
+        weights = np.array([HIGH if m in high else LOW for m in marks])
+        expected = (weights / weights.min()) ** -buffer.beta
+        assert np.allclose(is_weights, expected)
+        result["high_fraction"] = float(np.mean([m in high for m in marks]))
+    group.barrier()
+    if rank == 1:
+        buffer.clear()
+    group.barrier()
+    if rank == 0:
+        assert buffer.all_size() == 4
+        size, (marks,), _, _ = buffer.sample_batch(8, sample_attrs=["mark"])
+        assert size == 8 and {m // 100 for m in marks} == {2}
+        buffer.all_clear()
+        assert buffer.all_size() == 0 and buffer.sample_batch(4) == (0, None, None, None)
+    group.barrier()
+    world.stop()
+    return result
+
+
+@pytest.mark.timeout(90)
+def test_priorities_are_sampled_across_members_and_stale_updates_are_dropped():
+    learner, worker1, worker2 = run_ranks(_prioritized_checks, 3)
+    sampled = learner["sampled"]["1"]
+    # worker 1: the sampled slots now have the new priority, the others kept theirs
+    assert worker1["leaves"] == pytest.approx([HIGH if i in sampled else LOW for i in range(4)])
+    # worker 2: every sampled slot was overwritten after sampling, so nothing changed
+    assert worker2["leaves"] == pytest.approx([LOW] * 4)
+    # higher priority, sampled more often: about n * HIGH / (total weight) of the batch
+    total = 8 * LOW + len(sampled) * (HIGH - LOW)
+    assert learner["high_fraction"] == pytest.approx(len(sampled) * HIGH / total, abs=0.2)

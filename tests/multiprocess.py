@@ -1,0 +1,115 @@
+"""Harness of the multi-process tests: one process per rank, a hard timeout, nothing left behind.
+
+``run_ranks(target)`` runs ``target(rank, *args)`` in ``world_size`` processes
+(forked by default: starting a process that imports torch anew costs seconds on
+a loaded machine). Each process finds ``MASTER_ADDR`` / ``MASTER_PORT`` (a free
+port per call) / ``RANK`` / ``WORLD_SIZE`` in its environment, as under
+``torchrun``, so ``World()`` needs no argument there. Return values and
+exceptions (with their remote tracebacks) come back to the test; a rank that
+hangs is killed at the timeout (after printing its threads' stacks), and every
+child is killed and reaped before ``run_ranks`` returns or raises.
+
+Test modules use the ``no_children_left`` fixture (import it, then
+``pytestmark = pytest.mark.usefixtures("no_children_left")``) to check with
+psutil that no child process survives a test.
+"""
+
+import contextlib
+import time
+from multiprocessing import forkserver, resource_tracker
+from typing import Any, Callable, Iterable, List, Sequence
+
+import psutil
+import pytest
+import torch
+
+from machin.parallel.distributed.launcher import Exited, LaunchError, launch
+
+__all__ = ["run_ranks", "wait_for", "no_children_left", "Exited", "LaunchError", "DEFAULT_TIMEOUT"]
+
+#: Hard limit of one run, in seconds; keep it below the test's pytest timeout.
+DEFAULT_TIMEOUT = 60.0
+_GRACE = 5.0
+
+
+def run_ranks(
+    target: Callable[..., Any],
+    world_size: int = 3,
+    *,
+    args: Sequence[Any] = (),
+    timeout: float = DEFAULT_TIMEOUT,
+    start_method: str = "fork",
+    allow_exit: Iterable[int] = (),
+) -> List[Any]:
+    """Run ``target(rank, *args)`` on ``world_size`` ranks; return their results by rank.
+
+    Raises:
+        LaunchError: If a rank raised, exited early (unless in ``allow_exit``) or
+            the timeout passed; its message holds the ranks' tracebacks.
+    """
+    if start_method == "fork":
+        _warm_up()
+    return launch(
+        target,
+        world_size,
+        args=args,
+        timeout=timeout,
+        start_method=start_method,
+        allow_exit=allow_exit,
+    )
+
+
+def wait_for(condition: Callable[[], bool], seconds: float = 20.0) -> None:
+    """Poll ``condition`` until it is true; fail the test if it is still false after ``seconds``."""
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, f"the condition did not become true within {seconds} s"
+        time.sleep(0.02)
+
+
+def _warm_up() -> None:
+    """Pay once, here, for torch's lazy imports that every forked rank would repeat.
+
+    Building an optimizer (or a DistributedDataParallel) imports ``torch._dynamo``,
+    which takes seconds; forked ranks inherit it from the parent instead.
+    """
+    torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.1)
+
+
+def _helper_pids() -> set:
+    """Long-lived helpers multiprocessing starts once per session (not leaks)."""
+    pids = {
+        getattr(resource_tracker._resource_tracker, "_pid", None),
+        getattr(forkserver._forkserver, "_forkserver_pid", None),
+    }
+    return pids - {None}
+
+
+def _live_children() -> List[psutil.Process]:
+    helpers = _helper_pids()
+    live = []
+    for child in psutil.Process().children(recursive=True):
+        try:
+            if child.pid not in helpers and child.status() != psutil.STATUS_ZOMBIE:
+                live.append(child)
+        except psutil.NoSuchProcess:
+            pass
+    return live
+
+
+@pytest.fixture
+def no_children_left():
+    """Fail the test if a child process is still alive after it (killing it first)."""
+    yield
+    deadline = time.monotonic() + _GRACE
+    left = _live_children()
+    while left and time.monotonic() < deadline:
+        time.sleep(0.05)
+        left = _live_children()
+    if left:
+        pids = [child.pid for child in left]
+        for child in left:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                child.kill()
+        psutil.wait_procs(left, timeout=_GRACE)
+        pytest.fail(f"the test left {len(left)} live child process(es): {pids}")
