@@ -45,17 +45,20 @@ class _Column:
     Python scalars of the kind that was stored.
     """
 
-    __slots__ = ("tensor", "kind", "values", "row_shape", "one_row")
+    __slots__ = ("tensor", "kind", "values", "row_shape", "one_row", "dtypes")
 
-    def __init__(self, first: Any, capacity: int, device: torch.device, allow_list: bool):
+    def __init__(self, first: Any, capacity: int, device: torch.device, allow_list: bool, exact_floats: bool):
         self.tensor, self.kind, self.values, self.row_shape = None, None, None, None
+        # Sub attributes (rewards) keep floats in the default dtype, which is what a batch
+        # needs; custom attributes keep them in float64 so that Python floats come back exactly.
+        self.dtypes = _SCALAR_DTYPES if exact_floats else {**_SCALAR_DTYPES, float: torch.get_default_dtype()}
         if isinstance(first, torch.Tensor):
             self.row_shape = tuple(first.shape[1:])
             self.one_row = (1, *self.row_shape)  # the shape every appended value must have
             self.tensor = torch.empty((capacity, *self.row_shape), dtype=first.dtype, device=device)
         elif _scalar_kind(first) is not None:
             self.kind = _scalar_kind(first)
-            self.tensor = torch.empty((capacity, 1), dtype=_SCALAR_DTYPES[self.kind], device=device)
+            self.tensor = torch.empty((capacity, 1), dtype=self.dtypes[self.kind], device=device)
         elif allow_list:
             self.values = [None] * capacity
         else:
@@ -108,7 +111,7 @@ class _Column:
         widest = max(kinds | {self.kind}, key=order.index)
         if widest is not self.kind:
             self.kind = widest
-            self.tensor = self.tensor.to(_SCALAR_DTYPES[widest])
+            self.tensor = self.tensor.to(self.dtypes[widest])
 
     def write(self, rows: Union[slice, torch.Tensor], values: Sequence[Any], positions: List[int]) -> None:
         if self.values is not None:
@@ -135,7 +138,7 @@ class _Column:
                 block = block.to(device)
             return block if concatenate else list(block.split(1))
         if concatenate and as_tensor:
-            if self.kind is float:
+            if self.kind is float and block.dtype != torch.get_default_dtype():
                 block = block.to(torch.get_default_dtype())
             return block.to(device) if device is not None else block
         values = block.view(-1).tolist()
@@ -211,10 +214,11 @@ class Buffer:
         cap = self._capacity = min(self.buffer_size, _INITIAL_CAPACITY)
         dev = self.buffer_device
         self._major = {
-            name: {k: _Column(v, cap, dev, False) for k, v in getattr(t, name).items()} for name in t.major_attr
+            name: {k: _Column(v, cap, dev, False, False) for k, v in getattr(t, name).items()}
+            for name in t.major_attr
         }
-        self._sub = {name: _Column(getattr(t, name), cap, dev, False) for name in t.sub_attr}
-        self._custom = {name: _Column(getattr(t, name), cap, dev, True) for name in t.custom_attr}
+        self._sub = {name: _Column(getattr(t, name), cap, dev, False, False) for name in t.sub_attr}
+        self._custom = {name: _Column(getattr(t, name), cap, dev, True, True) for name in t.custom_attr}
 
     def _check(self, t: TransitionBase, required_attrs: Iterable[str]) -> None:
         keys = t.keys()
@@ -441,7 +445,7 @@ class Buffer:
         if sample_attrs is None:
             sample_attrs = self._keys
         concat_custom = set(additional_concat_attrs or ())
-        storage_index = index.to(self.buffer_device)
+        storage_index = index if index.device == self.buffer_device else index.to(self.buffer_device)
         result = []
         for name in sample_attrs:
             if name == "*":

@@ -1,0 +1,789 @@
+"""Multi-agent DDPG (MADDPG): decentralised actors, centralised critics.
+
+Every agent ``i`` owns an actor that sees only its own state, optionally an
+ensemble of sub-policies, and a critic that sees the states and actions of the
+agents listed in ``critic_visible_actors[i]``. :meth:`MADDPG.update` reads like
+the algorithm:
+
+1. draw one set of buffer rows per sub-policy; every agent's buffer is read at
+   the same rows, so the rows of all agents describe the same time steps;
+2. for every agent (in the thread or process pool): sample the rows of the agents
+   its critic sees, compute the Bellman target with the target actors and its
+   target critic, regress the critic onto it, then push the actor along the
+   critic's gradient with the other agents' actions taken from the buffer;
+3. soft-update every target network.
+
+Step 2 only writes the networks and optimizers of its own agent and only reads
+target networks, which change in step 3, so running the agents in a pool gives
+the same numbers as running them one after the other.
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib
+import math
+import os
+from collections.abc import Mapping
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Union
+
+import torch
+from torch import nn
+
+from ...parallel.pool import CtxPool, ThreadPool
+from ..buffers import Buffer, PrioritizedBuffer
+from ..buffers.buffer import DEFAULT_REQUIRED_ATTRS
+from ..noise.generator import OrnsteinUhlenbeckNoiseGen
+from ..transition import TransitionBase
+from .base import TorchFramework, pack_result, split_output
+from .ddpg import _DEFAULT_NOISE_PARAM, _NOISE_DEFAULTS, DDPG, NOISE_MODES
+from .dqn import DQN, REQUIRED_ATTRS, SampledBatch
+from .utils import assert_output_is_probs, hard_update, safe_call, soft_update
+
+__all__ = ["MADDPG", "SHMBuffer"]
+
+_SAMPLE_ATTRS = ["state", "action", "reward", "next_state", "terminal", "*"]
+_POOL_TYPES = ("thread", "process")
+# ``(size, positions)`` of the rows one sub-policy trains on, shared by all agents.
+Rows = Tuple[int, torch.Tensor]
+TransitionLike = Union[TransitionBase, Dict[str, Any]]
+
+
+class SHMBuffer(Buffer):
+    """A :class:`~machin.frame.buffers.buffer.Buffer` whose storage lives in shared memory.
+
+    After every write the column tensors of the buffer are moved to shared memory
+    (``share_memory_()``; columns already there, and CUDA columns, are left as they
+    are). Pickling the buffer for a worker of a
+    :class:`~machin.parallel.pool.Pool` built with ``is_copy_tensor=False`` then
+    sends handles instead of copies, so the worker samples the very storage the
+    owner writes. Custom attributes that are not numbers live in Python lists and
+    are copied when the buffer is pickled. :class:`MADDPG` uses this buffer when
+    its pool is a process pool.
+
+    Takes the arguments of :class:`~machin.frame.buffers.buffer.Buffer`. Not
+    thread-safe.
+    """
+
+    def extend(self, transitions: Iterable[TransitionLike],
+               required_attrs: Iterable[str] = DEFAULT_REQUIRED_ATTRS) -> List[int]:
+        """Store several transitions (see :meth:`Buffer.extend`), then share new storage.
+
+        Returns:
+            The storage positions used.
+        """
+        positions = super().extend(transitions, required_attrs)
+        for column in self._columns():
+            if column.tensor is not None and not column.tensor.is_shared():
+                column.tensor.share_memory_()
+        return positions
+
+
+class MADDPG(TorchFramework):
+    """Multi-agent DDPG with centralised critics and optional policy ensembles.
+
+    Agent ``i`` has ``sub_policy_num + 1`` actors (``actors[i][k]``; the replicas
+    start as copies of the given actor and drift apart because each trains on its
+    own batch), their targets, a critic ``critics[i]`` and its target. The critic
+    is called with ``state_concat_function([states of the visible agents])`` and
+    ``action_concat_function([actions of the visible agents])``, in the order of
+    ``critic_visible_actors[i]``; the defaults concatenate each key along
+    dimension 1, e.g. ``critic(state=cat([s_0, s_1], 1), action=cat([a_0, a_1], 1))``
+    for a critic that sees agents 0 and 1. The critic of agent ``i`` regresses onto
+    ``r_i + discount * (1 - terminal_i) * Q'_i(s', mu'(s'))``, where every visible
+    agent acts with its target actor of the same sub-policy index. The actor
+    ``actors[i][k]`` ascends ``Q_i`` with its own action in place of agent ``i``'s
+    stored action and the stored actions of the other agents, so it is trained by
+    its own loss only. Targets follow by soft updates.
+
+    The agents may be heterogeneous (different state and action sizes, different
+    networks). Mixed continuous and discrete action spaces and inferring the
+    policies of other agents are not provided.
+
+    Args:
+        actors: One actor per agent, called like a DDPG actor:
+            ``forward(<state keys>) -> action[B, action_dim], <extras>``.
+        actor_targets: One target actor per agent (hard-copied from the actor).
+        critics: One critic per agent: ``forward(<concatenated state keys>,
+            <concatenated action keys>) -> value[B, 1], <extras>``.
+        critic_targets: One target critic per agent (hard-copied from the critic).
+        critic_visible_actors: For each critic, the indexes of the agents whose
+            states and actions it sees; it must include its own agent, e.g.
+            ``[[0, 1], [1, 2], [2, 0]]``.
+        optimizer: Optimizer class, called as ``optimizer(net.parameters(), lr=...)``
+            once per actor replica and once per critic.
+        criterion: Value loss, called as ``criterion(target[B, 1], predicted[B, 1])``.
+        sub_policy_num: Extra replicas per actor (ensemble size minus one).
+        lr_scheduler: Scheduler class, applied to every optimizer as
+            ``lr_scheduler(optimizer, *args, **kwargs)``.
+        lr_scheduler_args: Two tuples of positional arguments: the first for every
+            actor optimizer, the second for every critic optimizer.
+        lr_scheduler_kwargs: Two dicts of keyword arguments, in the same order.
+        batch_size: Rows sampled per sub-policy and update.
+        update_rate: Soft update rate tau: ``target = tau * online + (1 - tau) * target``.
+        actor_learning_rate: Learning rate of the actor optimizers.
+        critic_learning_rate: Learning rate of the critic optimizers.
+        discount: Discount factor gamma.
+        gradient_max: Maximum gradient norm of each network (``inf``: no clipping).
+        replay_size: Capacity of each agent's default replay buffer.
+        replay_device: Device of the default replay buffers.
+        replay_buffer: A :class:`~machin.frame.buffers.buffer.Buffer` (without
+            priorities) to use instead of the default ones: the first agent stores
+            into it and every other agent into a deep copy of it (``replay_size``
+            and ``replay_device`` are then ignored).
+        visualize: Draw the graph of each loss on the first update.
+        visualize_dir: Directory for those drawings.
+        use_jit: Accepted for compatibility with Machin 0.3.4, where it selected
+            TorchScript forward passes; it changes nothing here (TorchScript is
+            deprecated in PyTorch 2). Networks that are already scripted or
+            compiled can be passed in as they are.
+        pool_type: ``"thread"`` or ``"process"``: how the agents' updates run in
+            parallel. Process workers are started at the first update after the
+            networks are moved to shared memory; worker ``i % pool_size`` trains
+            agent ``i`` and keeps its optimizer state (see :meth:`close`), and the
+            default buffers become :class:`SHMBuffer`. It needs every network on
+            ``"cpu"`` or ``"cuda"``.
+        pool_size: Number of pool workers; ``None`` uses one per agent, at most
+            ``os.cpu_count()``. A thread "pool" of size 1 runs the agents in the
+            calling thread.
+
+    Raises:
+        ValueError: On inconsistent network lists, a bad ``critic_visible_actors``,
+            a prioritized ``replay_buffer`` or an out-of-range option.
+        TypeError: When ``replay_buffer`` is not a Buffer.
+    """
+
+    _is_top = ["actors", "actor_targets", "critics", "critic_targets"]
+    _is_restorable = ["actor_targets", "critic_targets"]
+
+    def __init__(
+        self,
+        actors: Sequence[nn.Module],
+        actor_targets: Sequence[nn.Module],
+        critics: Sequence[nn.Module],
+        critic_targets: Sequence[nn.Module],
+        critic_visible_actors: Sequence[Sequence[int]],
+        optimizer: Callable,
+        criterion: Callable,
+        *,
+        sub_policy_num: int = 0,
+        lr_scheduler: Optional[Callable] = None,
+        lr_scheduler_args: Optional[Sequence[Sequence]] = None,
+        lr_scheduler_kwargs: Optional[Sequence[Dict[str, Any]]] = None,
+        batch_size: int = 100,
+        update_rate: float = 0.001,
+        actor_learning_rate: float = 0.0005,
+        critic_learning_rate: float = 0.001,
+        discount: float = 0.99,
+        gradient_max: float = math.inf,
+        replay_size: int = 500000,
+        replay_device: Union[str, torch.device] = "cpu",
+        replay_buffer: Optional[Buffer] = None,
+        visualize: bool = False,
+        visualize_dir: str = "",
+        use_jit: bool = True,
+        pool_type: str = "thread",
+        pool_size: Optional[int] = None,
+    ):
+        super().__init__(visualize=visualize, visualize_dir=visualize_dir)
+        agent_num = self._check_networks(actors=actors, actor_targets=actor_targets, critics=critics,
+                                         critic_targets=critic_targets)
+        self.critic_visible_actors = self._check_visibility(critic_visible_actors, agent_num)
+        if isinstance(sub_policy_num, bool) or not isinstance(sub_policy_num, int) or sub_policy_num < 0:
+            raise ValueError(f"sub_policy_num must be a non-negative integer, got {sub_policy_num!r}")
+        if not 0 < update_rate <= 1:
+            raise ValueError(f"update_rate must be in (0, 1], got {update_rate!r}")
+        if not 0 <= discount <= 1:
+            raise ValueError(f"discount must be in [0, 1], got {discount!r}")
+        self._check_positive(batch_size=batch_size, actor_learning_rate=actor_learning_rate,
+                             critic_learning_rate=critic_learning_rate, gradient_max=gradient_max)
+        if pool_type not in _POOL_TYPES:
+            raise ValueError(f"pool_type must be one of {list(_POOL_TYPES)}, got {pool_type!r}")
+        if pool_size is not None and (isinstance(pool_size, bool) or not isinstance(pool_size, int)
+                                      or pool_size < 1):
+            raise ValueError(f"pool_size must be a positive integer or None, got {pool_size!r}")
+        if replay_buffer is not None and not isinstance(replay_buffer, Buffer):
+            raise TypeError(f"replay_buffer must be a Buffer, got {type(replay_buffer).__name__}")
+        if isinstance(replay_buffer, PrioritizedBuffer):
+            raise ValueError("replay_buffer must be a Buffer without priorities: MADDPG reads every agent's "
+                             f"buffer at the same rows, got a {type(replay_buffer).__name__}")
+
+        self.agent_num = agent_num
+        self.sub_policy_num = sub_policy_num
+        self.batch_size = batch_size
+        self.update_rate = update_rate
+        self.discount = discount
+        self.gradient_max = gradient_max
+        self.criterion = criterion
+        self.use_jit = use_jit
+        self.pool_type = pool_type
+        self.pool_size = pool_size or min(agent_num, os.cpu_count() or 1)
+        self._pool: Optional[Union[ThreadPool, List[CtxPool]]] = None
+        self._ou_noise: Dict[int, OrnsteinUhlenbeckNoiseGen] = {}
+
+        def ensemble(network: nn.Module) -> nn.ModuleList:
+            return nn.ModuleList([network] + [copy.deepcopy(network) for _ in range(sub_policy_num)])
+
+        self.actors = nn.ModuleList(ensemble(actor) for actor in actors)
+        self.actor_targets = nn.ModuleList(ensemble(target) for target in actor_targets)
+        self.critics = nn.ModuleList(critics)
+        self.critic_targets = nn.ModuleList(critic_targets)
+        if pool_type == "process":
+            self._check_shareable_devices()
+        for online, target in self._online_target_pairs():
+            hard_update(target, online)
+        self._train_mode(False)
+
+        self.actor_optims = [[self._make_optimizer(optimizer, actor, actor_learning_rate) for actor in agent]
+                             for agent in self.actors]
+        self.critic_optims = [self._make_optimizer(optimizer, critic, critic_learning_rate)
+                              for critic in self.critics]
+        actor_optims = [optim for agent in self.actor_optims for optim in agent]
+        self._init_lr_schedulers(
+            lr_scheduler,
+            self._per_optimizer("lr_scheduler_args", lr_scheduler_args),
+            self._per_optimizer("lr_scheduler_kwargs", lr_scheduler_kwargs),
+            actor_optims + self.critic_optims,
+        )
+        if replay_buffer is None:
+            buffer_class = SHMBuffer if pool_type == "process" else Buffer
+            self.replay_buffers = [buffer_class(replay_size, replay_device) for _ in range(agent_num)]
+        else:
+            self.replay_buffers = [replay_buffer] + [copy.deepcopy(replay_buffer) for _ in range(agent_num - 1)]
+
+    # -- construction checks --------------------------------------------------------------
+    @staticmethod
+    def _check_networks(**network_lists: Sequence[nn.Module]) -> int:
+        lengths = {}
+        for name, networks in network_lists.items():
+            if not isinstance(networks, (list, tuple, nn.ModuleList)) or not networks:
+                raise ValueError(f"{name} must be a non-empty list of networks, one per agent, got {networks!r}")
+            for index, network in enumerate(networks):
+                if not isinstance(network, nn.Module):
+                    raise ValueError(f"{name}[{index}] must be an nn.Module, got {type(network).__name__}")
+            lengths[name] = len(networks)
+        if len(set(lengths.values())) != 1:
+            raise ValueError(f"actors, actor_targets, critics and critic_targets must have one network per "
+                             f"agent each, got lengths {lengths}")
+        return len(networks)
+
+    @staticmethod
+    def _check_visibility(visible: Sequence[Sequence[int]], agent_num: int) -> List[List[int]]:
+        if not isinstance(visible, (list, tuple)) or len(visible) != agent_num:
+            raise ValueError(f"critic_visible_actors must hold one list of agent indexes per critic "
+                             f"({agent_num} here), got {visible!r}")
+        checked = []
+        for critic, indexes in enumerate(visible):
+            if (not isinstance(indexes, (list, tuple)) or critic not in indexes
+                    or len(set(indexes)) != len(indexes)
+                    or not all(isinstance(i, int) and 0 <= i < agent_num for i in indexes)):
+                raise ValueError(
+                    f"critic_visible_actors[{critic}] must be a list of distinct agent indexes in "
+                    f"[0, {agent_num - 1}] that includes {critic} (the critic's own agent), got {indexes!r}"
+                )
+            checked.append(list(indexes))
+        return checked
+
+    def _check_shareable_devices(self) -> None:
+        for name in self._is_top:
+            for parameter in getattr(self, name).parameters():
+                if parameter.device.type not in ("cpu", "cuda"):
+                    raise ValueError(f'pool_type="process" needs every network on "cpu" or "cuda", but '
+                                     f"{name} has a parameter on {parameter.device}")
+
+    def _per_optimizer(self, name: str, values: Optional[Sequence]) -> Optional[List[Any]]:
+        """Spread the (actor entry, critic entry) pair of a scheduler option over all optimizers."""
+        if values is None:
+            return None
+        if not isinstance(values, (list, tuple)) or len(values) != 2:
+            raise ValueError(f"{name} must hold two entries, the first for the actor optimizers and the "
+                             f"second for the critic optimizers, got {values!r}")
+        actor_optim_num = self.agent_num * (self.sub_policy_num + 1)
+        return [values[0]] * actor_optim_num + [values[1]] * self.agent_num
+
+    def _online_target_pairs(self) -> List[Tuple[nn.Module, nn.Module]]:
+        pairs = [(actor, target) for agent, targets in zip(self.actors, self.actor_targets)
+                 for actor, target in zip(agent, targets)]
+        return pairs + list(zip(self.critics, self.critic_targets))
+
+    def _train_mode(self, training: bool) -> None:
+        self._set_mode(training, *(online for online, _ in self._online_target_pairs()))
+
+    def _check_per_agent(self, values: Any, name: str) -> None:
+        if not isinstance(values, (list, tuple)) or len(values) != self.agent_num:
+            got = f"{len(values)} entries" if isinstance(values, (list, tuple)) else type(values).__name__
+            raise ValueError(f"{name} must be a list with one entry per agent ({self.agent_num}), got {got}")
+
+    # -- acting -----------------------------------------------------------------------------
+    def _actor_outputs(self, states: Sequence[Dict[str, Any]], use_target: bool) -> List[Any]:
+        """Each agent's output from a random sub-policy of its (target) ensemble."""
+        self._check_per_agent(states, "states")
+        ensembles = self.actor_targets if use_target else self.actors
+        with torch.no_grad():
+            return [safe_call(self._random_sub_policy(ensembles[agent]), state)
+                    for agent, state in enumerate(states)]
+
+    @staticmethod
+    def _random_sub_policy(ensemble: nn.ModuleList) -> nn.Module:
+        if len(ensemble) == 1:  # no ensemble: draw nothing, so seeded runs match plain DDPG-style runs
+            return ensemble[0]
+        return ensemble[int(torch.randint(len(ensemble), ()))]
+
+    def act(self, states: Sequence[Dict[str, Any]], use_target: bool = False) -> List[Any]:
+        """Return every agent's actor output for its state, from a random sub-policy.
+
+        Args:
+            states: One dictionary of actor inputs (tensors ``[B, ...]``) per agent.
+            use_target: Use the target actors.
+
+        Returns:
+            One entry per agent: whatever its actor returns (a tuple if several values).
+
+        Raises:
+            ValueError: When ``states`` does not hold one entry per agent.
+        """
+        return self._actor_outputs(states, use_target)
+
+    def act_with_noise(self, states: Sequence[Dict[str, Any]], noise_param: Any = _DEFAULT_NOISE_PARAM,
+                       ratio: float = 1.0, mode: str = "uniform", use_target: bool = False) -> List[Any]:
+        """Return every agent's action plus exploration noise, from a random sub-policy.
+
+        Args:
+            states: One dictionary of actor inputs per agent.
+            noise_param: Noise parameters as for
+                :meth:`~machin.frame.algorithms.ddpg.DDPG.act_with_noise`, the same
+                for every agent. In ``"ou"`` mode every agent has its own
+                Ornstein-Uhlenbeck process, created on the agent's first call (and
+                whenever its action shape changes) from ``noise_param``, a dict of
+                :class:`~machin.frame.noise.generator.OrnsteinUhlenbeckNoiseGen`
+                keyword arguments or ``None`` for its defaults.
+            ratio: Factor applied to the sampled noise.
+            mode: ``"uniform"``, ``"normal"``, ``"clipped_normal"`` or ``"ou"``.
+            use_target: Use the target actors.
+
+        Returns:
+            One entry per agent: the noisy action ``[B, action_dim]``, followed by the
+            actor's extra outputs if it has any.
+
+        Raises:
+            ValueError: When ``mode`` is unknown, ``noise_param`` does not fit it, or
+                ``states`` does not hold one entry per agent.
+        """
+        add_noise = self._noise_function(mode, noise_param, ratio)
+        noisy = []
+        for agent, output in enumerate(self._actor_outputs(states, use_target)):
+            action, extras = split_output(output)
+            noisy.append(pack_result(add_noise(agent, action), extras))
+        return noisy
+
+    def _noise_function(self, mode: str, noise_param: Any, ratio: float) -> Callable[[int, torch.Tensor], Any]:
+        """``f(agent, action) -> noisy action`` for one ``act_with_noise`` call."""
+        if mode not in NOISE_MODES:
+            raise ValueError(f"mode must be one of {list(NOISE_MODES)}, got {mode!r}")
+        if noise_param is _DEFAULT_NOISE_PARAM:
+            noise_param = _NOISE_DEFAULTS.get(mode, noise_param)
+        if mode == "ou":
+            if noise_param is not None and not isinstance(noise_param, Mapping):
+                raise ValueError(f"act_with_noise(mode='ou'): noise_param must be None or a dict of "
+                                 f"OrnsteinUhlenbeckNoiseGen keyword arguments, got {noise_param!r}")
+            return lambda agent, action: action + ratio * self._ou_process(agent, action, noise_param)
+        add_noise = NOISE_MODES[mode]
+
+        def add(_agent: int, action: torch.Tensor) -> torch.Tensor:
+            try:
+                return add_noise(action, noise_param, ratio)
+            except ValueError as error:  # the noise function says what it expects; add the mode
+                raise ValueError(f"act_with_noise(mode={mode!r}): {error}") from error
+
+        return add
+
+    def _ou_process(self, agent: int, action: torch.Tensor, noise_param: Optional[Mapping]) -> torch.Tensor:
+        """The next value of ``agent``'s own Ornstein-Uhlenbeck process."""
+        process = self._ou_noise.get(agent)
+        if process is None or process.shape != action.shape:
+            try:
+                process = OrnsteinUhlenbeckNoiseGen(action.shape, dtype=action.dtype, **dict(noise_param or {}))
+            except (TypeError, ValueError) as error:
+                raise ValueError(f"act_with_noise(mode='ou'): {error}") from error
+            self._ou_noise[agent] = process
+        return process(action.device).to(action.dtype)
+
+    def _discrete(self, states: Sequence[Dict[str, Any]], use_target: bool,
+                  choose: Callable[[torch.Tensor], torch.Tensor]) -> List[Any]:
+        results = []
+        for output in self._actor_outputs(states, use_target):
+            probs, extras = split_output(output)
+            assert_output_is_probs(probs)
+            results.append(pack_result((choose(probs), probs), extras))
+        return results
+
+    def act_discrete(self, states: Sequence[Dict[str, Any]], use_target: bool = False) -> List[Any]:
+        """Every agent's most probable action, for actors that output action probabilities.
+
+        Args:
+            states: One dictionary of actor inputs per agent; each actor must return
+                ``[B, action_num]`` probabilities (non-negative rows summing to 1).
+            use_target: Use the target actors.
+
+        Returns:
+            One tuple per agent: ``(action [B, 1], probabilities [B, action_num], *extras)``.
+
+        Raises:
+            ValueError: When an actor's output is not a batch of probability rows, or
+                ``states`` does not hold one entry per agent.
+        """
+        return self._discrete(states, use_target, lambda probs: probs.argmax(dim=1, keepdim=True))
+
+    def act_discrete_with_noise(self, states: Sequence[Dict[str, Any]], use_target: bool = False) -> List[Any]:
+        """Like :meth:`act_discrete`, but each action is sampled from its probabilities."""
+        return self._discrete(states, use_target, lambda probs: torch.multinomial(probs, 1))
+
+    # -- storing ----------------------------------------------------------------------------
+    def store_transitions(self, transitions: Sequence[TransitionLike]) -> None:
+        """Store one time step: one transition (or dict) per agent, all from the same step.
+
+        Each transition needs ``state``, ``action``, ``next_state``, ``reward`` and
+        ``terminal``. Every transition is checked before any is stored, so the
+        agents' buffers stay aligned.
+
+        Raises:
+            ValueError: When there is not one transition per agent, or one lacks an
+                attribute or does not match what its agent's buffer holds.
+        """
+        self._check_per_agent(transitions, "transitions")
+        self._store([[transition] for transition in transitions])
+
+    def store_episodes(self, episodes: Sequence[Sequence[TransitionLike]]) -> None:
+        """Store whole episodes: one list of transitions per agent, of equal lengths.
+
+        Raises:
+            ValueError: When there is not one episode per agent, the episodes differ in
+                length, or a transition is rejected (see :meth:`store_transitions`).
+        """
+        self._check_per_agent(episodes, "episodes")
+        lengths = [len(episode) for episode in episodes]
+        if len(set(lengths)) != 1:
+            raise ValueError(f"episodes must have one transition per agent and step, so equal lengths; "
+                             f"got lengths {lengths}")
+        self._store(episodes)
+
+    store_transition = store_transitions
+    store_episode = store_episodes
+
+    def _store(self, per_agent: Sequence[Sequence[TransitionLike]]) -> None:
+        converted = []
+        for agent, (buffer, transitions) in enumerate(zip(self.replay_buffers, per_agent)):
+            try:
+                converted.append([buffer._as_transition(t) for t in transitions])
+                for transition in converted[-1]:
+                    buffer._check(transition, REQUIRED_ATTRS)  # before any buffer is written
+            except (TypeError, ValueError) as error:
+                raise type(error)(f"agent {agent}: {error}") from error
+        for buffer, transitions in zip(self.replay_buffers, converted):
+            buffer.extend(transitions, required_attrs=REQUIRED_ATTRS)
+
+    # -- hooks a user may override -------------------------------------------------------------
+    @staticmethod
+    def _concat(dicts: List[Dict[str, Any]], what: str) -> Dict[str, Any]:
+        keys = list(dicts[0])
+        for position, entry in enumerate(dicts[1:], start=1):
+            if list(entry) != keys:
+                raise ValueError(
+                    f"the default {what}_concat_function joins the same keys of every visible agent, but "
+                    f"the {what} dicts have keys {keys} and {list(entry)} (visible position {position}); "
+                    f"override {what}_concat_function for agents with different keys"
+                )
+        joined = {}
+        for key in keys:  # agents may live on different devices: gather on the first one's
+            device = dicts[0][key].device
+            joined[key] = torch.cat([entry[key].to(device) for entry in dicts], dim=1)
+        return joined
+
+    @staticmethod
+    def state_concat_function(states: List[Dict[str, Any]], *_: Any) -> Dict[str, Any]:
+        """Join the visible agents' state dicts into the critic's state input.
+
+        The default concatenates every key along dimension 1, in the order of
+        ``critic_visible_actors``, on the device of the first agent's tensor:
+        ``{"state": cat([s_a, s_b], 1)}``.
+        """
+        return MADDPG._concat(states, "state")
+
+    @staticmethod
+    def action_concat_function(actions: List[Dict[str, Any]], *_: Any) -> Dict[str, Any]:
+        """Join the visible agents' action dicts into the critic's action input.
+
+        The default concatenates every key along dimension 1, in the order of
+        ``critic_visible_actors``, on the device of the first agent's tensor:
+        ``{"action": cat([a_a, a_b], 1)}``.
+        """
+        return MADDPG._concat(actions, "action")
+
+    action_transform_function = staticmethod(DDPG.action_transform_function)
+    reward_function = staticmethod(DDPG.reward_function)
+
+    # -- update steps -----------------------------------------------------------------------
+    _make_batch = staticmethod(DQN._make_batch)
+    _value_loss = DQN._value_loss
+
+    def _sample_rows(self) -> Optional[List[Rows]]:
+        """One random set of rows per sub-policy (``None`` while the buffers are empty)."""
+        sizes = [buffer.size() for buffer in self.replay_buffers]
+        if len(set(sizes)) != 1:
+            raise RuntimeError(f"the agents' replay buffers hold different numbers of transitions {sizes}; "
+                               f"store steps with store_transitions / store_episodes to keep them aligned")
+        if sizes[0] == 0:
+            return None
+        first = self.replay_buffers[0]
+        return [Buffer.sample_method_random_unique(first, self.batch_size) for _ in range(self.sub_policy_num + 1)]
+
+    def _sample(self, agent: int, rows: Rows, concatenate: bool) -> SampledBatch:
+        size, positions = rows
+        _, batch = self.replay_buffers[agent].sample_batch(
+            size, concatenate, sample_method=lambda *_: (size, positions), sample_attrs=_SAMPLE_ATTRS)
+        return self._make_batch(size, batch)
+
+    def _critic_value(self, agent: int, batches: List[SampledBatch], states: str,
+                      actions: List[Dict[str, Any]], use_target: bool = False) -> torch.Tensor:
+        """``Q_agent`` ``[B, 1]`` of the visible agents' ``states`` (attribute name) and ``actions``."""
+        critic = self.critic_targets[agent] if use_target else self.critics[agent]
+        output = safe_call(critic, self.state_concat_function([getattr(b, states) for b in batches]),
+                           self.action_concat_function(actions))
+        name = f"critic_targets[{agent}]" if use_target else f"critics[{agent}]"
+        return DDPG._value_column(output, batches[0].size, name)
+
+    def _bellman_target(self, agent: int, policy: int, batches: List[SampledBatch], own: int) -> torch.Tensor:
+        """``r + discount * (1 - terminal) * Q'(s', mu'(s'))`` with sub-policy ``policy``'s target actors."""
+        with torch.no_grad():
+            next_actions = [
+                self.action_transform_function(
+                    split_output(safe_call(self.actor_targets[visible][policy], batch.next_state))[0],
+                    batch.next_state, batch.others)
+                for visible, batch in zip(self.critic_visible_actors[agent], batches)
+            ]
+            next_value = self._critic_value(agent, batches, "next_state", next_actions, use_target=True)
+            mine = batches[own]
+            device = next_value.device
+            return self.reward_function(mine.reward.to(device), self.discount, next_value,
+                                        mine.terminal.to(device), mine.others)
+
+    def _update_critic(self, agent: int, batches: List[SampledBatch], target: torch.Tensor, step: bool) -> float:
+        value = self._critic_value(agent, batches, "state", [batch.action for batch in batches])
+        loss = self._value_loss(value, target, batches[0])
+        self._maybe_visualize(loss, f"critic_{agent}")
+        if step:
+            self._optimize(loss, self.critic_optims[agent], self.critics[agent], self.gradient_max)
+        return loss.item()
+
+    def _update_actor(self, agent: int, policy: int, batches: List[SampledBatch], own: int, step: bool) -> float:
+        """Ascend ``Q_agent`` with this actor's action and the stored actions of the others."""
+        actor, mine = self.actors[agent][policy], batches[own]
+        with torch.set_grad_enabled(step):
+            raw, _ = split_output(safe_call(actor, mine.state))
+            actions = [batch.action for batch in batches]
+            actions[own] = self.action_transform_function(raw, mine.state, mine.others)
+            policy_value = self._critic_value(agent, batches, "state", actions).mean()
+        if step:
+            loss = -policy_value
+            self._maybe_visualize(loss, f"actor_{agent}_{policy}")
+            self._optimize(loss, self.actor_optims[agent][policy], actor, self.gradient_max)
+        return policy_value.item()
+
+    def _update_agent(self, agent: int, rows: List[Rows], update_value: bool, update_policy: bool,
+                      concatenate: bool) -> Tuple[float, float]:
+        """Train one agent's critic and sub-policies; returns their mean (policy value, value loss)."""
+        visible = self.critic_visible_actors[agent]
+        own = visible.index(agent)
+        values, losses = [], []
+        for policy, policy_rows in enumerate(rows):
+            batches = [self._sample(other, policy_rows, concatenate) for other in visible]
+            target = self._bellman_target(agent, policy, batches, own)
+            losses.append(self._update_critic(agent, batches, target, update_value))
+            values.append(self._update_actor(agent, policy, batches, own, update_policy))
+        return sum(values) / len(values), sum(losses) / len(losses)
+
+    def _agent_optimizers(self, agent: int) -> List[torch.optim.Optimizer]:
+        return self.actor_optims[agent] + [self.critic_optims[agent]]
+
+    def _update_agents(self, jobs: List[Tuple[Any, ...]]) -> List[Tuple[float, float]]:
+        """Run :meth:`_update_agent` for every job, in the pool or in this thread."""
+        if self.pool_type == "thread" and self.pool_size == 1:
+            return [self._update_agent(*job) for job in jobs]
+        if self.pool_type == "thread":
+            return self._get_pool().starmap(self._update_agent, jobs)
+        workers = self._get_pool()
+        pending = []
+        for agent, rows, *switches in jobs:
+            # The networks are shared already; send the current buffers and optimizer settings.
+            buffers = {other: self.replay_buffers[other] for other in self.critic_visible_actors[agent]}
+            rows = [(size, positions.tolist()) for size, positions in rows]
+            settings = [[{key: value for key, value in group.items() if key != "params"}
+                         for group in optim.param_groups] for optim in self._agent_optimizers(agent)]
+            pending.append(workers[agent % len(workers)].apply_async(
+                _update_agent_in_worker, (agent, rows, *switches, buffers, settings)))
+        results = [task.get() for task in pending]
+        for optim in self.critic_optims + [o for agent in self.actor_optims for o in agent]:
+            optim._opt_called = True  # what a step here would record (read by lr schedulers)
+        return results
+
+    def _update_targets(self) -> None:
+        for online, target in self._online_target_pairs():
+            soft_update(target, online, self.update_rate)
+
+    def update(self, update_value: bool = True, update_policy: bool = True, update_target: bool = True,
+               concatenate_samples: bool = True) -> Optional[Tuple[float, float]]:
+        """Sample the same rows from every agent's buffer and train every agent on them.
+
+        Args:
+            update_value: Take optimizer steps on the critics.
+            update_policy: Take optimizer steps on the actors.
+            update_target: Soft-update every target network afterwards.
+            concatenate_samples: Hand the networks batched tensors (``False``: per-sample
+                lists, which the concat functions then receive too).
+
+        Returns:
+            ``(mean policy value, mean value loss)`` over agents and sub-policies, as
+            floats, or ``None`` while the buffers are empty.
+
+        Raises:
+            RuntimeError: When the agents' buffers hold different numbers of transitions.
+        """
+        rows = self._sample_rows()
+        if rows is None:
+            return None
+        jobs = [(agent, rows, update_value, update_policy, concatenate_samples) for agent in range(self.agent_num)]
+        self._train_mode(True)
+        try:
+            results = self._update_agents(jobs)
+        finally:
+            self._train_mode(False)
+        if update_target:
+            self._update_targets()
+        policy_values, value_losses = zip(*results)
+        return sum(policy_values) / self.agent_num, sum(value_losses) / self.agent_num
+
+    # -- pool and checkpoints -------------------------------------------------------------------
+    def _get_pool(self) -> Union[ThreadPool, List[CtxPool]]:
+        """The thread pool, or one single-process pool per worker (agent ``i`` -> worker ``i % n``)."""
+        if self._pool is None:
+            if self.pool_type == "thread":
+                self._pool = ThreadPool(self.pool_size)
+            else:
+                for name in self._is_top:  # workers write the parameters in place, the owner reads them
+                    getattr(self, name).share_memory()
+                uses_cuda = any(p.is_cuda for name in self._is_top for p in getattr(self, name).parameters())
+                context = _WorkerCopy(self)
+                self._pool = [CtxPool(1, worker_contexts=[context], is_copy_tensor=False,
+                                      share_method="cuda" if uses_cuda else "cpu")
+                              for _ in range(min(self.pool_size, self.agent_num))]
+        return self._pool
+
+    def close(self) -> None:
+        """Stop the internal pool (a later :meth:`update` starts a new one).
+
+        Process workers keep the optimizer states of their agents; they are copied
+        back into this framework's optimizers first.
+        """
+        if isinstance(self._pool, list):
+            self._fetch_optimizer_states(self._pool)
+        self._stop_pool()
+
+    def _fetch_optimizer_states(self, workers: List[CtxPool]) -> None:
+        for index, worker in enumerate(workers):
+            agents = list(range(index, self.agent_num, len(workers)))
+            for agent, states in zip(agents, worker.apply(_optimizer_states_in_worker, (agents,))):
+                for optim, state in zip(self._agent_optimizers(agent), states):
+                    # Own copies: shared CUDA memory dies with the worker that allocated it.
+                    optim.load_state_dict(copy.deepcopy(state))
+
+    def _stop_pool(self) -> None:
+        pool, self._pool = self._pool, None
+        for workers in pool if isinstance(pool, list) else [pool] if pool is not None else []:
+            workers.terminate()
+            workers.join()
+
+    def __del__(self) -> None:
+        if self.__dict__.get("_pool") is not None:
+            self._stop_pool()
+
+    def __getstate__(self) -> Dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_pool"] = None  # a pool cannot be copied; a copy starts its own when it needs one
+        return state
+
+    def _post_load(self) -> None:
+        for online, target in self._online_target_pairs():
+            hard_update(online, target)
+
+
+# -- process-pool plumbing ------------------------------------------------------------------------
+def _worker_framework(context: Any) -> MADDPG:
+    # A forked worker inherits the _WorkerCopy itself; a spawned one receives it rebuilt.
+    return context.framework if isinstance(context, _WorkerCopy) else context
+
+
+def _update_agent_in_worker(context: Any, agent: int, rows: List[Tuple[int, List[int]]], update_value: bool,
+                            update_policy: bool, concatenate: bool, buffers: Dict[int, Buffer],
+                            settings: List[List[Dict[str, Any]]]) -> Tuple[float, float]:
+    """Process-pool task: train ``agent`` on the shared networks with this worker's optimizers."""
+    framework = _worker_framework(context)
+    for other, buffer in buffers.items():
+        framework.replay_buffers[other] = buffer
+    for optim, groups in zip(framework._agent_optimizers(agent), settings):
+        for group, values in zip(optim.param_groups, groups):
+            group.update(values)  # e.g. learning rates changed by the owner's schedulers
+    framework._set_mode(True, *framework.actors[agent], framework.critics[agent])
+    return framework._update_agent(agent, rows, update_value, update_policy, concatenate)
+
+
+def _optimizer_states_in_worker(context: Any, agents: List[int]) -> List[List[Dict[str, Any]]]:
+    framework = _worker_framework(context)
+    return [[optim.state_dict() for optim in framework._agent_optimizers(agent)] for agent in agents]
+
+
+class _WorkerCopy:
+    """The context of a process worker: the framework it trains agents with.
+
+    A forked worker inherits this object as it is. A spawned worker unpickles it as
+    a copy of the framework without the pool and the schedulers, whose tensors are
+    shared with the owner. Optimizers travel as their import path and state: dill
+    (which the pools use) pickles a class by value when it cannot reach it as an
+    attribute of its package, and ``torch.optim`` hides its submodules
+    (``torch.optim.adam``), so ``torch.optim.Adam`` itself cannot be sent.
+    """
+
+    def __init__(self, framework: MADDPG):
+        self.framework = framework
+
+    def __reduce__(self) -> Tuple[Any, ...]:
+        state = self.framework.__getstate__()
+        state["_lr_schedulers"] = []
+        state["actor_optims"] = [[_PortableOptimizer(o) for o in agent] for agent in state["actor_optims"]]
+        state["critic_optims"] = [_PortableOptimizer(o) for o in state["critic_optims"]]
+        return _rebuild_framework, (type(self.framework), state)
+
+
+class _PortableOptimizer:
+    """Pickles as an optimizer rebuilt from its class's import path and ``__getstate__``."""
+
+    def __init__(self, optimizer: torch.optim.Optimizer):
+        self.optimizer = optimizer
+
+    def __reduce__(self) -> Tuple[Any, ...]:
+        cls = type(self.optimizer)
+        return _rebuild_optimizer, (cls.__module__, cls.__qualname__, self.optimizer.__getstate__())
+
+
+def _rebuild_framework(cls: type, state: Dict[str, Any]) -> MADDPG:
+    framework = cls.__new__(cls)
+    framework.__dict__.update(state)
+    return framework
+
+
+def _rebuild_optimizer(module: str, qualname: str, state: Dict[str, Any]) -> torch.optim.Optimizer:
+    cls: Any = importlib.import_module(module)
+    for name in qualname.split("."):
+        cls = getattr(cls, name)
+    optimizer = cls.__new__(cls)
+    optimizer.__setstate__(state)
+    return optimizer
