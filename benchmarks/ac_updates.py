@@ -73,9 +73,13 @@ def fill(agent, data):
                    reward=float(r[i]), terminal=bool(d[i])) for i in range(s.shape[0]))
 
 
+DEVICE = torch.device("cpu")
+
+
 def sample(data):
+    """A batch from the CPU replay data, moved to the networks' device (as the library does)."""
     idx = torch.randint(data[0].shape[0], (B,))
-    return [x[idx] for x in data]
+    return [x[idx].to(DEVICE) for x in data]
 
 
 def step(loss, opt):
@@ -117,7 +121,7 @@ def ddpg_floor(nets, data, twin=False, delay=1):
 
 def sac_floor(nets, data):
     actor, critics, critics_t = nets
-    log_alpha = torch.zeros(1, requires_grad=True)
+    log_alpha = torch.zeros(1, requires_grad=True, device=DEVICE)
     opts = [torch.optim.Adam(actor.parameters(), lr=5e-4)] + [torch.optim.Adam(c.parameters(), lr=1e-3)
                                                               for c in critics]
     alpha_opt = torch.optim.Adam([log_alpha], lr=1e-3)
@@ -200,10 +204,16 @@ def ppo_bench():
             number=3, repeats=9, warmup=1)
 
 
-def main() -> None:
+def main(device: str = "cpu") -> None:
+    """CPU: DDPG, TD3, SAC and PPO. Another device: SAC with its networks there."""
+    global DEVICE
     setup_torch()
+    DEVICE = torch.device(device)
     data = replay_data()
     mse = nn.MSELoss(reduction="sum")
+    if DEVICE.type != "cpu":
+        sac_bench(data, mse)
+        return
 
     actor, critic = Actor(), Critic()
     ddpg = DDPG(copy.deepcopy(actor), copy.deepcopy(actor), copy.deepcopy(critic), copy.deepcopy(critic),
@@ -222,17 +232,22 @@ def main() -> None:
                         [copy.deepcopy(critic), copy.deepcopy(critic2)]), data, twin=True, delay=2)
     compare("TD3 update", td3.update, floor, number=50, repeats=11)
 
-    gactor = GaussianActor()
+    sac_bench(data, mse)
+    ppo_bench()
+
+
+def sac_bench(data, mse):
+    gactor, critic, critic2 = GaussianActor().to(DEVICE), Critic().to(DEVICE), Critic().to(DEVICE)
     sac = SAC(copy.deepcopy(gactor), copy.deepcopy(critic), copy.deepcopy(critic), copy.deepcopy(critic2),
               copy.deepcopy(critic2), torch.optim.Adam, mse, batch_size=B, update_rate=TAU,
               replay_size=len(data[0]), target_entropy=-A)
     fill(sac, data)
     floor = sac_floor((copy.deepcopy(gactor), [copy.deepcopy(critic), copy.deepcopy(critic2)],
                        [copy.deepcopy(critic), copy.deepcopy(critic2)]), data)
-    compare("SAC update", sac.update, floor, number=50, repeats=11)
-
-    ppo_bench()
+    compare(f"SAC update on {DEVICE}", sac.update, floor, number=50, repeats=11)
 
 
 if __name__ == "__main__":
-    main()
+    import sys
+
+    main(sys.argv[1] if len(sys.argv) > 1 else "cpu")
