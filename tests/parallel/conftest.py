@@ -2,33 +2,13 @@
 
 import contextlib
 import time
-from multiprocessing import forkserver, resource_tracker
 
 import psutil
 import pytest
 
+from tests.multiprocess import _live_children
+
 GRACE_SECONDS = 5.0
-
-
-def _helper_pids():
-    """Long-lived helpers multiprocessing starts once per session (not leaks)."""
-    pids = {
-        getattr(resource_tracker._resource_tracker, "_pid", None),
-        getattr(forkserver._forkserver, "_forkserver_pid", None),
-    }
-    return pids - {None}
-
-
-def _live_children():
-    helpers = _helper_pids()
-    live = []
-    for child in psutil.Process().children(recursive=True):
-        try:
-            if child.pid not in helpers and child.status() != psutil.STATUS_ZOMBIE:
-                live.append(child)
-        except psutil.NoSuchProcess:
-            pass
-    return live
 
 
 def _describe(child):
