@@ -24,10 +24,12 @@ def smoke_args(path: Path):
 
 @pytest.mark.parametrize("script", EXAMPLES, ids=[str(p.relative_to(ROOT / "examples")) for p in EXAMPLES])
 def test_example_runs(script, tmp_path):
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "MPLBACKEND": "Agg", "SDL_VIDEODRIVER": "dummy"}
+    # One thread per script: the suite already keeps both cores busy.
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "MPLBACKEND": "Agg", "SDL_VIDEODRIVER": "dummy",
+           "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
     result = subprocess.run(
         [sys.executable, str(script), *smoke_args(script)], cwd=tmp_path, env=env,
-        capture_output=True, text=True, timeout=120,
+        capture_output=True, text=True, timeout=240,
     )
     assert result.returncode == 0, f"{script.name} failed:\n{result.stdout[-2000:]}\n{result.stderr[-4000:]}"
     assert result.stdout or result.stderr, f"{script.name} printed nothing"
