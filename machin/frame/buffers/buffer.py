@@ -315,15 +315,43 @@ class Buffer:
             self._check(ts[0], required_attrs)
             self._create_layout(ts[0])
             try:
-                for t in ts:
-                    self._check(t, required_attrs)
+                self._check_all(ts, required_attrs)
             except ValueError:
                 self.clear()  # nothing was stored: do not keep the rejected layout either
                 raise
         else:
-            for t in ts:
-                self._check(t, required_attrs)
+            self._check_all(ts, required_attrs)
         return self._write(ts)
+
+    def _check_all(self, ts: List[TransitionBase], required_attrs: Tuple[str, ...]) -> None:
+        """Check every transition; a fast pass over whole columns, the full check when it finds a problem."""
+        self._check(ts[0], required_attrs)
+        if len(ts) > 1 and not self._same_layout(ts):
+            for t in ts[1:]:
+                self._check(t, required_attrs)  # raises with a message naming the problem
+
+    def _same_layout(self, ts: List[TransitionBase]) -> bool:
+        """Whether every transition has exactly the stored names, keys, shapes, dtypes and scalar kinds."""
+        names = (ts[0]._major_attr, ts[0]._sub_attr, ts[0]._custom_attr)
+        if any((t._major_attr, t._sub_attr, t._custom_attr) != names for t in ts):
+            return False
+        for name, cols in self._major.items():
+            dicts = [getattr(t, name) for t in ts]
+            if any(len(d) != len(cols) for d in dicts):
+                return False
+            for key, col in cols.items():
+                want = (col.one_row, col.tensor.dtype)
+                if any(key not in d or (d[key].shape, d[key].dtype) != want for d in dicts):
+                    return False
+        for name, col in self._sub.items():
+            values = [getattr(t, name) for t in ts]
+            if col.kind is not None:
+                if any(type(v) is not col.kind for v in values):
+                    return False
+            elif any(not isinstance(v, torch.Tensor) or (v.shape, v.dtype) != (col.one_row, col.tensor.dtype)
+                     for v in values):
+                return False
+        return True
 
     # -- sampling -------------------------------------------------------------------
     _SAMPLE_METHODS = {

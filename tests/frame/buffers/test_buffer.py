@@ -550,3 +550,19 @@ def test_post_process_batch_matches_sample_batch():
     assert Buffer.post_process_batch([], "cpu", True, None, None) is None
     unconcatenated = Buffer.post_process_batch(transitions, "cpu", False, ["reward"], None)
     assert unconcatenated == ([0.0, 1.0, 2.0],)
+
+
+def test_extend_checks_shapes_dtypes_and_kinds_of_every_transition():
+    buffer = Buffer(10)
+    buffer.append(make(0))
+    wrong_shape, wrong_dtype, int_reward = make(2), make(3), make(4)
+    wrong_shape.state["s"] = torch.zeros(1, 7)
+    wrong_dtype.state["s"] = wrong_dtype.state["s"].double()
+    with pytest.raises(ValueError, match=r"state\['s'\] must have shape"):
+        buffer.extend([make(1), wrong_shape])
+    with pytest.raises(ValueError, match="dtype torch.float32"):
+        buffer.extend([make(1), wrong_dtype])
+    assert buffer.size() == 1
+    int_reward.reward = 4  # an int fits a float column: accepted by the full check
+    buffer.extend([make(1), int_reward])
+    assert all_rewards(buffer) == [0.0, 1.0, 4.0]
