@@ -13,7 +13,7 @@ EXAMPLES = sorted(
     and not any(part.startswith("_") for part in p.relative_to(ROOT / "examples").parts[:-1])
 )
 # Scripts that train take --episodes; the others are short demonstrations that run as they are.
-TRAINING_DIRS = {"framework_examples", "your_first_program"}
+TRAINING_DIRS = {"framework_examples", "your_first_program", "unleash_distributed_power"}
 
 
 def smoke_args(path: Path):

@@ -1,0 +1,217 @@
+"""DQNApex and DDPGApex: storage over the group, priorities back to their owners, model sync.
+
+Ranks 0 and 1 sample, rank 2 learns.
+"""
+
+import time
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+
+from machin.frame.algorithms.apex import DDPGApex, DQNApex
+from machin.frame.buffers import DistributedPrioritizedBuffer
+from machin.frame.helpers import model_server_helper
+from machin.parallel.distributed import World
+from tests.frame.algorithms.ddpg_nets import Actor, Critic
+from tests.frame.algorithms.distributed_nets import pull_until
+from tests.frame.algorithms.dqn_nets import QNet
+from tests.multiprocess import no_children_left, run_ranks  # noqa: F401
+
+pytestmark = [pytest.mark.multiprocess, pytest.mark.usefixtures("no_children_left")]
+
+STORED = 12  # transitions per sampler
+LEARNER = 2
+
+
+def _flat(net):
+    return torch.cat([p.detach().reshape(-1) for p in net.parameters()])
+
+
+def _dqn(group, servers):
+    torch.manual_seed(0)
+    return DQNApex(QNet(4, 2, 8), QNet(4, 2, 8), torch.optim.Adam, nn.MSELoss(reduction="none"),
+                   group, servers, batch_size=8, replay_size=50), "qnet", 4
+
+
+def _ddpg(group, servers):
+    torch.manual_seed(0)
+    return DDPGApex(Actor(hidden=8), Actor(hidden=8), Critic(hidden=8), Critic(hidden=8), torch.optim.Adam,
+                    nn.MSELoss(reduction="none"), group, servers, batch_size=8, replay_size=50), "actor", 3
+
+
+def _transition(rank, i, state_dim, discrete):
+    generator = torch.Generator().manual_seed(rank * 100 + i)
+    action = torch.tensor([[i % 2]]) if discrete else torch.rand(1, 1, generator=generator)
+    return {"state": {"state": torch.randn(1, state_dim, generator=generator)}, "action": {"action": action},
+            "next_state": {"state": torch.randn(1, state_dim, generator=generator)},
+            "reward": float(i), "terminal": i == STORED - 1}
+
+
+def _act(agent, state_dim):
+    state = {"state": torch.zeros(1, state_dim)}
+    return agent.act_discrete(state) if isinstance(agent, DQNApex) else agent.act_with_noise(state)
+
+
+def _apex_flow(rank, build):
+    world = World(rpc_timeout=30)
+    group = world.create_rpc_group("apex", ["0", "1", "2"])
+    servers = model_server_helper(model_num=1)
+    agent, shared, state_dim = build(group, servers)
+    assert isinstance(agent.replay_buffer, DistributedPrioritizedBuffer)
+    assert agent.replay_buffer.group is group
+    group.barrier()
+    if rank != LEARNER:
+        agent.set_sync(False)
+        agent.store_episode([_transition(rank, i, state_dim, isinstance(agent, DQNApex)) for i in range(STORED)])
+    group.barrier()
+    result = {"all_size": agent.replay_buffer.all_size(), "local_size": agent.replay_buffer.size()}
+    if rank == LEARNER:
+        sent = []
+        original = agent.replay_buffer.update_priority
+        agent.replay_buffer.update_priority = lambda p, i: (sent.append((p.copy(), i)), original(p, i))[1]
+        assert agent.update() is not None
+        priorities, indexes = sent[0]
+        offset, result["sent"] = 0, {}
+        for member, (index, _) in indexes.items():
+            result["sent"][member] = (index.tolist(), priorities[offset : offset + len(index)].tolist())
+            offset += len(index)
+        result["model"] = _flat(getattr(agent, shared))
+    group.barrier()  # the update (and its priority updates and push) is done
+    if rank != LEARNER:
+        local = agent.replay_buffer
+        result["weights"] = local.wt_tree.get_leaf_weight(np.arange(local.size())).tolist()
+        net = getattr(agent, shared)
+        with torch.no_grad():
+            net.net[0].weight.add_(1.0)  # away from anything the learner could have pushed
+        before = _flat(net)
+        _act(agent, state_dim)  # sync off: no pull
+        assert torch.equal(_flat(net), before)
+        if rank == 0:
+            assert agent.manual_sync()
+        else:
+            agent.set_sync(True)
+            _act(agent, state_dim)  # sync on: pulls first
+        result["model"] = _flat(net)
+    group.barrier()
+    world.stop()
+    return result
+
+
+@pytest.mark.parametrize("build", [_dqn, _ddpg], ids=["DQNApex", "DDPGApex"])
+def test_priorities_reach_the_sample_owners_and_samplers_pull_the_model(build):
+    results = run_ranks(_apex_flow, 3, args=(build,), timeout=60)
+    assert [r["all_size"] for r in results] == [2 * STORED] * 3
+    assert [r["local_size"] for r in results] == [STORED, STORED, 0]
+    sent = results[LEARNER]["sent"]
+    assert set(sent) <= {"0", "1"} and sum(len(i) for i, _ in sent.values()) == 8
+    for member, (index, priorities) in sent.items():
+        weights = np.array(results[int(member)]["weights"])
+        expected = {i: (abs(p) + 1e-2) ** 0.6 for i, p in zip(index, priorities)}  # the last update wins
+        for i, w in expected.items():
+            assert weights[i] == pytest.approx(w)
+        untouched = [w for i, w in enumerate(weights) if i not in expected]
+        assert all(w == pytest.approx(1.0) for w in untouched)  # stored with the initial weight 1
+    for rank in (0, 1):
+        assert torch.equal(results[rank]["model"], results[LEARNER]["model"])
+
+
+def _ddp_learners(rank):
+    world = World(rpc_timeout=30)
+    group = world.create_rpc_group("apex", ["0", "1", "2", "3"])
+    servers = model_server_helper(model_num=1)
+    torch.manual_seed(0)
+    qnet = QNet(4, 2, 8)
+    initial = _flat(qnet)
+    if rank >= 2:  # two learners, their qnet wrapped in DistributedDataParallel
+        learners = world.create_collective_group([2, 3])
+        qnet = DistributedDataParallel(qnet, process_group=learners.group)
+    apex = DQNApex(qnet, QNet(4, 2, 8), torch.optim.Adam, nn.MSELoss(reduction="none"), group, servers,
+                   batch_size=8, replay_size=50)
+    group.barrier()
+    if rank < 2:
+        apex.store_episode([_transition(rank, i, 4, True) for i in range(STORED)])
+    group.barrier()
+    if rank >= 2:
+        for _ in range(3):  # every DDP member calls update(), each on its own sampled batch
+            assert apex.update() is not None
+    group.barrier()
+    if rank < 2:
+        assert apex.manual_sync()
+    result = _flat(apex.qnet)
+    assert not torch.equal(result, initial)
+    group.barrier()
+    world.stop()
+    return result
+
+
+def test_learners_wrapped_in_ddp_train_one_model_that_samplers_pull():
+    results = run_ranks(_ddp_learners, 4, timeout=60)
+    assert all(torch.equal(results[0], other) for other in results[1:])
+
+
+def test_model_server_must_be_a_one_tuple():
+    with pytest.raises(ValueError, match="model_server of DQNApex must be a 1-tuple"):
+        DQNApex(QNet(), QNet(), torch.optim.Adam, nn.MSELoss(reduction="none"), None, (1, 2))
+
+
+def _dqn_apex_learns(rank, max_episodes, threshold, warmup=500):
+    world = World(rpc_timeout=60)
+    group = world.create_rpc_group("apex", ["0", "1", "2"])
+    servers = model_server_helper(model_num=1)
+    torch.manual_seed(0)
+    apex = DQNApex(QNet(), QNet(), torch.optim.Adam, nn.MSELoss(reduction="none"), group, servers,
+                   batch_size=64, epsilon_decay=0.999, update_rate=0.01, replay_size=20000)
+    group.barrier()
+    apex.set_sync(False)
+    reached = None
+    if rank == LEARNER:
+        while not all(group.is_registered(f"done_{s}") for s in ("0", "1")):
+            if apex.replay_buffer.all_size() < warmup:
+                time.sleep(0.1)
+                continue
+            for _ in range(20):
+                apex.update()
+    else:
+        torch.manual_seed(rank)
+        env = gym.make("CartPole-v0")
+        smoothed, steps, start = 0.0, 0, time.time()
+        for episode in range(1, max_episodes + 1):
+            # about one update per two steps of each sampler: wait for the model version to catch up
+            pull_until(apex, apex.qnet, (steps - warmup // 2) // 2)
+            obs, _ = env.reset(seed=rank * 10000 + episode)
+            state = torch.tensor(obs, dtype=torch.float32).view(1, 4)
+            done, total = False, 0.0
+            while not done:
+                action = apex.act_discrete_with_noise({"state": state})
+                obs, reward, terminated, truncated, _ = env.step(action.item())
+                next_state = torch.tensor(obs, dtype=torch.float32).view(1, 4)
+                apex.store_transition({"state": {"state": state}, "action": {"action": action},
+                                       "next_state": {"state": next_state}, "reward": float(reward),
+                                       "terminal": terminated})
+                state, total, done, steps = next_state, total + reward, terminated or truncated, steps + 1
+            smoothed = 0.9 * smoothed + 0.1 * total
+            if smoothed > threshold:
+                reached = (episode, time.time() - start)
+                group.register(f"solved_{rank}", print)
+                break
+            if group.is_registered(f"solved_{1 - rank}"):
+                break
+        env.close()
+        group.register(f"done_{rank}", print)
+    world.barrier()
+    world.stop()
+    return reached
+
+
+@pytest.mark.learning
+def test_dqn_apex_learns_cartpole_with_two_samplers_and_a_learner():
+    results = run_ranks(_dqn_apex_learns, 3, args=(400, 150.0), timeout=110)
+    for rank, result in enumerate(results):
+        if result is not None:
+            print(f"DQNApex sampler {rank} reached a smoothed return of 150 on CartPole-v0 at episode "
+                  f"{result[0]} ({result[1]:.1f} s)")
+    assert any(r is not None for r in results), "no DQNApex sampler reached a smoothed return of 150"
