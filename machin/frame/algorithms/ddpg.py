@@ -110,6 +110,8 @@ class DDPG(ReplayMixin, TorchFramework):
             ``replay_device`` are then ignored).
         visualize: Draw the graph of each loss on the first update.
         visualize_dir: Directory for those drawings.
+        n_step: Learn from n-step returns; ``n_step > 1`` needs whole episodes
+            (:meth:`store_episode`), see :func:`~machin.frame.algorithms.returns.n_step_episode`.
 
     Raises:
         ValueError: On an out-of-range option.
@@ -141,6 +143,7 @@ class DDPG(ReplayMixin, TorchFramework):
         replay_buffer: Optional[Buffer] = None,
         visualize: bool = False,
         visualize_dir: str = "",
+        n_step: int = 1,
     ):
         super().__init__(visualize=visualize, visualize_dir=visualize_dir)
         if not 0 < update_rate <= 1:
@@ -152,6 +155,7 @@ class DDPG(ReplayMixin, TorchFramework):
         self.batch_size = batch_size
         self.update_rate = update_rate
         self.discount = discount
+        self.n_step = self._check_n_step(n_step)
         self.gradient_max = gradient_max
         self.criterion = criterion
 

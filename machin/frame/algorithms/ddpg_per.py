@@ -56,6 +56,7 @@ class DDPGPer(PrioritizedReplayMixin, DDPG):
         replay_buffer: Optional[Buffer] = None,
         visualize: bool = False,
         visualize_dir: str = "",
+        n_step: int = 1,
     ):
         if replay_buffer is not None and not isinstance(replay_buffer, PrioritizedBuffer):
             raise TypeError(
@@ -68,5 +69,5 @@ class DDPGPer(PrioritizedReplayMixin, DDPG):
             actor_learning_rate=actor_learning_rate, critic_learning_rate=critic_learning_rate,
             discount=discount, gradient_max=gradient_max, replay_size=replay_size,
             replay_device=replay_device, replay_buffer=replay_buffer, visualize=visualize,
-            visualize_dir=visualize_dir,
+            visualize_dir=visualize_dir, n_step=n_step,
         )

@@ -62,6 +62,7 @@ class HDDPG(DDPG):
         replay_buffer: Optional[Buffer] = None,
         visualize: bool = False,
         visualize_dir: str = "",
+        n_step: int = 1,
     ):
         for name, rate in (("q_increase_rate", q_increase_rate), ("q_decrease_rate", q_decrease_rate)):
             if not rate >= 0:
@@ -73,7 +74,7 @@ class HDDPG(DDPG):
             actor_learning_rate=actor_learning_rate, critic_learning_rate=critic_learning_rate,
             discount=discount, gradient_max=gradient_max, replay_size=replay_size,
             replay_device=replay_device, replay_buffer=replay_buffer, visualize=visualize,
-            visualize_dir=visualize_dir,
+            visualize_dir=visualize_dir, n_step=n_step,
         )
         self.q_increase_rate = q_increase_rate
         self.q_decrease_rate = q_decrease_rate

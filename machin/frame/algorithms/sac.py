@@ -78,6 +78,8 @@ class SAC(ReplayMixin, TorchFramework):
         replay_buffer: A buffer to use instead of the default one.
         visualize: Draw each loss graph on the first update.
         visualize_dir: Where to write the drawings.
+        n_step: Learn from n-step returns; ``n_step > 1`` needs whole episodes
+            (:meth:`store_episode`), see :func:`~machin.frame.algorithms.returns.n_step_episode`.
 
     Raises:
         ValueError: When an option is out of range.
@@ -113,6 +115,7 @@ class SAC(ReplayMixin, TorchFramework):
         replay_buffer: Optional[Buffer] = None,
         visualize: bool = False,
         visualize_dir: str = "",
+        n_step: int = 1,
     ):
         super().__init__(visualize=visualize, visualize_dir=visualize_dir)
         if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
@@ -131,6 +134,7 @@ class SAC(ReplayMixin, TorchFramework):
         self.batch_size = batch_size
         self.update_rate = update_rate
         self.discount = discount
+        self.n_step = self._check_n_step(n_step)
         self.gradient_max = gradient_max
         self.criterion = criterion
 

@@ -73,6 +73,7 @@ class TD3(DDPG):
         replay_buffer: Optional[Buffer] = None,
         visualize: bool = False,
         visualize_dir: str = "",
+        n_step: int = 1,
     ):
         if not policy_noise >= 0 or not noise_clip >= 0:
             raise ValueError(
@@ -87,7 +88,7 @@ class TD3(DDPG):
             actor_learning_rate=actor_learning_rate, critic_learning_rate=critic_learning_rate,
             discount=discount, gradient_max=gradient_max, replay_size=replay_size,
             replay_device=replay_device, replay_buffer=replay_buffer, visualize=visualize,
-            visualize_dir=visualize_dir,
+            visualize_dir=visualize_dir, n_step=n_step,
         )
         self.policy_noise = policy_noise
         self.noise_clip = noise_clip

@@ -428,3 +428,26 @@ def test_ddpg_learns_pendulum():
     print(f"DDPG Pendulum: smoothed {smoothed:.1f} at episode {episode}, step {steps}, "
           f"{seconds:.1f} s wall, {cpu:.1f} s CPU")
     assert smoothed > -400
+
+
+def test_n_step_episodes_bootstrap_with_discount_to_the_power_of_steps():
+    from machin.frame.algorithms.returns import n_step_episode
+
+    torch.manual_seed(0)
+    ddpg = DDPG(*pendulum_nets(), torch.optim.Adam, nn.MSELoss(reduction="sum"), batch_size=4, discount=0.5,
+                n_step=3)
+    episode = [random_transition(reward=1.0) for _ in range(4)]
+    with pytest.raises(RuntimeError, match="store_episode"):
+        ddpg.store_transition(episode[0])
+    ddpg.store_episode(episode)
+    expected_rewards = sorted(t.reward for t in n_step_episode(episode, 3, 0.5))
+    batch = ddpg._sample(True)
+    assert sorted(batch.reward.view(-1).tolist()) == expected_rewards == [1.0, 1.5, 1.75, 1.75]
+    steps = torch.tensor(batch.others["steps"], dtype=torch.float32).view(-1, 1)
+    with torch.no_grad():
+        next_action = ddpg.action_transform_function(ddpg.actor_target(batch.next_state["state"]))
+        next_value = ddpg.critic_target(batch.next_state["state"], next_action["action"])
+    expected = batch.reward + 0.5 ** steps * (1 - batch.terminal) * next_value
+    assert torch.allclose(ddpg._bellman_target(batch), expected, atol=1e-6)
+    with pytest.raises(ValueError, match="n_step must be a positive integer"):
+        DDPG(*pendulum_nets(), torch.optim.Adam, nn.MSELoss(), n_step=0)
