@@ -28,6 +28,7 @@ from PIL import Image
 
 __all__ = [
     "create_image",
+    "create_learning_curve",
     "create_image_subproc",
     "create_video",
     "create_video_subproc",
@@ -357,3 +358,70 @@ def show_image(
     else:
         figure.canvas.draw()
     return figure
+
+
+def create_learning_curve(
+    values: Sequence[float],
+    path: str,
+    filename: str,
+    title: str = "",
+    xlabel: str = "episode",
+    ylabel: str = "return",
+    smoothing: float = 0.9,
+    steps: Optional[Sequence[float]] = None,
+    extension: str = ".png",
+) -> str:
+    """Plot a learning curve (the raw values and their exponential moving average) to a file.
+
+    Drawn off screen with matplotlib's ``Agg`` canvas, so it works on machines
+    without a display and does not touch pyplot's global figures.
+
+    Args:
+        values: One value per point (for example the return of each episode).
+        path: Directory to write to (created if missing).
+        filename: File name without extension.
+        title: Title of the plot.
+        xlabel: Label of the x axis.
+        ylabel: Label of the y axis.
+        smoothing: Weight of the past in the moving average, in ``[0, 1)``;
+            ``0`` draws only the raw values.
+        steps: The x coordinate of each value (default: 1, 2, ...).
+        extension: File extension, which selects the format (``.png``, ``.svg``, ...).
+
+    Returns:
+        The path of the written file.
+
+    Raises:
+        ValueError: If ``values`` is empty, ``steps`` has a different length, or
+            ``smoothing`` is outside ``[0, 1)``.
+    """
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    values = np.asarray(values, dtype=np.float64).reshape(-1)
+    if values.size == 0:
+        raise ValueError("values must hold at least one point, got none")
+    if not 0 <= smoothing < 1:
+        raise ValueError(f"smoothing must be in [0, 1), got {smoothing!r}")
+    x = np.arange(1, values.size + 1) if steps is None else np.asarray(steps, dtype=np.float64)
+    if x.shape != values.shape:
+        raise ValueError(f"steps must have one entry per value ({values.size}), got {x.size}")
+    figure = Figure(figsize=(6, 3.5))
+    FigureCanvasAgg(figure)
+    ax = figure.add_subplot(1, 1, 1)
+    ax.plot(x, values, alpha=0.35 if smoothing else 1.0, label="raw")
+    if smoothing:
+        smoothed = np.empty_like(values)
+        smoothed[0] = values[0]
+        for i in range(1, values.size):
+            smoothed[i] = smoothing * smoothed[i - 1] + (1 - smoothing) * values[i]
+        ax.plot(x, smoothed, label=f"moving average ({smoothing:g})")
+        ax.legend(loc="best")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    if title:
+        ax.set_title(title)
+    figure.tight_layout()
+    file_path = _file_path(path, filename, extension)
+    figure.savefig(file_path)
+    return file_path

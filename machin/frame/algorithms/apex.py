@@ -15,8 +15,9 @@ updating (:class:`ApexMixin`).
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, Dict, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Optional, Sequence, Tuple, Union
 
+import torch
 from torch import nn
 
 from ...parallel.distributed.rpc_group import RpcGroup
@@ -50,7 +51,14 @@ class ApexMixin:
         """This process's part of the group-wide prioritized buffer."""
         return DistributedPrioritizedBuffer(type(self).__name__.lower() + "_buffer", apex_group, replay_size)
 
-    def _init_apex(self, apex_group: RpcGroup, model_server: Any) -> None:
+    def _init_apex(self, apex_group: RpcGroup, model_server: Any, replay_device: Any) -> None:
+        # Distributed buffers keep their transitions on the CPU (they travel over RPC):
+        # the argument exists only so that code written for the manual keeps working.
+        if str(replay_device) != "cpu":
+            raise ValueError(
+                f"{type(self).__name__}: replay_device must be 'cpu' (distributed buffers always "
+                f"store on the CPU), got {replay_device!r}"
+            )
         self.apex_group = apex_group
         self.model_server = (_single_server(model_server, type(self).__name__),)
         self.is_syncing = True
@@ -107,6 +115,8 @@ class DQNApex(ApexMixin, DQNPer):
         discount: Discount factor.
         gradient_max: Maximum gradient norm.
         replay_size: Capacity of this process's part of the buffer.
+        replay_device: Accepted for compatibility; only ``"cpu"`` is valid, as the
+            distributed buffer always stores its transitions on the CPU.
         mode: See :class:`~machin.frame.algorithms.dqn.DQN`.
         n_step: See :class:`~machin.frame.algorithms.dqn.DQN`.
         visualize: Draw the loss graph on the first update.
@@ -114,7 +124,8 @@ class DQNApex(ApexMixin, DQNPer):
 
     Raises:
         ValueError: When ``model_server`` is not a 1-tuple, the process is not a
-            member of ``apex_group``, or an option is out of range.
+            member of ``apex_group``, ``replay_device`` is not ``"cpu"``, or an option is
+            out of range.
     """
 
     _shared_network = "qnet"
@@ -139,12 +150,13 @@ class DQNApex(ApexMixin, DQNPer):
         discount: float = 0.99,
         gradient_max: float = math.inf,
         replay_size: int = 500000,
+        replay_device: Union[str, torch.device] = "cpu",
         mode: str = "double",
         n_step: int = 1,
         visualize: bool = False,
         visualize_dir: str = "",
     ):
-        self._init_apex(apex_group, model_server)
+        self._init_apex(apex_group, model_server, replay_device)
         super().__init__(
             qnet, qnet_target, optimizer, criterion,
             lr_scheduler=lr_scheduler, lr_scheduler_args=lr_scheduler_args,
@@ -205,12 +217,15 @@ class DDPGApex(ApexMixin, DDPGPer):
         discount: Discount factor.
         gradient_max: Maximum gradient norm.
         replay_size: Capacity of this process's part of the buffer.
+        replay_device: Accepted for compatibility; only ``"cpu"`` is valid, as the
+            distributed buffer always stores its transitions on the CPU.
         visualize: Draw the loss graphs on the first update.
         visualize_dir: Where to write the drawings.
 
     Raises:
         ValueError: When ``model_server`` is not a 1-tuple, the process is not a
-            member of ``apex_group``, or an option is out of range.
+            member of ``apex_group``, ``replay_device`` is not ``"cpu"``, or an option is
+            out of range.
     """
 
     _shared_network = "actor"
@@ -235,10 +250,11 @@ class DDPGApex(ApexMixin, DDPGPer):
         discount: float = 0.99,
         gradient_max: float = math.inf,
         replay_size: int = 500000,
+        replay_device: Union[str, torch.device] = "cpu",
         visualize: bool = False,
         visualize_dir: str = "",
     ):
-        self._init_apex(apex_group, model_server)
+        self._init_apex(apex_group, model_server, replay_device)
         super().__init__(
             actor, actor_target, critic, critic_target, optimizer, criterion,
             lr_scheduler=lr_scheduler, lr_scheduler_args=lr_scheduler_args,

@@ -10,12 +10,13 @@ process's sampling for longer than that read.
 from __future__ import annotations
 
 import threading
-from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple, Union
+from typing import Any, Callable, Dict, Iterable, List, Optional, Set, Tuple, Union
 
 import numpy as np
 import torch
 
 from ...parallel.distributed.rpc_group import RpcGroup
+from ...parallel.exception import RemoteTraceback
 from ..transition import TransitionBase
 from .buffer import Buffer
 
@@ -87,6 +88,7 @@ class DistributedPart:
         self.buffer_name = buffer_name
         self.group = group
         self._rng = rng  # splits batches between members
+        self._lost: Set[str] = set()  # members that stopped answering (e.g. a killed process)
         try:
             group.register(self._service_key(group.get_cur_name()), self._serve)
         except KeyError:
@@ -108,16 +110,30 @@ class DistributedPart:
         return [
             m
             for m in self.group.get_group_members()
-            if self.group.is_registered(self._service_key(m))
+            if m not in self._lost and self.group.is_registered(self._service_key(m))
         ]
 
     def _call(self, requests: Dict[str, Tuple[Any, ...]]) -> Dict[str, Any]:
-        """Run one operation on several members at once; replies in the order of ``requests``."""
+        """Run one operation on several members at once; replies in the order of ``requests``.
+
+        A member that cannot be reached (its process died without leaving the group)
+        is left out of the replies and skipped from then on, so that the survivors
+        keep working. An exception raised by the operation itself on a member (it
+        carries a :class:`~machin.parallel.exception.RemoteTraceback`) propagates.
+        """
         futures = {
             m: self.group.registered_async(self._service_key(m), args=args)
             for m, args in requests.items()
         }
-        return {m: future.wait() for m, future in futures.items()}
+        replies = {}
+        for member, future in futures.items():
+            try:
+                replies[member] = future.wait()
+            except RuntimeError as error:
+                if isinstance(error.__cause__, RemoteTraceback):
+                    raise
+                self._lost.add(member)
+        return replies
 
     # -- local writes, under the lock ---------------------------------------------------
     def extend(

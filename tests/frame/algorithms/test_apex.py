@@ -3,10 +3,14 @@
 Ranks 0 and 1 sample, rank 2 learns.
 """
 
+import multiprocessing
+import os
+import signal
 import time
 
 import gymnasium as gym
 import numpy as np
+import psutil
 import pytest
 import torch
 from torch import nn
@@ -19,7 +23,7 @@ from machin.parallel.distributed import World
 from tests.frame.algorithms.ddpg_nets import Actor, Critic
 from tests.frame.algorithms.distributed_nets import pull_until
 from tests.frame.algorithms.dqn_nets import QNet
-from tests.multiprocess import no_children_left, run_ranks  # noqa: F401
+from tests.multiprocess import Exited, no_children_left, run_ranks, wait_for  # noqa: F401
 
 pytestmark = [pytest.mark.multiprocess, pytest.mark.usefixtures("no_children_left")]
 
@@ -158,6 +162,76 @@ def test_model_server_must_be_a_one_tuple():
         DQNApex(QNet(), QNet(), torch.optim.Adam, nn.MSELoss(reduction="none"), None, (1, 2))
 
 
+@pytest.mark.parametrize("build", [
+    lambda device: DQNApex(QNet(), QNet(), torch.optim.Adam, nn.MSELoss(reduction="none"), None, (None,),
+                           replay_device=device),
+    lambda device: DDPGApex(Actor(), Actor(), Critic(), Critic(), torch.optim.Adam, nn.MSELoss(reduction="none"),
+                            None, (None,), replay_device=device),
+], ids=["dqn", "ddpg"])
+def test_replay_device_other_than_cpu_is_refused(build):
+    with pytest.raises(ValueError, match=r"Apex: replay_device must be 'cpu' .*got 'cuda:0'"):
+        build("cuda:0")
+
+
+def _dead(pid):
+    return not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+
+
+def _sampler_killed_mid_run(rank, updates_after, episodes_after, killed, learner_done):
+    """Rank 1 (a sampler) SIGKILLs itself; rank 0 (sampler, model server host) and rank 2 go on.
+
+    Group registrations reach every member, so after the kill the ranks signal each
+    other through the (forked) events ``killed`` and ``learner_done`` instead.
+    """
+    world = World(rpc_timeout=20)
+    group = world.create_rpc_group("apex", ["0", "1", "2"])
+    servers = model_server_helper(model_num=1)
+    apex, _, state_dim = _dqn(group, servers)
+    group.barrier()
+    if rank == 1:
+        for i in range(STORED):
+            apex.store_transition(_transition(rank, i, state_dim, True))
+        group.register("pid_1", os.getpid)
+        wait_for(lambda: group.is_registered("got_pid"), 20)
+        os.kill(os.getpid(), signal.SIGKILL)
+    if rank == LEARNER:
+        wait_for(lambda: group.is_registered("pid_1"), 20)
+        pid = group.registered_sync("pid_1")
+        group.register("got_pid", print)
+        losses = []
+        while not _dead(pid):
+            apex.update()
+            time.sleep(0.01)
+        killed.set()
+        while len(losses) < updates_after:
+            losses.append(apex.update())
+        learner_done.set()
+        return losses, apex.replay_buffer.all_size()
+    # rank 0: one "episode" is STORED transitions; keep playing until the learner is done
+    episodes, after = 0, None
+    while after is None or after < episodes_after or not learner_done.is_set():
+        apex.manual_sync()
+        for i in range(STORED):
+            apex.store_transition(_transition(rank, episodes * STORED + i, state_dim, True))
+        episodes += 1
+        if after is not None:
+            after += 1
+        elif killed.is_set():
+            after = 0
+    return after
+
+
+def test_learner_and_surviving_sampler_keep_training_after_a_sampler_is_killed():
+    events = (multiprocessing.get_context("fork").Event(), multiprocessing.get_context("fork").Event())
+    results = run_ranks(_sampler_killed_mid_run, 3, args=(30, 5, *events), timeout=50, allow_exit=[1])
+    assert isinstance(results[1], Exited) and results[1].exitcode == -signal.SIGKILL
+    assert results[0] >= 5
+    losses, all_size = results[LEARNER]
+    assert len(losses) == 30 and all(isinstance(loss, float) for loss in losses)
+    # only the survivor's part is counted now: whole "episodes" of rank 0, capped by replay_size
+    assert all_size % STORED == 0 or all_size == 50
+
+
 def _dqn_apex_learns(rank, max_episodes, threshold, warmup=500):
     world = World(rpc_timeout=60)
     group = world.create_rpc_group("apex", ["0", "1", "2"])
@@ -215,3 +289,4 @@ def test_dqn_apex_learns_cartpole_with_two_samplers_and_a_learner():
             print(f"DQNApex sampler {rank} reached a smoothed return of 150 on CartPole-v0 at episode "
                   f"{result[0]} ({result[1]:.1f} s)")
     assert any(r is not None for r in results), "no DQNApex sampler reached a smoothed return of 150"
+
