@@ -232,13 +232,31 @@ def test_learner_and_surviving_sampler_keep_training_after_a_sampler_is_killed()
     assert all_size % STORED == 0 or all_size == 50
 
 
-def _dqn_apex_learns(rank, max_episodes, threshold, warmup=500):
+def _build_dqn_learner(group, servers):
+    return DQNApex(QNet(), QNet(), torch.optim.Adam, nn.MSELoss(reduction="none"), group, servers,
+                   batch_size=64, epsilon_decay=0.999, update_rate=0.01, replay_size=20000)
+
+
+def _build_ddpg_learner(group, servers):
+    return DDPGApex(Actor(hidden=64), Actor(hidden=64), Critic(hidden=64), Critic(hidden=64), torch.optim.Adam,
+                    nn.MSELoss(reduction="none"), group, servers, batch_size=64, learning_rate=1e-3,
+                    replay_size=20000)
+
+
+def _explore(apex, state):
+    if isinstance(apex, DQNApex):
+        return apex.act_discrete_with_noise({"state": state})
+    return apex.act_with_noise({"state": state}, noise_param=(0.0, 0.2), mode="normal").clamp(-2.0, 2.0)
+
+
+def _apex_learns(rank, build, env_name, max_episodes, threshold, warmup=500):
+    """Ranks 0 and 1 play ``env_name`` and store; rank 2 updates. Returns (episode, wall s, CPU s) or None."""
     world = World(rpc_timeout=60)
     group = world.create_rpc_group("apex", ["0", "1", "2"])
     servers = model_server_helper(model_num=1)
     torch.manual_seed(0)
-    apex = DQNApex(QNet(), QNet(), torch.optim.Adam, nn.MSELoss(reduction="none"), group, servers,
-                   batch_size=64, epsilon_decay=0.999, update_rate=0.01, replay_size=20000)
+    apex = build(group, servers)
+    network = apex.qnet if isinstance(apex, DQNApex) else apex.actor
     group.barrier()
     apex.set_sync(False)
     reached = None
@@ -251,25 +269,26 @@ def _dqn_apex_learns(rank, max_episodes, threshold, warmup=500):
                 apex.update()
     else:
         torch.manual_seed(rank)
-        env = gym.make("CartPole-v0")
-        smoothed, steps, start = 0.0, 0, time.time()
+        env = gym.make(env_name)
+        smoothed, steps, start, cpu_start = None, 0, time.time(), time.process_time()
         for episode in range(1, max_episodes + 1):
             # about one update per two steps of each sampler: wait for the model version to catch up
-            pull_until(apex, apex.qnet, (steps - warmup // 2) // 2)
+            pull_until(apex, network, (steps - warmup // 2) // 2)
             obs, _ = env.reset(seed=rank * 10000 + episode)
-            state = torch.tensor(obs, dtype=torch.float32).view(1, 4)
+            state = torch.tensor(obs, dtype=torch.float32).view(1, -1)
             done, total = False, 0.0
             while not done:
-                action = apex.act_discrete_with_noise({"state": state})
-                obs, reward, terminated, truncated, _ = env.step(action.item())
-                next_state = torch.tensor(obs, dtype=torch.float32).view(1, 4)
+                action = _explore(apex, state)
+                obs, reward, terminated, truncated, _ = env.step(
+                    action.item() if isinstance(apex, DQNApex) else action.numpy().reshape(-1))
+                next_state = torch.tensor(obs, dtype=torch.float32).view(1, -1)
                 apex.store_transition({"state": {"state": state}, "action": {"action": action},
                                        "next_state": {"state": next_state}, "reward": float(reward),
                                        "terminal": terminated})
                 state, total, done, steps = next_state, total + reward, terminated or truncated, steps + 1
-            smoothed = 0.9 * smoothed + 0.1 * total
+            smoothed = total if smoothed is None else 0.9 * smoothed + 0.1 * total
             if smoothed > threshold:
-                reached = (episode, time.time() - start)
+                reached = (episode, time.time() - start, time.process_time() - cpu_start)
                 group.register(f"solved_{rank}", print)
                 break
             if group.is_registered(f"solved_{1 - rank}"):
@@ -281,12 +300,22 @@ def _dqn_apex_learns(rank, max_episodes, threshold, warmup=500):
     return reached
 
 
-@pytest.mark.learning
-def test_dqn_apex_learns_cartpole_with_two_samplers_and_a_learner():
-    results = run_ranks(_dqn_apex_learns, 3, args=(400, 150.0), timeout=110)
+def _report(name, env_name, threshold, results):
     for rank, result in enumerate(results):
         if result is not None:
-            print(f"DQNApex sampler {rank} reached a smoothed return of 150 on CartPole-v0 at episode "
-                  f"{result[0]} ({result[1]:.1f} s)")
-    assert any(r is not None for r in results), "no DQNApex sampler reached a smoothed return of 150"
+            print(f"{name} sampler {rank} reached a smoothed return of {threshold} on {env_name} at episode "
+                  f"{result[0]} ({result[1]:.1f} s wall, {result[2]:.1f} s CPU in that sampler)")
+    assert any(r is not None for r in results), f"no {name} sampler reached a smoothed return of {threshold}"
+
+
+@pytest.mark.learning
+def test_dqn_apex_learns_cartpole_with_two_samplers_and_a_learner():
+    results = run_ranks(_apex_learns, 3, args=(_build_dqn_learner, "CartPole-v0", 400, 150.0), timeout=110)
+    _report("DQNApex", "CartPole-v0", 150.0, results)
+
+
+@pytest.mark.learning
+def test_ddpg_apex_learns_pendulum_with_two_samplers_and_a_learner():
+    results = run_ranks(_apex_learns, 3, args=(_build_ddpg_learner, "Pendulum-v1", 100, -400.0), timeout=150)
+    _report("DDPGApex", "Pendulum-v1", -400.0, results)
 
