@@ -177,11 +177,11 @@ def _dead(pid):
     return not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
 
 
-def _sampler_killed_mid_run(rank, updates_after, episodes_after, killed, learner_done):
+def _sampler_killed_mid_run(rank, updates_after, episodes_after, got_pid, killed, learner_done):
     """Rank 1 (a sampler) SIGKILLs itself; rank 0 (sampler, model server host) and rank 2 go on.
 
     Group registrations reach every member, so after the kill the ranks signal each
-    other through the (forked) events ``killed`` and ``learner_done`` instead.
+    other through the (forked) events ``got_pid``, ``killed`` and ``learner_done`` instead.
     """
     world = World(rpc_timeout=20)
     group = world.create_rpc_group("apex", ["0", "1", "2"])
@@ -192,12 +192,12 @@ def _sampler_killed_mid_run(rank, updates_after, episodes_after, killed, learner
         for i in range(STORED):
             apex.store_transition(_transition(rank, i, state_dim, True))
         group.register("pid_1", os.getpid)
-        wait_for(lambda: group.is_registered("got_pid"), 20)
+        assert got_pid.wait(20), "the learner never read the pid"
         os.kill(os.getpid(), signal.SIGKILL)
     if rank == LEARNER:
         wait_for(lambda: group.is_registered("pid_1"), 20)
         pid = group.registered_sync("pid_1")
-        group.register("got_pid", print)
+        got_pid.set()  # an event, not a registration: the change would race with the kill
         losses = []
         while not _dead(pid):
             apex.update()
@@ -222,8 +222,8 @@ def _sampler_killed_mid_run(rank, updates_after, episodes_after, killed, learner
 
 
 def test_learner_and_surviving_sampler_keep_training_after_a_sampler_is_killed():
-    events = (multiprocessing.get_context("fork").Event(), multiprocessing.get_context("fork").Event())
-    results = run_ranks(_sampler_killed_mid_run, 3, args=(30, 5, *events), timeout=50, allow_exit=[1])
+    events = [multiprocessing.get_context("fork").Event() for _ in range(3)]
+    results = run_ranks(_sampler_killed_mid_run, 3, args=(30, 5, *events), timeout=90, allow_exit=[1])
     assert isinstance(results[1], Exited) and results[1].exitcode == -signal.SIGKILL
     assert results[0] >= 5
     losses, all_size = results[LEARNER]
