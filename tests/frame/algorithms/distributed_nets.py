@@ -11,5 +11,5 @@ def pull_until(agent, network, version):
     """
     agent.manual_sync()
     while getattr(network, "pp_version", 0) < version:
-        time.sleep(0.01)
+        time.sleep(0.05)  # each poll is an RPC pull: poll gently, the learner needs the CPU
         agent.manual_sync()
