@@ -9,7 +9,7 @@ __all__ = ["DQNPer"]
 
 
 class DQNPer(PrioritizedReplayMixin, DQN):
-    """DQN that samples transitions by priority (|TD error|) and weights losses by importance.
+    """DQN that samples transitions by priority (absolute TD error) and weights losses by importance.
 
     Takes the arguments of :class:`~machin.frame.algorithms.dqn.DQN`; its default
     replay buffer is a :class:`~machin.frame.buffers.PrioritizedBuffer`. The

@@ -127,7 +127,7 @@ class ReplayMixin:
 
 
 class PrioritizedReplayMixin(ReplayMixin):
-    """Prioritized sampling, importance-weighted losses and |TD error| priorities.
+    """Prioritized sampling, importance-weighted losses and absolute-TD-error priorities.
 
     The criterion must return one loss per sample (shape ``[B, 1]`` or ``[B]``), e.g.
     ``nn.MSELoss(reduction="none")``: each sample's loss is multiplied by its
