@@ -1,5 +1,5 @@
 """Algorithms, replay buffers, exploration noise and transitions."""
 
-from . import algorithms, buffers, noise, transition
+from . import algorithms, buffers, noise, sampler, transition
 
-__all__ = ["algorithms", "buffers", "noise", "transition"]
+__all__ = ["algorithms", "buffers", "noise", "sampler", "transition"]

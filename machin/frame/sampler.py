@@ -1,0 +1,528 @@
+"""Vectorised sampling: many environments, one batched ``act*`` call per step.
+
+:class:`VecSampler` steps a group of environments together. At every step the current
+states of all environments that take an action are stacked into one batch, the
+framework chooses all their actions in a single ``act*`` call, and each environment
+receives its own row. Every environment's steps are kept apart and handed to the
+framework as that environment's own episodes (``store_episode``), or step by step
+(``store_transition``). Finished environments are reset by the sampler; an episode that
+is still running when :meth:`VecSampler.collect` returns goes on at the next call.
+
+The environments are a machin parallel wrapper
+(:class:`~machin.env.wrappers.openai_gym.ParallelWrapperDummy` or
+:class:`~machin.env.wrappers.openai_gym.ParallelWrapperSubProc`) or a gymnasium
+``VectorEnv`` in any of its three autoreset modes.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple, Union
+
+import numpy as np
+import torch
+from gymnasium.vector import AutoresetMode, VectorEnv
+
+from ..env.wrappers.openai_gym import ParallelWrapperDummy, ParallelWrapperSubProc
+
+__all__ = ["EpisodeInfo", "VecSampler"]
+
+ActionFn = Callable[[Any], Tuple[torch.Tensor, Dict[str, torch.Tensor]]]
+CustomFn = Callable[[Any], Dict[str, torch.Tensor]]
+_STORE_MODES = ("episode", "transition")
+
+
+@dataclass(frozen=True)
+class EpisodeInfo:
+    """Summary of one finished episode, for logging.
+
+    Attributes:
+        env_index: Index of the environment that ran the episode.
+        episode_return: Sum of the episode's rewards (undiscounted).
+        length: Number of steps.
+        terminated: The episode reached a terminal state.
+        truncated: The episode was cut short (time limit) without reaching a terminal
+            state; never true together with ``terminated``.
+    """
+
+    env_index: int
+    episode_return: float
+    length: int
+    terminated: bool
+    truncated: bool
+
+
+class _Step(NamedTuple):
+    """What one step of all environments gives back (arrays with one row per environment)."""
+
+    next_obs: np.ndarray  # observation reached by the step (the final one at an episode end)
+    reward: np.ndarray
+    terminated: np.ndarray
+    truncated: np.ndarray
+    obs: np.ndarray  # observation to act on next (after any reset)
+    ready: np.ndarray  # environments that take an action at the next step
+
+
+class _Acted(NamedTuple):
+    """The result of one act call, split per acting environment."""
+
+    actions: np.ndarray  # for the environments, in the action space's dtype and shape
+    stored: Dict[str, Tuple[torch.Tensor, ...]]  # action dict entries, one [1, ...] view per row
+    custom: Dict[str, List[Any]]  # custom attributes, one Python number per row
+
+
+def _flags(values: Any) -> np.ndarray:
+    return np.asarray(values, dtype=bool).reshape(-1)
+
+
+class _WrapperEnvs:
+    """A machin parallel wrapper; finished environments are reset right after the step."""
+
+    def __init__(self, wrapper: Union[ParallelWrapperDummy, ParallelWrapperSubProc]) -> None:
+        self.wrapper = wrapper
+        self.size = wrapper.size()
+        self.action_space = wrapper.action_space
+        self.observation_space = wrapper.observation_space
+        self._all = np.ones(self.size, dtype=bool)
+
+    def reset(self, seeds: Optional[List[int]]) -> np.ndarray:
+        if seeds is not None:
+            self.wrapper.seed(seeds)
+        return np.stack(self.wrapper.reset())
+
+    def step(self, actions: np.ndarray) -> _Step:
+        obs, reward, _, infos = self.wrapper.step(actions)
+        next_obs = np.stack(obs)
+        terminated = _flags([info["terminated"] for info in infos])
+        truncated = _flags([info["truncated"] for info in infos])
+        done = np.flatnonzero(terminated | truncated)
+        current = next_obs
+        if done.size:
+            current = next_obs.copy()
+            current[done] = np.stack(self.wrapper.reset(idx=done.tolist()))
+        return _Step(
+            next_obs,
+            np.asarray(reward, dtype=np.float64),
+            terminated,
+            truncated,
+            current,
+            self._all,
+        )
+
+
+class _GymVectorEnvs:
+    """A gymnasium ``VectorEnv``, in whichever autoreset mode it was built with.
+
+    * ``NEXT_STEP`` (gymnasium's default): an environment that finished is reset by the
+      following ``step`` call, which ignores its action and yields no transition; it
+      takes no part in that step's ``act`` call.
+    * ``SAME_STEP``: the step that ends an episode already returns the reset observation;
+      the final one is read from ``info["final_obs"]``.
+    * ``DISABLED``: finished environments are reset here with ``reset_mask``.
+    """
+
+    def __init__(self, env: VectorEnv) -> None:
+        self.env = env
+        self.size = env.num_envs
+        self.action_space = env.single_action_space
+        self.observation_space = env.single_observation_space
+        self.mode = AutoresetMode(env.metadata.get("autoreset_mode", AutoresetMode.NEXT_STEP))
+        self._all = np.ones(self.size, dtype=bool)
+
+    def reset(self, seeds: Optional[List[int]]) -> np.ndarray:
+        obs, _ = self.env.reset(seed=seeds)
+        return np.array(obs)
+
+    def step(self, actions: np.ndarray) -> _Step:
+        obs, reward, terminated, truncated, info = self.env.step(actions)
+        obs = np.array(obs)  # a copy: a vector env built with copy=False reuses its array
+        terminated, truncated = _flags(terminated), _flags(truncated)
+        done = terminated | truncated
+        next_obs, current, ready = obs, obs, self._all
+        if self.mode == AutoresetMode.NEXT_STEP:
+            ready = ~done
+        elif done.any():
+            if self.mode == AutoresetMode.SAME_STEP:
+                next_obs = obs.copy()
+                final = info["final_obs"]
+                for index in np.flatnonzero(done):
+                    next_obs[index] = final[index]
+            else:
+                current = obs.copy()
+                reset_obs, _ = self.env.reset(options={"reset_mask": done})
+                current[done] = np.asarray(reset_obs)[done]
+        return _Step(
+            next_obs, np.asarray(reward, dtype=np.float64), terminated, truncated, current, ready
+        )
+
+
+def _array_space(space: Any, what: str) -> Tuple[Tuple[int, ...], np.dtype]:
+    shape, dtype = getattr(space, "shape", None), getattr(space, "dtype", None)
+    if shape is None or dtype is None:
+        raise TypeError(
+            f"VecSampler needs an array {what} space (Box, Discrete, MultiDiscrete or "
+            f"MultiBinary), got {space!r}"
+        )
+    return tuple(shape), np.dtype(dtype)
+
+
+def _check_count(name: str, value: Any) -> None:
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+        raise ValueError(f"{name} must be a positive integer or None, got {value!r}")
+
+
+class VecSampler:
+    """Collect experience from N environments with one batched ``act*`` call per step.
+
+    At every step the states of the environments that act are stacked into
+    ``{state_key: tensor[M, *obs_shape]}`` and passed to ``framework.<act_method>``
+    with ``act_kwargs``. The first element of the result (or the result itself when it
+    is not a tuple) is the action batch ``[M, ...]``: row ``k`` goes to the ``k``-th
+    acting environment, converted to the action space's dtype and shape (a discrete
+    action ``[M, 1]`` becomes one integer per environment), and is stored as
+    ``{action_key: row}``. Pass ``action_fn`` when the action to store differs from the
+    one the environment receives.
+
+    Each step of environment ``i`` becomes the transition::
+
+        {"state": {state_key: s[1, ...]}, "action": {action_key: a[1, ...]},
+         "next_state": {state_key: s'[1, ...]}, "reward": float,
+         "terminal": terminated, "truncated": truncated}
+
+    ``terminal`` is gymnasium's ``terminated`` flag; ``truncated`` is true only for a
+    step that ended the episode by a time limit without reaching a terminal state (so
+    both are never true together, and the learner bootstraps from ``next_state`` at a
+    time-limit cut). The steps of one environment form its episodes: with
+    ``store="episode"`` each finished episode is passed to ``framework.store_episode``
+    as one list, in order; with ``store="transition"`` every step is passed to
+    ``framework.store_transition`` as soon as it happens. Episodes that finish at the
+    same step are stored in environment order. Stored state tensors are rows (views) of
+    the batch tensors, so ``next_state`` of one step and ``state`` of the next hold the
+    same values.
+
+    The environments are reset on the first :meth:`collect` (environment ``i`` with
+    ``seed + i`` when ``seed`` is given); later resets, after each finished episode, are
+    not seeded, so every environment continues its own random stream. The sampler does
+    not close the environments.
+
+    Args:
+        framework: Any machin algorithm (or an object with the same ``act*`` /
+            ``store_*`` / ``update`` methods).
+        envs: A :class:`~machin.env.wrappers.openai_gym.ParallelWrapperDummy`, a
+            :class:`~machin.env.wrappers.openai_gym.ParallelWrapperSubProc` or a
+            gymnasium ``VectorEnv`` (any autoreset mode).
+        act_method: Name of the framework's method that chooses actions, e.g.
+            ``"act"``, ``"act_discrete"``, ``"act_discrete_with_noise"``,
+            ``"act_with_noise"``.
+        act_kwargs: Extra keyword arguments of every act call, e.g.
+            ``{"noise_param": (0.0, 0.2), "mode": "normal"}`` for ``act_with_noise``.
+        state_key: Key of the observation in the state dictionaries (the name of the
+            network's ``forward`` argument).
+        action_key: Key of the action in the stored action dictionaries.
+        store: ``"episode"`` (``store_episode`` per finished episode) or
+            ``"transition"`` (``store_transition`` per step).
+        seed: Seed of the first reset (environment ``i`` gets ``seed + i``); ``None``
+            leaves the environments unseeded.
+        state_dtype: dtype of the state tensors; ``None`` means
+            ``torch.get_default_dtype()`` (pass e.g. ``torch.uint8`` to keep images small).
+        action_fn: Maps the act output to ``(actions for the environments [M, ...],
+            {key: stored action [M, ...]})``; ``None`` takes the first element of the
+            output for both.
+        custom_fn: Maps the act output to extra per-step attributes, ``{name: tensor}``
+            with one number per acting environment (shape ``[M]`` or ``[M, 1]``); each
+            step stores its number as a custom attribute, e.g.
+            ``lambda output: {"action_log_prob": output[1]}`` for IMPALA.
+
+    Attributes:
+        total_steps: Transitions taken over the sampler's life.
+        total_episodes: Episodes finished over the sampler's life.
+
+    Raises:
+        TypeError: If ``envs`` is not a supported environment group, its spaces are not
+            array spaces, or an option has the wrong type.
+        ValueError: If ``act_method`` is not a method of ``framework``, ``store`` is
+            unknown, or ``framework`` lacks the store method it needs.
+    """
+
+    def __init__(
+        self,
+        framework: Any,
+        envs: Union[ParallelWrapperDummy, ParallelWrapperSubProc, VectorEnv],
+        *,
+        act_method: str = "act",
+        act_kwargs: Optional[Dict[str, Any]] = None,
+        state_key: str = "state",
+        action_key: str = "action",
+        store: str = "episode",
+        seed: Optional[int] = None,
+        state_dtype: Optional[torch.dtype] = None,
+        action_fn: Optional[ActionFn] = None,
+        custom_fn: Optional[CustomFn] = None,
+    ) -> None:
+        if isinstance(envs, (ParallelWrapperDummy, ParallelWrapperSubProc)):
+            self._envs: Union[_WrapperEnvs, _GymVectorEnvs] = _WrapperEnvs(envs)
+        elif isinstance(envs, VectorEnv):
+            self._envs = _GymVectorEnvs(envs)
+        else:
+            raise TypeError(
+                "envs must be a ParallelWrapperDummy, a ParallelWrapperSubProc or a gymnasium "
+                f"VectorEnv, got {type(envs).__name__}"
+            )
+        self._act = self._find_act(framework, act_method)
+        if act_kwargs is not None and not isinstance(act_kwargs, dict):
+            raise TypeError(f"act_kwargs must be a dict or None, got {type(act_kwargs).__name__}")
+        for name, key in (("state_key", state_key), ("action_key", action_key)):
+            if not isinstance(key, str):
+                raise TypeError(f"{name} must be a str, got {key!r} of type {type(key).__name__}")
+        if store not in _STORE_MODES:
+            raise ValueError(f"store must be one of {_STORE_MODES}, got {store!r}")
+        store_name = f"store_{store}"
+        if not callable(getattr(framework, store_name, None)):
+            raise ValueError(
+                f'store="{store}" needs framework.{store_name}, which '
+                f"{type(framework).__name__} does not have"
+            )
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+            raise TypeError(
+                f"seed must be an int or None, got {seed!r} of type {type(seed).__name__}"
+            )
+        if state_dtype is not None and not isinstance(state_dtype, torch.dtype):
+            raise TypeError(f"state_dtype must be a torch.dtype or None, got {state_dtype!r}")
+        for name, function in (("action_fn", action_fn), ("custom_fn", custom_fn)):
+            if function is not None and not callable(function):
+                raise TypeError(f"{name} must be callable or None, got {function!r}")
+
+        self.framework = framework
+        self.act_method = act_method
+        self.act_kwargs = dict(act_kwargs or {})
+        self.state_key = state_key
+        self.action_key = action_key
+        self.store = store
+        self.seed = seed
+        self.state_dtype = state_dtype
+        self.action_fn = action_fn
+        self.custom_fn = custom_fn
+        self._store = getattr(framework, store_name)
+        _array_space(self._envs.observation_space, "observation")
+        self._action_shape, self._action_dtype = _array_space(self._envs.action_space, "action")
+        self._action_size = math.prod(self._action_shape)
+
+        self._started = False
+        self._seeded = False
+        self._obs: Optional[torch.Tensor] = None
+        self._ready = np.ones(self.size, dtype=bool)
+        self._episodes: List[List[Dict[str, Any]]] = [[] for _ in range(self.size)]
+        self._returns = [0.0] * self.size
+        self._lengths = [0] * self.size
+        self._update_credit = 0.0
+        self.total_steps = 0
+        self.total_episodes = 0
+
+    @staticmethod
+    def _find_act(framework: Any, act_method: str) -> Callable[..., Any]:
+        if not isinstance(act_method, str):
+            raise TypeError(
+                f"act_method must be a str, got {act_method!r} of type {type(act_method).__name__}"
+            )
+        method = getattr(framework, act_method, None)
+        if not callable(method):
+            known = sorted(
+                name
+                for name in dir(framework)
+                if name.startswith("act") and callable(getattr(framework, name, None))
+            )
+            raise ValueError(
+                f"act_method {act_method!r} is not a method of {type(framework).__name__}; "
+                f"its act methods are {known}"
+            )
+        return method
+
+    @property
+    def size(self) -> int:
+        """Number of environments."""
+        return self._envs.size
+
+    # -- resetting and conversion -------------------------------------------------------
+
+    def reset(self) -> None:
+        """Reset every environment and drop the episodes in progress (nothing is stored).
+
+        :meth:`collect` calls it once by itself; the first reset is seeded with
+        ``seed + i`` for environment ``i`` when ``seed`` was given.
+        """
+        seeds = None
+        if self.seed is not None and not self._seeded:
+            seeds = [self.seed + index for index in range(self.size)]
+        self._obs = self._to_tensor(self._envs.reset(seeds))
+        self._seeded = True
+        self._started = True
+        self._ready = np.ones(self.size, dtype=bool)
+        self._episodes = [[] for _ in range(self.size)]
+        self._returns = [0.0] * self.size
+        self._lengths = [0] * self.size
+
+    def _to_tensor(self, obs: np.ndarray) -> torch.Tensor:
+        dtype = self.state_dtype or torch.get_default_dtype()
+        return torch.as_tensor(obs).to(dtype)
+
+    def _choose_actions(self, state: torch.Tensor, rows: int) -> _Acted:
+        """One act call for ``rows`` environments: their actions, and per row what to store."""
+        output = self._act({self.state_key: state}, **self.act_kwargs)
+        if self.action_fn is not None:
+            action, stored = self.action_fn(output)
+        else:
+            action = output[0] if isinstance(output, tuple) else output
+            stored = {self.action_key: action}
+        custom = self.custom_fn(output) if self.custom_fn is not None else {}
+        where = f"{type(self.framework).__name__}.{self.act_method}"
+        for name, value in (("action", action), *stored.items(), *custom.items()):
+            if not isinstance(value, torch.Tensor) or value.dim() == 0 or value.shape[0] != rows:
+                got = list(value.shape) if isinstance(value, torch.Tensor) else type(value).__name__
+                raise ValueError(
+                    f"{where} must return a tensor with one row per acting environment for "
+                    f"{name!r}: expected {rows} rows, got {got}"
+                )
+        for name, value in custom.items():
+            if value.numel() != rows:
+                raise ValueError(
+                    f"custom_fn must give one number per acting environment for {name!r}: "
+                    f"expected shape [{rows}] or [{rows}, 1], got {list(value.shape)}"
+                )
+        array = action.detach().cpu().numpy()
+        if array.size != rows * self._action_size:
+            raise ValueError(
+                f"{where} returned actions of shape {list(action.shape)}, which cannot be "
+                f"split into {rows} actions of shape {self._action_shape} for "
+                f"{self._envs.action_space!r}"
+            )
+        return _Acted(
+            array.reshape((rows, *self._action_shape)).astype(self._action_dtype, copy=False),
+            {key: value.split(1) for key, value in stored.items()},
+            {key: value.detach().reshape(-1).tolist() for key, value in custom.items()},
+        )
+
+    # -- one step of every environment ------------------------------------------------
+
+    def _step(self) -> Tuple[int, List[EpisodeInfo]]:
+        """Step all environments once; return the number of transitions and the finished episodes."""
+        acting = np.flatnonzero(self._ready)
+        if acting.size == self.size:
+            acted = self._choose_actions(self._obs, self.size)
+            actions = acted.actions
+        else:  # gymnasium NEXT_STEP: environments being reset ignore their action
+            actions = np.zeros((self.size, *self._action_shape), dtype=self._action_dtype)
+            acted = _Acted(actions, {}, {})
+            if acting.size:
+                acted = self._choose_actions(self._obs[torch.from_numpy(acting)], acting.size)
+                actions[acting] = acted.actions
+        result = self._envs.step(actions)
+        next_state = self._to_tensor(result.next_obs)
+        state = self._obs
+        self._obs = next_state if result.obs is result.next_obs else self._to_tensor(result.obs)
+        self._ready = result.ready
+
+        # Per-row views, each batch split in one call; plain Python scalars.
+        states, next_states = state.split(1), next_state.split(1)
+        rewards = result.reward.tolist()
+        terminals, truncations = result.terminated.tolist(), result.truncated.tolist()
+        finished = []
+        for row, index in enumerate(acting.tolist()):
+            reward, terminated, truncated = rewards[index], terminals[index], truncations[index]
+            transition = {
+                "state": {self.state_key: states[index]},
+                "action": {key: value[row] for key, value in acted.stored.items()},
+                "next_state": {self.state_key: next_states[index]},
+                "reward": reward,
+                "terminal": terminated,
+                "truncated": truncated and not terminated,
+                **{key: value[row] for key, value in acted.custom.items()},
+            }
+            self._returns[index] += reward
+            self._lengths[index] += 1
+            if self.store == "transition":
+                self._store(transition)
+            else:
+                self._episodes[index].append(transition)
+            if terminated or truncated:
+                finished.append(self._finish(index, terminated, truncated and not terminated))
+        self.total_steps += acting.size
+        return acting.size, finished
+
+    def _finish(self, index: int, terminated: bool, truncated: bool) -> EpisodeInfo:
+        if self.store == "episode":
+            self._store(self._episodes[index])
+            self._episodes[index] = []
+        info = EpisodeInfo(index, self._returns[index], self._lengths[index], terminated, truncated)
+        self._returns[index], self._lengths[index] = 0.0, 0
+        self.total_episodes += 1
+        return info
+
+    # -- public loop ----------------------------------------------------------------------
+
+    def collect(
+        self,
+        steps: Optional[int] = None,
+        episodes: Optional[int] = None,
+        *,
+        updates_per_step: float = 0.0,
+        on_step: Optional[Callable[[int, List[EpisodeInfo]], None]] = None,
+    ) -> List[EpisodeInfo]:
+        """Step every environment until ``steps`` transitions or ``episodes`` episodes.
+
+        All environments always step together, so the last step may overshoot ``steps``
+        by up to ``size - 1`` transitions and ``episodes`` by the other episodes ending at
+        the same step. With both limits, the first one reached stops the loop. Episodes
+        still running afterwards continue at the next call.
+
+        Args:
+            steps: Stop once this many transitions (summed over environments) were taken
+                in this call.
+            episodes: Stop once this many episodes finished in this call.
+            updates_per_step: Call ``framework.update()`` this many times per transition
+                (fractions accumulate across steps and calls), right after each step, e.g.
+                ``1.0`` for one update per environment step.
+            on_step: Called after each step (and its updates) as
+                ``on_step(transitions_taken, episodes_finished)``.
+
+        Returns:
+            The episodes that finished during this call, in the order they finished.
+
+        Raises:
+            ValueError: If both limits are ``None``, a limit is not a positive integer,
+                ``updates_per_step`` is negative, or updates are asked for and the
+                framework has no ``update`` method; also when the act method's output
+                does not have one row per acting environment.
+        """
+        if steps is None and episodes is None:
+            raise ValueError("collect needs steps or episodes (or both), got neither")
+        _check_count("steps", steps)
+        _check_count("episodes", episodes)
+        if (
+            isinstance(updates_per_step, bool)
+            or not isinstance(updates_per_step, (int, float))
+            or not updates_per_step >= 0
+        ):
+            raise ValueError(
+                f"updates_per_step must be a non-negative number, got {updates_per_step!r}"
+            )
+        if updates_per_step > 0 and not callable(getattr(self.framework, "update", None)):
+            raise ValueError(
+                f"updates_per_step={updates_per_step!r} needs framework.update, which "
+                f"{type(self.framework).__name__} does not have"
+            )
+        if not self._started:
+            self.reset()
+        taken, finished = 0, []
+        while (steps is None or taken < steps) and (episodes is None or len(finished) < episodes):
+            count, done = self._step()
+            taken += count
+            finished.extend(done)
+            if updates_per_step > 0:
+                self._update_credit += count * updates_per_step
+                for _ in range(int(self._update_credit)):
+                    self.framework.update()
+                self._update_credit -= int(self._update_credit)
+            if on_step is not None:
+                on_step(count, done)
+        return finished
