@@ -17,12 +17,14 @@ lambdas, local functions and closures, and adds the choice of how tensors travel
 import copyreg
 import importlib
 import io
+import sys
 from multiprocessing.reduction import ForkingPickler
-from types import ModuleType
+from types import FunctionType, ModuleType
 from typing import Any, Callable, Dict, Set, Tuple
 
 import dill
 import torch.multiprocessing  # noqa: F401  (registers torch's reductions with ForkingPickler)
+from dill._dill import _locate_function
 
 __all__ = ["Pickler", "dumps", "loads", "mark_static_module"]
 
@@ -68,10 +70,40 @@ class Pickler(dill.Pickler):
         self.dispatch_table = table
 
     def reducer_override(self, obj: Any) -> Any:
-        """Save static modules by name; leave every other object to the usual rules."""
-        if isinstance(obj, ModuleType) and obj.__name__ in _STATIC_MODULES:
-            return importlib.import_module, (obj.__name__,)
+        """Save static modules, and classes and functions found in an imported module, by name.
+
+        dill looks a class up through the attributes of its parent package
+        (``torch.optim`` for ``torch.optim.adam.Adam``); packages that delete their
+        submodule attributes (torch 2.13's ``torch.optim`` does) make that fail, and
+        dill then pickles the class by value, which breaks on C handles. Looking the
+        module up in ``sys.modules`` instead finds it. Everything else keeps the
+        usual rules.
+        """
+        if isinstance(obj, ModuleType):
+            if obj.__name__ in _STATIC_MODULES:
+                return importlib.import_module, (obj.__name__,)
+        elif isinstance(obj, (type, FunctionType)) and not _locate_function(obj, self) and _importable(obj):
+            return _load_global, (obj.__module__, obj.__qualname__)
         return NotImplemented
+
+
+def _importable(obj: Any) -> bool:
+    """Whether ``obj`` is reachable as ``<its module>.<its qualified name>`` in ``sys.modules``."""
+    module = sys.modules.get(getattr(obj, "__module__", None) or "__main__")
+    if module is None or module.__name__ == "__main__" or "<locals>" in obj.__qualname__:
+        return False
+    try:
+        return _load_global(module.__name__, obj.__qualname__) is obj
+    except AttributeError:
+        return False
+
+
+def _load_global(module: str, qualname: str) -> Any:
+    """Import ``module`` and return its attribute ``qualname`` (dotted for nested classes)."""
+    found: Any = importlib.import_module(module)
+    for part in qualname.split("."):
+        found = getattr(found, part)
+    return found
 
 
 def dumps(obj: Any, recurse: bool = False, copy_tensor: bool = True) -> bytes:

@@ -124,3 +124,22 @@ def test_cuda_tensor_round_trips_as_copy():
     assert torch.equal(clone, tensor)
     clone.zero_()
     assert tensor.sum().item() == 6.0
+
+
+def test_class_whose_package_hides_its_submodule_is_pickled_by_reference(monkeypatch):
+    # torch 2.13 deletes torch.optim.adam from the package namespace; dill alone then
+    # tries to pickle Adam by value and fails on a C handle.
+    module = types.ModuleType("machin_test_pkg.hidden")
+    package = types.ModuleType("machin_test_pkg")
+    package.__path__ = []
+
+    class Hidden:
+        pass
+
+    Hidden.__module__, Hidden.__qualname__ = module.__name__, "Hidden"
+    module.Hidden = Hidden
+    monkeypatch.setitem(sys.modules, package.__name__, package)
+    monkeypatch.setitem(sys.modules, module.__name__, module)
+    data = dumps(Hidden)
+    assert b"machin_test_pkg.hidden" in data and loads(data) is Hidden
+    assert loads(dumps(torch.optim.Adam)) is torch.optim.Adam
