@@ -11,6 +11,7 @@ _CLASS_TO_MODULE = {
     "DQN": "dqn",
     "DQNPer": "dqn_per",
     "RAINBOW": "rainbow",
+    "R2D1": "r2d1",
     "DDPG": "ddpg",
     "DDPGPer": "ddpg_per",
     "HDDPG": "hddpg",

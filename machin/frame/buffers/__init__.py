@@ -4,5 +4,7 @@ from .buffer import Buffer
 from .buffer_d import DistributedBuffer
 from .prioritized_buffer import PrioritizedBuffer, WeightTree
 from .prioritized_buffer_d import DistributedPrioritizedBuffer
+from .sequence_buffer import SequenceBatch, SequenceBuffer
 
-__all__ = ["Buffer", "PrioritizedBuffer", "WeightTree", "DistributedBuffer", "DistributedPrioritizedBuffer"]
+__all__ = ["Buffer", "PrioritizedBuffer", "WeightTree", "DistributedBuffer", "DistributedPrioritizedBuffer",
+           "SequenceBuffer", "SequenceBatch"]

@@ -1,0 +1,307 @@
+"""R2D1: recurrent double DQN learning from prioritized replayed sequences (R2D2 on one process)."""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Callable, Dict, List, Optional, Tuple, Union
+
+import torch
+from torch import nn
+
+from ..buffers import Buffer, SequenceBatch, SequenceBuffer
+from ..transition import Transition
+from .dqn_per import DQNPer
+from .utils import safe_call
+
+__all__ = ["R2D1", "value_rescale", "inverse_value_rescale"]
+
+Hidden = Union[torch.Tensor, Tuple[torch.Tensor, ...]]
+
+
+def value_rescale(x: torch.Tensor, epsilon: float = 1e-3) -> torch.Tensor:
+    """``h(x) = sign(x) * (sqrt(|x| + 1) - 1) + epsilon * x``, which squashes large values."""
+    return torch.sign(x) * (torch.sqrt(x.abs() + 1) - 1) + epsilon * x
+
+
+def inverse_value_rescale(x: torch.Tensor, epsilon: float = 1e-3) -> torch.Tensor:
+    """The inverse of :func:`value_rescale`."""
+    root = (torch.sqrt(1 + 4 * epsilon * (x.abs() + 1 + epsilon)) - 1) / (2 * epsilon)
+    return torch.sign(x) * (root * root - 1)
+
+
+def _map_hidden(function: Callable[..., torch.Tensor], *hiddens: Hidden) -> Hidden:
+    """Apply ``function`` to a hidden state, or to each tensor of a tuple hidden state."""
+    if isinstance(hiddens[0], tuple):
+        return tuple(function(*parts) for parts in zip(*hiddens))
+    return function(*hiddens)
+
+
+class R2D1(DQNPer):
+    """Recurrent double DQN trained on prioritized sequences with a burn-in (R2D1).
+
+    The Q network works one time step at a time::
+
+        forward(<state keys>, hidden=None) -> (q_values[B, action_num], new_hidden)
+
+    ``hidden`` (the argument name is ``hidden_key``) is ``None`` for the network's
+    initial state, else a tensor whose first dimension is the batch (for example
+    ``nn.GRUCell``'s ``[B, H]``; transpose ``nn.GRU``'s ``[layers, B, H]``), or a tuple
+    of such tensors of one shape (an LSTM's ``(h, c)``). :meth:`act_discrete` and
+    :meth:`act_discrete_with_noise` then return ``(action, new_hidden)``.
+
+    Store whole episodes with :meth:`store_episode`; each step's ``state`` dict holds
+    the hidden state that was given to the network at that step under ``hidden_key``
+    (zeros at the first step). Without that key, every sequence starts from
+    ``hidden=None`` (the "zero state" strategy). The default replay buffer is a
+    :class:`~machin.frame.buffers.SequenceBuffer` built from the sequence options.
+
+    :meth:`update` samples ``batch_size`` sequences, runs both networks from each
+    sequence's stored hidden state through ``burn_in`` steps without gradient, then
+    trains the online network on the next ``sequence_length`` steps against double-DQN
+    n-step targets (target network evaluating the online network's greedy action on
+    the same unrolled sequence). With ``value_rescaling`` the networks learn
+    ``h(Q)`` and the target is ``h(r + discount**m * h^-1(q_next))``. Each sequence's
+    loss is the mean criterion over its real training steps, weighted by importance;
+    its new priority is ``priority_eta * max + (1 - priority_eta) * mean`` of ``|TD|``.
+
+    Args:
+        qnet: Recurrent Q network (contract above).
+        qnet_target: Target network of the same structure.
+        optimizer: Optimizer class, as in :class:`~machin.frame.algorithms.dqn.DQN`.
+        criterion: Element-wise loss, called as ``criterion(target[B, T], predicted[B, T])``;
+            it must not reduce, e.g. ``nn.MSELoss(reduction="none")``.
+        sequence_length: Training steps per sequence.
+        burn_in: Steps before the training part that only warm up the hidden state.
+        n_step: Horizon of the n-step returns.
+        sequence_stride: Only every ``sequence_stride``-th step of an episode starts a
+            sequence (1: every step does).
+        priority_eta: Weight of the maximum TD error in a sequence priority.
+        hidden_key: Name of the hidden-state argument of ``forward`` and of its key in
+            the stored state dicts.
+        value_rescaling: Learn rescaled values ``h(Q)`` (see :func:`value_rescale`).
+        rescaling_epsilon: The ``epsilon`` of ``h``.
+        Other arguments: as :class:`~machin.frame.algorithms.dqn.DQN` (the mode is
+            always ``"double"``). A ``replay_buffer`` must be a
+            :class:`~machin.frame.buffers.SequenceBuffer` with the same sequence options.
+
+    Raises:
+        ValueError: When an option is out of range or ``replay_buffer`` does not match.
+    """
+
+    def __init__(
+        self,
+        qnet: nn.Module,
+        qnet_target: nn.Module,
+        optimizer: Callable,
+        criterion: Callable,
+        *,
+        lr_scheduler: Optional[Callable] = None,
+        lr_scheduler_args: Optional[tuple] = None,
+        lr_scheduler_kwargs: Optional[tuple] = None,
+        batch_size: int = 32,
+        epsilon_decay: float = 0.9999,
+        update_rate: Optional[float] = 0.005,
+        update_steps: Optional[int] = None,
+        learning_rate: float = 0.001,
+        discount: float = 0.99,
+        gradient_max: float = math.inf,
+        replay_size: int = 100000,
+        replay_device: Union[str, torch.device] = "cpu",
+        replay_buffer: Optional[Buffer] = None,
+        sequence_length: int = 8,
+        burn_in: int = 4,
+        n_step: int = 3,
+        sequence_stride: int = 1,
+        priority_eta: float = 0.9,
+        hidden_key: str = "hidden",
+        value_rescaling: bool = True,
+        rescaling_epsilon: float = 1e-3,
+        visualize: bool = False,
+        visualize_dir: str = "",
+    ):
+        if not rescaling_epsilon > 0:
+            raise ValueError(f"rescaling_epsilon must be positive, got {rescaling_epsilon!r}")
+        # Read by _default_buffer, which the parent's constructor calls.
+        self._sequence_options = {
+            "sequence_length": sequence_length, "burn_in": burn_in, "n_step": n_step, "discount": discount,
+            "sequence_stride": sequence_stride, "priority_eta": priority_eta, "hidden_key": hidden_key,
+        }
+        super().__init__(
+            qnet, qnet_target, optimizer, criterion,
+            lr_scheduler=lr_scheduler, lr_scheduler_args=lr_scheduler_args,
+            lr_scheduler_kwargs=lr_scheduler_kwargs, batch_size=batch_size,
+            epsilon_decay=epsilon_decay, update_rate=update_rate, update_steps=update_steps,
+            learning_rate=learning_rate, discount=discount, gradient_max=gradient_max,
+            replay_size=replay_size, replay_device=replay_device, replay_buffer=replay_buffer,
+            mode="double", n_step=n_step, visualize=visualize, visualize_dir=visualize_dir,
+        )
+        self._check_buffer(self.replay_buffer)
+        self.sequence_length = sequence_length
+        self.burn_in = burn_in
+        self.hidden_key = hidden_key
+        self.value_rescaling = value_rescaling
+        self.rescaling_epsilon = rescaling_epsilon
+        self._hidden_parts = 0  # > 0 once tuple hidden states (of that many tensors) were stored
+        self._online_run: Optional[Tuple[SequenceBatch, torch.Tensor]] = None
+
+    def _default_buffer(self, replay_size: int, replay_device) -> SequenceBuffer:
+        return SequenceBuffer(replay_size, replay_device, **self._sequence_options)
+
+    def _check_buffer(self, buffer: Buffer) -> None:
+        if not isinstance(buffer, SequenceBuffer):
+            raise ValueError(f"R2D1 needs a SequenceBuffer as replay_buffer, got {type(buffer).__name__}")
+        for name, value in self._sequence_options.items():
+            if getattr(buffer, name) != value:
+                raise ValueError(
+                    f"replay_buffer has {name}={getattr(buffer, name)!r}, but R2D1 was given {name}={value!r}"
+                )
+
+    # -- storing ----------------------------------------------------------------------
+    def store_transition(self, transition: Any) -> None:
+        """Not available: R2D1 learns from whole episodes (:meth:`store_episode`).
+
+        Raises:
+            RuntimeError: Always.
+        """
+        raise RuntimeError("R2D1 replays sequences cut from whole episodes: call store_episode instead")
+
+    def _pack_hidden(self, value: Any) -> Any:
+        """Stack a tuple hidden state (e.g. an LSTM's ``(h, c)``) into one ``[1, parts, ...]`` tensor."""
+        if not isinstance(value, tuple):
+            return value
+        if len({tuple(v.shape) for v in value}) != 1:
+            raise ValueError(
+                f"a tuple hidden state must hold tensors of one shape, got shapes {[list(v.shape) for v in value]}"
+            )
+        self._hidden_parts = len(value)
+        return torch.stack(value, dim=1)
+
+    def _unpack_hidden(self, value: Optional[torch.Tensor]) -> Optional[Hidden]:
+        if value is None or not self._hidden_parts:
+            return value
+        return tuple(value.unbind(1))
+
+    def store_episode(self, episode: List[Union[Transition, Dict[str, Any]]]) -> None:
+        """Store a whole episode; each step's ``state`` dict carries its hidden state under ``hidden_key``.
+
+        End the episode with ``terminal=False`` when a time limit cut it. A tuple
+        hidden state (in a step given as a dict) is stacked into one tensor for
+        storage and split again for the network.
+        """
+        packed = []
+        for step in episode:
+            if isinstance(step, dict):
+                step = dict(step)
+                for attr in ("state", "next_state"):
+                    if isinstance(step.get(attr), dict) and self.hidden_key in step[attr]:
+                        step[attr] = {**step[attr], self.hidden_key: self._pack_hidden(step[attr][self.hidden_key])}
+            packed.append(step)
+        self.replay_buffer.store_episode(packed)
+
+    # -- sequences --------------------------------------------------------------------
+    def _sample(self, concatenate: bool, additional_concat_attrs=None) -> Optional[SequenceBatch]:
+        if not concatenate:
+            raise ValueError("R2D1 samples batched sequences: concatenate_samples=False is not supported")
+        return self.replay_buffer.sample_sequences(self.batch_size)
+
+    def _step(self, network: nn.Module, state: Dict[str, torch.Tensor], hidden: Optional[Hidden]):
+        output = safe_call(network, state, {self.hidden_key: hidden})
+        if not isinstance(output, tuple) or len(output) < 2:
+            raise ValueError(
+                f"R2D1 needs a Q network returning (q_values, new_hidden); {type(network).__name__} "
+                f"returned {type(output).__name__}"
+            )
+        return output[0], output[1]
+
+    def _unroll(self, network: nn.Module, batch: SequenceBatch, length: int, train: bool = False) -> torch.Tensor:
+        """Q values ``[B, length, action_num]`` of ``network`` run over the first ``length`` positions.
+
+        The run starts from the stored hidden state; the hidden state stays unchanged at
+        positions without an observation (padding). With ``train``, the burn-in
+        positions run without gradient and the hidden state is detached after them.
+        """
+        hidden = self._unpack_hidden(batch.hidden)
+        all_observed = batch.observed.all(dim=0).tolist()
+        outputs = []
+        for k in range(length):
+            with torch.set_grad_enabled(train and k >= self.burn_in and torch.is_grad_enabled()):
+                if train and k == self.burn_in and hidden is not None:
+                    hidden = _map_hidden(torch.Tensor.detach, hidden)
+                q, new_hidden = self._step(network, {key: v[:, k] for key, v in batch.state.items()}, hidden)
+                hidden = new_hidden if all_observed[k] else self._keep_unobserved(batch.observed[:, k], new_hidden, hidden)
+            outputs.append(q)
+        return torch.stack(outputs, dim=1)
+
+    @staticmethod
+    def _keep_unobserved(observed: torch.Tensor, new: Hidden, old: Optional[Hidden]) -> Hidden:
+        """``new`` where a row has an observation, else ``old`` (``None`` standing for zeros)."""
+        if old is None:
+            old = _map_hidden(torch.zeros_like, new)
+
+        def keep(n: torch.Tensor, o: torch.Tensor) -> torch.Tensor:
+            return torch.where(observed.to(n.device).view(-1, *[1] * (n.dim() - 1)), n, o.to(n.device))
+
+        return _map_hidden(keep, new, old)
+
+    def _online_values(self, batch: SequenceBatch) -> torch.Tensor:
+        """The online network's Q values over the whole window of ``batch``, unrolled once per batch.
+
+        The run (gradient after the burn-in) serves both the double-DQN action choice of
+        the targets (detached) and the predicted values of the training part.
+        """
+        if self._online_run is None or self._online_run[0] is not batch:
+            with torch.enable_grad():
+                self._online_run = (batch, self._unroll(self.qnet, batch, batch.reward.shape[1], train=True))
+        return self._online_run[1]
+
+    def _rescale(self, x: torch.Tensor) -> torch.Tensor:
+        return value_rescale(x, self.rescaling_epsilon) if self.value_rescaling else x
+
+    def _inverse_rescale(self, x: torch.Tensor) -> torch.Tensor:
+        return inverse_value_rescale(x, self.rescaling_epsilon) if self.value_rescaling else x
+
+    def _training_part(self, values: torch.Tensor) -> torch.Tensor:
+        return values[:, self.burn_in:self.burn_in + self.sequence_length]
+
+    # -- update hooks -----------------------------------------------------------------
+    def _target_value(self, batch: SequenceBatch) -> torch.Tensor:
+        """Double-DQN n-step targets ``[B, sequence_length]`` of the training part (no gradient)."""
+        with torch.no_grad():
+            width = batch.reward.shape[1]
+            target_q = self._unroll(self.qnet_target, batch, width)
+            online_q = self._online_values(batch).detach().to(target_q.device)
+            device = target_q.device
+            steps = batch.steps.to(device)
+            bootstrap = (torch.arange(width, device=device) + steps).clamp(max=width - 1)  # [B, W]
+            next_action = online_q.gather(1, bootstrap.unsqueeze(-1).expand_as(online_q)).argmax(-1, keepdim=True)
+            next_q = target_q.gather(1, bootstrap.unsqueeze(-1).expand_as(target_q)).gather(2, next_action)
+            next_value = self._inverse_rescale(next_q.squeeze(-1))
+            discount = self.discount ** steps.to(next_value.dtype)
+            target = self.reward_function(batch.reward.to(device), discount, next_value,
+                                          batch.terminal.to(device), {})
+            return self._training_part(self._rescale(target))
+
+    def _predicted_value(self, batch: SequenceBatch) -> torch.Tensor:
+        """Online Q values ``[B, sequence_length]`` of the stored actions (gradient after the burn-in)."""
+        q = self._training_part(self._online_values(batch))
+        self._online_run = None  # release the graph once the loss has it
+        action = self.action_get_function(batch.action).to(device=q.device, dtype=torch.long)
+        action = self._training_part(action).reshape(batch.size, q.shape[1], 1)
+        return q.gather(2, action).squeeze(-1)
+
+    def _value_loss(self, predicted: torch.Tensor, target: torch.Tensor, batch: SequenceBatch) -> torch.Tensor:
+        """Importance-weighted mean over sequences of each sequence's mean step loss; updates priorities."""
+        target = target.to(predicted.device)
+        mask = batch.train_mask.to(predicted.device)
+        per_step = self.criterion(target, predicted)
+        if per_step.shape != predicted.shape:
+            raise ValueError(
+                f"R2D1 needs an element-wise criterion returning shape {list(predicted.shape)} "
+                f"([batch_size, sequence_length]); got shape {list(per_step.shape)}. "
+                f'Use e.g. nn.MSELoss(reduction="none").'
+            )
+        weight = mask.to(per_step.dtype)
+        per_sequence = (per_step * weight).sum(dim=1) / weight.sum(dim=1).clamp_min(1)
+        loss = self._per_sample_loss(per_sequence, batch)
+        self.replay_buffer.update_sequence_priority(predicted.detach() - target, mask, batch.index)
+        return loss
