@@ -1,25 +1,41 @@
-"""Shared loop for the value-based CartPole examples: progress per episode, a learning-curve PNG."""
+"""Training loop of the value-based CartPole examples (dqn.py, dqn_per.py, rainbow.py).
 
-import argparse
-import time
+One update per environment step after a warm-up; one progress line per episode;
+solved once the smoothed return stays above 190 for 5 episodes in a row. At the end
+the learning curve is written and, when asked, a greedy episode is recorded.
+"""
 
 import gymnasium as gym
 import torch
+from _common import Progress, parse_args, record_episode, write_curve
+
+ENV_ID = "CartPole-v0"
+
+# parse_args is re-exported for the scripts; save_curve is the older name of write_curve.
+save_curve = write_curve
+__all__ = ["ENV_ID", "parse_args", "run", "save_curve"]
 
 
-def parse_args(description: str):
-    parser = argparse.ArgumentParser(description=description)
-    parser.add_argument("--episodes", type=int, default=500, help="stop after this many episodes")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--plot", default="", help="write the learning curve to this PNG")
-    return parser.parse_args()
+def run(agent, *, episodes: int, seed: int, plot: str = "", gif: str = "", store_by_episode: bool = False,
+        warmup_steps: int = 500, solved_reward: float = 190.0, solved_repeat: int = 5,
+        name: str = "agent") -> bool:
+    """Train ``agent`` (a DQN-like framework) on CartPole-v0; returns whether it was solved.
 
-
-def run(agent, *, episodes: int, seed: int, plot: str = "", store_by_episode: bool = False,
-        warmup_steps: int = 500, solved_reward: float = 190.0, solved_repeat: int = 5, name: str = "agent"):
-    """Train ``agent`` on CartPole-v0 with one update per environment step after a warm-up."""
-    env = gym.make("CartPole-v0")
-    smoothed, streak, steps, curve, start = 0.0, 0, 0, [], time.time()
+    Args:
+        agent: Offers ``act_discrete_with_noise``, ``act_discrete``, ``store_transition`` /
+            ``store_episode`` and ``update``.
+        episodes: Episodes at most.
+        seed: Episode ``i`` is reset with seed ``seed + i``.
+        plot: Learning-curve PNG to write at the end (``""``: none).
+        gif: GIF of one greedy episode to write at the end (``""``: none).
+        store_by_episode: Store whole episodes (for n-step returns) instead of single steps.
+        warmup_steps: Steps stored before the first update.
+        solved_reward: Threshold of the smoothed return.
+        solved_repeat: Consecutive episodes above the threshold needed.
+        name: Shown in the progress lines and the plot title.
+    """
+    env = gym.make(ENV_ID)
+    progress, steps = Progress(name, ENV_ID, solved_reward, solved_repeat), 0
     for episode in range(1, episodes + 1):
         obs, _ = env.reset(seed=seed + episode)
         state = torch.tensor(obs, dtype=torch.float32).view(1, -1)
@@ -42,32 +58,10 @@ def run(agent, *, episodes: int, seed: int, plot: str = "", store_by_episode: bo
             if steps >= warmup_steps:
                 for _ in stored:
                     agent.update()
-        smoothed = 0.9 * smoothed + 0.1 * total
-        curve.append(smoothed)
-        print(f"{name} episode {episode:4d}  return {total:6.1f}  smoothed {smoothed:6.1f}  "
-              f"steps {steps:6d}  {time.time() - start:6.1f} s", flush=True)
-        streak = streak + 1 if smoothed > solved_reward else 0
-        if streak >= solved_repeat:
-            print(f"Environment solved at episode {episode}!")
+        if progress.end_episode(total, steps):
             break
     env.close()
-    if plot:
-        save_curve(curve, plot, name)
-    return streak >= solved_repeat
-
-
-def save_curve(curve, path: str, title: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6, 3.5))
-    ax.plot(range(1, len(curve) + 1), curve)
-    ax.set_xlabel("episode")
-    ax.set_ylabel("smoothed return")
-    ax.set_title(title)
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
-    print(f"learning curve written to {path}")
+    progress.write_curve(plot)
+    if gif:
+        record_episode(ENV_ID, lambda s: agent.act_discrete({"state": s}), gif, seed=seed)
+    return progress.solved

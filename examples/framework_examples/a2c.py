@@ -1,19 +1,23 @@
-"""A2C on CartPole-v0: ``python examples/framework_examples/a2c.py [--episodes N] [--seed S]``.
+"""A2C on CartPole-v0: ``python examples/framework_examples/a2c.py``.
+
+Solved once the smoothed return stays above 190 for 5 episodes. Options:
+``--episodes N`` (cap), ``--seed S``, ``--plot PATH`` (learning-curve PNG, default
+``a2c_curve.png``, ``""`` for none) and ``--gif [PATH]`` (one episode of the trained
+actor taking its most likely action, default ``a2c_episode.gif``).
 
 The other on-policy examples (ppo.py, trpo.py) reuse the networks and the training
 loop defined here.
 """
 
-import time
-
 import gymnasium as gym
 import torch
-from _cartpole import parse_args, save_curve
+from _common import Progress, parse_args, record_episode
 from torch import nn
 from torch.distributions import Categorical
 
 from machin.frame.algorithms import A2C
 
+ENV_ID = "CartPole-v0"
 torch.set_num_threads(1)  # the networks are tiny: more threads only add synchronisation
 
 
@@ -43,15 +47,22 @@ class Critic(nn.Module):
         return self.net(state)
 
 
-def run(agent, *, episodes: int, seed: int, plot: str = "", name: str = "agent",
+def greedy_action(agent, state):
+    """The most likely action of the agent's actor (for the recorded episode)."""
+    return agent.actor.net(state).argmax(dim=1, keepdim=True)
+
+
+def run(agent, *, episodes: int, seed: int, plot: str = "", gif: str = "", name: str = "agent",
         solved_reward: float = 190.0, solved_repeat: int = 5) -> bool:
     """Train an on-policy agent on CartPole-v0: store each episode whole, then update once.
 
     Prints one line per episode and stops once the smoothed return (0.9 / 0.1, from 0)
-    stays above ``solved_reward`` for ``solved_repeat`` episodes.
+    stays above ``solved_reward`` for ``solved_repeat`` episodes. Then writes the learning
+    curve to ``plot`` and, if ``gif`` is set, records one episode of the greedy policy.
+    Returns whether the run was solved.
     """
-    env = gym.make("CartPole-v0")
-    smoothed, streak, steps, curve, start = 0.0, 0, 0, [], time.time()
+    env = gym.make(ENV_ID)
+    progress, steps = Progress(name, ENV_ID, solved_reward, solved_repeat), 0
     for episode in range(1, episodes + 1):
         obs, _ = env.reset(seed=seed + episode)
         state = torch.tensor(obs, dtype=torch.float32).view(1, -1)
@@ -67,18 +78,13 @@ def run(agent, *, episodes: int, seed: int, plot: str = "", name: str = "agent",
             state, total, done, steps = next_state, total + reward, terminated or truncated, steps + 1
         agent.store_episode(stored)
         agent.update()
-        smoothed = 0.9 * smoothed + 0.1 * total
-        curve.append(smoothed)
-        print(f"{name} episode {episode:4d}  return {total:6.1f}  smoothed {smoothed:6.1f}  "
-              f"steps {steps:6d}  {time.time() - start:6.1f} s", flush=True)
-        streak = streak + 1 if smoothed > solved_reward else 0
-        if streak >= solved_repeat:
-            print(f"Environment solved at episode {episode}!")
+        if progress.end_episode(total, steps):
             break
     env.close()
-    if plot:
-        save_curve(curve, plot, name)
-    return streak >= solved_repeat
+    progress.write_curve(plot)
+    if gif:
+        record_episode(ENV_ID, lambda s: greedy_action(agent, s), gif, seed=seed)
+    return progress.solved
 
 
 if __name__ == "__main__":
@@ -86,4 +92,4 @@ if __name__ == "__main__":
     torch.manual_seed(args.seed)
     a2c = A2C(Actor(), Critic(), torch.optim.Adam, nn.MSELoss(), batch_size=1000, actor_update_times=3,
               critic_update_times=5, actor_learning_rate=0.003, critic_learning_rate=0.003, gae_lambda=0.95)
-    run(a2c, episodes=args.episodes, seed=args.seed, plot=args.plot, name="A2C")
+    run(a2c, episodes=args.episodes, seed=args.seed, plot=args.plot, gif=args.gif, name="A2C")

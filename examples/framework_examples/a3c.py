@@ -1,36 +1,23 @@
 """A3C on CartPole-v0 with 3 processes on this machine, reusing the distributed tutorial.
 
-Run it with python examples/framework_examples/a3c.py [--episodes N] [--seed S]
-(three local processes), or as one rank per process under torchrun::
+Run it with ``python examples/framework_examples/a3c.py`` (three local processes), or
+as one rank per process under torchrun::
 
     torchrun --nproc_per_node 3 examples/framework_examples/a3c.py --episodes 1000
 
-The training loop lives in
-examples/tutorials/unleash_distributed_power/a3c.py; this script only loads it
-and starts it, so both always show the same code.
+The training loop lives in examples/tutorials/unleash_distributed_power/a3c.py;
+this script only loads it and starts it, so both always show the same code.
+
+Options: ``--episodes N`` (episodes per worker at most), ``--seed S`` and ``--plot PATH``
+(default ``a3c_curve.png``, ``""`` for none): the process that solved the environment (process 0 if none did) writes its learning curve
+there. There is no ``--gif``: the trained networks live in the child processes.
 """
 
-import argparse
-import importlib.util
-from pathlib import Path
+from _common import load_tutorial, parse_args
 
 from machin.parallel.distributed.launcher import run_script
 
-TUTORIAL = Path(__file__).resolve().parents[1] / "tutorials" / "unleash_distributed_power" / "a3c.py"
-
-
-def load_tutorial():
-    """Import the tutorial script as a module (its directory is not a package)."""
-    spec = importlib.util.spec_from_file_location("a3c_tutorial", TUTORIAL)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--episodes", type=int, default=1000, help="episodes per worker at most")
-    parser.add_argument("--seed", type=int, default=0)
-    args = parser.parse_args()
-    tutorial = load_tutorial()
-    run_script(lambda rank: tutorial.main(rank, args.episodes, args.seed), 3, timeout=3600)
+    args = parse_args(__doc__, episodes=1000, gif=False)
+    tutorial = load_tutorial("a3c")
+    run_script(lambda rank: tutorial.main(rank, args.episodes, args.seed, args.plot), 3, timeout=3600)

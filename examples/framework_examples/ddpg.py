@@ -1,18 +1,23 @@
-"""DDPG on Pendulum-v1: ``python examples/framework_examples/ddpg.py [--episodes N] [--seed S]``.
+"""DDPG on Pendulum-v1: ``python examples/framework_examples/ddpg.py``.
+
+Solved once the smoothed return exceeds -200. Options: ``--episodes N`` (cap),
+``--seed S``, ``--plot PATH`` (learning-curve PNG, default ``ddpg_curve.png``, ``""``
+for none) and ``--gif [PATH]`` (one noise-free episode of the trained actor, default
+``ddpg_episode.gif``).
 
 The other examples of the deterministic-policy family (ddpg_per.py, hddpg.py, td3.py)
 reuse the networks and the training loop defined here.
 """
 
-import time
 
 import gymnasium as gym
 import torch
-from _cartpole import parse_args, save_curve
+from _common import Progress, parse_args, record_episode
 from torch import nn
 
 from machin.frame.algorithms import DDPG
 
+ENV_ID = "Pendulum-v1"
 ACTION_RANGE = 2.0  # Pendulum torques lie in [-2, 2]
 torch.set_num_threads(1)  # the networks are tiny: more threads only add synchronisation
 
@@ -42,16 +47,27 @@ def networks():
     return Actor(), Actor(), Critic(), Critic()
 
 
-def run(agent, *, episodes: int, seed: int, plot: str = "", name: str = "agent", warmup_steps: int = 300,
-        noise_sigma: float = 0.2, solved_reward: float = -200.0) -> bool:
+def noisy_action(agent, state, noise_sigma=0.2):
+    """The actor's action plus Gaussian noise, kept in the action range (exploration)."""
+    action = agent.act_with_noise({"state": state}, noise_param=(0.0, noise_sigma), mode="normal")
+    return action.clamp(-ACTION_RANGE, ACTION_RANGE)
+
+
+def run(agent, *, episodes: int, seed: int, plot: str = "", gif: str = "", name: str = "agent",
+        warmup_steps: int = 300, solved_reward: float = -200.0, explore=noisy_action,
+        greedy=lambda agent, state: agent.act({"state": state}), extra=lambda agent: "") -> bool:
     """Train on Pendulum-v1 (200 steps per episode) with one update per step after a random warm-up.
 
     Prints one line per episode and stops once the smoothed return (0.9 / 0.1, started at
-    the first episode's return) exceeds ``solved_reward``.
+    the first episode's return) exceeds ``solved_reward``. Then writes the learning curve
+    to ``plot`` and, if ``gif`` is set, records one episode played with ``greedy``.
+    ``explore(agent, state)`` chooses the actions after the warm-up, ``greedy(agent, state)``
+    those of the recorded episode, and ``extra(agent)`` adds text to the progress lines
+    (sac.py passes its own). Returns whether the run was solved.
     """
-    env = gym.make("Pendulum-v1")
+    env = gym.make(ENV_ID)
     env.action_space.seed(seed)
-    smoothed, steps, curve, start = None, 0, [], time.time()
+    progress, steps = Progress(name, ENV_ID, solved_reward, start=None), 0
     for episode in range(1, episodes + 1):
         obs, _ = env.reset(seed=seed + episode)
         state = torch.tensor(obs, dtype=torch.float32).view(1, -1)
@@ -60,8 +76,7 @@ def run(agent, *, episodes: int, seed: int, plot: str = "", name: str = "agent",
             if steps < warmup_steps:
                 action = torch.tensor(env.action_space.sample()).view(1, -1)
             else:
-                action = agent.act_with_noise({"state": state}, noise_param=(0.0, noise_sigma), mode="normal")
-                action = action.clamp(-ACTION_RANGE, ACTION_RANGE)
+                action = explore(agent, state)
             obs, reward, terminated, truncated, _ = env.step(action.numpy().reshape(-1))
             next_state = torch.tensor(obs, dtype=torch.float32).view(1, -1)
             agent.store_transition({"state": {"state": state}, "action": {"action": action},
@@ -71,17 +86,13 @@ def run(agent, *, episodes: int, seed: int, plot: str = "", name: str = "agent",
             if steps >= warmup_steps:
                 agent.update()
             state, total, done = next_state, total + float(reward), terminated or truncated
-        smoothed = total if smoothed is None else 0.9 * smoothed + 0.1 * total
-        curve.append(smoothed)
-        print(f"{name} episode {episode:4d}  return {total:8.1f}  smoothed {smoothed:8.1f}  "
-              f"steps {steps:6d}  {time.time() - start:6.1f} s", flush=True)
-        if smoothed > solved_reward:
-            print(f"Environment solved at episode {episode}!")
+        if progress.end_episode(total, steps, extra=extra(agent)):
             break
     env.close()
-    if plot:
-        save_curve(curve, plot, name)
-    return smoothed is not None and smoothed > solved_reward
+    progress.write_curve(plot)
+    if gif:
+        record_episode(ENV_ID, lambda s: greedy(agent, s), gif, seed=seed)
+    return progress.solved
 
 
 if __name__ == "__main__":
@@ -89,4 +100,4 @@ if __name__ == "__main__":
     torch.manual_seed(args.seed)
     ddpg = DDPG(*networks(), torch.optim.Adam, nn.MSELoss(), batch_size=64, update_rate=0.005,
                 actor_learning_rate=1e-3, critic_learning_rate=1e-3, replay_size=100000)
-    run(ddpg, episodes=args.episodes, seed=args.seed, plot=args.plot, name="DDPG")
+    run(ddpg, episodes=args.episodes, seed=args.seed, plot=args.plot, gif=args.gif, name="DDPG")

@@ -1,22 +1,28 @@
 """Ape-X DDPG on Pendulum-v1 with 3 processes on this machine.
 
-Run it with ``python examples/framework_examples/ddpg_apex.py [--episodes N] [--seed S]``
-(three local processes), or as one rank per process under torchrun::
+Run it with ``python examples/framework_examples/ddpg_apex.py`` (three local
+processes), or as one rank per process under torchrun::
 
     torchrun --nproc_per_node 3 examples/framework_examples/ddpg_apex.py --episodes 300
 
 Processes 0 and 1 sample with the newest actor (pulled before each episode) and
 store their steps in their part of the distributed prioritized buffer; process 2
 learns from batches sampled across both. The networks come from ``ddpg.py`` and the
-pacing helper from the Ape-X DQN tutorial, which this script imports.
+pacing helper, the learner loop and the learning-curve helpers from the Ape-X DQN
+tutorial, which this script imports.
+
+Options: ``--episodes N`` (episodes per sampler at most), ``--seed S`` and ``--plot PATH``
+(default ``ddpg_apex_curve.png``, ``""`` for none): the sampler that solved the
+environment (process 0 if none did) writes its learning curve there. There is no
+``--gif``: the trained networks live in the child processes.
 """
 
-import argparse
 import time
 
 import gymnasium as gym
 import torch
-from ddpg import ACTION_RANGE, Actor, Critic
+from _common import load_tutorial, parse_args
+from ddpg import Actor, Critic, noisy_action
 from torch import nn
 
 from machin.frame.algorithms import DDPGApex
@@ -29,31 +35,24 @@ SAMPLERS, LEARNER = ("0", "1"), "2"
 WARMUP = 1000  # transitions stored by all samplers before the learner starts
 
 
-def load_dqn_apex_tutorial():
-    """Import the Ape-X DQN tutorial (for ``pull_until``, ``learn`` and its layout)."""
-    from dqn_apex import load_tutorial
-
-    return load_tutorial()
-
-
 def sample(apex, tutorial, group, rank, episodes, seed):
-    """Play and store episodes; returns the last smoothed return."""
+    """Play and store episodes; returns the return of every episode played."""
     env = gym.make("Pendulum-v1")
-    smoothed, steps, start = None, 0, time.time()
+    smoothed, steps, returns, start = None, 0, [], time.time()
     for episode in range(1, episodes + 1):
         tutorial.pull_until(apex, apex.actor, steps - WARMUP // 2)
         obs, _ = env.reset(seed=seed * 1000 + rank * 100000 + episode)
         state = torch.tensor(obs, dtype=torch.float32).view(1, -1)
         done, total = False, 0.0
         while not done:
-            action = apex.act_with_noise({"state": state}, noise_param=(0.0, 0.2), mode="normal")
-            action = action.clamp(-ACTION_RANGE, ACTION_RANGE)
+            action = noisy_action(apex, state)
             obs, reward, terminated, truncated, _ = env.step(action.numpy().reshape(-1))
             next_state = torch.tensor(obs, dtype=torch.float32).view(1, -1)
             apex.store_transition({"state": {"state": state}, "action": {"action": action},
                                    "next_state": {"state": next_state}, "reward": float(reward),
                                    "terminal": terminated})
             state, total, done, steps = next_state, total + reward, terminated or truncated, steps + 1
+        returns.append(total)
         smoothed = total if smoothed is None else 0.9 * smoothed + 0.1 * total
         print(f"process {rank} episode {episode:4d}  return {total:8.1f}  smoothed {smoothed:8.1f}  "
               f"{time.time() - start:6.1f} s", flush=True)
@@ -65,12 +64,12 @@ def sample(apex, tutorial, group, rank, episodes, seed):
             break
     env.close()
     group.register(f"done_{rank}", print)  # tells the learner this sampler has finished
-    return smoothed
+    return returns
 
 
-def main(rank, episodes=300, seed=0):
+def main(rank, episodes=300, seed=0, plot=""):
     torch.set_num_threads(1)
-    tutorial = load_dqn_apex_tutorial()
+    tutorial = load_tutorial("dqn_apex")
     world = World(rpc_timeout=60)
     group = world.create_rpc_group("apex", [*SAMPLERS, LEARNER])
     servers = model_server_helper(model_num=1)
@@ -83,14 +82,12 @@ def main(rank, episodes=300, seed=0):
         result = tutorial.learn(apex, group)
     else:
         result = sample(apex, tutorial, group, rank, episodes, seed)
-    world.barrier()
+    # Waits for every process; then the one that solved (or process 0) writes its curve.
+    tutorial.finish_run(world, group, SAMPLERS, rank, result, plot, "Ape-X DDPG on Pendulum-v1")
     world.stop()
     return result
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--episodes", type=int, default=300, help="episodes per sampler at most")
-    parser.add_argument("--seed", type=int, default=0)
-    args = parser.parse_args()
-    run_script(lambda rank: main(rank, args.episodes, args.seed), 3, timeout=3600)
+    args = parse_args(__doc__, episodes=300, gif=False)
+    run_script(lambda rank: main(rank, args.episodes, args.seed, args.plot), 3, timeout=3600)

@@ -1,4 +1,11 @@
-"""Double DQN on CartPole-v0: ``python examples/framework_examples/dqn.py [--episodes N]``."""
+"""Double DQN on CartPole-v0: ``python examples/framework_examples/dqn.py``.
+
+Solved once the smoothed return stays above 190 for 5 episodes.
+
+Options: ``--episodes N`` (cap), ``--seed S``, ``--plot PATH`` (learning-curve PNG,
+default ``dqn_curve.png``, ``""`` for none) and ``--gif [PATH]`` (one greedy episode of
+the trained agent, default ``dqn_episode.gif``).
+"""
 
 import torch
 from _cartpole import parse_args, run
@@ -22,4 +29,4 @@ if __name__ == "__main__":
     torch.manual_seed(args.seed)
     dqn = DQN(QNet(), QNet(), torch.optim.Adam, nn.MSELoss(reduction="sum"), mode="double",
               batch_size=64, epsilon_decay=0.999, update_rate=0.01, replay_size=20000)
-    run(dqn, episodes=args.episodes, seed=args.seed, plot=args.plot, name="DQN")
+    run(dqn, episodes=args.episodes, seed=args.seed, plot=args.plot, gif=args.gif, name="DQN")

@@ -1,17 +1,20 @@
-"""MADDPG on simple_spread_v3: ``python examples/framework_examples/maddpg.py [--episodes N] [--seed S]``.
+"""MADDPG on simple_spread_v3: ``python examples/framework_examples/maddpg.py``.
 
 Three agents must cover three landmarks without bumping into each other (the
 multi-agent particle environments of PettingZoo, package ``mpe2``). Each agent
 acts on its own observation with its own actor; each agent's critic sees the
 observations and actions of all three agents. The printed return is the mean
-return of the three agents in the episode.
-"""
+return of the three agents in the episode; the run counts as solved once its
+smoothed value (0.9 / 0.1) exceeds -18 after the random warm-up.
 
-import time
+Options: ``--episodes N`` (cap), ``--seed S``, ``--plot PATH`` (learning curve of the
+mean return, default ``maddpg_curve.png``, ``""`` for none) and ``--gif [PATH]`` (one
+noise-free episode of the trained actors, default ``maddpg_episode.gif``).
+"""
 
 import numpy as np
 import torch
-from _cartpole import parse_args, save_curve
+from _common import Progress, parse_args, write_gif
 from mpe2 import simple_spread_v3
 from torch import nn
 
@@ -56,11 +59,33 @@ def as_states(obs, names):
     return [torch.as_tensor(obs[name], dtype=torch.float32).view(1, -1) for name in names]
 
 
+def make_env(render_mode=None):
+    return simple_spread_v3.parallel_env(N=AGENTS, local_ratio=0.5, max_cycles=25, continuous_actions=True,
+                                         render_mode=render_mode)
+
+
+def record(maddpg, path, seed):
+    """Play one episode with the noise-free actors and write its frames to ``path``."""
+    env = make_env("rgb_array")
+    obs, _ = env.reset(seed=seed)
+    names = list(env.agents)
+    frames, total = [env.render()], 0.0
+    with torch.no_grad():
+        while env.agents:
+            actions = maddpg.act([{"state": s} for s in as_states(obs, names)])
+            obs, rewards, *_ = env.step({name: a.view(-1).numpy() for name, a in zip(names, actions)})
+            frames.append(env.render())
+            total += sum(float(rewards[name]) for name in names) / AGENTS
+    env.close()
+    print(f"recorded episode: mean return {total:.2f}", flush=True)
+    write_gif(frames, path, fps=10)
+
+
 def main():
     args = parse_args(__doc__)
     torch.manual_seed(args.seed)
     rng = np.random.default_rng(args.seed)
-    env = simple_spread_v3.parallel_env(N=AGENTS, local_ratio=0.5, max_cycles=25, continuous_actions=True)
+    env = make_env()
     # Every critic sees all agents, its own agent first.
     visible = [[i] + [j for j in range(AGENTS) if j != i] for i in range(AGENTS)]
     maddpg = MADDPG([Actor() for _ in range(AGENTS)], [Actor() for _ in range(AGENTS)],
@@ -68,7 +93,7 @@ def main():
                     torch.optim.Adam, nn.MSELoss(), batch_size=128, update_rate=0.02, actor_learning_rate=1e-3,
                     critic_learning_rate=3e-3, discount=0.9, gradient_max=0.5, replay_size=100000)
     warmup = min(WARMUP_EPISODES, args.episodes // 2)  # random actions first (short runs still train)
-    smoothed, steps, updates, curve, start = None, 0, 0, [], time.time()
+    progress, steps, updates = Progress("MADDPG", "simple_spread_v3", SOLVED_RETURN, start=None), 0, 0
     for episode in range(1, args.episodes + 1):
         obs, _ = env.reset(seed=args.seed + episode)
         names = list(env.agents)
@@ -94,17 +119,13 @@ def main():
                 updates += 1
             total += sum(float(rewards[name]) for name in names) / AGENTS
             states = next_states
-        smoothed = total if smoothed is None else 0.9 * smoothed + 0.1 * total
-        curve.append(smoothed)
-        print(f"MADDPG episode {episode:4d}  return {total:7.2f}  smoothed {smoothed:7.2f}  "
-              f"steps {steps:6d}  {time.time() - start:6.1f} s", flush=True)
-        if episode > warmup and smoothed > SOLVED_RETURN:
-            print(f"Environment solved at episode {episode}!")
+        if progress.end_episode(total, steps, can_solve=episode > warmup):
             break
     env.close()
+    progress.write_curve(args.plot)
+    if args.gif:
+        record(maddpg, args.gif, args.seed)
     maddpg.close()
-    if args.plot:
-        save_curve(curve, args.plot, "MADDPG")
 
 
 if __name__ == "__main__":

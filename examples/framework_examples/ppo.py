@@ -1,10 +1,10 @@
-"""PPO on CartPole-v0: ``python examples/framework_examples/ppo.py [--episodes N] [--seed S]``.
+"""PPO on CartPole-v0: ``python examples/framework_examples/ppo.py``.
 
-Uses the networks and the training loop of a2c.py.
+Uses the networks and the training loop of a2c.py (same options and solved criterion).
 """
 
 import torch
-from _cartpole import parse_args
+from _common import parse_args
 from a2c import Actor, Critic, run
 from torch import nn
 
@@ -16,4 +16,4 @@ if __name__ == "__main__":
     ppo = PPO(Actor(), Critic(), torch.optim.Adam, nn.MSELoss(), batch_size=1000, actor_update_times=10,
               critic_update_times=20, actor_learning_rate=0.003, critic_learning_rate=0.005,
               gae_lambda=0.95, surrogate_loss_clip=0.2)
-    run(ppo, episodes=args.episodes, seed=args.seed, plot=args.plot, name="PPO")
+    run(ppo, episodes=args.episodes, seed=args.seed, plot=args.plot, gif=args.gif, name="PPO")

@@ -1,6 +1,11 @@
 """RAINBOW (distributional, n-step, prioritized, double) on CartPole-v0.
 
-``python examples/framework_examples/rainbow.py [--episodes N]``
+Run ``python examples/framework_examples/rainbow.py``; solved once the smoothed return
+stays above 190 for 5 episodes.
+
+Options: ``--episodes N`` (cap), ``--seed S``, ``--plot PATH`` (learning-curve PNG,
+default ``rainbow_curve.png``, ``""`` for none) and ``--gif [PATH]`` (one greedy episode of
+the trained agent, default ``rainbow_episode.gif``).
 """
 
 import torch
@@ -24,10 +29,11 @@ class DistQNet(nn.Module):
 
 
 if __name__ == "__main__":
-    args = parse_args(__doc__.splitlines()[0])
+    args = parse_args(__doc__)
     torch.manual_seed(args.seed)
     rainbow = RAINBOW(DistQNet(), DistQNet(), torch.optim.Adam, 0.0, 100.0, reward_future_steps=3,
                       batch_size=64, epsilon_decay=0.999, update_rate=0.02, learning_rate=3e-3,
                       replay_size=20000)
     # store_episode computes each step's 3-step return, so whole episodes are stored
-    run(rainbow, episodes=args.episodes, seed=args.seed, plot=args.plot, store_by_episode=True, name="RAINBOW")
+    run(rainbow, episodes=args.episodes, seed=args.seed, plot=args.plot, gif=args.gif,
+        store_by_episode=True, name="RAINBOW")

@@ -1,12 +1,13 @@
-"""TRPO on CartPole-v0: ``python examples/framework_examples/trpo.py [--episodes N] [--seed S]``.
+"""TRPO on CartPole-v0: ``python examples/framework_examples/trpo.py``.
 
-Uses the networks and the training loop of a2c.py. The actor has no optimizer: each
-update takes one natural-gradient step whose KL divergence stays under ``kl_max_delta``,
-on ``batch_size`` samples (here more than an episode holds, so on all of them).
+Uses the networks and the training loop of a2c.py (same options and solved
+criterion). The actor has no optimizer: each update takes one natural-gradient step
+whose KL divergence stays under ``kl_max_delta``, on ``batch_size`` samples (here more
+than an episode holds, so on all of them).
 """
 
 import torch
-from _cartpole import parse_args
+from _common import parse_args
 from a2c import Actor, Critic, run
 from torch import nn
 
@@ -17,4 +18,4 @@ if __name__ == "__main__":
     torch.manual_seed(args.seed)
     trpo = TRPO(Actor(), Critic(), torch.optim.Adam, nn.MSELoss(), batch_size=1000, critic_update_times=20,
                 critic_learning_rate=0.005, gae_lambda=0.95, kl_max_delta=0.02)
-    run(trpo, episodes=args.episodes, seed=args.seed, plot=args.plot, name="TRPO")
+    run(trpo, episodes=args.episodes, seed=args.seed, plot=args.plot, gif=args.gif, name="TRPO")

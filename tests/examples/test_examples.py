@@ -1,35 +1,91 @@
-"""Every example and tutorial script runs in a smoke mode (a couple of episodes) and exits 0."""
+"""Every example and tutorial script runs in a smoke mode and exits 0; outputs are read back.
+
+Scripts in ``TRAINING_DIRS`` train an agent and take ``--episodes``: they run two
+episodes. Scripts in ``CURVE_DIRS`` must also write exactly one learning-curve PNG into
+their working directory by default. Every other script is a short demonstration and runs
+as it is. Files and directories whose names start with ``_`` are helpers, not scripts.
+"""
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from PIL import Image
 
 ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES_DIR = ROOT / "examples"
 EXAMPLES = sorted(
-    p for p in (ROOT / "examples").rglob("*.py") if not p.name.startswith("_")
-    and not any(part.startswith("_") for part in p.relative_to(ROOT / "examples").parts[:-1])
+    p for p in EXAMPLES_DIR.rglob("*.py")
+    if not any(part.startswith("_") for part in p.relative_to(EXAMPLES_DIR).parts)
 )
-# Scripts that train take --episodes; the others are short demonstrations that run as they are.
-TRAINING_DIRS = {"framework_examples", "your_first_program", "unleash_distributed_power"}
+# Directories whose scripts train and take --episodes (add new training directories here).
+TRAINING_DIRS = {"framework_examples", "your_first_program", "unleash_distributed_power", "recurrent_networks"}
+# Directories whose scripts write a learning-curve PNG into the working directory by default.
+CURVE_DIRS = {"framework_examples", "your_first_program", "unleash_distributed_power"}
+SMOKE_EPISODES = "2"
+HARD_TIMEOUT = 240  # seconds: a hung script fails the test instead of stalling the suite
 
 
-def smoke_args(path: Path):
-    if TRAINING_DIRS & set(path.parts):
-        return ["--episodes", "2"] + (["--plot", ""] if path.parent.name == "your_first_program" else [])
-    return []
+def in_dirs(path: Path, names: set) -> bool:
+    return path.parent.name in names
 
 
-@pytest.mark.parametrize("script", EXAMPLES, ids=[str(p.relative_to(ROOT / "examples")) for p in EXAMPLES])
-def test_example_runs(script, tmp_path):
-    # One thread per script: the suite already keeps both cores busy.
+def run_script(script: Path, args, cwd: Path) -> subprocess.CompletedProcess:
+    # One thread per script: the suite already keeps the cores busy.
     env = {**os.environ, "PYTHONPATH": str(ROOT), "MPLBACKEND": "Agg", "SDL_VIDEODRIVER": "dummy",
            "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-    result = subprocess.run(
-        [sys.executable, str(script), *smoke_args(script)], cwd=tmp_path, env=env,
-        capture_output=True, text=True, timeout=240,
-    )
-    assert result.returncode == 0, f"{script.name} failed:\n{result.stdout[-2000:]}\n{result.stderr[-4000:]}"
+    result = subprocess.run([sys.executable, str(script), *args], cwd=cwd, env=env,
+                            capture_output=True, text=True, timeout=HARD_TIMEOUT)
+    assert result.returncode == 0, (
+        f"{script.name} {' '.join(args)} failed:\n{result.stdout[-2000:]}\n{result.stderr[-4000:]}")
+    return result
+
+
+def read_png(path: Path):
+    with Image.open(path) as image:
+        assert image.format == "PNG", f"{path.name} is a {image.format}, not a PNG"
+        image.load()  # decodes every pixel: a truncated file raises here
+        return image.size
+
+
+@pytest.mark.parametrize("script", EXAMPLES, ids=[str(p.relative_to(EXAMPLES_DIR)) for p in EXAMPLES])
+def test_example_runs(script, tmp_path):
+    args = ["--episodes", SMOKE_EPISODES] if in_dirs(script, TRAINING_DIRS) else []
+    result = run_script(script, args, tmp_path)
     assert result.stdout or result.stderr, f"{script.name} printed nothing"
+    if in_dirs(script, CURVE_DIRS):
+        pngs = sorted(tmp_path.glob("*.png"))
+        assert len(pngs) == 1, f"{script.name} should write one learning-curve PNG, wrote {pngs}"
+        width, height = read_png(pngs[0])
+        assert width > 100 and height > 100
+
+
+@pytest.mark.parametrize("name, frame_size", [("dqn", (600, 400)), ("ddpg", (500, 500))])
+def test_example_writes_gif_and_curve(name, frame_size, tmp_path):
+    """``--gif`` records one episode of the trained agent; ``--plot`` chooses the PNG path."""
+    out = tmp_path / "out"
+    script = EXAMPLES_DIR / "framework_examples" / f"{name}.py"
+    result = run_script(script, ["--episodes", SMOKE_EPISODES, "--plot", str(out / "curve.png"),
+                                 "--gif", str(out / "episode.gif")], tmp_path)
+    assert sorted(p.name for p in out.iterdir()) == ["curve.png", "episode.gif"]
+    assert not list(tmp_path.glob("*.png")), "the default PNG path must not be used when --plot is given"
+
+    assert read_png(out / "curve.png") == (600, 350)  # create_learning_curve draws 6 x 3.5 inches at 100 dpi
+    recorded = int(re.search(r"\((\d+) frames\) written", result.stdout).group(1))
+    with Image.open(out / "episode.gif") as gif:
+        assert gif.format == "GIF"
+        assert gif.size == frame_size
+        # Pillow merges identical consecutive frames, so the file may hold fewer than recorded.
+        assert 1 < gif.n_frames <= recorded
+        gif.seek(gif.n_frames - 1)  # decodes up to the last frame
+        assert gif.convert("RGB").getextrema() != ((0, 0), (0, 0), (0, 0)), "the last frame is black"
+
+
+def test_plot_can_be_disabled(tmp_path):
+    script = EXAMPLES_DIR / "framework_examples" / "ppo.py"
+    result = run_script(script, ["--episodes", "1", "--plot", ""], tmp_path)
+    assert "episode    1" in result.stdout
+    assert list(tmp_path.iterdir()) == []

@@ -5,6 +5,10 @@ A2C losses on them and pushes the gradients to two gradient servers (actor and
 critic), which every process also helps to reduce. The run stops in every process
 as soon as one of them has solved the environment (or has played ``--episodes``).
 Started by ``torchrun --nproc_per_node=3 a3c.py`` each process is one rank instead.
+
+At the end the process that solved the environment (process 0 if none did) writes
+its per-episode returns as a learning curve to ``--plot`` (default
+``a3c_curve.png``; ``--plot ""`` writes none).
 """
 
 import argparse
@@ -12,6 +16,7 @@ import time
 
 import gymnasium as gym
 import torch
+from _curve import finish_run
 from torch import nn
 from torch.distributions import Categorical
 
@@ -64,7 +69,7 @@ def play_episode(a3c, env, seed):
     return stored, total
 
 
-def main(rank, episodes=1000, seed=0):
+def main(rank, episodes=1000, seed=0, plot=""):
     torch.set_num_threads(1)
     world = World(rpc_timeout=60)
     group = world.create_rpc_group("a3c_control", world.get_members())
@@ -74,7 +79,7 @@ def main(rank, episodes=1000, seed=0):
     a3c = A3C(Actor(), Critic(), nn.MSELoss(), servers, batch_size=1000, update_times=3, gae_lambda=0.95)
     a3c.set_sync(False)  # pull once per episode, not on every act
     env = gym.make("CartPole-v0")
-    smoothed, streak, start = 0.0, 0, time.time()
+    smoothed, streak, returns, start = 0.0, 0, [], time.time()
     for episode in range(1, episodes + 1):
         if any(group.is_registered(f"solved_{member}") for member in world.get_members()):
             break
@@ -82,6 +87,7 @@ def main(rank, episodes=1000, seed=0):
         stored, total = play_episode(a3c, env, seed * 1000 + rank * 100000 + episode)
         a3c.store_episode(stored)
         a3c.update()
+        returns.append(total)
         smoothed = 0.9 * smoothed + 0.1 * total
         print(f"process {rank} episode {episode:4d}  return {total:6.1f}  smoothed {smoothed:6.1f}  "
               f"{time.time() - start:6.1f} s", flush=True)
@@ -91,14 +97,16 @@ def main(rank, episodes=1000, seed=0):
             group.register(f"solved_{rank}", print)  # tells the other processes to stop
             break
     env.close()
-    world.barrier()
+    # Waits for every process; then the one that solved (or process 0) writes its curve.
+    finish_run(world, group, world.get_members(), rank, returns, plot, "A3C on CartPole-v0")
     world.stop()
-    return smoothed
+    return returns
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--episodes", type=int, default=1000, help="episodes per process at most")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--plot", default="a3c_curve.png", help="learning-curve PNG ('' for none)")
     args = parser.parse_args()
-    run_script(lambda rank: main(rank, args.episodes, args.seed), 3, timeout=3600)
+    run_script(lambda rank: main(rank, args.episodes, args.seed, args.plot), 3, timeout=3600)

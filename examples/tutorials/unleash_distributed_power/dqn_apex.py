@@ -6,6 +6,10 @@ buffer. Process 2 is the learner: once the group holds enough transitions it
 samples across both samplers, sends the new priorities back to them and pushes
 its Q network to the model server after every update. Everything stops once a
 sampler has solved the environment or both have played ``--episodes`` episodes.
+
+At the end the sampler that solved the environment (process 0 if none did) writes
+its per-episode returns as a learning curve to ``--plot`` (default
+``dqn_apex_curve.png``; ``--plot ""`` writes none).
 """
 
 import argparse
@@ -13,6 +17,7 @@ import time
 
 import gymnasium as gym
 import torch
+from _curve import finish_run
 from torch import nn
 
 from machin.frame.algorithms import DQNApex
@@ -46,9 +51,9 @@ def pull_until(agent, network, version):
 
 
 def sample(apex, group, rank, episodes, seed):
-    """Play and store episodes; returns the last smoothed return."""
+    """Play and store episodes; returns the return of every episode played."""
     env = gym.make("CartPole-v0")
-    smoothed, streak, steps, start = 0.0, 0, 0, time.time()
+    smoothed, streak, steps, returns, start = 0.0, 0, 0, [], time.time()
     for episode in range(1, episodes + 1):
         # Keep about one learner update per two steps of each sampler (after the warm-up):
         # wait for the model server's version (one per update) to catch up.
@@ -64,6 +69,7 @@ def sample(apex, group, rank, episodes, seed):
                                    "next_state": {"state": next_state}, "reward": float(reward),
                                    "terminal": terminated})
             state, total, done, steps = next_state, total + reward, terminated or truncated, steps + 1
+        returns.append(total)
         smoothed = 0.9 * smoothed + 0.1 * total
         print(f"process {rank} episode {episode:4d}  return {total:6.1f}  smoothed {smoothed:6.1f}  "
               f"{time.time() - start:6.1f} s", flush=True)
@@ -76,7 +82,7 @@ def sample(apex, group, rank, episodes, seed):
             break
     env.close()
     group.register(f"done_{rank}", print)  # tells the learner this sampler has finished
-    return smoothed
+    return returns
 
 
 def learn(apex, group):
@@ -92,7 +98,7 @@ def learn(apex, group):
     return updates
 
 
-def main(rank, episodes=1000, seed=0):
+def main(rank, episodes=1000, seed=0, plot=""):
     torch.set_num_threads(1)
     world = World(rpc_timeout=60)
     group = world.create_rpc_group("apex", [*SAMPLERS, LEARNER])
@@ -103,7 +109,8 @@ def main(rank, episodes=1000, seed=0):
     group.barrier()  # every part of the buffer exists
     apex.set_sync(False)  # samplers pull once per episode
     result = learn(apex, group) if str(rank) == LEARNER else sample(apex, group, rank, episodes, seed)
-    world.barrier()
+    # Waits for every process; then the one that solved (or process 0) writes its curve.
+    finish_run(world, group, SAMPLERS, rank, result, plot, "Ape-X DQN on CartPole-v0")
     world.stop()
     return result
 
@@ -112,5 +119,6 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--episodes", type=int, default=1000, help="episodes per sampler at most")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--plot", default="dqn_apex_curve.png", help="learning-curve PNG ('' for none)")
     args = parser.parse_args()
-    run_script(lambda rank: main(rank, args.episodes, args.seed), 3, timeout=3600)
+    run_script(lambda rank: main(rank, args.episodes, args.seed, args.plot), 3, timeout=3600)

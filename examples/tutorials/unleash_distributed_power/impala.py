@@ -6,6 +6,10 @@ action taken, as a single entry of the distributed episode buffer. Process 2 is 
 learner: it samples episodes from both samplers, corrects for the policy lag with
 V-trace and pushes its actor to the model server after every update. Everything
 stops once a sampler has solved the environment or both have played ``--episodes``.
+
+At the end the sampler that solved the environment (process 0 if none did) writes
+its per-episode returns as a learning curve to ``--plot`` (default
+``impala_curve.png``; ``--plot ""`` writes none).
 """
 
 import argparse
@@ -13,6 +17,7 @@ import time
 
 import gymnasium as gym
 import torch
+from _curve import finish_run
 from torch import nn
 from torch.distributions import Categorical
 
@@ -61,9 +66,9 @@ def pull_until(agent, network, version):
 
 
 def sample(impala, group, rank, episodes, seed):
-    """Play and store episodes; returns the last smoothed return."""
+    """Play and store episodes; returns the return of every episode played."""
     env = gym.make("CartPole-v0")
-    smoothed, streak, start = 0.0, 0, time.time()
+    smoothed, streak, returns, start = 0.0, 0, [], time.time()
     for episode in range(1, episodes + 1):
         # Keep about one learner update per episode of each sampler: wait for the
         # model server's version (one per update) to catch up.
@@ -80,6 +85,7 @@ def sample(impala, group, rank, episodes, seed):
                            "terminal": terminated, "action_log_prob": log_prob.item()})
             state, total, done = next_state, total + reward, terminated or truncated
         impala.store_episode(stored)
+        returns.append(total)
         smoothed = 0.9 * smoothed + 0.1 * total
         print(f"process {rank} episode {episode:4d}  return {total:6.1f}  smoothed {smoothed:6.1f}  "
               f"{time.time() - start:6.1f} s", flush=True)
@@ -92,7 +98,7 @@ def sample(impala, group, rank, episodes, seed):
             break
     env.close()
     group.register(f"done_{rank}", print)  # tells the learner this sampler has finished
-    return smoothed
+    return returns
 
 
 def learn(impala, group):
@@ -107,7 +113,7 @@ def learn(impala, group):
     return updates
 
 
-def main(rank, episodes=1000, seed=0):
+def main(rank, episodes=1000, seed=0, plot=""):
     torch.set_num_threads(1)
     world = World(rpc_timeout=60)
     group = world.create_rpc_group("impala", [*SAMPLERS, LEARNER])
@@ -118,7 +124,8 @@ def main(rank, episodes=1000, seed=0):
     group.barrier()  # every part of the buffer exists
     impala.set_sync(False)  # samplers pull once per episode
     result = learn(impala, group) if str(rank) == LEARNER else sample(impala, group, rank, episodes, seed)
-    world.barrier()
+    # Waits for every process; then the one that solved (or process 0) writes its curve.
+    finish_run(world, group, SAMPLERS, rank, result, plot, "IMPALA on CartPole-v0")
     world.stop()
     return result
 
@@ -127,5 +134,6 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--episodes", type=int, default=1000, help="episodes per sampler at most")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--plot", default="impala_curve.png", help="learning-curve PNG ('' for none)")
     args = parser.parse_args()
-    run_script(lambda rank: main(rank, args.episodes, args.seed), 3, timeout=3600)
+    run_script(lambda rank: main(rank, args.episodes, args.seed, args.plot), 3, timeout=3600)

@@ -2,11 +2,15 @@
 
 Run it with ``python examples/tutorials/your_first_program/main.py``. It prints the
 smoothed episode return after every episode and "Environment solved!" once the
-smoothed return stays above 190 for 5 episodes in a row, then writes a
-learning-curve PNG next to this file (``--plot`` to choose another path).
+smoothed return stays above 190 for 5 episodes in a row. Then it writes the
+learning curve (the return of every episode) to ``first_program_curve.png`` in the
+current directory (``--plot PATH`` to choose another file, ``--plot ""`` for none)
+and, with ``--gif [PATH]``, one greedy episode of the trained agent as a GIF
+(default ``first_program_episode.gif``).
 """
 
 import argparse
+import os
 
 import gymnasium as gym
 import torch
@@ -14,6 +18,7 @@ import torch.nn as nn
 
 from machin.frame.algorithms import DQN
 from machin.utils.logging import default_logger as logger
+from machin.utils.media import create_learning_curve, create_video
 
 observe_dim = 4
 action_num = 2
@@ -37,14 +42,14 @@ class QNet(nn.Module):
         return self.fc3(a)
 
 
-def main(max_episodes: int = 1000, seed: int = 0, plot: str = "") -> bool:
+def main(max_episodes: int = 1000, seed: int = 0, plot: str = "", gif: str = "") -> bool:
     torch.manual_seed(seed)
     env = gym.make("CartPole-v0")
     q_net = QNet(observe_dim, action_num)
     q_net_t = QNet(observe_dim, action_num)
     dqn = DQN(q_net, q_net_t, torch.optim.Adam, nn.MSELoss(reduction="sum"))
 
-    smoothed_total_reward, reward_fulfilled, curve = 0.0, 0, []
+    smoothed_total_reward, reward_fulfilled, returns = 0.0, 0, []
     for episode in range(1, max_episodes + 1):
         total_reward, terminal, step = 0.0, False, 0
         obs, _ = env.reset(seed=seed + episode)
@@ -75,7 +80,7 @@ def main(max_episodes: int = 1000, seed: int = 0, plot: str = "") -> bool:
                 dqn.update()
 
         smoothed_total_reward = smoothed_total_reward * 0.9 + total_reward * 0.1
-        curve.append(smoothed_total_reward)
+        returns.append(total_reward)
         logger.info(f"Episode {episode} total reward={smoothed_total_reward:.2f}")
 
         if smoothed_total_reward > solved_reward:
@@ -87,34 +92,45 @@ def main(max_episodes: int = 1000, seed: int = 0, plot: str = "") -> bool:
             reward_fulfilled = 0
     env.close()
     if plot:
-        save_curve(curve, plot)
+        directory, stem, extension = split_path(plot)
+        written = create_learning_curve(returns, directory, stem, title="DQN on CartPole-v0",
+                                        extension=extension or ".png")
+        logger.info(f"Learning curve written to {written}")
+    if gif:
+        record_episode(dqn, gif, seed)
     return reward_fulfilled >= solved_repeat
 
 
-def save_curve(curve, path):
-    import matplotlib
+def split_path(path):
+    """``dir/name.ext`` -> ``("dir", "name", ".ext")``, the arguments of the media functions."""
+    directory, filename = os.path.split(path)
+    stem, extension = os.path.splitext(filename)
+    return directory or ".", stem, extension
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(6, 3.5))
-    ax.plot(range(1, len(curve) + 1), curve)
-    ax.axhline(solved_reward, color="grey", linestyle="--", linewidth=1)
-    ax.set_xlabel("episode")
-    ax.set_ylabel("smoothed return")
-    ax.set_title("DQN on CartPole-v0")
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
-    logger.info(f"Learning curve written to {path}")
+def record_episode(dqn, path, seed):
+    """Play one greedy episode (no exploration) and write its frames as a GIF."""
+    env = gym.make("CartPole-v0", render_mode="rgb_array")
+    obs, _ = env.reset(seed=seed)
+    frames, done = [env.render()], False
+    while not done:
+        with torch.no_grad():
+            action = dqn.act_discrete({"some_state": torch.tensor(obs, dtype=torch.float32).view(1, -1)})
+        obs, _, terminated, truncated, _ = env.step(action.item())
+        frames.append(env.render())
+        done = terminated or truncated
+    env.close()
+    directory, stem, extension = split_path(path)
+    written = create_video(frames, directory, stem, extension=extension or ".gif", fps=30)
+    logger.info(f"Greedy episode ({len(frames) - 1} steps) written to {written}")
 
 
 if __name__ == "__main__":
-    import os
-
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--episodes", type=int, default=1000)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--plot", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "learning_curve.png"))
+    parser.add_argument("--plot", default="first_program_curve.png", help="learning-curve PNG ('' for none)")
+    parser.add_argument("--gif", nargs="?", const="first_program_episode.gif", default="",
+                        help="record one greedy episode of the trained agent as a GIF")
     args = parser.parse_args()
-    main(args.episodes, args.seed, args.plot)
+    main(args.episodes, args.seed, args.plot, args.gif)
