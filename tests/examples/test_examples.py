@@ -22,7 +22,8 @@ EXAMPLES = sorted(
     if not any(part.startswith("_") for part in p.relative_to(EXAMPLES_DIR).parts)
 )
 # Directories whose scripts train and take --episodes (add new training directories here).
-TRAINING_DIRS = {"framework_examples", "your_first_program", "unleash_distributed_power", "recurrent_networks"}
+TRAINING_DIRS = {"framework_examples", "your_first_program", "unleash_distributed_power", "recurrent_networks",
+                 "trainer"}
 # Directories whose scripts write a learning-curve PNG into the working directory by default.
 CURVE_DIRS = {"framework_examples", "your_first_program", "unleash_distributed_power"}
 SMOKE_EPISODES = "2"

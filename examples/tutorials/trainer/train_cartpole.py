@@ -1,0 +1,52 @@
+"""Train DQN on CartPole-v0 with the optional Trainer loop instead of a hand-written one.
+
+Run ``python examples/tutorials/trainer/train_cartpole.py [--episodes N] [--seed S] [--log-dir DIR]``.
+The trainer explores with ``act_discrete_with_noise``, stores every transition, updates
+once per step after a warm-up, evaluates the greedy policy every 20 episodes, and stops
+once the smoothed return stays above 150 for 5 episodes. ``DIR`` (default
+``trainer_run``) receives ``progress.csv``, TensorBoard scalars, the best checkpoint and
+``learning_curve.png``.
+"""
+
+import argparse
+
+import gymnasium as gym
+import torch
+from torch import nn
+
+from machin.frame.algorithms import DQN
+from machin.frame.trainer import Trainer
+from machin.utils import seed as seed_everything
+
+
+class QNet(nn.Module):
+    def __init__(self, state_dim: int = 4, action_num: int = 2):
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(state_dim, 64), nn.ReLU(), nn.Linear(64, 64), nn.ReLU(),
+                                 nn.Linear(64, action_num))
+
+    def forward(self, state):
+        return self.net(state)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--episodes", type=int, default=300)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--log-dir", default="trainer_run")
+    args = parser.parse_args()
+    seed_everything(args.seed)
+    dqn = DQN(QNet(), QNet(), torch.optim.Adam, nn.MSELoss(reduction="sum"), batch_size=64,
+              epsilon_decay=0.999, update_rate=0.01, replay_size=20000)
+    trainer = Trainer(dqn, lambda: gym.make("CartPole-v0"), warmup_steps=500, eval_interval=20,
+                      eval_episodes=3, solved_reward=150, log_dir=args.log_dir, seed=args.seed)
+    result = trainer.run(args.episodes)
+    trainer.close()
+    if result.solved_episode is not None:
+        print(f"Solved at episode {result.solved_episode} ({result.steps} steps).")
+    print(f"best evaluation return {result.best_eval_return:.1f} (checkpoint version {result.best_version})")
+    print("written:", ", ".join(f"{name}: {path}" for name, path in sorted(result.paths.items())))
+
+
+if __name__ == "__main__":
+    main()
