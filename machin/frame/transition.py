@@ -239,11 +239,14 @@ class TransitionBase:
         for name in self.keys():
             value = getattr(self, name)
             if isinstance(value, dict):
-                value = {k: f"Tensor{tuple(t.shape)}" for k, t in value.items()}
-            elif isinstance(value, torch.Tensor):
-                value = f"Tensor{tuple(value.shape)}"
-            parts.append(f"{name}={value!r}")
+                value = {k: _short(v) for k, v in value.items()}
+            parts.append(f"{name}={_short(value)!r}")
         return f"{type(self).__name__}({', '.join(parts)})"
+
+
+def _short(value: Any) -> Any:
+    """A tensor as ``Tensor(shape)`` (for reprs); anything else unchanged."""
+    return f"Tensor{tuple(value.shape)}" if isinstance(value, torch.Tensor) else value
 
 
 class Transition(TransitionBase):

@@ -284,6 +284,11 @@ def test_repr_shows_shapes_not_values():
     assert "Tensor(1, 5)" in text and "extra=7" in text
 
 
+def test_repr_of_dict_and_tensor_valued_customs():
+    text = repr(make(info={"count": 3, "t": torch.zeros(2)}))
+    assert "info={'count': 3, 't': 'Tensor(2,)'}" in text
+
+
 def test_deepcopy_gives_an_equal_independent_transition():
     t = make(1.0, lst=[1])
     c = copy.deepcopy(t)

@@ -104,6 +104,8 @@ def _read_signature(model: nn.Module) -> _Signature:
             names.append(p.name)
             if p.default is p.empty:
                 required.append(p.name)
+    if inner is not model:  # name the wrapped network, which is what the user wrote
+        class_name = f"{type(inner).__name__} (in {class_name})"
     return _Signature(tuple(names), tuple(required), accepts_any, class_name)
 
 

@@ -126,11 +126,19 @@ class _Column:
         else:
             self.tensor[rows] = torch.tensor(values, dtype=self.tensor.dtype).view(-1, 1).to(self.tensor.device)
 
-    def gather(self, index: torch.Tensor, concatenate: bool, as_tensor: bool, device: Optional[torch.device]):
+    def gather(self, index: torch.Tensor, concatenate: bool, as_tensor: bool, device: Optional[torch.device],
+               name: str = ""):
         if self.values is not None:
             values = [self.values[i] for i in index.tolist()]
             if concatenate and as_tensor:
-                return torch.tensor(values, device=device).view(len(values), -1)
+                try:
+                    return torch.tensor(values, device=device).view(len(values), -1)
+                except (TypeError, ValueError, RuntimeError) as error:
+                    raise ValueError(
+                        f"cannot concatenate the custom attribute {name!r} into a tensor: it holds "
+                        f"{type(values[0]).__name__} values, and only numbers (or equal-length lists of "
+                        f"numbers) can be; leave it out of additional_concat_attrs ({error})"
+                    ) from error
             return values
         block = self.tensor.index_select(0, index)
         if self.kind is None:
@@ -479,7 +487,7 @@ class Buffer:
             if name == "*":
                 named = set(sample_attrs)
                 result.append({
-                    k: c.gather(storage_index, concatenate, k in concat_custom, device)
+                    k: c.gather(storage_index, concatenate, k in concat_custom, device, k)
                     for k, c in self._custom.items() if k not in named
                 })
             elif name in self._major:
@@ -491,7 +499,7 @@ class Buffer:
                 result.append(self._sub[name].gather(storage_index, concatenate, True, device))
             elif name in self._custom:
                 result.append(self._custom[name].gather(
-                    storage_index, concatenate, name in concat_custom, device))
+                    storage_index, concatenate, name in concat_custom, device, name))
         return tuple(result)
 
     # -- documented helpers for lists of transitions --------------------------------

@@ -248,7 +248,7 @@ def test_data_parallel_wrapper_uses_the_inner_signature():
     x = torch.ones(1, 3)
     out = safe_call(wrapped, {"some_state": x, "ignored": torch.zeros(1)})
     assert torch.allclose(out, inner.fc(x.to(device)))
-    with pytest.raises(TypeError, match="some_state"):
+    with pytest.raises(TypeError, match=r"QNet \(in DataParallel\)\.forward requires argument\(s\) \['some_state'\]"):
         safe_call(wrapped, {"state": x})
 
 

@@ -566,3 +566,13 @@ def test_extend_checks_shapes_dtypes_and_kinds_of_every_transition():
     int_reward.reward = 4  # an int fits a float column: accepted by the full check
     buffer.extend([make(1), int_reward])
     assert all_rewards(buffer) == [0.0, 1.0, 4.0]
+
+
+def test_concatenating_a_non_numeric_custom_attribute_names_it():
+    buffer = Buffer(10)
+    for i in range(3):
+        buffer.append(make(i, tag=f"t{i}"))
+    with pytest.raises(ValueError, match="cannot concatenate the custom attribute 'tag' into a tensor: it holds str"):
+        buffer.sample_batch(2, additional_concat_attrs=["tag"])
+    _, (tags,) = buffer.sample_batch(3, sample_method="all", sample_attrs=["tag"])
+    assert sorted(tags) == ["t0", "t1", "t2"]
