@@ -5,7 +5,8 @@
 a loaded machine). Each process finds ``MASTER_ADDR`` / ``MASTER_PORT`` (a free
 port per call) / ``RANK`` / ``WORLD_SIZE`` in its environment, as under
 ``torchrun``, so ``World()`` needs no argument there. Return values and
-exceptions (with their remote tracebacks) come back to the test; a rank that
+exceptions (with their remote tracebacks) come back to the test; each rank runs
+torch with one intra-op thread; a rank that
 hangs is killed at the timeout (after printing its threads' stacks), and every
 child is killed and reaped before ``run_ranks`` returns or raises.
 
@@ -15,6 +16,7 @@ psutil that no child process survives a test.
 """
 
 import contextlib
+import functools
 import time
 from multiprocessing import forkserver, resource_tracker
 from typing import Any, Callable, Iterable, List, Sequence
@@ -50,13 +52,19 @@ def run_ranks(
     if start_method == "fork":
         _warm_up()
     return launch(
-        target,
+        functools.partial(_single_threaded, target),
         world_size,
         args=args,
         timeout=timeout,
         start_method=start_method,
         allow_exit=allow_exit,
     )
+
+
+def _single_threaded(target: Callable[..., Any], rank: int, *args: Any) -> Any:
+    """Run one rank with one intra-op thread: ranks share two cores with the other test worker."""
+    torch.set_num_threads(1)
+    return target(rank, *args)
 
 
 def wait_for(condition: Callable[[], bool], seconds: float = 20.0) -> None:

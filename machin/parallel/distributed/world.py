@@ -38,6 +38,10 @@ DEFAULT_INIT_METHOD = "tcp://localhost:9100"
 #: out the CUDA channels keeps TensorPipe from initializing CUDA, which fails in a
 #: process forked from one that had already initialized it.
 CPU_CHANNELS = ["cma", "mpt_uv", "basic"]
+#: TensorPipe transports. The shared-memory transport ("shm") busy-polls: every idle
+#: process kept about two thirds of a core busy, which starved the work itself on
+#: small machines. The libuv (TCP) transport waits without spinning.
+TRANSPORTS = ["uv"]
 _NAME_PATTERN = re.compile(r"^[A-Za-z0-9_:\-]{1,127}$")
 
 
@@ -165,6 +169,7 @@ class World:
             rpc_timeout=self.rpc_timeout,
             num_worker_threads=rpc_threads,
             _channels=CPU_CHANNELS,
+            _transports=TRANSPORTS,
         )
         # Installed first: RPC calls may arrive as soon as this process has joined.
         set_world(self)

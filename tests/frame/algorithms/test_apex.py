@@ -316,6 +316,6 @@ def test_dqn_apex_learns_cartpole_with_two_samplers_and_a_learner():
 
 @pytest.mark.learning
 def test_ddpg_apex_learns_pendulum_with_two_samplers_and_a_learner():
-    results = run_ranks(_apex_learns, 3, args=(_build_ddpg_learner, "Pendulum-v1", 100, -400.0), timeout=150)
+    results = run_ranks(_apex_learns, 3, args=(_build_ddpg_learner, "Pendulum-v1", 100, -400.0), timeout=240)
     _report("DDPGApex", "Pendulum-v1", -400.0, results)
 
