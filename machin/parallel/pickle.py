@@ -78,6 +78,9 @@ class Pickler(dill.Pickler):
         dill then pickles the class by value, which breaks on C handles. Looking the
         module up in ``sys.modules`` instead finds it. Everything else keeps the
         usual rules.
+
+        Args:
+            obj: The object being pickled.
         """
         if isinstance(obj, ModuleType):
             if obj.__name__ in _STATIC_MODULES:

@@ -144,7 +144,12 @@ def i_chk_nan(
     input_name: str,
     input_val: Any,
 ) -> None:
-    """Raise :class:`CheckError` if the input is a tensor holding NaN."""
+    """Raise :class:`CheckError` if the input is a tensor holding NaN.
+
+    Args:
+        input_name: Name of the input (argument name or position).
+        input_val: Its value; non-tensors are skipped.
+    """
     _raise_on_nan("input", _counter, input_name, input_val)
 
 
@@ -156,7 +161,14 @@ def i_chk_range(
     input_name: str,
     input_val: Any,
 ) -> None:
-    """Write the min, max and mean of a tensor input to ``writer``."""
+    """Write the min, max and mean of a tensor input to ``writer``.
+
+    Args:
+        counter: The checker's step counter (the x axis of the scalars).
+        writer: The TensorBoard ``SummaryWriter``.
+        input_name: Name of the input (argument name or position).
+        input_val: Its value; non-tensors are skipped.
+    """
     _write_range(counter, writer, input_name, input_val)
 
 
@@ -168,7 +180,12 @@ def o_chk_nan(
     output_name: str,
     output_val: Any,
 ) -> None:
-    """Raise :class:`CheckError` if the output is a tensor holding NaN."""
+    """Raise :class:`CheckError` if the output is a tensor holding NaN.
+
+    Args:
+        output_name: Name of the output (its position).
+        output_val: Its value; non-tensors are skipped.
+    """
     _raise_on_nan("output", _counter, output_name, output_val)
 
 
@@ -180,7 +197,14 @@ def o_chk_range(
     output_name: str,
     output_val: Any,
 ) -> None:
-    """Write the min, max and mean of a tensor output to ``writer``."""
+    """Write the min, max and mean of a tensor output to ``writer``.
+
+    Args:
+        counter: The checker's step counter (the x axis of the scalars).
+        writer: The TensorBoard ``SummaryWriter``.
+        output_name: Name of the output (its position).
+        output_val: Its value; non-tensors are skipped.
+    """
     _write_range(counter, writer, output_name, output_val)
 
 
@@ -192,7 +216,13 @@ def p_chk_nan(
     param_name: str,
     param_val: Any,
 ) -> None:
-    """Raise :class:`CheckError` if the parameter holds NaN."""
+    """Raise :class:`CheckError` if the parameter holds NaN.
+
+    Args:
+        counter: The checker's step counter (named in the error).
+        param_name: Name of the parameter.
+        param_val: The parameter (or its gradient).
+    """
     _raise_on_nan("parameter", counter, param_name, param_val)
 
 
@@ -204,7 +234,14 @@ def p_chk_range(
     param_name: str,
     param_val: Any,
 ) -> None:
-    """Write the min, max and mean of the parameter to ``writer``."""
+    """Write the min, max and mean of the parameter to ``writer``.
+
+    Args:
+        counter: The checker's step counter (the x axis of the scalars).
+        writer: The TensorBoard ``SummaryWriter``.
+        param_name: Name of the parameter.
+        param_val: The parameter (or its gradient).
+    """
     _write_range(counter, writer, param_name, param_val)
 
 

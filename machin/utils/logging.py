@@ -44,28 +44,28 @@ class FakeLogger:
     """
 
     def setLevel(self, level: Any) -> None:  # noqa: N802 (mirrors logging.Logger)
-        """Do nothing."""
+        """Ignore ``level``."""
 
     def debug(self, msg: Any, *args: Any, **kwargs: Any) -> None:
-        """Do nothing."""
+        """Ignore ``msg`` and the other arguments."""
 
     def info(self, msg: Any, *args: Any, **kwargs: Any) -> None:
-        """Do nothing."""
+        """Ignore ``msg`` and the other arguments."""
 
     def warning(self, msg: Any, *args: Any, **kwargs: Any) -> None:
-        """Do nothing."""
+        """Ignore ``msg`` and the other arguments."""
 
     def warn(self, msg: Any, *args: Any, **kwargs: Any) -> None:
-        """Do nothing."""
+        """Ignore ``msg`` and the other arguments."""
 
     def error(self, msg: Any, *args: Any, **kwargs: Any) -> None:
-        """Do nothing."""
+        """Ignore ``msg`` and the other arguments."""
 
     def exception(self, msg: Any, *args: Any, exc_info: Any = True, **kwargs: Any) -> None:
-        """Do nothing."""
+        """Ignore ``msg``, ``exc_info`` and the other arguments."""
 
     def critical(self, msg: Any, *args: Any, **kwargs: Any) -> None:
-        """Do nothing."""
+        """Ignore ``msg`` and the other arguments."""
 
     def log(self, level: Any, msg: Any, *args: Any, **kwargs: Any) -> None:
-        """Do nothing."""
+        """Ignore ``level``, ``msg`` and the other arguments."""

@@ -35,6 +35,11 @@ A2C_REQUIRED_ATTRS = DEFAULT_REQUIRED_ATTRS + ("value", "gae")
 def as_column(tensor: Any, size: int, what: str) -> torch.Tensor:
     """View a per-sample network output of shape ``[B]`` or ``[B, 1]`` as ``[B, 1]``.
 
+    Args:
+        tensor: The network output.
+        size: The batch size ``B``.
+        what: What the output is, for the error message (e.g. ``"log_prob of A2C's actor"``).
+
     Raises:
         ValueError: When ``tensor`` is not a tensor with exactly one value per sample.
     """
@@ -50,6 +55,11 @@ def split_actor_output(output: Any, owner: str, need_entropy: bool = False) -> T
     """Check that a stochastic actor returned ``(action, log_prob, <entropy>, ...)``.
 
     Returns ``(action, log_prob, entropy_or_None)``.
+
+    Args:
+        output: What the actor returned.
+        owner: Name of the algorithm, for the error message.
+        need_entropy: Whether the entropy (third output) is required.
 
     Raises:
         ValueError: When the output is not a tuple of at least two values (three
@@ -152,6 +162,11 @@ class PolicyBatch:
     tensors; ``old_log_prob`` is the ``[B, 1]`` log-probability of each action under
     the policy as it was when :meth:`A2C.update` started (``None`` for algorithms
     that do not need it).
+
+    Attributes:
+        size: Number of samples ``B``.
+        state: State dict of the samples, ``{key: [B, ...]}``.
+        action: Action dict of the samples.
     """
 
     size: int
@@ -291,7 +306,11 @@ class A2C(TorchFramework):
 
     # -- acting -----------------------------------------------------------------------
     def act(self, state: Dict[str, Any]) -> Any:
-        """Sample an action: the actor's output ``(action, log_prob, entropy, *extras)`` as is."""
+        """Sample an action: the actor's output ``(action, log_prob, entropy, *extras)`` as is.
+
+        Args:
+            state: State dict ``{key: [B, ...]}`` whose keys name the actor's ``forward`` arguments.
+        """
         with torch.no_grad():
             return safe_call(self.actor, state)
 
@@ -314,6 +333,9 @@ class A2C(TorchFramework):
 
         :meth:`store_episode` computes both; use this only when computing them yourself
         (``"value"``: the critic's regression target, ``"gae"``: the advantage).
+
+        Args:
+            transition: A :class:`~machin.frame.transition.Transition` or a dict with ``state``, ``action``, ``next_state``, ``reward``, ``terminal``, ``value`` and ``gae``.
 
         Raises:
             ValueError: When ``"value"`` or ``"gae"`` (or a standard attribute) is missing.

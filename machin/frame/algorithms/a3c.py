@@ -40,7 +40,11 @@ class GradPushOptimizer:
         self.param_groups: list = []  # no local learning rate: the server owns it
 
     def zero_grad(self, set_to_none: bool = True) -> None:
-        """Clear the gradients of the local model."""
+        """Clear the gradients of the local model.
+
+        Args:
+            set_to_none: Set the gradients to ``None`` instead of zeroing them.
+        """
         self.model.zero_grad(set_to_none=set_to_none)
 
     def step(self) -> None:
@@ -127,7 +131,11 @@ class A3C(A2C):
 
     # -- syncing ------------------------------------------------------------------------
     def set_sync(self, is_syncing: bool) -> None:
-        """Turn the automatic pull before :meth:`act` / :meth:`criticize` on or off."""
+        """Turn the automatic pull before :meth:`act` / :meth:`criticize` on or off.
+
+        Args:
+            is_syncing: ``True`` to pull the newest parameters before every call.
+        """
         self.is_syncing = bool(is_syncing)
 
     def manual_sync(self) -> None:
@@ -136,7 +144,11 @@ class A3C(A2C):
         self.grad_server[1].pull(self.critic)
 
     def act(self, state: Dict[str, Any]) -> Any:
-        """Sample an action (pulling the newest actor first when syncing)."""
+        """Sample an action (pulling the newest actor first when syncing).
+
+        Args:
+            state: State dict ``{key: [B, ...]}`` for the actor.
+        """
         if self.is_syncing:
             self.grad_server[0].pull(self.actor)
         return super().act(state)

@@ -64,7 +64,11 @@ class ApexMixin:
         self.is_syncing = True
 
     def set_sync(self, is_syncing: bool) -> None:
-        """Turn the automatic pull of the shared network before acting on or off."""
+        """Turn the automatic pull of the shared network before acting on or off.
+
+        Args:
+            is_syncing: ``True`` to pull the newest parameters before every act call.
+        """
         self.is_syncing = bool(is_syncing)
 
     def manual_sync(self) -> bool:
@@ -172,7 +176,12 @@ class DQNApex(ApexMixin, DQNPer):
         return super()._act(state, use_target)
 
     def criticize(self, state: Dict[str, Any], use_target: bool = False):
-        """Q values for ``state`` (pulling the newest ``qnet`` first when syncing)."""
+        """Q values for ``state`` (pulling the newest ``qnet`` first when syncing).
+
+        Args:
+            state: State dict ``{key: [B, ...]}`` for the Q network.
+            use_target: Evaluate the target network instead of the online one.
+        """
         self._maybe_sync()
         return super().criticize(state, use_target)
 

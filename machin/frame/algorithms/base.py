@@ -145,7 +145,11 @@ class TorchFramework:
                 network.train(training)
 
     def set_backward_function(self, backward_func: Callable[[torch.Tensor], None]) -> None:
-        """Replace ``torch.autograd.backward`` (e.g. with a gradient scaler's or accelerator's)."""
+        """Replace ``torch.autograd.backward`` (e.g. with a gradient scaler's or accelerator's).
+
+        Args:
+            backward_func: Called as ``backward_func(loss)`` instead of ``loss.backward()`` in every optimizer step.
+        """
         self._backward = backward_func
 
     def update_lr_scheduler(self) -> None:
@@ -158,7 +162,13 @@ class TorchFramework:
             self.visualize_model(final_tensor, name, self.visualize_dir)
 
     def visualize_model(self, final_tensor: torch.Tensor, name: str, directory: str) -> None:
-        """Write the autograd graph ending at ``final_tensor`` once per ``name``."""
+        """Write the autograd graph ending at ``final_tensor`` once per ``name``.
+
+        Args:
+            final_tensor: The tensor (a loss) whose graph is drawn.
+            name: Name of the graph; a name is drawn only once.
+            directory: Directory that receives ``<name>/`` with the drawing.
+        """
         if name in self._visualized:
             return
         from ...utils.visualize import visualize_graph

@@ -248,7 +248,12 @@ class DDPG(ReplayMixin, TorchFramework):
         return pack_result((probs.argmax(dim=1, keepdim=True), probs), extras)
 
     def act_discrete_with_noise(self, state: Dict[str, Any], use_target: bool = False) -> Any:
-        """Like :meth:`act_discrete`, but the action is sampled from the probabilities."""
+        """Like :meth:`act_discrete`, but the action is sampled from the probabilities.
+
+        Args:
+            state: State dict ``{key: [B, ...]}`` for the actor.
+            use_target: Use the target actor instead of the online one.
+        """
         probs, extras = self._probabilities(state, use_target)
         return pack_result((torch.multinomial(probs, 1), probs), extras)
 
@@ -271,6 +276,9 @@ class DDPG(ReplayMixin, TorchFramework):
         It is called with the raw action, then the (next) state dictionary and the
         dictionary of custom attributes of the sampled batch, and must return a
         dictionary shaped like the stored ``Transition.action``.
+
+        Args:
+            raw_output_action: The actor's action output.
         """
         return {"action": raw_output_action}
 

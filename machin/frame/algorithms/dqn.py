@@ -140,7 +140,12 @@ class DQN(ReplayMixin, TorchFramework):
         return output, extras
 
     def act_discrete(self, state: Dict[str, Any], use_target: bool = False):
-        """Greedy action ``[B, 1]`` for ``state``, followed by any extra outputs of the Q network."""
+        """Greedy action ``[B, 1]`` for ``state``, followed by any extra outputs of the Q network.
+
+        Args:
+            state: State dict ``{key: [B, ...]}`` for the Q network.
+            use_target: Use the target network instead of the online one.
+        """
         output, extras = self._act(state, use_target)
         return pack_result(self._greedy_action(output), extras)
 
@@ -150,6 +155,11 @@ class DQN(ReplayMixin, TorchFramework):
         Each row is replaced by a uniformly random action with probability
         ``epsilon``; epsilon starts at 1 and is multiplied by ``epsilon_decay`` after
         every call when ``decay_epsilon`` is true.
+
+        Args:
+            state: State dict ``{key: [B, ...]}`` for the Q network.
+            use_target: Use the target network instead of the online one.
+            decay_epsilon: Multiply epsilon by ``epsilon_decay`` after the call.
         """
         output, extras = self._act(state, use_target)
         action = self._greedy_action(output)
@@ -163,14 +173,23 @@ class DQN(ReplayMixin, TorchFramework):
         return pack_result(action, extras)
 
     def criticize(self, state: Dict[str, Any], use_target: bool = False):
-        """Q values ``[B, action_num]`` (and extra outputs) for ``state``."""
+        """Q values ``[B, action_num]`` (and extra outputs) for ``state``.
+
+        Args:
+            state: State dict ``{key: [B, ...]}`` for the Q network.
+            use_target: Evaluate the target network instead of the online one.
+        """
         with torch.no_grad():
             return safe_call(self._q_network(use_target), state)
 
     # -- hooks a user may override ----------------------------------------------------
     @staticmethod
     def action_get_function(sampled_actions: Dict[str, Any]) -> torch.Tensor:
-        """Pick the integer action tensor out of the sampled action dict (key ``"action"``)."""
+        """Pick the integer action tensor out of the sampled action dict (key ``"action"``).
+
+        Args:
+            sampled_actions: The action dict of a sampled batch.
+        """
         return sampled_actions["action"]
 
     # -- update -----------------------------------------------------------------------

@@ -134,7 +134,12 @@ class EpisodeDistributedBuffer(DistributedBuffer):
             return position
 
     def extend(self, transitions: Iterable[Any], required_attrs: Iterable[str] = EPISODE_REQUIRED_ATTRS) -> List[int]:
-        """Store several episodes locally."""
+        """Store several episodes locally.
+
+        Args:
+            transitions: The episodes (:class:`EpisodeTransition` objects).
+            required_attrs: Attributes every episode must have.
+        """
         return [self.append(t, required_attrs) for t in transitions]
 
     def size(self) -> int:
@@ -294,7 +299,11 @@ class IMPALA(A2C):
 
     # -- syncing ------------------------------------------------------------------------
     def set_sync(self, is_syncing: bool) -> None:
-        """Turn the automatic pull of the actor before :meth:`act` on or off."""
+        """Turn the automatic pull of the actor before :meth:`act` on or off.
+
+        Args:
+            is_syncing: ``True`` to pull the newest actor before every act call.
+        """
         self.is_syncing = bool(is_syncing)
 
     def manual_sync(self) -> bool:
@@ -302,7 +311,11 @@ class IMPALA(A2C):
         return self.model_server[0].pull(self.actor)
 
     def act(self, state: Dict[str, Any]) -> Any:
-        """The actor's output ``(action, log_prob, ...)`` (pulling the newest actor first when syncing)."""
+        """The actor's output ``(action, log_prob, ...)`` (pulling the newest actor first when syncing).
+
+        Args:
+            state: State dict ``{key: [B, ...]}`` for the actor.
+        """
         if self.is_syncing:
             self.manual_sync()
         return super().act(state)
@@ -310,6 +323,9 @@ class IMPALA(A2C):
     # -- storing ------------------------------------------------------------------------
     def store_transition(self, transition: Any) -> None:
         """Not supported: IMPALA learns from whole episodes.
+
+        Args:
+            transition: Ignored.
 
         Raises:
             RuntimeError: Always; use :meth:`store_episode`.

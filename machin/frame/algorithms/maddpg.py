@@ -69,6 +69,10 @@ class SHMBuffer(Buffer):
                required_attrs: Iterable[str] = DEFAULT_REQUIRED_ATTRS) -> List[int]:
         """Store several transitions (see :meth:`Buffer.extend`), then share new storage.
 
+        Args:
+            transitions: The transitions (or dicts) to store.
+            required_attrs: Attributes every transition must have.
+
         Returns:
             The storage positions used.
         """
@@ -435,7 +439,12 @@ class MADDPG(TorchFramework):
         return self._discrete(states, use_target, lambda probs: probs.argmax(dim=1, keepdim=True))
 
     def act_discrete_with_noise(self, states: Sequence[Dict[str, Any]], use_target: bool = False) -> List[Any]:
-        """Like :meth:`act_discrete`, but each action is sampled from its probabilities."""
+        """Like :meth:`act_discrete`, but each action is sampled from its probabilities.
+
+        Args:
+            states: One state dict per agent.
+            use_target: Use the target actors instead of the online ones.
+        """
         return self._discrete(states, use_target, lambda probs: torch.multinomial(probs, 1))
 
     # -- storing ----------------------------------------------------------------------------
@@ -445,6 +454,9 @@ class MADDPG(TorchFramework):
         Each transition needs ``state``, ``action``, ``next_state``, ``reward`` and
         ``terminal``. Every transition is checked before any is stored, so the
         agents' buffers stay aligned.
+
+        Args:
+            transitions: One :class:`~machin.frame.transition.Transition` or dict per agent, in agent order.
 
         Raises:
             ValueError: When there is not one transition per agent, or one lacks an
@@ -506,6 +518,9 @@ class MADDPG(TorchFramework):
         The default concatenates every key along dimension 1, in the order of
         ``critic_visible_actors``, on the device of the first agent's tensor:
         ``{"state": cat([s_a, s_b], 1)}``.
+
+        Args:
+            states: The state dicts of the agents the critic sees, in ``critic_visible_actors`` order.
         """
         return MADDPG._concat(states, "state")
 
@@ -516,6 +531,9 @@ class MADDPG(TorchFramework):
         The default concatenates every key along dimension 1, in the order of
         ``critic_visible_actors``, on the device of the first agent's tensor:
         ``{"action": cat([a_a, a_b], 1)}``.
+
+        Args:
+            actions: The action dicts of the agents the critic sees, in ``critic_visible_actors`` order.
         """
         return MADDPG._concat(actions, "action")
 

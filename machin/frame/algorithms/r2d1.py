@@ -24,7 +24,12 @@ def value_rescale(x: torch.Tensor, epsilon: float = 1e-3) -> torch.Tensor:
 
 
 def inverse_value_rescale(x: torch.Tensor, epsilon: float = 1e-3) -> torch.Tensor:
-    """The inverse of :func:`value_rescale`."""
+    """The inverse of :func:`value_rescale`.
+
+    Args:
+        x: Rescaled values.
+        epsilon: The ``epsilon`` used by :func:`value_rescale`.
+    """
     root = (torch.sqrt(1 + 4 * epsilon * (x.abs() + 1 + epsilon)) - 1) / (2 * epsilon)
     return torch.sign(x) * (root * root - 1)
 
@@ -159,6 +164,9 @@ class R2D1(DQNPer):
     # -- storing ----------------------------------------------------------------------
     def store_transition(self, transition: Any) -> None:
         """Not available: R2D1 learns from whole episodes (:meth:`store_episode`).
+
+        Args:
+            transition: Ignored.
 
         Raises:
             RuntimeError: Always.

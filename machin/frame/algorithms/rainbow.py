@@ -168,7 +168,11 @@ class RAINBOW(DQNPer):
         return Transition(**dict(zip(transition.keys(), transition.items())), steps=self.reward_future_steps)
 
     def store_transition(self, transition: Union[Transition, Dict[str, Any]]) -> None:
-        """Store one step that already carries its n-step return as the custom attribute ``value``."""
+        """Store one step that already carries its n-step return as the custom attribute ``value``.
+
+        Args:
+            transition: A :class:`~machin.frame.transition.Transition` or dict with the usual attributes and ``value``.
+        """
         self.replay_buffer.append(self._with_steps(transition), required_attrs=RAINBOW_ATTRS)
 
     def store_episode(self, episode: List[Union[Transition, Dict[str, Any]]]) -> None:

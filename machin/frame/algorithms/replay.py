@@ -31,6 +31,12 @@ class SampledBatch:
 
     ``reward`` and ``terminal`` are ``[B, 1]`` float tensors; ``others`` holds the
     custom attributes; ``index`` and ``weight`` are set by prioritized replay.
+
+    Attributes:
+        size: Number of samples ``B``.
+        state: State dict ``{key: [B, ...]}``.
+        action: Action dict ``{key: [B, ...]}``.
+        next_state: Next-state dict ``{key: [B, ...]}``.
     """
 
     size: int
@@ -65,6 +71,9 @@ class ReplayMixin:
     # -- storing ----------------------------------------------------------------------
     def store_transition(self, transition: Union[Transition, Dict[str, Any]]) -> None:
         """Store one step with attributes state, action, next_state, reward, terminal.
+
+        Args:
+            transition: A :class:`~machin.frame.transition.Transition` or a dict with those attributes.
 
         Raises:
             ValueError: When an attribute is missing or differs from the stored ones.
@@ -109,7 +118,15 @@ class ReplayMixin:
     @staticmethod
     def reward_function(reward: torch.Tensor, discount: Union[float, torch.Tensor], next_value: torch.Tensor,
                         terminal: torch.Tensor, others: Dict[str, Any]) -> torch.Tensor:
-        """Bellman target ``reward + discount * (1 - terminal) * next_value`` (terminal as 0/1 floats)."""
+        """Bellman target ``reward + discount * (1 - terminal) * next_value`` (terminal as 0/1 floats).
+
+        Args:
+            reward: Rewards ``[B, 1]``.
+            discount: The discount factor, or ``[B, 1]`` discounts for n-step samples.
+            next_value: Value of the next states ``[B, 1]``.
+            terminal: 1 where the episode terminated, ``[B, 1]``.
+            others: The custom attributes of the batch, for overrides that need them.
+        """
         return reward + discount * (1.0 - terminal) * next_value
 
     def _discount(self, batch: SampledBatch, device: torch.device) -> Union[float, torch.Tensor]:

@@ -159,7 +159,11 @@ class SAC(ReplayMixin, TorchFramework):
 
     # -- acting -----------------------------------------------------------------------
     def act(self, state: Dict[str, Any]) -> Any:
-        """Sample an action: the actor's output ``(action, log_prob, ...)`` as is."""
+        """Sample an action: the actor's output ``(action, log_prob, ...)`` as is.
+
+        Args:
+            state: State dict ``{key: [B, ...]}`` for the actor.
+        """
         with torch.no_grad():
             output = safe_call(self.actor, state)
         self._resolve_target_entropy(split_actor_output(output, "SAC")[0])

@@ -199,6 +199,11 @@ def soft_update(target_net: nn.Module, source_net: nn.Module, update_rate: float
 
     Floating-point parameters and buffers are blended; other buffers (counters such
     as BatchNorm's ``num_batches_tracked``) are copied.
+
+    Args:
+        target_net: The network that moves.
+        source_net: The network it moves towards.
+        update_rate: The step ``rate`` in ``[0, 1]``.
     """
     target_params, target_buffers = _tensors(target_net)
     source_params, _ = _tensors(source_net)

@@ -314,6 +314,10 @@ class Buffer:
 
         Every transition is checked before any is written, so a bad one leaves the
         buffer unchanged. Returns the storage positions used.
+
+        Args:
+            transitions: The transitions (or dicts) to store, oldest first.
+            required_attrs: Attributes every transition must have.
         """
         ts = [self._as_transition(t) for t in transitions]
         if not ts:
@@ -373,7 +377,12 @@ class Buffer:
 
     @staticmethod
     def sample_method_random_unique(buffer: Buffer, batch_size: int) -> Tuple[int, torch.Tensor]:
-        """Up to ``batch_size`` distinct positions, in random order."""
+        """Up to ``batch_size`` distinct positions, in random order.
+
+        Args:
+            buffer: The buffer to sample from.
+            batch_size: Number of positions wanted.
+        """
         size = buffer.size()
         n = min(batch_size, size)
         if n <= 0:
@@ -404,14 +413,24 @@ class Buffer:
 
     @staticmethod
     def sample_method_random(buffer: Buffer, batch_size: int) -> Tuple[int, torch.Tensor]:
-        """``batch_size`` positions drawn with replacement."""
+        """``batch_size`` positions drawn with replacement.
+
+        Args:
+            buffer: The buffer to sample from.
+            batch_size: Number of positions.
+        """
         if buffer.size() == 0 or batch_size <= 0:
             return 0, torch.empty(0, dtype=torch.long)
         return batch_size, buffer._randint(buffer.size(), batch_size)
 
     @staticmethod
     def sample_method_all(buffer: Buffer, _batch_size: int) -> Tuple[int, torch.Tensor]:
-        """Every position, oldest first."""
+        """Every position, oldest first.
+
+        Args:
+            buffer: The buffer to sample from.
+            batch_size: Ignored.
+        """
         return buffer.size(), torch.arange(buffer.size())
 
     def _storage_index(self, logical: torch.Tensor) -> torch.Tensor:
@@ -508,6 +527,11 @@ class Buffer:
         """Concatenate a list of tensors (dim 0) or scalars (into ``[B, 1]``).
 
         An empty ``batch``, or ``concatenate=False``, returns ``batch`` unchanged.
+
+        Args:
+            batch: The tensors or scalars.
+            device: Device of the result (``None``: keep).
+            concatenate: Whether to concatenate at all.
         """
         if not batch or not concatenate:
             return batch
@@ -518,7 +542,15 @@ class Buffer:
     @classmethod
     def post_process_batch(cls, batch: List[TransitionBase], device, concatenate: bool,
                            sample_attrs: Optional[List[str]], additional_concat_attrs: Optional[List[str]]):
-        """Turn a list of transitions into the tuple :meth:`sample_batch` returns."""
+        """Turn a list of transitions into the tuple :meth:`sample_batch` returns.
+
+        Args:
+            batch: The sampled transitions.
+            device: Device of the concatenated tensors.
+            concatenate: Concatenate attributes into batch tensors (else return lists).
+            sample_attrs: Attributes to return, in order (``None``: all; ``"*"``: the remaining custom ones as a dict).
+            additional_concat_attrs: Custom attributes to concatenate into ``[B, 1]`` tensors.
+        """
         if not batch:
             return None
         first = batch[0]

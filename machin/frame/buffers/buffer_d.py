@@ -43,6 +43,9 @@ def _merge(values: List[Any]) -> Any:
 def merge_batches(parts: List[Tuple[Any, ...]]) -> Tuple[Any, ...]:
     """Join the attribute tuples sampled by several members, attribute by attribute.
 
+    Args:
+        parts: One attribute tuple per member, as :meth:`Buffer.sample_batch` returns them.
+
     Raises:
         ValueError: If the members sampled different attributes.
     """

@@ -58,7 +58,11 @@ class WeightTree:
             )
 
     def get_leaf_weight(self, index: Union[int, Sequence[int], np.ndarray]) -> Union[float, np.ndarray]:
-        """Weight of one leaf (``float``) or of several (``ndarray``)."""
+        """Weight of one leaf (``float``) or of several (``ndarray``).
+
+        Args:
+            index: A leaf index, or a sequence of them.
+        """
         scalar = np.isscalar(index)
         idx = np.asarray(index, dtype=np.int64).reshape(-1)
         self._check_index(idx)
@@ -113,12 +117,22 @@ class WeightTree:
             self._levels[level][index] = sums
 
     def update_leaf(self, weight: float, index: int) -> None:
-        """Set the weight of one leaf."""
+        """Set the weight of one leaf.
+
+        Args:
+            weight: The new weight.
+            index: The leaf index.
+        """
         self.update_leaf_batch([weight], [index])
 
     def update_leaf_batch(self, weights: Union[Sequence[float], np.ndarray],
                           indexes: Union[Sequence[int], np.ndarray]) -> None:
-        """Set the weights of several leaves (when an index repeats, the last weight wins)."""
+        """Set the weights of several leaves (when an index repeats, the last weight wins).
+
+        Args:
+            weights: The new weights.
+            indexes: Their leaf indexes.
+        """
         w = np.asarray(weights, dtype=np.float64).reshape(-1)
         idx = np.asarray(indexes, dtype=np.int64).reshape(-1)
         if w.shape != idx.shape:
@@ -149,7 +163,11 @@ class WeightTree:
                 current[-1] = below[-1]
 
     def print_weights(self, precision: int = 2) -> None:
-        """Print the tree level by level, root first (for debugging)."""
+        """Print the tree level by level, root first (for debugging).
+
+        Args:
+            precision: Decimals printed per weight.
+        """
         for level in reversed(self._levels):
             print(" ".join(f"{v:.{precision}f}" for v in level))
 
@@ -210,7 +228,13 @@ class PrioritizedBuffer(Buffer):
     def extend(self, transitions: Iterable[Union[TransitionBase, Dict[str, Any]]],
                priorities: Optional[Sequence[float]] = None,
                required_attrs: Iterable[str] = DEFAULT_REQUIRED_ATTRS) -> List[int]:
-        """Store several transitions at once, each with its priority (default as in :meth:`append`)."""
+        """Store several transitions at once, each with its priority (default as in :meth:`append`).
+
+        Args:
+            transitions: The transitions (or dicts) to store.
+            priorities: One priority per transition (``None``: the default of :meth:`append` for each).
+            required_attrs: Attributes every transition must have.
+        """
         transitions = list(transitions)
         if priorities is not None and len(priorities) != len(transitions):
             raise ValueError(f"got {len(priorities)} priorities for {len(transitions)} transitions")

@@ -160,6 +160,11 @@ class SequenceBuffer(PrioritizedBuffer):
                required_attrs: Iterable[str] = DEFAULT_REQUIRED_ATTRS) -> List[int]:
         """Not available: a sequence buffer stores whole episodes (:meth:`store_episode`).
 
+        Args:
+            transitions: Ignored.
+            priorities: Ignored.
+            required_attrs: Ignored.
+
         Raises:
             RuntimeError: Always.
         """
@@ -233,7 +238,13 @@ class SequenceBuffer(PrioritizedBuffer):
 
     def update_sequence_priority(self, td_errors: Union[torch.Tensor, np.ndarray],
                                  mask: Union[torch.Tensor, np.ndarray], indexes: np.ndarray) -> None:
-        """Set the priorities of the sampled sequences (``indexes``) from their TD errors (see :meth:`sequence_priority`)."""
+        """Set the priorities of the sampled sequences (``indexes``) from their TD errors (see :meth:`sequence_priority`).
+
+        Args:
+            td_errors: ``[B, T]`` TD errors of the sampled sequences.
+            mask: ``[B, T]`` bools, true at the steps that count.
+            indexes: The ``indexes`` returned with the sequences.
+        """
         self.update_priority(self.sequence_priority(td_errors, mask), indexes)
 
     # -- sampling ---------------------------------------------------------------------

@@ -178,6 +178,10 @@ class ResNet(NeuralNetworkModule):
         self.set_output_module(self.head)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """Map ``[B, in_planes, H, W]`` images to ``[B, out_planes, *out_pool_size]``."""
+        """Map ``[B, in_planes, H, W]`` images to ``[B, out_planes, *out_pool_size]``.
+
+        Args:
+            x: The images, ``[B, in_planes, H, W]``.
+        """
         x = torch.relu(self.stem_norm(self.stem(x)))
         return self.head(self.pool(self.stages(x)))

@@ -77,11 +77,22 @@ class CollectiveGroup:
 
     # -- point to point ----------------------------------------------------------------
     def send(self, tensor: torch.Tensor, dst: int, tag: int = 0) -> None:
-        """Send ``tensor`` to world rank ``dst`` (blocking)."""
+        """Send ``tensor`` to world rank ``dst`` (blocking).
+
+        Args:
+            tensor: The tensor to send.
+            dst: World rank of the receiver.
+            tag: Tag that matches a send with its receive.
+        """
         dist.send(tensor, dst, self.group, tag)
 
     def recv(self, tensor: torch.Tensor, src: Optional[int] = None, tag: int = 0) -> int:
         """Receive into ``tensor`` from world rank ``src`` (any member if ``None``).
+
+        Args:
+            tensor: Filled with the received data.
+            src: World rank of the sender, or ``None`` for any member.
+            tag: Tag that matches a send with its receive.
 
         Returns:
             The world rank of the sender.
@@ -89,11 +100,22 @@ class CollectiveGroup:
         return dist.recv(tensor, src, self.group, tag)
 
     def isend(self, tensor: torch.Tensor, dst: int, tag: int = 0) -> Any:
-        """Send ``tensor`` to world rank ``dst`` without blocking; returns a request with ``wait()``."""
+        """Send ``tensor`` to world rank ``dst`` without blocking; returns a request with ``wait()``.
+
+        Args:
+            tensor: The tensor to send.
+            dst: World rank of the receiver.
+            tag: Tag that matches a send with its receive.
+        """
         return dist.isend(tensor, dst, self.group, tag)
 
     def irecv(self, tensor: torch.Tensor, src: Optional[int] = None, tag: int = 0) -> RecvRequest:
         """Receive into ``tensor`` without blocking, from ``src`` or any member if ``None``.
+
+        Args:
+            tensor: Filled with the received data.
+            src: World rank of the sender, or ``None`` for any member.
+            tag: Tag that matches a send with its receive.
 
         Returns:
             A :class:`RecvRequest`; its ``wait()`` returns the sender's world rank.
@@ -104,21 +126,43 @@ class CollectiveGroup:
     def all_gather(
         self, tensor_list: List[torch.Tensor], tensor: torch.Tensor, async_op: bool = False
     ) -> Any:
-        """Gather ``tensor`` from every member into ``tensor_list`` on every member."""
+        """Gather ``tensor`` from every member into ``tensor_list`` on every member.
+
+        Args:
+            tensor_list: Receives one tensor per member.
+            tensor: This member's tensor.
+            async_op: Return a work handle with ``wait()`` instead of blocking.
+        """
         return dist.all_gather(tensor_list, tensor, self.group, async_op)
 
     def all_reduce(
         self, tensor: torch.Tensor, op: Any = ReduceOp.SUM, async_op: bool = False
     ) -> Any:
-        """Reduce ``tensor`` in place across the members; every member gets the result."""
+        """Reduce ``tensor`` in place across the members; every member gets the result.
+
+        Args:
+            tensor: Input and result.
+            op: The reduction, a :class:`torch.distributed.ReduceOp` (sum by default).
+            async_op: Return a work handle with ``wait()`` instead of blocking.
+        """
         return dist.all_reduce(tensor, op, self.group, async_op)
 
     def barrier(self, async_op: bool = False) -> Any:
-        """Wait until every member arrives."""
+        """Wait until every member arrives.
+
+        Args:
+            async_op: Return a work handle with ``wait()`` instead of blocking.
+        """
         return dist.barrier(self.group, async_op)
 
     def broadcast(self, tensor: torch.Tensor, src: int, async_op: bool = False) -> Any:
-        """Copy ``tensor`` of world rank ``src`` into ``tensor`` of every member."""
+        """Copy ``tensor`` of world rank ``src`` into ``tensor`` of every member.
+
+        Args:
+            tensor: Sent by ``src``, overwritten on the others.
+            src: World rank of the source.
+            async_op: Return a work handle with ``wait()`` instead of blocking.
+        """
         return dist.broadcast(tensor, src, self.group, async_op)
 
     def gather(
@@ -128,13 +172,27 @@ class CollectiveGroup:
         dst: int = 0,
         async_op: bool = False,
     ) -> Any:
-        """Collect ``tensor`` of every member into ``gather_list`` on world rank ``dst``."""
+        """Collect ``tensor`` of every member into ``gather_list`` on world rank ``dst``.
+
+        Args:
+            tensor: This member's tensor.
+            gather_list: On ``dst``, receives one tensor per member.
+            dst: World rank that gathers.
+            async_op: Return a work handle with ``wait()`` instead of blocking.
+        """
         return dist.gather(tensor, gather_list, dst, self.group, async_op)
 
     def reduce(
         self, tensor: torch.Tensor, dst: int, op: Any = ReduceOp.SUM, async_op: bool = False
     ) -> Any:
-        """Reduce ``tensor`` across the members; only world rank ``dst`` gets the result."""
+        """Reduce ``tensor`` across the members; only world rank ``dst`` gets the result.
+
+        Args:
+            tensor: Input, and the result on ``dst``.
+            dst: World rank that receives the result.
+            op: The reduction, a :class:`torch.distributed.ReduceOp` (sum by default).
+            async_op: Return a work handle with ``wait()`` instead of blocking.
+        """
         return dist.reduce(tensor, dst, op, self.group, async_op)
 
     def scatter(
@@ -144,7 +202,14 @@ class CollectiveGroup:
         src: int = 0,
         async_op: bool = False,
     ) -> Any:
-        """Send ``scatter_list[i]`` of world rank ``src`` to the i-th member's ``tensor``."""
+        """Send ``scatter_list[i]`` of world rank ``src`` to the i-th member's ``tensor``.
+
+        Args:
+            tensor: Receives this member's part.
+            scatter_list: On ``src``, one tensor per member.
+            src: World rank that scatters.
+            async_op: Return a work handle with ``wait()`` instead of blocking.
+        """
         return dist.scatter(tensor, scatter_list, src, self.group, async_op)
 
     # -- one tensor per local device -------------------------------------------------
@@ -173,7 +238,13 @@ class CollectiveGroup:
     def all_reduce_multigpu(
         self, tensor_list: List[torch.Tensor], op: Any = ReduceOp.SUM, async_op: bool = False
     ) -> Any:
-        """All-reduce the tensors of ``tensor_list`` of every member; each tensor gets the result."""
+        """All-reduce the tensors of ``tensor_list`` of every member; each tensor gets the result.
+
+        Args:
+            tensor_list: This member's tensors, one per device.
+            op: The reduction, a :class:`torch.distributed.ReduceOp` (sum by default).
+            async_op: Return a work handle with ``wait()`` instead of blocking.
+        """
         total = self._local_reduce(tensor_list, op)
         dist.all_reduce(total, op, self.group)
         _copy_to_all(total, tensor_list)
@@ -182,7 +253,14 @@ class CollectiveGroup:
     def broadcast_multigpu(
         self, tensor_list: List[torch.Tensor], src: int, async_op: bool = False, src_tensor: int = 0
     ) -> Any:
-        """Copy ``tensor_list[src_tensor]`` of world rank ``src`` into every tensor of every member."""
+        """Copy ``tensor_list[src_tensor]`` of world rank ``src`` into every tensor of every member.
+
+        Args:
+            tensor_list: This member's tensors, one per device.
+            src: World rank of the source.
+            src_tensor: Index of the source tensor in its list.
+            async_op: Return a work handle with ``wait()`` instead of blocking.
+        """
         buffer = tensor_list[src_tensor].clone()
         dist.broadcast(buffer, src, self.group)
         _copy_to_all(buffer, tensor_list)
@@ -196,7 +274,15 @@ class CollectiveGroup:
         async_op: bool = False,
         dst_tensor: int = 0,
     ) -> Any:
-        """Reduce the tensors of every member; ``tensor_list[dst_tensor]`` of world rank ``dst`` gets it."""
+        """Reduce the tensors of every member; ``tensor_list[dst_tensor]`` of world rank ``dst`` gets it.
+
+        Args:
+            tensor_list: This member's tensors, one per device.
+            dst: World rank that receives the result.
+            op: The reduction, a :class:`torch.distributed.ReduceOp` (sum by default).
+            async_op: Return a work handle with ``wait()`` instead of blocking.
+            dst_tensor: Index of the tensor that receives the result.
+        """
         total = self._local_reduce(tensor_list, op)
         dist.reduce(total, dst, op, self.group)
         if dist.get_rank() == dst:

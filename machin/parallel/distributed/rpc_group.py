@@ -231,6 +231,12 @@ class RpcGroup:
     ) -> CallFuture:
         """Call the service registered under ``key`` without waiting.
 
+        Args:
+            key: Key of the service.
+            args: Positional arguments of the service.
+            kwargs: Keyword arguments of the service.
+            timeout: Seconds to wait; negative uses the world's ``rpc_timeout``, 0 waits forever.
+
         Returns:
             A future whose ``wait()`` returns the service's result or raises its
             error (see :meth:`registered_sync`).
@@ -256,6 +262,12 @@ class RpcGroup:
         timeout: float = -1,
     ) -> RRef:
         """Call the service registered under ``key``, keeping the result on its holder.
+
+        Args:
+            key: Key of the service.
+            args: Positional arguments of the service.
+            kwargs: Keyword arguments of the service.
+            timeout: Seconds to wait; negative uses the world's ``rpc_timeout``, 0 waits forever.
 
         Returns:
             An RRef to the result (owned by the holder of the service).
@@ -350,6 +362,13 @@ class RpcGroup:
     ) -> CallFuture:
         """Run ``func`` on member ``to`` without waiting (arguments as :meth:`rpc_sync`).
 
+        Args:
+            to: Member name, world rank or ``WorkerInfo`` of the target.
+            func: The callable (lambdas and local functions travel with dill).
+            timeout: Seconds to wait; negative uses the world's ``rpc_timeout``, 0 waits forever.
+            args: Positional arguments of ``func``.
+            kwargs: Keyword arguments of ``func``.
+
         Returns:
             A future whose ``wait()`` returns the result or raises the failure.
         """
@@ -374,6 +393,13 @@ class RpcGroup:
 
         Arguments as :meth:`rpc_sync`; errors surface when the RRef is used
         (``to_here()``), as in :func:`torch.distributed.rpc.remote`.
+
+        Args:
+            to: Member name, world rank or ``WorkerInfo`` of the target.
+            func: The callable (lambdas and local functions travel with dill).
+            timeout: Seconds to wait; negative uses the world's ``rpc_timeout``, 0 waits forever.
+            args: Positional arguments of ``func``.
+            kwargs: Keyword arguments of ``func``.
         """
         name = self._member(to)
         if not callable(func):

@@ -333,6 +333,11 @@ class PushPullGradServerImpl:
 
         Use a model object of its own, not the one your algorithm trains.
 
+        Args:
+            model: The model the server updates and serves.
+            optimizer: An optimizer over ``model``'s parameters.
+            lr_scheduler: An optional learning-rate scheduler of ``optimizer``, stepped by the server.
+
         Raises:
             RuntimeError: If this process is not the primary reducer, or the server
                 has already started.
