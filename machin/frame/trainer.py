@@ -1,24 +1,24 @@
 """An optional training loop: episodes, evaluation, progress, logs, checkpoints, a curve.
 
-:class:`Trainer` drives any single-process algorithm on a gymnasium environment
+:class:`Trainer` drives a single-process algorithm on a gymnasium environment
 through its public API only (``act*``, ``store_*``, ``update``, ``save``), so a
 hand-written loop, as in the tutorials, keeps working next to it. How it acts and
-stores is chosen from the algorithm's family and can be overridden:
+stores is looked up in :data:`FAMILY_DEFAULTS` by the algorithm's class (or its
+nearest machin base class) and every entry can be overridden:
 
-===========================  =============================  =================  ===========================
-family                       explores with                  stores             updates
-===========================  =============================  =================  ===========================
-DQN, DQNPer, RAINBOW         ``act_discrete_with_noise``    each transition    once per step after warm-up
-DDPG, DDPGPer, HDDPG, TD3    ``act_with_noise`` (normal)    each transition    once per step after warm-up
-SAC                          ``act``                        each transition    once per step after warm-up
-A2C, PPO, TRPO               ``act``                        whole episodes     once per episode
-===========================  =============================  =================  ===========================
+=========================  ===========================  ==================  ===========  =======================
+family                     explores with                evaluates with      stores       updates
+=========================  ===========================  ==================  ===========  =======================
+DQN, DQNPer, RAINBOW       ``act_discrete_with_noise``  ``act_discrete``    transitions  per step, after warm-up
+DDPG, DDPGPer, HDDPG, TD3  ``act_with_noise`` (normal)  ``act``             transitions  per step, after warm-up
+SAC                        ``act``                      ``act``             transitions  per step, after warm-up
+A2C, PPO, TRPO             ``act``                      ``act``             episodes     once per episode
+=========================  ===========================  ==================  ===========  =======================
 
-Evaluation plays ``eval_episodes`` episodes without exploration (``act_discrete``
-for the DQN family, ``act`` for the others; the stochastic policies of SAC and the
-A2C family still sample) and stores nothing. With a ``log_dir`` the trainer writes
-``progress.csv`` (one row per episode), TensorBoard scalars, the best evaluated
-networks under ``checkpoints/`` and ``learning_curve.png``.
+R2D1 (recurrent sequences), MADDPG (several agents) and the distributed algorithms
+(A3C, IMPALA, DQNApex, DDPGApex) have no defaults: their loops differ, so a
+:class:`Trainer` is only made for them when ``act_method``, ``eval_act_method`` and
+``store`` are all given.
 """
 
 from __future__ import annotations
@@ -34,29 +34,69 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from .algorithms.a2c import A2C
-from .algorithms.base import TorchFramework
-from .algorithms.ddpg import DDPG
-from .algorithms.dqn import DQN
-from .algorithms.sac import SAC
+from ..utils.save_env import SaveEnv
 
-__all__ = ["Trainer", "TrainResult"]
+__all__ = ["FAMILY_DEFAULTS", "FamilyDefaults", "Trainer", "TrainResult"]
 
 EnvSource = Union[gym.Env, Callable[[], gym.Env]]
-
-# family -> (explore method, its kwargs, evaluation method, store mode)
-_FAMILIES: List[Tuple[type, str, Dict[str, Any], str, str]] = [
-    (DQN, "act_discrete_with_noise", {}, "act_discrete", "transition"),
-    (DDPG, "act_with_noise", {"noise_param": (0.0, 0.1), "mode": "normal"}, "act", "transition"),
-    (SAC, "act", {}, "act", "transition"),
-    (A2C, "act", {}, "act", "episode"),
-]
+_ALGORITHM_MODULES = "machin.frame.algorithms."
+_STORE_MODES = ("transition", "episode")
 _CSV_FIELDS = ["episode", "steps", "return", "smoothed", "eval_return", "seconds"]
+
+
+@dataclass(frozen=True)
+class FamilyDefaults:
+    """How the trainer drives one family of algorithms.
+
+    Attributes:
+        act_method: Exploring act method used in training.
+        act_kwargs: Keyword arguments of every exploring act call.
+        eval_act_method: Act method used in evaluation (no exploration noise).
+        store: ``"transition"`` (``store_transition`` every step, updates per step) or
+            ``"episode"`` (``store_episode`` after each episode, updates per episode).
+    """
+
+    act_method: str
+    act_kwargs: Dict[str, Any]
+    eval_act_method: str
+    store: str
+
+
+#: Defaults by the name of a class in ``machin.frame.algorithms``; subclasses inherit them.
+FAMILY_DEFAULTS: Dict[str, FamilyDefaults] = {
+    "DQN": FamilyDefaults("act_discrete_with_noise", {}, "act_discrete", "transition"),
+    "DDPG": FamilyDefaults("act_with_noise", {"noise_param": (0.0, 0.1), "mode": "normal"}, "act",
+                           "transition"),
+    "SAC": FamilyDefaults("act", {}, "act", "transition"),
+    "A2C": FamilyDefaults("act", {}, "act", "episode"),
+}
+
+# Classes whose own loop differs from a single-process episode loop (checked before their bases).
+_NO_DEFAULTS = {
+    "R2D1": "it learns from stored sequences with recurrent hidden states",
+    "MADDPG": "it acts for several agents at once",
+    "A3C": "it is a distributed algorithm with its own worker loop",
+    "IMPALA": "it is a distributed algorithm with its own worker loop",
+    "DQNApex": "it is a distributed algorithm with its own worker loop",
+    "DDPGApex": "it is a distributed algorithm with its own worker loop",
+}
+
+
+def _family_defaults(framework: Any) -> Tuple[Optional[FamilyDefaults], str]:
+    """The defaults of the nearest machin algorithm class of ``framework``, or why there are none."""
+    for cls in type(framework).__mro__:
+        if not cls.__module__.startswith(_ALGORITHM_MODULES):
+            continue
+        if cls.__name__ in _NO_DEFAULTS:
+            return None, _NO_DEFAULTS[cls.__name__]
+        if cls.__name__ in FAMILY_DEFAULTS:
+            return FAMILY_DEFAULTS[cls.__name__], ""
+    return None, "it is not in the DQN, DDPG, SAC or A2C family"
 
 
 @dataclass
 class TrainResult:
-    """What :meth:`Trainer.run` did.
+    """What one :meth:`Trainer.run` did.
 
     Attributes:
         episodes: Training episodes played.
@@ -67,7 +107,8 @@ class TrainResult:
         best_version: Version of the best checkpoint (the episode it was taken at), or
             ``None`` when none was written.
         solved_episode: Episode at which ``solved_reward`` was reached, or ``None``.
-        paths: Files written: ``"csv"``, ``"curve"``, ``"checkpoints"``, ``"tensorboard"``.
+        paths: Files and directories written, by kind: ``"csv"``, ``"tensorboard"``,
+            ``"checkpoints"``, ``"curve"``, ``"gif"`` (only those written).
     """
 
     episodes: int = 0
@@ -84,42 +125,55 @@ class Trainer:
     """Train an algorithm on a gymnasium environment, evaluate it, log and checkpoint.
 
     Args:
-        framework: The algorithm (DQN, DDPG, SAC or A2C families, or any object with the
-            same methods when ``act_method``, ``eval_act_method`` and ``store`` are given).
+        framework: The algorithm (an instance of the DQN, DDPG, SAC or A2C families, or
+            any object with the same methods when ``act_method``, ``eval_act_method`` and
+            ``store`` are all given).
         env: A gymnasium environment or a function making one (called once).
-        eval_env: Environment for evaluation (or a function making one); ``None`` makes a
-            second one from ``env``'s spec when possible, else evaluates on ``env``.
-        act_method: Name of the exploring act method (default: from the family table).
-        act_kwargs: Keyword arguments of every exploring act call.
+        eval_env: Environment for evaluation or a function making one. ``None``: call
+            ``env`` again when it is a function, else evaluate on ``env`` itself (an
+            evaluation never interrupts a training episode).
+        act_method: Name of the exploring act method (default from :data:`FAMILY_DEFAULTS`).
+        act_kwargs: Keyword arguments of every exploring act call (default: the family's
+            when ``act_method`` is not given, else none).
         eval_act_method: Name of the act method used in evaluation.
-        store: ``"transition"`` (``store_transition`` every step) or ``"episode"``
-            (``store_episode`` at the end of each episode, with a ``truncated`` flag).
-        updates_per_step: ``update()`` calls per environment step (transition mode;
-            fractions accumulate). Default 1.
-        updates_per_episode: ``update()`` calls after each episode. Default: 1 in episode
-            mode, 0 in transition mode.
+        eval_act_kwargs: Keyword arguments of every evaluation act call.
+        store: ``"transition"`` (``store_transition`` after every step) or ``"episode"``
+            (``store_episode`` after each episode, every step carrying ``truncated``).
+        updates_per_step: ``update()`` calls per environment step once ``warmup_steps``
+            steps were taken; fractions accumulate (0.25: every fourth step). Default 1
+            in transition mode; only transition mode allows it.
+        updates_per_episode: ``update()`` calls after each episode (once ``warmup_steps``
+            steps were taken). Default 1 in episode mode, 0 in transition mode.
         warmup_steps: Environment steps before the first update.
         state_key: Name of the network's ``forward`` argument receiving the observation.
-        obs_to_state: Maps an observation to the state tensor ``[1, ...]`` (default: a
-            float tensor of the observation with a leading batch dimension).
-        action_to_env: Maps the action tensor to what ``env.step`` takes (default: an int
-            for discrete spaces, a clipped array of the space's shape for boxes).
+        obs_to_state: Maps an observation to a state tensor ``[1, ...]`` (put under
+            ``state_key``) or to a whole state dict. Default: a float tensor of the
+            observation with a leading batch dimension.
+        action_to_env: Maps the action tensor to what ``env.step`` takes. Default: an
+            int for ``Discrete`` spaces, an array clipped to the bounds for ``Box``.
         eval_interval: Evaluate every this many training episodes (0: never).
         eval_episodes: Episodes per evaluation.
-        smoothing: Weight of the past in the smoothed training return.
-        solved_reward: Stop once the smoothed training return exceeds it for
+        smoothing: Weight of the past in the smoothed training return, in ``[0, 1)``.
+        solved_reward: Stop once the smoothed training return is above this for
             ``solved_repeat`` consecutive episodes (``None``: never stop early).
         solved_repeat: See ``solved_reward``.
-        log_dir: Directory for the CSV, TensorBoard, checkpoints and the curve (created;
-            ``None`` writes nothing).
-        tensorboard: Write TensorBoard scalars into ``log_dir/tensorboard``.
-        progress: Show a tqdm progress bar.
-        seed: Episode ``i`` resets the training environment with ``seed + i`` and
-            evaluation episode ``j`` of an evaluation with ``seed + 10**6 + j``.
+        log_dir: Run directory (a path, created if missing) or a
+            :class:`~machin.utils.save_env.SaveEnv` whose trial directories are used;
+            ``None`` writes nothing.
+        tensorboard: Write TensorBoard scalars into the run directory.
+        gif_env: An environment made with ``render_mode="rgb_array"`` (or a function
+            making one): at the end of :meth:`run` one evaluation episode is played on it
+            and written as ``episode.gif``. Needs ``log_dir``.
+        progress: Show a tqdm progress bar with the smoothed return.
+        seed: Training episode ``i`` resets the environment with ``seed + i`` and
+            evaluation episode ``j`` with ``seed + 10**6 + j`` (so every evaluation plays
+            the same starts). Networks and exploration are seeded by the caller
+            (:func:`machin.utils.seed`).
 
     Raises:
-        TypeError: If the framework's family is unknown and the methods are not given,
-            or an option has the wrong type.
+        TypeError: If the framework has no defaults and a method is not given, an
+            environment is neither a ``gym.Env`` nor callable, or the action space needs
+            an ``action_to_env``.
         ValueError: If an option is out of range or a named method does not exist.
     """
 
@@ -132,191 +186,254 @@ class Trainer:
         act_method: Optional[str] = None,
         act_kwargs: Optional[Dict[str, Any]] = None,
         eval_act_method: Optional[str] = None,
+        eval_act_kwargs: Optional[Dict[str, Any]] = None,
         store: Optional[str] = None,
-        updates_per_step: float = 1.0,
+        updates_per_step: Optional[float] = None,
         updates_per_episode: Optional[int] = None,
         warmup_steps: int = 0,
         state_key: str = "state",
-        obs_to_state: Optional[Callable[[Any], torch.Tensor]] = None,
+        obs_to_state: Optional[Callable[[Any], Any]] = None,
         action_to_env: Optional[Callable[[torch.Tensor], Any]] = None,
         eval_interval: int = 10,
         eval_episodes: int = 5,
         smoothing: float = 0.9,
         solved_reward: Optional[float] = None,
         solved_repeat: int = 5,
-        log_dir: Optional[str] = None,
+        log_dir: Union[str, os.PathLike, SaveEnv, None] = None,
         tensorboard: bool = True,
+        gif_env: Optional[EnvSource] = None,
         progress: bool = True,
         seed: Optional[int] = None,
     ) -> None:
-        family = next((f for f in _FAMILIES if isinstance(framework, f[0])), None)
-        if family is None and None in (act_method, eval_act_method, store):
+        defaults, reason = _family_defaults(framework)
+        if defaults is None and None in (act_method, eval_act_method, store):
             raise TypeError(
-                f"Trainer knows the DQN, DDPG, SAC and A2C families; for "
-                f"{type(framework).__name__} give act_method, eval_act_method and store"
+                f"Trainer has no defaults for {type(framework).__name__} ({reason}); give "
+                f"act_method, eval_act_method and store"
             )
-        _, default_act, default_kwargs, default_eval, default_store = family or (None, "", {}, "", "")
+        defaults = defaults or FamilyDefaults("", {}, "", "")
         self.framework = framework
-        self.act_method = act_method or default_act
-        self.act_kwargs = dict(default_kwargs if act_kwargs is None and act_method is None else act_kwargs or {})
-        self.eval_act_method = eval_act_method or default_eval
+        self.act_method = act_method or defaults.act_method
+        if act_kwargs is None:
+            act_kwargs = defaults.act_kwargs if act_method is None else {}
+        self.act_kwargs = dict(act_kwargs)
+        self.eval_act_method = eval_act_method or defaults.eval_act_method
+        self.eval_act_kwargs = dict(eval_act_kwargs or {})
         for name in ("act_method", "eval_act_method"):
-            if not callable(getattr(framework, getattr(self, name), None)):
-                raise ValueError(f"{name} {getattr(self, name)!r} is not a method of {type(framework).__name__}")
-        self.store = store or default_store
-        if self.store not in ("transition", "episode"):
+            method = getattr(self, name)
+            if not callable(getattr(framework, method, None)):
+                raise ValueError(f"{name} {method!r} is not a method of {type(framework).__name__}")
+        self.store = store or defaults.store
+        if self.store not in _STORE_MODES:
             raise ValueError(f"store must be 'transition' or 'episode', got {self.store!r}")
+        episodic = self.store == "episode"
+        if updates_per_step is None:
+            updates_per_step = 0.0 if episodic else 1.0
+        _check_number("updates_per_step", updates_per_step, minimum=0)
+        if episodic and updates_per_step:
+            raise ValueError(
+                f"updates_per_step needs store='transition' (episodes are stored at their end), "
+                f"got {updates_per_step!r} with store='episode'; use updates_per_episode"
+            )
         if updates_per_episode is None:
-            updates_per_episode = 1 if self.store == "episode" else 0
-        for name, value in (("updates_per_step", updates_per_step), ("updates_per_episode", updates_per_episode),
-                            ("warmup_steps", warmup_steps), ("eval_interval", eval_interval)):
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
-                raise ValueError(f"{name} must be a non-negative number, got {value!r}")
-        if isinstance(eval_episodes, bool) or not isinstance(eval_episodes, int) or eval_episodes < 1:
-            raise ValueError(f"eval_episodes must be a positive integer, got {eval_episodes!r}")
-        if not 0 <= smoothing < 1:
-            raise ValueError(f"smoothing must be in [0, 1), got {smoothing!r}")
-        if isinstance(solved_repeat, bool) or not isinstance(solved_repeat, int) or solved_repeat < 1:
-            raise ValueError(f"solved_repeat must be a positive integer, got {solved_repeat!r}")
-        self.updates_per_step = updates_per_step if self.store == "transition" else 0.0
-        self.updates_per_episode = int(updates_per_episode)
+            updates_per_episode = 1 if episodic else 0
+        _check_number("updates_per_episode", updates_per_episode, minimum=0, integer=True)
+        _check_number("warmup_steps", warmup_steps, minimum=0, integer=True)
+        _check_number("eval_interval", eval_interval, minimum=0, integer=True)
+        _check_number("eval_episodes", eval_episodes, minimum=1, integer=True)
+        _check_number("solved_repeat", solved_repeat, minimum=1, integer=True)
+        if isinstance(smoothing, bool) or not isinstance(smoothing, (int, float)) or not 0 <= smoothing < 1:
+            raise ValueError(f"smoothing must be a number in [0, 1), got {smoothing!r}")
+        if solved_reward is not None:
+            _check_number("solved_reward", solved_reward)
+        if seed is not None:
+            _check_number("seed", seed, minimum=0, integer=True)
+        if gif_env is not None and log_dir is None:
+            raise ValueError("gif_env needs a log_dir to write episode.gif into, got log_dir=None")
+        if log_dir is not None and not isinstance(log_dir, (str, os.PathLike, SaveEnv)):
+            raise TypeError(f"log_dir must be a path, a SaveEnv or None, got {type(log_dir).__name__}")
+
+        self.updates_per_step = float(updates_per_step)
+        self.updates_per_episode = updates_per_episode
         self.warmup_steps = warmup_steps
         self.state_key = state_key
-        self._owned: List[gym.Env] = []  # environments the trainer made, closed by close()
-        self.env = self._make(env)
-        self.eval_env = self._eval_env(eval_env)
         self.obs_to_state = obs_to_state or _default_obs_to_state
-        self.action_to_env = action_to_env or _default_action_to_env(self.env.action_space)
-        self.eval_interval = int(eval_interval)
+        self.eval_interval = eval_interval
         self.eval_episodes = eval_episodes
-        self.smoothing = smoothing
+        self.smoothing = float(smoothing)
         self.solved_reward = solved_reward
         self.solved_repeat = solved_repeat
         self.log_dir = log_dir
         self.tensorboard = tensorboard
         self.progress = progress
         self.seed = seed
-        self._writer = None
 
-    def _make(self, source: EnvSource) -> gym.Env:
-        if isinstance(source, gym.Env) or not callable(source):
+        self._owned: List[gym.Env] = []  # environments made from factories, closed by close()
+        try:
+            self.env = self._make("env", env)
+            if eval_env is None:
+                eval_env = env if not isinstance(env, gym.Env) else self.env
+            self.eval_env = self._make("eval_env", eval_env)
+            self.gif_env = None if gif_env is None else self._make("gif_env", gif_env)
+            if self.gif_env is not None and getattr(self.gif_env, "render_mode", None) != "rgb_array":
+                raise ValueError(
+                    f"gif_env must be made with render_mode='rgb_array', got render_mode="
+                    f"{getattr(self.gif_env, 'render_mode', None)!r}"
+                )
+            self.action_to_env = action_to_env or _default_action_to_env(self.env.action_space)
+        except BaseException:
+            self.close()  # the environments made so far
+            raise
+        # counters of the current run
+        self._steps = 0
+        self._credit = 0.0
+        self._update_sums: Dict[str, float] = {}
+        self._updates = 0
+
+    # -- environments -------------------------------------------------------------------
+    def _make(self, name: str, source: EnvSource) -> gym.Env:
+        if isinstance(source, gym.Env):
             return source
+        if not callable(source):
+            raise TypeError(
+                f"{name} must be a gymnasium.Env or a function making one, got {type(source).__name__}"
+            )
         env = source()
+        if not isinstance(env, gym.Env):
+            raise TypeError(f"the function given as {name} must return a gymnasium.Env, got "
+                            f"{type(env).__name__}")
         self._owned.append(env)
         return env
 
-    def _eval_env(self, eval_env: Optional[EnvSource]) -> gym.Env:
-        if eval_env is not None:
-            return self._make(eval_env)
-        spec = getattr(self.env, "spec", None)
-        return self._make(lambda: gym.make(spec)) if spec is not None else self.env
-
     def close(self) -> None:
-        """Close the environments the trainer made from factories (or from ``env``'s spec)."""
+        """Close the environments the trainer made from functions (given instances stay open)."""
         for env in self._owned:
             env.close()
         self._owned.clear()
 
+    def __enter__(self) -> Trainer:
+        return self
+
+    def __exit__(self, *_: Any) -> None:
+        self.close()
+
     # -- one episode --------------------------------------------------------------------
-    def _act(self, method: str, state: torch.Tensor, kwargs: Dict[str, Any]) -> torch.Tensor:
-        output = getattr(self.framework, method)({self.state_key: state}, **kwargs)
+    def _state(self, obs: Any) -> Dict[str, Any]:
+        state = self.obs_to_state(obs)
+        return state if isinstance(state, dict) else {self.state_key: state}
+
+    def _act(self, method: str, state: Dict[str, Any], kwargs: Dict[str, Any]) -> torch.Tensor:
+        with torch.no_grad():
+            output = getattr(self.framework, method)(state, **kwargs)
         return output[0] if isinstance(output, tuple) else output
 
-    def _play(self, env: gym.Env, method: str, kwargs: Dict[str, Any], seed: Optional[int],
-              learn: bool, counters: Dict[str, float]) -> float:
-        """Play one episode; when ``learn``, store it and update as configured. Returns its return."""
+    def _play(self, env: gym.Env, seed: Optional[int], learn: bool,
+              frames: Optional[List[np.ndarray]] = None) -> Tuple[float, int]:
+        """Play one episode; when ``learn``, explore, store and update. Returns (return, length)."""
+        method, kwargs = ((self.act_method, self.act_kwargs) if learn
+                          else (self.eval_act_method, self.eval_act_kwargs))
         obs, _ = env.reset(seed=seed)
-        state = self.obs_to_state(obs)
-        total, done, episode = 0.0, False, []
+        state = self._state(obs)
+        total, length, done, episode = 0.0, 0, False, []
         while not done:
-            with torch.no_grad():
-                action = self._act(method, state, kwargs)
+            if frames is not None:
+                frames.append(env.render())
+            action = self._act(method, state, kwargs)
             obs, reward, terminated, truncated, _ = env.step(self.action_to_env(action))
-            next_state = self.obs_to_state(obs)
-            total += float(reward)
-            done = terminated or truncated
+            next_state = self._state(obs)
+            total, length, done = total + float(reward), length + 1, terminated or truncated
             if learn:
-                step = {"state": {self.state_key: state}, "action": {"action": action},
-                        "next_state": {self.state_key: next_state}, "reward": float(reward),
-                        "terminal": bool(terminated)}
-                counters["steps"] += 1
+                step = {"state": state, "action": {"action": action}, "next_state": next_state,
+                        "reward": float(reward), "terminal": bool(terminated)}
+                self._steps += 1
                 if self.store == "transition":
                     self.framework.store_transition(step)
-                    if counters["steps"] > self.warmup_steps:
-                        counters["credit"] += self.updates_per_step
-                        self._update(int(counters["credit"]), counters)
-                        counters["credit"] -= int(counters["credit"])
+                    if self._steps > self.warmup_steps:
+                        self._credit += self.updates_per_step
+                        self._update(int(self._credit))
+                        self._credit -= int(self._credit)
                 else:
                     step["truncated"] = bool(truncated and not terminated)
                     episode.append(step)
             state = next_state
+        if frames is not None:
+            frames.append(env.render())
         if learn:
             if episode:
                 self.framework.store_episode(episode)
-            if counters["steps"] > self.warmup_steps:
-                self._update(self.updates_per_episode, counters)
-        return total
+            if self._steps > self.warmup_steps:
+                self._update(self.updates_per_episode)
+        return total, length
 
-    def _update(self, times: int, counters: Dict[str, float]) -> None:
+    def _update(self, times: int) -> None:
+        """Call ``update()`` ``times`` times and sum what it returns, by name."""
         for _ in range(times):
             result = self.framework.update()
-            if result is None:
+            if result is None:  # e.g. not enough samples yet
                 continue
             values = result if isinstance(result, tuple) else (result,)
-            names = ("policy_value", "value_loss") if len(values) == 2 else ("loss",)
-            for name, value in zip(names, values):
-                if isinstance(value, (int, float)):
-                    counters.setdefault(name, 0.0)
-                    counters[name] += float(value)
-            counters["updates"] += 1
+            for name, value in zip(_update_names(len(values)), values):
+                if isinstance(value, (int, float)) and not isinstance(value, bool):
+                    self._update_sums[name] = self._update_sums.get(name, 0.0) + float(value)
+            self._updates += 1
 
     def evaluate(self, episodes: Optional[int] = None) -> float:
-        """Mean return of ``episodes`` (default ``eval_episodes``) episodes played without exploring.
+        """Mean return of evaluation episodes, played with ``eval_act_method`` and stored nowhere.
 
         Args:
-            episodes: Number of episodes.
+            episodes: Number of episodes (default ``eval_episodes``).
 
         Returns:
             The mean undiscounted return.
+
+        Raises:
+            ValueError: If ``episodes`` is not a positive integer.
         """
         episodes = self.eval_episodes if episodes is None else episodes
-        counters: Dict[str, float] = {}
-        returns = [
-            self._play(self.eval_env, self.eval_act_method, {},
-                       None if self.seed is None else self.seed + 10**6 + i, False, counters)
-            for i in range(episodes)
-        ]
+        _check_number("episodes", episodes, minimum=1, integer=True)
+        returns = [self._play(self.eval_env, self._eval_seed(i), learn=False)[0] for i in range(episodes)]
         return float(np.mean(returns))
 
+    def _eval_seed(self, index: int) -> Optional[int]:
+        return None if self.seed is None else self.seed + 10**6 + index
+
     # -- the loop -----------------------------------------------------------------------
-    def run(self, episodes: int) -> TrainResult:
-        """Train for up to ``episodes`` episodes (fewer when ``solved_reward`` is reached).
+    def run(self, episodes: Optional[int] = None, steps: Optional[int] = None) -> TrainResult:
+        """Train until ``episodes`` episodes or ``steps`` steps are done, or the task is solved.
+
+        An episode is never cut: with ``steps``, the run ends after the episode in which
+        the step count reaches it. Each call counts from episode 1 again and rewrites the
+        files in ``log_dir``; the framework keeps what it has learned.
 
         Args:
             episodes: Maximum number of training episodes.
+            steps: Maximum number of training environment steps.
 
         Returns:
             A :class:`TrainResult`.
 
         Raises:
-            ValueError: If ``episodes`` is not a positive integer.
+            ValueError: If neither limit is given or one is not a positive integer.
         """
-        if isinstance(episodes, bool) or not isinstance(episodes, int) or episodes < 1:
-            raise ValueError(f"episodes must be a positive integer, got {episodes!r}")
+        if episodes is None and steps is None:
+            raise ValueError("run needs a limit: give episodes, steps or both")
+        for name, value in (("episodes", episodes), ("steps", steps)):
+            if value is not None:
+                _check_number(name, value, minimum=1, integer=True)
+        self._steps, self._credit = 0, 0.0
         result = TrainResult()
-        rows = self._open_logs(result)
-        counters: Dict[str, float] = {"steps": 0, "credit": 0.0, "updates": 0}
-        smoothed, streak, start = None, 0, time.time()
-        bar = _progress_bar(episodes, self.progress)
+        files = _RunFiles(self.log_dir, self.tensorboard, result) if self.log_dir is not None else None
+        bar = _progress_bar(episodes, steps) if self.progress else None
+        smoothed, streak, start = 0.0, 0, time.time()
         try:
-            for episode in range(1, episodes + 1):
+            episode = 0
+            while (episodes is None or episode < episodes) and (steps is None or self._steps < steps):
+                episode += 1
+                self._update_sums, self._updates = {}, 0
                 seed = None if self.seed is None else self.seed + episode
-                for key in ("policy_value", "value_loss", "loss"):
-                    counters.pop(key, None)
-                counters["updates"] = 0
-                total = self._play(self.env, self.act_method, self.act_kwargs, seed, True, counters)
-                smoothed = total if smoothed is None else self.smoothing * smoothed + (1 - self.smoothing) * total
-                result.episodes, result.steps = episode, int(counters["steps"])
+                total, length = self._play(self.env, seed, learn=True)
+                smoothed = total if episode == 1 else self.smoothing * smoothed + (1 - self.smoothing) * total
+                result.episodes, result.steps = episode, self._steps
                 result.returns.append(total)
                 eval_return = None
                 if self.eval_interval and episode % self.eval_interval == 0:
@@ -324,75 +441,122 @@ class Trainer:
                     result.eval_returns.append((episode, eval_return))
                     if eval_return > result.best_eval_return:
                         result.best_eval_return = eval_return
-                        self._checkpoint(episode, result)
-                self._log(rows, episode, result.steps, total, smoothed, eval_return, time.time() - start, counters)
+                        if files is not None and files.checkpoint(self.framework, episode):
+                            result.best_version = episode
+                if files is not None:
+                    losses = {k: v / self._updates for k, v in self._update_sums.items()}
+                    files.log(episode, self._steps, total, smoothed, eval_return, time.time() - start, losses)
                 if bar is not None:
-                    bar.set_postfix(smoothed=f"{smoothed:.1f}", steps=result.steps)
-                    bar.update(1)
-                streak = streak + 1 if self.solved_reward is not None and smoothed > self.solved_reward else 0
-                if self.solved_reward is not None and streak >= self.solved_repeat:
+                    shown = {"smoothed": f"{smoothed:.1f}"}
+                    if result.eval_returns:
+                        shown["best_eval"] = f"{result.best_eval_return:.1f}"
+                    bar.set_postfix(shown)
+                    bar.update(1 if steps is None else min(length, steps - bar.n))
+                above = self.solved_reward is not None and smoothed > self.solved_reward
+                streak = streak + 1 if above else 0
+                if above and streak >= self.solved_repeat:
                     result.solved_episode = episode
                     break
+            if files is not None and self.gif_env is not None:
+                frames: List[np.ndarray] = []
+                self._play(self.gif_env, self._eval_seed(0), learn=False, frames=frames)
+                files.gif(frames)
         finally:
             if bar is not None:
                 bar.close()
-            self._close_logs(rows, result)
+            if files is not None:
+                files.close(type(self.framework).__name__, self.smoothing)
         return result
 
-    # -- output -------------------------------------------------------------------------
-    def _open_logs(self, result: TrainResult) -> Optional[Tuple[Any, Any]]:
-        if self.log_dir is None:
-            return None
-        os.makedirs(self.log_dir, exist_ok=True)
-        result.paths["csv"] = os.path.join(self.log_dir, "progress.csv")
-        handle = open(result.paths["csv"], "w", newline="")  # noqa: SIM115 (closed by _close_logs)
-        writer = csv.DictWriter(handle, fieldnames=_CSV_FIELDS)
-        writer.writeheader()
-        if self.tensorboard:
-            from tensorboardX import SummaryWriter
 
-            result.paths["tensorboard"] = os.path.join(self.log_dir, "tensorboard")
-            self._writer = SummaryWriter(result.paths["tensorboard"])
-        return handle, writer
+class _RunFiles:
+    """The files of one run: CSV rows, TensorBoard scalars, checkpoints, curve and GIF.
 
-    def _log(self, rows: Optional[Tuple[Any, Any]], episode: int, steps: int, total: float, smoothed: float,
-             eval_return: Optional[float], seconds: float, counters: Dict[str, float]) -> None:
-        if rows is None:
+    A path ``log_dir`` holds ``progress.csv``, ``tensorboard/``, ``checkpoints/``,
+    ``learning_curve.png`` and ``episode.gif``; a :class:`SaveEnv` puts the CSV and the
+    scalars into its train-log directory, checkpoints into its model directory and the
+    pictures into its image directory.
+    """
+
+    def __init__(self, log_dir: Union[str, os.PathLike, SaveEnv], tensorboard: bool,
+                 result: TrainResult) -> None:
+        if isinstance(log_dir, SaveEnv):
+            log, self.models, self.images = (log_dir.get_trial_train_log_dir(),
+                                             log_dir.get_trial_model_dir(), log_dir.get_trial_image_dir())
+            board_dir = log
+        else:
+            log = self.images = os.fspath(log_dir)
+            self.models = os.path.join(log, "checkpoints")
+            board_dir = os.path.join(log, "tensorboard")
+        os.makedirs(log, exist_ok=True)
+        self.result = result
+        result.paths["csv"] = os.path.join(log, "progress.csv")
+        self.handle = open(result.paths["csv"], "w", newline="")  # noqa: SIM115 (closed in close())
+        self.rows = csv.DictWriter(self.handle, fieldnames=_CSV_FIELDS)
+        self.rows.writeheader()
+        self.board = None
+        if tensorboard:
+            from ..utils.tensor_board import TensorBoard
+
+            self.board = TensorBoard()
+            self.board.init(logdir=board_dir)
+            result.paths["tensorboard"] = board_dir
+
+    def log(self, episode: int, steps: int, total: float, smoothed: float, eval_return: Optional[float],
+            seconds: float, losses: Dict[str, float]) -> None:
+        self.rows.writerow({"episode": episode, "steps": steps, "return": total, "smoothed": smoothed,
+                            "eval_return": "" if eval_return is None else eval_return,
+                            "seconds": round(seconds, 3)})
+        self.handle.flush()
+        if self.board is None:
             return
-        handle, writer = rows
-        writer.writerow({"episode": episode, "steps": steps, "return": total, "smoothed": smoothed,
-                         "eval_return": "" if eval_return is None else eval_return, "seconds": round(seconds, 3)})
-        handle.flush()
-        if self._writer is not None:
-            self._writer.add_scalar("train/return", total, episode)
-            self._writer.add_scalar("train/smoothed_return", smoothed, episode)
-            if eval_return is not None:
-                self._writer.add_scalar("eval/return", eval_return, episode)
-            for key in ("policy_value", "value_loss", "loss"):
-                if key in counters and counters["updates"]:
-                    self._writer.add_scalar(f"train/{key}", counters[key] / counters["updates"], episode)
+        scalars = {"train/return": total, "train/smoothed_return": smoothed,
+                   **{f"train/{name}": value for name, value in losses.items()}}
+        if eval_return is not None:
+            scalars["eval/return"] = eval_return
+        for tag, value in scalars.items():
+            self.board.writer.add_scalar(tag, value, episode)
 
-    def _checkpoint(self, episode: int, result: TrainResult) -> None:
-        if self.log_dir is None or not isinstance(self.framework, TorchFramework):
-            return
-        result.paths["checkpoints"] = os.path.join(self.log_dir, "checkpoints")
-        self.framework.save(result.paths["checkpoints"], version=episode)
-        result.best_version = episode
+    def checkpoint(self, framework: Any, episode: int) -> bool:
+        """Save the framework as version ``episode``; False when it cannot be saved."""
+        if not callable(getattr(framework, "save", None)):
+            return False
+        framework.save(self.models, version=episode)
+        self.result.paths["checkpoints"] = self.models
+        return True
 
-    def _close_logs(self, rows: Optional[Tuple[Any, Any]], result: TrainResult) -> None:
-        if rows is None:
-            return
-        rows[0].close()
-        if self._writer is not None:
-            self._writer.close()
-            self._writer = None
-        if result.returns:
+    def gif(self, frames: List[np.ndarray]) -> None:
+        from ..utils.media import create_video
+
+        self.result.paths["gif"] = create_video(frames, self.images, "episode")
+
+    def close(self, title: str, smoothing: float) -> None:
+        self.handle.close()
+        if self.board is not None:
+            self.board.writer.close()
+        if self.result.returns:
             from ..utils.media import create_learning_curve
 
-            result.paths["curve"] = create_learning_curve(
-                result.returns, self.log_dir, "learning_curve", title=type(self.framework).__name__,
-                smoothing=self.smoothing,
+            self.result.paths["curve"] = create_learning_curve(
+                self.result.returns, self.images, "learning_curve", title=title, smoothing=smoothing
             )
+
+
+def _check_number(name: str, value: Any, minimum: Optional[float] = None, integer: bool = False) -> None:
+    kinds = (int,) if integer else (int, float)
+    if isinstance(value, bool) or not isinstance(value, kinds) or (minimum is not None and value < minimum):
+        kind = "an integer" if integer else "a number"
+        bound = "" if minimum is None else f" >= {minimum}"
+        raise ValueError(f"{name} must be {kind}{bound}, got {value!r}")
+
+
+def _update_names(count: int) -> Tuple[str, ...]:
+    """Names of the values ``update()`` returns: a loss, or actor-critic's policy value and value loss."""
+    if count == 1:
+        return ("loss",)
+    if count == 2:
+        return ("policy_value", "value_loss")
+    return tuple(f"update_{i}" for i in range(count))
 
 
 def _default_obs_to_state(obs: Any) -> torch.Tensor:
@@ -401,15 +565,16 @@ def _default_obs_to_state(obs: Any) -> torch.Tensor:
 
 def _default_action_to_env(space: gym.Space) -> Callable[[torch.Tensor], Any]:
     if isinstance(space, gym.spaces.Discrete):
-        return lambda action: int(action.reshape(-1)[0].item())
+        start = int(space.start)
+        return lambda action: start + int(action.reshape(-1)[0].item())
     if isinstance(space, gym.spaces.Box):
         return lambda action: np.clip(action.detach().cpu().numpy().reshape(space.shape), space.low, space.high)
-    raise TypeError(f"give action_to_env for the action space {space!r}")
+    raise TypeError(f"give action_to_env for the action space {space!r} (defaults exist for Discrete and Box)")
 
 
-def _progress_bar(total: int, enabled: bool) -> Any:
-    if not enabled:
-        return None
+def _progress_bar(episodes: Optional[int], steps: Optional[int]) -> Any:
     from tqdm import tqdm
 
-    return tqdm(total=total, unit="episode", dynamic_ncols=True)
+    if steps is not None:
+        return tqdm(total=steps, unit="step", dynamic_ncols=True)
+    return tqdm(total=episodes, unit="episode", dynamic_ncols=True)

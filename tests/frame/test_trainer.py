@@ -1,17 +1,22 @@
-"""Trainer: family defaults, evaluation without exploration, logs, checkpoints, early stop, errors."""
+"""Trainer: family defaults, greedy evaluation, limits, files written and read back, errors."""
 
 import csv
+import struct
 import time
+from pathlib import Path
 
 import gymnasium as gym
 import numpy as np
 import pytest
 import torch
 from PIL import Image
+from tensorboardX.proto import event_pb2
 from torch import nn
 
+from machin.frame import algorithms
 from machin.frame.algorithms import DDPG, DQN, PPO
-from machin.frame.trainer import Trainer
+from machin.frame.trainer import FAMILY_DEFAULTS, Trainer
+from machin.utils.save_env import SaveEnv
 from tests.frame.algorithms.ddpg_nets import Actor, Critic
 from tests.frame.algorithms.dqn_nets import QNet
 from tests.frame.algorithms.pg_nets import CategoricalActor, ValueCritic
@@ -19,55 +24,140 @@ from tests.frame.algorithms.pg_nets import CategoricalActor, ValueCritic
 pytestmark = pytest.mark.filterwarnings("ignore:.*does not declare an input device", "ignore:.*CartPole-v0")
 
 
-def make_dqn(**kwargs):
+def make_dqn(cls=DQN, hidden=16, **kwargs):
     torch.manual_seed(0)
     kwargs.setdefault("batch_size", 16)
-    return DQN(QNet(hidden=16), QNet(hidden=16), torch.optim.Adam, nn.MSELoss(), **kwargs)
+    return cls(QNet(hidden=hidden), QNet(hidden=hidden), torch.optim.Adam, nn.MSELoss(), **kwargs)
 
 
 class CountingDQN(DQN):
-    """Counts its act calls by method."""
+    """Counts its act and update calls and remembers the keyword arguments of the act calls."""
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.calls = {"act_discrete": 0, "act_discrete_with_noise": 0, "update": 0}
+        self.kwargs = {"act_discrete": [], "act_discrete_with_noise": []}
 
-    def act_discrete(self, *args, **kwargs):
+    def act_discrete(self, state, **kwargs):
         self.calls["act_discrete"] += 1
-        return super().act_discrete(*args, **kwargs)
+        self.kwargs["act_discrete"].append(kwargs)
+        return super().act_discrete(state, **kwargs)
 
-    def act_discrete_with_noise(self, *args, **kwargs):
+    def act_discrete_with_noise(self, state, **kwargs):
         self.calls["act_discrete_with_noise"] += 1
-        return super().act_discrete_with_noise(*args, **kwargs)
+        self.kwargs["act_discrete_with_noise"].append(kwargs)
+        return super().act_discrete_with_noise(state, **kwargs)
 
     def update(self, *args, **kwargs):
         self.calls["update"] += 1
         return super().update(*args, **kwargs)
 
 
-def cartpole():
-    return gym.make("CartPole-v0")
+def cartpole(**kwargs):
+    return gym.make("CartPole-v0", **kwargs)
 
 
+def read_csv(path):
+    with open(path) as handle:
+        return list(csv.DictReader(handle))
+
+
+def read_scalars(directory):
+    """``{tag: [(step, value), ...]}`` from the TensorBoard event files in ``directory``."""
+    scalars = {}
+    for path in sorted(Path(directory).glob("events.out.tfevents.*")):
+        data = path.read_bytes()
+        offset = 0
+        while offset < len(data):
+            (length,) = struct.unpack("<Q", data[offset:offset + 8])
+            event = event_pb2.Event.FromString(data[offset + 12:offset + 12 + length])
+            offset += 16 + length
+            for value in event.summary.value:
+                scalars.setdefault(value.tag, []).append((event.step, value.simple_value))
+    return scalars
+
+
+# -- family defaults ----------------------------------------------------------------------------
+@pytest.mark.parametrize("name, family", [
+    ("DQN", "DQN"), ("DQNPer", "DQN"), ("RAINBOW", "DQN"), ("DDPG", "DDPG"), ("DDPGPer", "DDPG"),
+    ("HDDPG", "DDPG"), ("TD3", "DDPG"), ("SAC", "SAC"), ("A2C", "A2C"), ("PPO", "A2C"), ("TRPO", "A2C"),
+])
+def test_defaults_come_from_the_nearest_family(name, family):
+    cls = getattr(algorithms, name)
+    trainer = Trainer(cls.__new__(cls), cartpole, progress=False)  # the trainer only looks up methods
+    expected = FAMILY_DEFAULTS[family]
+    assert (trainer.act_method, trainer.act_kwargs, trainer.eval_act_method, trainer.store) == (
+        expected.act_method, expected.act_kwargs, expected.eval_act_method, expected.store)
+    assert trainer.act_kwargs is not expected.act_kwargs  # a copy: the table cannot be changed by accident
+    episodic = family == "A2C"
+    assert (trainer.updates_per_step, trainer.updates_per_episode) == ((0.0, 1) if episodic else (1.0, 0))
+
+
+@pytest.mark.parametrize("name, reason", [
+    ("R2D1", "recurrent hidden states"), ("MADDPG", "several agents"), ("A3C", "distributed"),
+    ("IMPALA", "distributed"), ("DQNApex", "distributed"), ("DDPGApex", "distributed"),
+])
+def test_algorithms_with_their_own_loop_need_explicit_methods(name, reason):
+    cls = getattr(algorithms, name)
+    with pytest.raises(TypeError, match=f"no defaults for {name} .*{reason}.*give act_method, eval_act_method and store"):
+        Trainer(cls.__new__(cls), cartpole)
+    method = "act_discrete" if hasattr(cls, "act_discrete") else "act"
+    trainer = Trainer(cls.__new__(cls), cartpole, act_method=method, eval_act_method=method, store="transition",
+                      progress=False)
+    assert trainer.act_kwargs == {} and trainer.store == "transition"
+
+
+def test_explicit_options_override_the_family_defaults():
+    ddpg = DDPG.__new__(DDPG)
+    trainer = Trainer(ddpg, gym.make("Pendulum-v1"), act_method="act", eval_act_method="act_with_noise",
+                      eval_act_kwargs={"mode": "uniform"}, updates_per_step=0.25, updates_per_episode=2)
+    assert trainer.act_kwargs == {}  # the family's noise kwargs belong to the family's act method
+    assert (trainer.eval_act_method, trainer.eval_act_kwargs) == ("act_with_noise", {"mode": "uniform"})
+    assert (trainer.updates_per_step, trainer.updates_per_episode) == (0.25, 2)
+    trainer = Trainer(ddpg, gym.make("Pendulum-v1"), act_kwargs={"mode": "uniform", "noise_param": (-1, 1)})
+    assert trainer.act_method == "act_with_noise" and trainer.act_kwargs == {"mode": "uniform",
+                                                                             "noise_param": (-1, 1)}
+
+
+# -- a DQN run and its files ---------------------------------------------------------------------
 def test_dqn_run_writes_csv_tensorboard_curve_and_best_checkpoint(tmp_path):
     dqn = make_dqn()
-    trainer = Trainer(dqn, cartpole, warmup_steps=50, eval_interval=2, eval_episodes=2, log_dir=str(tmp_path),
+    trainer = Trainer(dqn, cartpole, warmup_steps=50, eval_interval=2, eval_episodes=2, log_dir=tmp_path,
                       seed=0, progress=False)
     result = trainer.run(6)
-    assert result.episodes == 6 and len(result.returns) == 6
-    with open(result.paths["csv"]) as handle:
-        rows = list(csv.DictReader(handle))
+    trainer.close()
+    assert result.episodes == 6 and len(result.returns) == 6 and result.solved_episode is None
+    rows = read_csv(result.paths["csv"])
+    assert list(rows[0]) == ["episode", "steps", "return", "smoothed", "eval_return", "seconds"]
     assert [int(r["episode"]) for r in rows] == list(range(1, 7))
     assert [float(r["return"]) for r in rows] == result.returns
-    assert int(rows[-1]["steps"]) == result.steps == sum(int(x) for x in result.returns)  # CartPole: 1 per step
+    assert [int(r["steps"]) for r in rows] == list(np.cumsum(result.returns).astype(int))  # 1 per step
+    assert int(rows[-1]["steps"]) == result.steps
+    smoothed = result.returns[0]
+    for row, value in zip(rows, result.returns):
+        smoothed = 0.9 * smoothed + 0.1 * value if row is not rows[0] else value
+        assert float(row["smoothed"]) == pytest.approx(smoothed)
+    assert [float(r["seconds"]) for r in rows] == sorted(float(r["seconds"]) for r in rows)
     assert [(int(r["episode"]), float(r["eval_return"])) for r in rows if r["eval_return"]] == result.eval_returns
-    assert len(result.eval_returns) == 3
+    assert [episode for episode, _ in result.eval_returns] == [2, 4, 6]
+
     best_episode, best = max(result.eval_returns, key=lambda item: (item[1], -item[0]))
     assert result.best_eval_return == best and result.best_version == best_episode
+    assert result.paths["checkpoints"] == str(tmp_path / "checkpoints")
     assert (tmp_path / "checkpoints" / f"qnet_target_{best_episode}.pt").exists()
-    assert list((tmp_path / "tensorboard").glob("events.out.tfevents.*"))
+
+    scalars = read_scalars(result.paths["tensorboard"])
+    assert [v for _, v in scalars["train/return"]] == pytest.approx(result.returns)
+    assert scalars["eval/return"] == [(e, pytest.approx(v)) for e, v in result.eval_returns]
+    # DQN's update returns one loss: logged as the mean of the episode's updates (none before warm-up)
+    assert [step for step, _ in scalars["train/loss"]] == [int(r["episode"]) for r in rows
+                                                           if int(r["steps"]) > 50]
+    assert "train/policy_value" not in scalars
+
     with Image.open(result.paths["curve"]) as image:
-        assert image.size[0] > 100 and image.size[1] > 100
+        assert image.format == "PNG" and image.size[0] > 100 and image.size[1] > 100
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "checkpoints", "learning_curve.png", "progress.csv", "tensorboard"]
 
 
 def test_best_checkpoint_loads_into_a_fresh_framework_with_identical_greedy_actions(tmp_path):
@@ -78,19 +168,45 @@ def test_best_checkpoint_loads_into_a_fresh_framework_with_identical_greedy_acti
     other = make_dqn()
     torch.manual_seed(5)
     other.qnet.net[0].weight.data.normal_()  # make sure loading changes something
+    state = {"state": torch.randn(256, 4)}
+    assert not torch.equal(other.criticize(state, use_target=True), dqn.criticize(state, use_target=True))
     other.load(result.paths["checkpoints"], version=result.best_version)
-    state = {"state": torch.randn(64, 4)}
+    # DQN saves its target network (Machin's convention); loading copies it into the online one too
+    assert torch.equal(other.criticize(state, use_target=True), dqn.criticize(state, use_target=True))
     assert torch.equal(other.act_discrete(state, use_target=True), dqn.act_discrete(state, use_target=True))
+    assert torch.equal(other.act_discrete(state), dqn.act_discrete(state, use_target=True))
+
+
+def test_a_checkpoint_is_written_only_when_the_evaluation_improves(tmp_path, monkeypatch):
+    dqn = make_dqn()
+    returns = iter([10.0, 30.0, 20.0, 30.0, 40.0])
+    trainer = Trainer(dqn, cartpole, eval_interval=1, log_dir=tmp_path, tensorboard=False, seed=0, progress=False)
+    monkeypatch.setattr(trainer, "evaluate", lambda: next(returns))
+    saved = []
+    monkeypatch.setattr(dqn, "save", lambda model_dir, version: saved.append(version))
+    result = trainer.run(5)
+    assert saved == [1, 2, 5] and result.best_version == 5 and result.best_eval_return == 40.0
+    assert [float(r["eval_return"]) for r in read_csv(result.paths["csv"])] == [10, 30, 20, 30, 40]
 
 
 def test_evaluation_acts_greedily_and_stores_nothing():
     dqn = CountingDQN(QNet(hidden=8), QNet(hidden=8), torch.optim.Adam, nn.MSELoss(), epsilon_decay=1.0)
-    trainer = Trainer(dqn, cartpole, eval_episodes=3, seed=0, progress=False)
+    trainer = Trainer(dqn, cartpole, eval_episodes=3, eval_act_kwargs={"use_target": True}, seed=0,
+                      progress=False)
     mean = trainer.evaluate()
     assert dqn.calls["act_discrete_with_noise"] == 0 and dqn.calls["act_discrete"] > 0
-    assert dqn.replay_buffer.size() == 0
+    assert all(kwargs == {"use_target": True} for kwargs in dqn.kwargs["act_discrete"])
+    assert dqn.replay_buffer.size() == 0 and dqn.calls["update"] == 0
     # greedy, seeded evaluation is repeatable, while epsilon is still 1 for training
     assert trainer.evaluate() == mean and dqn.epsilon == 1.0
+    assert trainer.evaluate(1) == trainer.evaluate(1)
+
+
+def test_training_explores_and_evaluation_inside_a_run_does_not():
+    dqn = CountingDQN(QNet(hidden=8), QNet(hidden=8), torch.optim.Adam, nn.MSELoss(), epsilon_decay=1.0)
+    result = Trainer(dqn, cartpole, eval_interval=2, eval_episodes=2, seed=0, progress=False).run(4)
+    assert dqn.calls["act_discrete_with_noise"] == result.steps
+    assert dqn.calls["act_discrete"] > 0 and dqn.replay_buffer.size() == result.steps
 
 
 def test_off_policy_updates_follow_warmup_and_updates_per_step():
@@ -101,71 +217,226 @@ def test_off_policy_updates_follow_warmup_and_updates_per_step():
     assert dqn.calls["update"] == (result.steps - 30) // 2
 
 
-def test_ddpg_on_pendulum_uses_noisy_continuous_actions_within_bounds():
+def test_updates_per_episode_in_transition_mode():
+    dqn = CountingDQN(QNet(hidden=8), QNet(hidden=8), torch.optim.Adam, nn.MSELoss(), batch_size=8)
+    Trainer(dqn, cartpole, updates_per_step=0, updates_per_episode=3, eval_interval=0, seed=0,
+            progress=False).run(4)
+    assert dqn.calls["update"] == 12
+
+
+def test_seeded_runs_repeat_and_the_seed_picks_the_episode_starts():
+    def starts(seed):
+        trainer = Trainer(make_dqn(), cartpole, eval_interval=0, seed=seed, progress=False,
+                          obs_to_state=lambda obs: seen.append(obs) or torch.as_tensor(obs)[None])
+        seen.clear()
+        trainer.run(3)
+        return trainer, [o for o in seen]
+
+    seen = []
+    first, observations = starts(7)
+    _, again = starts(7)
+    assert all(np.array_equal(a, b) for a, b in zip(observations, again)) and len(observations) == len(again)
+    expected = cartpole().reset(seed=7 + 1)[0]
+    assert np.array_equal(observations[0], expected)
+
+
+def test_steps_limit_ends_after_the_episode_that_reaches_it():
+    result = Trainer(make_dqn(), cartpole, eval_interval=0, seed=0, progress=False).run(steps=50)
+    assert result.steps >= 50 and result.steps - result.returns[-1] < 50
+    both = Trainer(make_dqn(), cartpole, eval_interval=0, seed=0, progress=False).run(2, steps=10**6)
+    assert both.episodes == 2
+
+
+def test_ddpg_on_pendulum_uses_noisy_continuous_actions_within_bounds(tmp_path):
     torch.manual_seed(0)
     ddpg = DDPG(Actor(hidden=8), Actor(hidden=8), Critic(hidden=8), Critic(hidden=8), torch.optim.Adam,
                 nn.MSELoss(), batch_size=16)
     trainer = Trainer(ddpg, gym.make("Pendulum-v1"), warmup_steps=100, eval_interval=2, eval_episodes=1,
-                      seed=0, progress=False)
+                      log_dir=tmp_path, seed=0, progress=False)
     assert trainer.act_method == "act_with_noise" and trainer.eval_act_method == "act"
     result = trainer.run(2)
-    assert result.steps == 400 and len(result.eval_returns) == 1
+    assert result.steps == 400 and len(result.eval_returns) == 1 and result.best_version == 2
     _, (state, action, *_) = ddpg.replay_buffer.sample_batch(400, sample_method="all")
     assert action["action"].shape == (400, 1) and state["state"].shape == (400, 3)
+    assert action["action"].abs().max() > 0  # noisy actions were stored, not what the env received
+    scalars = read_scalars(result.paths["tensorboard"])
+    assert {"train/policy_value", "train/value_loss"} <= set(scalars) and "train/loss" not in scalars
+    assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["actor_target_2.pt",
+                                                                           "critic_target_2.pt"]
 
 
 def test_ppo_stores_whole_episodes_with_truncation_and_updates_once_per_episode():
     torch.manual_seed(0)
 
     class CountingPPO(PPO):
-        episodes = []
-
         def store_episode(self, episode):
             self.episodes.append(episode)
             super().store_episode(episode)
 
     ppo = CountingPPO(CategoricalActor(4, 2), ValueCritic(4), torch.optim.Adam, nn.MSELoss(), batch_size=8)
+    ppo.episodes = []
     env = gym.make("CartPole-v0", max_episode_steps=12)
     result = Trainer(ppo, env, eval_interval=0, seed=0, progress=False).run(3)
     assert [len(e) for e in ppo.episodes] == [int(r) for r in result.returns]
     for episode in ppo.episodes:
         last = episode[-1]
         assert last["truncated"] == (len(episode) == 12 and not last["terminal"])
+        assert not any(step["truncated"] or step["terminal"] for step in episode[:-1])
+    assert any(e[-1]["truncated"] for e in ppo.episodes)
     assert ppo.replay_buffer.size() == 0  # PPO clears its buffer in every update
+
+
+def test_state_key_and_converters():
+    class ObsQNet(QNet):
+        def forward(self, obs):
+            return self.net(obs)
+
+    received = []
+    dqn = DQN(ObsQNet(hidden=8), ObsQNet(hidden=8), torch.optim.Adam, nn.MSELoss(), batch_size=4)
+    trainer = Trainer(dqn, cartpole, state_key="obs", eval_interval=0, seed=0, progress=False,
+                      action_to_env=lambda action: received.append(action) or 0)
+    result = trainer.run(1)
+    assert len(received) == result.steps and all(a.shape == (1, 1) for a in received)
+    _, (state, *_) = dqn.replay_buffer.sample_batch(1, sample_method="all")
+    assert list(state) == ["obs"]
+    # obs_to_state may return the whole state dict
+    dqn = make_dqn(hidden=8)
+    Trainer(dqn, cartpole, obs_to_state=lambda obs: {"state": torch.zeros(1, 4)}, eval_interval=0,
+            progress=False).run(1)
+    _, (state, *_) = dqn.replay_buffer.sample_batch(1, sample_method="all")
+    assert state["state"].shape == (dqn.replay_buffer.size(), 4) and not state["state"].any()
+
+
+def test_default_action_conversion_respects_discrete_start():
+    seen = []
+
+    class Recorder(gym.Wrapper):
+        def step(self, action):
+            seen.append(action)
+            return self.env.step(action - 1)
+
+    env = Recorder(cartpole())
+    env.action_space = gym.spaces.Discrete(2, start=1)
+    dqn = CountingDQN(QNet(hidden=8), QNet(hidden=8), torch.optim.Adam, nn.MSELoss())
+    Trainer(dqn, env, eval_interval=0, seed=0, progress=False).run(2)
+    assert seen and set(seen) <= {1, 2} and all(isinstance(a, int) for a in seen)
 
 
 def test_solved_reward_stops_early():
     result = Trainer(make_dqn(), cartpole, solved_reward=1.0, solved_repeat=3, eval_interval=0, seed=0,
                      progress=False).run(50)
     assert result.solved_episode == 3 and result.episodes == 3
+    result = Trainer(make_dqn(), cartpole, solved_reward=10**6, eval_interval=0, seed=0,
+                     progress=False).run(3)
+    assert result.solved_episode is None and result.episodes == 3
 
 
 def test_without_log_dir_nothing_is_written(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     result = Trainer(make_dqn(), cartpole, eval_interval=1, eval_episodes=1, seed=0, progress=False).run(2)
     assert result.paths == {} and result.best_version is None and list(tmp_path.iterdir()) == []
+    assert len(result.eval_returns) == 2 and result.best_eval_return == max(v for _, v in result.eval_returns)
 
 
+def test_save_env_run_directory_and_gif(tmp_path):
+    save_env = SaveEnv(tmp_path / "runs")
+    trainer = Trainer(make_dqn(), cartpole, eval_interval=2, eval_episodes=1, log_dir=save_env, seed=0,
+                      gif_env=lambda: cartpole(render_mode="rgb_array"), progress=False)
+    result = trainer.run(2)
+    trainer.close()
+    assert result.paths["csv"] == str(Path(save_env.get_trial_train_log_dir()) / "progress.csv")
+    assert result.paths["tensorboard"] == save_env.get_trial_train_log_dir()
+    assert result.paths["checkpoints"] == save_env.get_trial_model_dir()
+    assert result.paths["curve"] == str(Path(save_env.get_trial_image_dir()) / "learning_curve.png")
+    assert len(read_csv(result.paths["csv"])) == 2
+    assert (Path(save_env.get_trial_model_dir()) / "qnet_target_2.pt").exists()
+    assert read_scalars(result.paths["tensorboard"])["train/return"]
+    with Image.open(result.paths["gif"]) as gif:
+        assert gif.format == "GIF" and gif.size == (600, 400) and gif.n_frames > 1
+
+
+def test_progress_bar_shows_the_smoothed_return(capsys):
+    Trainer(make_dqn(), cartpole, eval_interval=0, seed=0).run(3)
+    err = capsys.readouterr().err
+    assert "3/3" in err and "smoothed=" in err and "episode" in err
+    Trainer(make_dqn(), cartpole, eval_interval=0, seed=0).run(steps=30)
+    assert "30/30" in capsys.readouterr().err
+
+
+def test_environments_made_by_the_trainer_are_closed_and_given_ones_are_not():
+    closed = []
+
+    class Closing(gym.Wrapper):
+        def close(self):
+            closed.append(self)
+            super().close()
+
+    made = []
+
+    def factory():
+        made.append(Closing(cartpole()))
+        return made[-1]
+
+    with Trainer(make_dqn(), factory, progress=False) as trainer:
+        assert len(made) == 2 and trainer.env is made[0] and trainer.eval_env is made[1]
+        assert closed == []
+    assert closed == made
+    given = Closing(cartpole())
+    trainer = Trainer(make_dqn(), given, progress=False)
+    trainer.close()
+    assert trainer.env is given and trainer.eval_env is given and closed == made
+
+
+# -- errors -------------------------------------------------------------------------------------
 @pytest.mark.parametrize("kwargs, error, message", [
     ({"store": "batch"}, ValueError, "store must be 'transition' or 'episode', got 'batch'"),
     ({"act_method": "act_fast"}, ValueError, "act_method 'act_fast' is not a method of DQN"),
-    ({"eval_episodes": 0}, ValueError, "eval_episodes must be a positive integer, got 0"),
-    ({"warmup_steps": -1}, ValueError, "warmup_steps must be a non-negative number, got -1"),
-    ({"smoothing": 1.0}, ValueError, r"smoothing must be in \[0, 1\), got 1.0"),
-    ({"solved_repeat": 0}, ValueError, "solved_repeat must be a positive integer, got 0"),
+    ({"eval_act_method": "greedy"}, ValueError, "eval_act_method 'greedy' is not a method of DQN"),
+    ({"eval_episodes": 0}, ValueError, "eval_episodes must be an integer >= 1, got 0"),
+    ({"eval_interval": 2.5}, ValueError, "eval_interval must be an integer >= 0, got 2.5"),
+    ({"warmup_steps": -1}, ValueError, "warmup_steps must be an integer >= 0, got -1"),
+    ({"updates_per_step": -0.5}, ValueError, "updates_per_step must be a number >= 0, got -0.5"),
+    ({"updates_per_episode": True}, ValueError, "updates_per_episode must be an integer >= 0, got True"),
+    ({"store": "episode", "updates_per_step": 1}, ValueError,
+     "updates_per_step needs store='transition'.*got 1 with store='episode'"),
+    ({"smoothing": 1.0}, ValueError, r"smoothing must be a number in \[0, 1\), got 1.0"),
+    ({"solved_repeat": 0}, ValueError, "solved_repeat must be an integer >= 1, got 0"),
+    ({"solved_reward": "195"}, ValueError, "solved_reward must be a number, got '195'"),
+    ({"seed": -1}, ValueError, "seed must be an integer >= 0, got -1"),
+    ({"log_dir": 3}, TypeError, "log_dir must be a path, a SaveEnv or None, got int"),
+    ({"gif_env": cartpole}, ValueError, "gif_env needs a log_dir"),
+    ({"gif_env": cartpole, "log_dir": "unused"}, ValueError,
+     "gif_env must be made with render_mode='rgb_array', got render_mode=None"),
+    ({"eval_env": "CartPole-v0"}, TypeError, "eval_env must be a gymnasium.Env or a function making one, got str"),
+    ({"eval_env": lambda: 3}, TypeError, "the function given as eval_env must return a gymnasium.Env, got int"),
 ])
 def test_bad_options(kwargs, error, message):
     with pytest.raises(error, match=message):
         Trainer(make_dqn(), cartpole, **kwargs)
 
 
-def test_unknown_family_needs_its_methods_and_episodes_must_be_positive():
-    with pytest.raises(TypeError, match="give act_method, eval_act_method and store"):
+def test_bad_environments_and_run_limits():
+    with pytest.raises(TypeError, match="no defaults for object .*give act_method, eval_act_method and store"):
         Trainer(object(), cartpole)
-    with pytest.raises(ValueError, match="episodes must be a positive integer, got 0"):
-        Trainer(make_dqn(), cartpole, progress=False).run(0)
+    with pytest.raises(TypeError, match="give action_to_env for the action space MultiBinary"):
+        Trainer(make_dqn(), _MultiBinaryEnv())
+    trainer = Trainer(make_dqn(), cartpole, progress=False)
+    with pytest.raises(ValueError, match="run needs a limit: give episodes, steps or both"):
+        trainer.run()
+    with pytest.raises(ValueError, match="episodes must be an integer >= 1, got 0"):
+        trainer.run(0)
+    with pytest.raises(ValueError, match="steps must be an integer >= 1, got 1.5"):
+        trainer.run(steps=1.5)
+    with pytest.raises(ValueError, match="episodes must be an integer >= 1, got -2"):
+        trainer.evaluate(-2)
 
 
+class _MultiBinaryEnv(gym.Env):
+    observation_space = gym.spaces.Box(-1, 1, (4,))
+    action_space = gym.spaces.MultiBinary(2)
+
+
+# -- learning -----------------------------------------------------------------------------------
 @pytest.mark.learning
 def test_dqn_learns_cartpole_through_the_trainer(tmp_path):
     torch.manual_seed(0)
@@ -177,6 +448,6 @@ def test_dqn_learns_cartpole_through_the_trainer(tmp_path):
                      log_dir=str(tmp_path), seed=0, progress=False).run(300)
     print(f"DQN through the Trainer: solved at episode {result.solved_episode} ({result.steps} steps, "
           f"{time.time() - start:.1f} s wall, {time.process_time() - cpu:.1f} s CPU), best evaluation "
-          f"{result.best_eval_return:.1f}")
+          f"{result.best_eval_return:.1f} at episode {result.best_version}")
     assert result.solved_episode is not None
     assert result.best_eval_return >= 150

@@ -1,11 +1,11 @@
 """Train DQN on CartPole-v0 with the optional Trainer loop instead of a hand-written one.
 
-Run ``python examples/tutorials/trainer/train_cartpole.py [--episodes N] [--seed S] [--log-dir DIR]``.
+Run ``python examples/tutorials/trainer/train_cartpole.py [--episodes N] [--seed S] [--log-dir DIR] [--gif]``.
 The trainer explores with ``act_discrete_with_noise``, stores every transition, updates
 once per step after a warm-up, evaluates the greedy policy every 20 episodes, and stops
 once the smoothed return stays above 150 for 5 episodes. ``DIR`` (default
-``trainer_run``) receives ``progress.csv``, TensorBoard scalars, the best checkpoint and
-``learning_curve.png``.
+``trainer_run``) receives ``progress.csv``, TensorBoard scalars, the best checkpoint,
+``learning_curve.png`` and, with ``--gif``, ``episode.gif`` of one greedy episode at the end.
 """
 
 import argparse
@@ -34,17 +34,22 @@ def main():
     parser.add_argument("--episodes", type=int, default=300)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--log-dir", default="trainer_run")
+    parser.add_argument("--gif", action="store_true", help="record one greedy episode at the end")
     args = parser.parse_args()
     seed_everything(args.seed)
     dqn = DQN(QNet(), QNet(), torch.optim.Adam, nn.MSELoss(reduction="sum"), batch_size=64,
               epsilon_decay=0.999, update_rate=0.01, replay_size=20000)
-    trainer = Trainer(dqn, lambda: gym.make("CartPole-v0"), warmup_steps=500, eval_interval=20,
-                      eval_episodes=3, solved_reward=150, log_dir=args.log_dir, seed=args.seed)
-    result = trainer.run(args.episodes)
-    trainer.close()
+    gif_env = (lambda: gym.make("CartPole-v0", render_mode="rgb_array")) if args.gif else None
+    with Trainer(dqn, lambda: gym.make("CartPole-v0"), warmup_steps=500, eval_interval=20,
+                 eval_episodes=3, solved_reward=150, log_dir=args.log_dir, gif_env=gif_env,
+                 seed=args.seed) as trainer:
+        result = trainer.run(args.episodes)
     if result.solved_episode is not None:
         print(f"Solved at episode {result.solved_episode} ({result.steps} steps).")
-    print(f"best evaluation return {result.best_eval_return:.1f} (checkpoint version {result.best_version})")
+    if result.eval_returns:
+        print(f"best evaluation return {result.best_eval_return:.1f} (checkpoint version {result.best_version})")
+    else:
+        print(f"no evaluation in {result.episodes} episodes (the trainer evaluates every 20)")
     print("written:", ", ".join(f"{name}: {path}" for name, path in sorted(result.paths.items())))
 
 
