@@ -24,7 +24,7 @@ from ..buffers import Buffer
 from ..buffers.buffer import DEFAULT_REQUIRED_ATTRS
 from ..transition import Transition, TransitionBase
 from .base import TorchFramework, split_output
-from .utils import safe_call
+from .utils import as_column, safe_call  # noqa: F401 (as_column is also imported from here)
 
 __all__ = ["A2C", "PolicyBatch", "returns_and_advantages"]
 
@@ -32,25 +32,6 @@ A2C_REQUIRED_ATTRS = DEFAULT_REQUIRED_ATTRS + ("value", "gae")
 
 
 # -- helpers shared by the stochastic-policy family -------------------------------------
-def as_column(tensor: Any, size: int, what: str) -> torch.Tensor:
-    """View a per-sample network output of shape ``[B]`` or ``[B, 1]`` as ``[B, 1]``.
-
-    Args:
-        tensor: The network output.
-        size: The batch size ``B``.
-        what: What the output is, for the error message (e.g. ``"log_prob of A2C's actor"``).
-
-    Raises:
-        ValueError: When ``tensor`` is not a tensor with exactly one value per sample.
-    """
-    if not isinstance(tensor, torch.Tensor) or tensor.numel() != size or (tensor.dim() > 0 and tensor.shape[0] != size):
-        shape = list(tensor.shape) if isinstance(tensor, torch.Tensor) else type(tensor).__name__
-        raise ValueError(
-            f"{what} must hold one value per sample, shape [{size}] or [{size}, 1], got {shape}"
-        )
-    return tensor.view(size, 1)
-
-
 def split_actor_output(output: Any, owner: str, need_entropy: bool = False) -> Tuple[Any, ...]:
     """Check that a stochastic actor returned ``(action, log_prob, <entropy>, ...)``.
 

@@ -25,7 +25,7 @@ from ..noise.action_space_noise import (
 )
 from .base import TorchFramework, pack_result, split_output
 from .replay import ReplayMixin, SampledBatch
-from .utils import assert_output_is_probs, hard_update, safe_call, soft_update
+from .utils import as_column, assert_output_is_probs, hard_update, safe_call, soft_update
 
 __all__ = ["DDPG", "NOISE_MODES", "resolve_noise_mode"]
 
@@ -285,13 +285,7 @@ class DDPG(ReplayMixin, TorchFramework):
     # -- update steps -------------------------------------------------------------------
     @staticmethod
     def _value_column(output: Any, size: int, network: str) -> torch.Tensor:
-        value, _ = split_output(output)
-        if tuple(value.shape) not in ((size, 1), (size,)):
-            raise ValueError(
-                f"{network} must return values of shape [{size}, 1] for a batch of {size}, "
-                f"got shape {list(value.shape)}"
-            )
-        return value.view(size, 1)
+        return as_column(split_output(output)[0], size, f"{network} output")
 
     def _q(self, critic: nn.Module, state: Dict[str, Any], action: Dict[str, Any], size: int,
            name: str = "critic") -> torch.Tensor:

@@ -22,6 +22,7 @@ __all__ = [
     "hard_update",
     "assert_output_is_probs",
     "get_input_device",
+    "as_column",
 ]
 
 
@@ -245,3 +246,22 @@ def assert_output_is_probs(tensor: torch.Tensor) -> None:
             "expected action probabilities (non-negative rows that sum to 1, e.g. a softmax output), "
             f"got rows summing to {tensor.sum(dim=1).tolist()[:4]}"
         )
+
+
+def as_column(tensor: Any, size: int, what: str) -> torch.Tensor:
+    """View a per-sample network output of shape ``[B]`` or ``[B, 1]`` as ``[B, 1]``.
+
+    Args:
+        tensor: The network output.
+        size: The batch size ``B``.
+        what: What the output is, for the error message (e.g. ``"log_prob of A2C's actor"``).
+
+    Raises:
+        ValueError: When ``tensor`` is not a tensor with exactly one value per sample.
+    """
+    if not isinstance(tensor, torch.Tensor) or tensor.numel() != size or (tensor.dim() > 0 and tensor.shape[0] != size):
+        shape = list(tensor.shape) if isinstance(tensor, torch.Tensor) else type(tensor).__name__
+        raise ValueError(
+            f"{what} must hold one value per sample, shape [{size}] or [{size}, 1], got {shape}"
+        )
+    return tensor.view(size, 1)

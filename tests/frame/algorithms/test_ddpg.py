@@ -358,7 +358,7 @@ def test_critic_with_a_wrong_output_shape_raises():
 
     ddpg = make_ddpg(critic=WideCritic())
     fill(ddpg)
-    with pytest.raises(ValueError, match=r"critic_target must return values of shape \[8, 1\].*\[8, 2\]"):
+    with pytest.raises(ValueError, match=r"critic_target output must hold one value per sample, shape \[8\] or \[8, 1\], got \[8, 2\]"):
         ddpg.update()
 
 
