@@ -154,7 +154,11 @@ class A3C(A2C):
         return super().act(state)
 
     def criticize(self, state: Dict[str, Any]) -> Any:
-        """State values ``[B, 1]`` (pulling the newest critic first when syncing)."""
+        """State values ``[B, 1]`` (pulling the newest critic first when syncing).
+
+        Args:
+            state: Keyword inputs of the critic, ``{key: [B, ...]}``.
+        """
         if self.is_syncing:
             self.grad_server[1].pull(self.critic)
         return super().criticize(state)

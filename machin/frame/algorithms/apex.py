@@ -190,6 +190,13 @@ class DQNApex(ApexMixin, DQNPer):
         """One DQNPer update on a batch sampled across the group, then push ``qnet``.
 
         Priorities of the sampled transitions are updated in the processes that hold them.
+        ``qnet`` is pushed to the model server whenever a batch was sampled.
+
+        Args:
+            update_value: Take the optimizer step on ``qnet``.
+            update_target: Update ``qnet_target`` as :class:`~machin.frame.algorithms.dqn.DQN` does.
+            concatenate_samples: Concatenate the sampled states into batched tensors
+                (``False`` hands the networks per-sample lists).
 
         Returns:
             The value loss, or ``None`` when the whole buffer is empty.
@@ -279,13 +286,27 @@ class DDPGApex(ApexMixin, DDPGPer):
         return super()._actor_output(state, use_target)
 
     def criticize(self, state: Dict[str, Any], action: Dict[str, Any], use_target: bool = False) -> Any:
-        """The critic's output for ``state`` and ``action`` (pulling the newest actor first when syncing)."""
+        """The critic's output for ``state`` and ``action`` (pulling the newest actor first when syncing).
+
+        Args:
+            state: Keyword inputs of the critic (the state keys).
+            action: Action dictionary, e.g. ``{"action": tensor}``.
+            use_target: Use ``critic_target`` instead of ``critic``.
+        """
         self._maybe_sync()
         return super().criticize(state, action, use_target)
 
     def update(self, update_value: bool = True, update_policy: bool = True, update_target: bool = True,
                concatenate_samples: bool = True) -> Optional[Tuple[float, float]]:
         """One DDPGPer update on a batch sampled across the group, then push the actor.
+
+        Priorities of the sampled transitions are updated in the processes that hold them.
+
+        Args:
+            update_value: Take an optimizer step on the critic.
+            update_policy: Take an optimizer step on the actor.
+            update_target: Soft-update the target networks.
+            concatenate_samples: Hand the networks batched tensors (``False``: per-sample lists).
 
         Returns:
             ``(mean policy value, value loss)``, or ``None`` when the whole buffer is empty.

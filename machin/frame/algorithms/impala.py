@@ -105,6 +105,14 @@ class EpisodeDistributedBuffer(DistributedBuffer):
                required_attrs: Iterable[str] = EPISODE_REQUIRED_ATTRS) -> int:
         """Store one episode (an :class:`EpisodeTransition` or a list of steps) locally.
 
+        When the local part is full, the oldest episode is overwritten.
+
+        Args:
+            transition: The episode; a list of steps (``Transition`` objects or dicts)
+                is joined with :meth:`EpisodeTransition.from_episode`.
+            required_attrs: Attributes the episode must have (by default the standard
+                ones and ``action_log_prob``); ``()`` disables the check.
+
         Returns:
             Its position in the local part.
 

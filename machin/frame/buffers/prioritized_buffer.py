@@ -222,7 +222,22 @@ class PrioritizedBuffer(Buffer):
 
     def append(self, transition: Union[TransitionBase, Dict[str, Any]], priority: Optional[float] = None,
                required_attrs: Iterable[str] = DEFAULT_REQUIRED_ATTRS) -> int:
-        """Store one transition with ``priority`` (default: the largest stored priority, 1 when empty)."""
+        """Store one transition with a sampling priority.
+
+        Args:
+            transition: The transition; a dict is turned into a :class:`Transition`.
+            priority: Its priority, e.g. an absolute TD error; it is stored as
+                ``(|priority| + epsilon) ** alpha``. ``None`` gives it the largest stored
+                priority (1 when the buffer is empty), so a new transition is likely to
+                be sampled soon.
+            required_attrs: Attributes that must be present; ``()`` disables the check.
+
+        Returns:
+            The storage position of the new row.
+
+        Raises:
+            ValueError: As :meth:`Buffer.append`, or when ``priority`` is not finite.
+        """
         return self.extend([transition], None if priority is None else [priority], required_attrs)[0]
 
     def extend(self, transitions: Iterable[Union[TransitionBase, Dict[str, Any]]],
@@ -280,6 +295,18 @@ class PrioritizedBuffer(Buffer):
                      sample_attrs: Optional[List[str]] = None,
                      additional_concat_attrs: Optional[List[str]] = None):
         """Sample ``batch_size`` transitions by priority.
+
+        The sum of the stored priorities is cut into ``batch_size`` equal segments and
+        one transition is drawn from each, with probability proportional to its
+        priority (stratified sampling); a transition with a large priority can be drawn
+        more than once.
+
+        Args:
+            batch_size: How many transitions to draw.
+            concatenate: Return tensors of shape ``[B, ...]`` (``True``) or per-sample lists.
+            device: Device of the returned tensors (default: the buffer's device).
+            sample_attrs: Attributes to return, in order, as in :meth:`Buffer.sample_batch`.
+            additional_concat_attrs: Custom attributes to return as ``[B, 1]`` tensors.
 
         Returns:
             ``(size, values, indexes, is_weights)``: ``values`` as in

@@ -112,6 +112,16 @@ class DistributedPrioritizedBuffer(DistributedPart, PrioritizedBuffer):
     ):
         """Sample ``batch_size`` transitions by priority from the parts of all members.
 
+        Each member's share of the batch is drawn in proportion to the total priority
+        of its part; the member then samples its share by priority.
+
+        Args:
+            batch_size: How many transitions to draw, over the whole group.
+            concatenate: Return tensors of shape ``[B, ...]`` (``True``) or per-sample lists.
+            device: Device of the returned tensors (default: the CPU, where the parts keep them).
+            sample_attrs: Attributes to return, in order, as in :meth:`Buffer.sample_batch`.
+            additional_concat_attrs: Custom attributes to return as ``[B, 1]`` tensors.
+
         Returns:
             ``(size, values, indexes, is_weights)``: ``values`` as in
             :meth:`Buffer.sample_batch`; ``indexes`` an ``OrderedDict`` mapping each

@@ -151,6 +151,11 @@ class SequenceBuffer(PrioritizedBuffer):
                required_attrs: Iterable[str] = DEFAULT_REQUIRED_ATTRS) -> int:
         """Not available: a sequence buffer stores whole episodes (:meth:`store_episode`).
 
+        Args:
+            transition: Ignored.
+            priority: Ignored.
+            required_attrs: Ignored.
+
         Raises:
             RuntimeError: Always.
         """
