@@ -12,11 +12,10 @@ its per-episode returns as a learning curve to ``--plot`` (default
 """
 
 import argparse
-import time
 
 import gymnasium as gym
 import torch
-from _curve import finish_run
+from _shared import Progress, finish_run
 from torch import nn
 from torch.distributions import Categorical
 
@@ -24,8 +23,6 @@ from machin.frame.algorithms import A3C
 from machin.frame.helpers import grad_server_helper
 from machin.parallel.distributed import World
 from machin.parallel.distributed.launcher import run_script
-
-SOLVED_REWARD, SOLVED_REPEAT = 190.0, 5
 
 
 class Actor(nn.Module):
@@ -79,28 +76,19 @@ def main(rank, episodes=1000, seed=0, plot=""):
     a3c = A3C(Actor(), Critic(), nn.MSELoss(), servers, batch_size=1000, update_times=3, gae_lambda=0.95)
     a3c.set_sync(False)  # pull once per episode, not on every act
     env = gym.make("CartPole-v0")
-    smoothed, streak, returns, start = 0.0, 0, [], time.time()
+    progress = Progress(group, rank, world.get_members())
     for episode in range(1, episodes + 1):
-        if any(group.is_registered(f"solved_{member}") for member in world.get_members()):
-            break
         a3c.manual_sync()
         stored, total = play_episode(a3c, env, seed * 1000 + rank * 100000 + episode)
         a3c.store_episode(stored)
         a3c.update()
-        returns.append(total)
-        smoothed = 0.9 * smoothed + 0.1 * total
-        print(f"process {rank} episode {episode:4d}  return {total:6.1f}  smoothed {smoothed:6.1f}  "
-              f"{time.time() - start:6.1f} s", flush=True)
-        streak = streak + 1 if smoothed > SOLVED_REWARD else 0
-        if streak >= SOLVED_REPEAT:
-            print(f"process {rank}: environment solved at episode {episode}!", flush=True)
-            group.register(f"solved_{rank}", print)  # tells the other processes to stop
+        if progress.record(episode, total):  # solved here, or another process has
             break
     env.close()
     # Waits for every process; then the one that solved (or process 0) writes its curve.
-    finish_run(world, group, world.get_members(), rank, returns, plot, "A3C on CartPole-v0")
+    finish_run(world, group, world.get_members(), rank, progress.returns, plot, "A3C on CartPole-v0")
     world.stop()
-    return returns
+    return progress.returns
 
 
 if __name__ == "__main__":

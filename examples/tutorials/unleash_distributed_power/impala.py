@@ -17,7 +17,7 @@ import time
 
 import gymnasium as gym
 import torch
-from _curve import finish_run
+from _shared import Progress, finish_run, pull_until
 from torch import nn
 from torch.distributions import Categorical
 
@@ -26,7 +26,6 @@ from machin.frame.helpers import model_server_helper
 from machin.parallel.distributed import World
 from machin.parallel.distributed.launcher import run_script
 
-SOLVED_REWARD, SOLVED_REPEAT = 190.0, 5
 SAMPLERS, LEARNER = ("0", "1"), "2"
 WARMUP = 4  # episodes stored by all samplers before the learner starts
 
@@ -57,18 +56,10 @@ class Critic(nn.Module):
         return self.net(state)
 
 
-def pull_until(agent, network, version):
-    """Pull the shared network until the learner has made ``version`` updates (one push each)."""
-    agent.manual_sync()
-    while getattr(network, "pp_version", 0) < version:
-        time.sleep(0.01)
-        agent.manual_sync()
-
-
 def sample(impala, group, rank, episodes, seed):
     """Play and store episodes; returns the return of every episode played."""
     env = gym.make("CartPole-v0")
-    smoothed, streak, returns, start = 0.0, 0, [], time.time()
+    progress = Progress(group, rank, SAMPLERS)
     for episode in range(1, episodes + 1):
         # Keep about one learner update per episode of each sampler: wait for the
         # model server's version (one per update) to catch up.
@@ -85,20 +76,11 @@ def sample(impala, group, rank, episodes, seed):
                            "terminal": terminated, "action_log_prob": log_prob.item()})
             state, total, done = next_state, total + reward, terminated or truncated
         impala.store_episode(stored)
-        returns.append(total)
-        smoothed = 0.9 * smoothed + 0.1 * total
-        print(f"process {rank} episode {episode:4d}  return {total:6.1f}  smoothed {smoothed:6.1f}  "
-              f"{time.time() - start:6.1f} s", flush=True)
-        streak = streak + 1 if smoothed > SOLVED_REWARD else 0
-        if streak >= SOLVED_REPEAT:
-            print(f"process {rank}: environment solved at episode {episode}!", flush=True)
-            group.register(f"solved_{rank}", print)
-            break
-        if group.is_registered(f"solved_{SAMPLERS[1 - SAMPLERS.index(str(rank))]}"):
+        if progress.record(episode, total):  # solved here, or the other sampler has
             break
     env.close()
     group.register(f"done_{rank}", print)  # tells the learner this sampler has finished
-    return returns
+    return progress.returns
 
 
 def learn(impala, group):

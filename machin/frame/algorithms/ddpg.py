@@ -61,6 +61,19 @@ def resolve_noise_mode(mode: str, noise_param: Any) -> Tuple[Callable[..., torch
     return add_noise, noise_param
 
 
+def _noise_adder(mode: str, noise_param: Any, ratio: float) -> Callable[[torch.Tensor], torch.Tensor]:
+    """``f(action) -> noisy action`` for one ``act_with_noise`` call; its errors name the mode."""
+    add_noise, noise_param = resolve_noise_mode(mode, noise_param)
+
+    def add(action: torch.Tensor) -> torch.Tensor:
+        try:
+            return add_noise(action, noise_param, ratio)
+        except ValueError as error:  # the noise function says what it expects; add the mode
+            raise ValueError(f"act_with_noise(mode={mode!r}): {error}") from error
+
+    return add
+
+
 class CriticSet(NamedTuple):
     """One trained critic: its attribute name, the network, its target and its optimizer."""
 
@@ -217,13 +230,9 @@ class DDPG(ReplayMixin, TorchFramework):
         Raises:
             ValueError: When ``mode`` is unknown or ``noise_param`` does not fit it.
         """
-        add_noise, noise_param = resolve_noise_mode(mode, noise_param)
+        add_noise = _noise_adder(mode, noise_param, ratio)
         action, extras = split_output(self._actor_output(state, use_target))
-        try:
-            noisy = add_noise(action, noise_param, ratio)
-        except ValueError as error:  # the noise function says what it expects; add the mode
-            raise ValueError(f"act_with_noise(mode={mode!r}): {error}") from error
-        return pack_result(noisy, extras)
+        return pack_result(add_noise(action), extras)
 
     def _probabilities(self, state: Dict[str, Any], use_target: bool):
         probs, extras = split_output(self._actor_output(state, use_target))

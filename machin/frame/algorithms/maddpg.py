@@ -36,7 +36,7 @@ from ..buffers.buffer import DEFAULT_REQUIRED_ATTRS
 from ..noise.generator import OrnsteinUhlenbeckNoiseGen
 from ..transition import TransitionBase
 from .base import TorchFramework, pack_result, split_output
-from .ddpg import _DEFAULT_NOISE_PARAM, _NOISE_DEFAULTS, DDPG, NOISE_MODES
+from .ddpg import _DEFAULT_NOISE_PARAM, DDPG, _noise_adder, resolve_noise_mode
 from .dqn import DQN, REQUIRED_ATTRS, SampledBatch
 from .utils import assert_output_is_probs, hard_update, safe_call, soft_update
 
@@ -382,24 +382,14 @@ class MADDPG(TorchFramework):
 
     def _noise_function(self, mode: str, noise_param: Any, ratio: float) -> Callable[[int, torch.Tensor], Any]:
         """``f(agent, action) -> noisy action`` for one ``act_with_noise`` call."""
-        if mode not in NOISE_MODES:
-            raise ValueError(f"mode must be one of {list(NOISE_MODES)}, got {mode!r}")
-        if noise_param is _DEFAULT_NOISE_PARAM:
-            noise_param = _NOISE_DEFAULTS.get(mode, noise_param)
-        if mode == "ou":
+        if mode == "ou":  # one Ornstein-Uhlenbeck process per agent, not DDPG's shared one
+            _, noise_param = resolve_noise_mode(mode, noise_param)
             if noise_param is not None and not isinstance(noise_param, Mapping):
                 raise ValueError(f"act_with_noise(mode='ou'): noise_param must be None or a dict of "
                                  f"OrnsteinUhlenbeckNoiseGen keyword arguments, got {noise_param!r}")
             return lambda agent, action: action + ratio * self._ou_process(agent, action, noise_param)
-        add_noise = NOISE_MODES[mode]
-
-        def add(_agent: int, action: torch.Tensor) -> torch.Tensor:
-            try:
-                return add_noise(action, noise_param, ratio)
-            except ValueError as error:  # the noise function says what it expects; add the mode
-                raise ValueError(f"act_with_noise(mode={mode!r}): {error}") from error
-
-        return add
+        add_noise = _noise_adder(mode, noise_param, ratio)
+        return lambda _agent, action: add_noise(action)
 
     def _ou_process(self, agent: int, action: torch.Tensor, noise_param: Optional[Mapping]) -> torch.Tensor:
         """The next value of ``agent``'s own Ornstein-Uhlenbeck process."""

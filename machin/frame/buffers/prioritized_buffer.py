@@ -36,7 +36,9 @@ class WeightTree:
         self._offsets = np.cumsum([0] + sizes[:-1]).tolist()
         self.weights = np.zeros(sum(sizes), dtype=np.float64)
         self._levels = [self.weights[o:o + s] for o, s in zip(self._offsets, sizes)]
-        self.max_leaf = 0.0
+        # The same tree with maxima instead of sums (its leaves are the weights themselves),
+        # so the largest weight is read at the root instead of scanning every leaf.
+        self._max_levels = [self._levels[0]] + [np.zeros(s) for s in sizes[1:]]
 
     # -- queries --------------------------------------------------------------------
     def get_weight_sum(self) -> float:
@@ -45,7 +47,7 @@ class WeightTree:
 
     def get_leaf_max(self) -> float:
         """Largest leaf weight."""
-        return float(self._levels[0].max())
+        return float(self._max_levels[-1][0])
 
     def get_leaf_all_weights(self) -> np.ndarray:
         """A copy of the leaf weights, shape ``(size,)``."""
@@ -98,11 +100,14 @@ class WeightTree:
             i = int(index[0])
             for level in range(1, len(self._levels)):
                 below = self._levels[level - 1]
+                below_max = self._max_levels[level - 1]
                 i //= 2
-                total = below[2 * i]
+                total, largest = below[2 * i], below_max[2 * i]
                 if 2 * i + 1 < below.shape[0]:
                     total = total + below[2 * i + 1]
+                    largest = max(largest, below_max[2 * i + 1])
                 self._levels[level][i] = total
+                self._max_levels[level][i] = largest
             return
         for level in range(1, len(self._levels)):
             below = self._levels[level - 1]
@@ -111,10 +116,14 @@ class WeightTree:
             index = index[np.concatenate(([True], index[1:] != index[:-1]))]
             left = index * 2
             right = left + 1
-            sums = below[left].copy()
+            below_max = self._max_levels[level - 1]
+            sums, maxima = below[left].copy(), below_max[left].copy()
             has_right = right < below.shape[0]
             sums[has_right] += below[right[has_right]]
+            # A missing right child is replaced by the left one, which leaves the maximum unchanged.
+            np.maximum(maxima, below_max[np.minimum(right, below.shape[0] - 1)], out=maxima)
             self._levels[level][index] = sums
+            self._max_levels[level][index] = maxima
 
     def update_leaf(self, weight: float, index: int) -> None:
         """Set the weight of one leaf.
@@ -154,13 +163,13 @@ class WeightTree:
             raise ValueError("leaf weights must be finite and non-negative")
         self._levels[0][:] = 0.0
         self._levels[0][:w.size] = w
-        for level in range(1, len(self._levels)):
-            below = self._levels[level - 1]
-            current = self._levels[level]
-            pairs = below.shape[0] // 2
-            current[:pairs] = below[0:2 * pairs:2] + below[1:2 * pairs:2]
-            if below.shape[0] % 2:
-                current[-1] = below[-1]
+        for levels, pair_op in ((self._levels, np.add), (self._max_levels, np.maximum)):
+            for level in range(1, len(levels)):
+                below, current = levels[level - 1], levels[level]
+                pairs = below.shape[0] // 2
+                current[:pairs] = pair_op(below[0:2 * pairs:2], below[1:2 * pairs:2])
+                if below.shape[0] % 2:
+                    current[-1] = below[-1]
 
     def print_weights(self, precision: int = 2) -> None:
         """Print the tree level by level, root first (for debugging).

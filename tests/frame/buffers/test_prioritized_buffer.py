@@ -116,6 +116,24 @@ def test_leaf_getters():
     assert tree.get_leaf_weight(0) == 3.0
 
 
+@pytest.mark.parametrize("size", [1, 2, 7, 64, 1001])
+def test_leaf_max_follows_every_kind_of_update(size):
+    """The maximum is kept in its own tree: it must match a scan after any update, also when it decreases."""
+    rng = np.random.default_rng(size)
+    tree = WeightTree(size)
+    assert tree.get_leaf_max() == 0.0
+    tree.update_all_leaves(rng.random(size))
+    assert tree.get_leaf_max() == tree.get_leaf_all_weights().max()
+    for _ in range(50):
+        count = int(rng.integers(1, size + 1))
+        indexes = rng.integers(0, size, count)
+        tree.update_leaf_batch(rng.random(count) * rng.choice([0.1, 10.0]), indexes)
+        assert tree.get_leaf_max() == tree.get_leaf_all_weights().max()
+        largest = int(np.argmax(tree.get_leaf_all_weights()))
+        tree.update_leaf(0.0, largest)  # lowering the maximum must lower the root too
+        assert tree.get_leaf_max() == tree.get_leaf_all_weights().max()
+
+
 def test_update_all_leaves_accepts_any_length_up_to_size():
     tree = WeightTree(4)
     tree.update_all_leaves([1, 2, 3, 4])
