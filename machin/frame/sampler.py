@@ -30,6 +30,9 @@ __all__ = ["EpisodeInfo", "VecSampler"]
 
 ActionFn = Callable[[Any], Tuple[torch.Tensor, Dict[str, torch.Tensor]]]
 CustomFn = Callable[[Any], Dict[str, torch.Tensor]]
+#: A recurrent hidden state: one tensor, or a tuple of tensors such as an LSTM's ``(h, c)``.
+Hidden = Union[torch.Tensor, Tuple[torch.Tensor, ...]]
+HiddenFn = Callable[[Any], Hidden]
 _STORE_MODES = ("episode", "transition")
 
 
@@ -70,10 +73,33 @@ class _Acted(NamedTuple):
     actions: np.ndarray  # for the environments, in the action space's dtype and shape
     stored: Dict[str, Tuple[torch.Tensor, ...]]  # action dict entries, one [1, ...] view per row
     custom: Dict[str, List[Any]]  # custom attributes, one Python number per row
+    hidden: Optional[Hidden] = None  # the new hidden state of the acting rows (batch first), detached
 
 
 def _flags(values: Any) -> np.ndarray:
     return np.asarray(values, dtype=bool).reshape(-1)
+
+
+def _map_hidden(function: Callable[..., torch.Tensor], *hiddens: Hidden) -> Hidden:
+    """Apply ``function`` to a hidden state, part by part when it is a tuple."""
+    if isinstance(hiddens[0], tuple):
+        return tuple(function(*parts) for parts in zip(*hiddens))
+    return function(*hiddens)
+
+
+def _hidden_rows(hidden: Hidden) -> List[Hidden]:
+    """Split a batch-first hidden state into one ``[1, ...]`` hidden state per row."""
+    if isinstance(hidden, tuple):
+        return list(zip(*(part.split(1) for part in hidden)))
+    return list(hidden.split(1))
+
+
+def _hidden_tensors(hidden: Any) -> Optional[Tuple[torch.Tensor, ...]]:
+    """The tensors of a hidden state, or ``None`` when it is neither a tensor nor a tuple of them."""
+    parts = hidden if isinstance(hidden, tuple) else (hidden,)
+    if parts and all(isinstance(part, torch.Tensor) and part.dim() > 0 for part in parts):
+        return parts
+    return None
 
 
 class _WrapperEnvs:
@@ -201,6 +227,18 @@ class VecSampler:
     the batch tensors, so ``next_state`` of one step and ``state`` of the next hold the
     same values.
 
+    **Recurrent networks.** With ``hidden_key``, the sampler keeps one hidden state per
+    environment and feeds it back: every act call also receives
+    ``{hidden_key: hidden[M, ...]}`` (the rows of the acting environments), the new
+    hidden state is read from the act output (its last element, or ``hidden_fn(output)``)
+    and kept, and a finished environment starts its next episode from
+    ``initial_hidden`` again. Each stored step records the hidden state the network was
+    given in its ``state`` dict and the new one in its ``next_state`` dict, both under
+    ``hidden_key``, as :class:`~machin.frame.algorithms.r2d1.R2D1` and the DRQN pattern
+    expect. Hidden states are batch first (``[M, ...]``, as ``nn.GRUCell`` or a network
+    that transposes an ``nn.GRU`` state); a tuple of such tensors (an LSTM's
+    ``(h, c)``) is kept and stored part by part as a tuple.
+
     The environments are reset on the first :meth:`collect` (environment ``i`` with
     ``seed + i`` when ``seed`` is given); later resets, after each finished episode, are
     not seeded, so every environment continues its own random stream. The sampler does
@@ -233,6 +271,14 @@ class VecSampler:
             with one number per acting environment (shape ``[M]`` or ``[M, 1]``); each
             step stores its number as a custom attribute, e.g.
             ``lambda output: {"action_log_prob": output[1]}`` for IMPALA.
+        hidden_key: Name of the network's hidden-state argument and of its key in the
+            stored state dicts; ``None`` (the default) for networks without memory.
+        initial_hidden: The hidden state an episode starts from, for one environment:
+            a ``[1, ...]`` tensor (e.g. ``torch.zeros(1, hidden_size)``) or a tuple of
+            them. Required with ``hidden_key``.
+        hidden_fn: Maps the act output to the new hidden state ``[M, ...]``; ``None``
+            takes the output's last element (where machin's ``act*`` methods put the
+            network's extra outputs).
 
     Attributes:
         total_steps: Transitions taken over the sampler's life.
@@ -242,7 +288,8 @@ class VecSampler:
         TypeError: If ``envs`` is not a supported environment group, its spaces are not
             array spaces, or an option has the wrong type.
         ValueError: If ``act_method`` is not a method of ``framework``, ``store`` is
-            unknown, or ``framework`` lacks the store method it needs.
+            unknown, ``framework`` lacks the store method it needs, or the recurrent
+            options do not go together.
     """
 
     def __init__(
@@ -259,6 +306,9 @@ class VecSampler:
         state_dtype: Optional[torch.dtype] = None,
         action_fn: Optional[ActionFn] = None,
         custom_fn: Optional[CustomFn] = None,
+        hidden_key: Optional[str] = None,
+        initial_hidden: Optional[Hidden] = None,
+        hidden_fn: Optional[HiddenFn] = None,
     ) -> None:
         if isinstance(envs, (ParallelWrapperDummy, ParallelWrapperSubProc)):
             self._envs: Union[_WrapperEnvs, _GymVectorEnvs] = _WrapperEnvs(envs)
@@ -289,9 +339,10 @@ class VecSampler:
             )
         if state_dtype is not None and not isinstance(state_dtype, torch.dtype):
             raise TypeError(f"state_dtype must be a torch.dtype or None, got {state_dtype!r}")
-        for name, function in (("action_fn", action_fn), ("custom_fn", custom_fn)):
+        for name, function in (("action_fn", action_fn), ("custom_fn", custom_fn), ("hidden_fn", hidden_fn)):
             if function is not None and not callable(function):
                 raise TypeError(f"{name} must be callable or None, got {function!r}")
+        self._check_hidden_options(hidden_key, initial_hidden, hidden_fn, state_key)
 
         self.framework = framework
         self.act_method = act_method
@@ -303,6 +354,9 @@ class VecSampler:
         self.state_dtype = state_dtype
         self.action_fn = action_fn
         self.custom_fn = custom_fn
+        self.hidden_key = hidden_key
+        self.initial_hidden = None if initial_hidden is None else _map_hidden(torch.Tensor.detach, initial_hidden)
+        self.hidden_fn = hidden_fn
         self._store = getattr(framework, store_name)
         _array_space(self._envs.observation_space, "observation")
         self._action_shape, self._action_dtype = _array_space(self._envs.action_space, "action")
@@ -312,12 +366,29 @@ class VecSampler:
         self._seeded = False
         self._obs: Optional[torch.Tensor] = None
         self._ready = np.ones(self.size, dtype=bool)
+        self._hidden: Optional[Hidden] = None  # [size, ...]: every environment's current hidden state
         self._episodes: List[List[Dict[str, Any]]] = [[] for _ in range(self.size)]
         self._returns = [0.0] * self.size
         self._lengths = [0] * self.size
         self._update_credit = 0.0
         self.total_steps = 0
         self.total_episodes = 0
+
+    @staticmethod
+    def _check_hidden_options(hidden_key: Optional[str], initial_hidden: Any, hidden_fn: Any,
+                              state_key: str) -> None:
+        if hidden_key is None:
+            if initial_hidden is not None or hidden_fn is not None:
+                raise ValueError("initial_hidden and hidden_fn are only used with hidden_key: pass hidden_key too")
+            return
+        if not isinstance(hidden_key, str) or hidden_key == state_key:
+            raise ValueError(f"hidden_key must be a str other than state_key {state_key!r}, got {hidden_key!r}")
+        parts = _hidden_tensors(initial_hidden)
+        if parts is None or any(part.shape[0] != 1 for part in parts):
+            raise ValueError(
+                "hidden_key needs initial_hidden: the hidden state of one environment at an episode "
+                f"start, a [1, ...] tensor or a tuple of them, got {initial_hidden!r}"
+            )
 
     @staticmethod
     def _find_act(framework: Any, act_method: str) -> Callable[..., Any]:
@@ -355,6 +426,8 @@ class VecSampler:
         if self.seed is not None and not self._seeded:
             seeds = [self.seed + index for index in range(self.size)]
         self._obs = self._to_tensor(self._envs.reset(seeds))
+        if self.hidden_key is not None:
+            self._hidden = _map_hidden(lambda h: h.repeat(self.size, *([1] * (h.dim() - 1))), self.initial_hidden)
         self._seeded = True
         self._started = True
         self._ready = np.ones(self.size, dtype=bool)
@@ -366,9 +439,12 @@ class VecSampler:
         dtype = self.state_dtype or torch.get_default_dtype()
         return torch.as_tensor(obs).to(dtype)
 
-    def _choose_actions(self, state: torch.Tensor, rows: int) -> _Acted:
+    def _choose_actions(self, state: torch.Tensor, rows: int, hidden: Optional[Hidden] = None) -> _Acted:
         """One act call for ``rows`` environments: their actions, and per row what to store."""
-        output = self._act({self.state_key: state}, **self.act_kwargs)
+        inputs = {self.state_key: state}
+        if self.hidden_key is not None:
+            inputs[self.hidden_key] = hidden
+        output = self._act(inputs, **self.act_kwargs)
         if self.action_fn is not None:
             action, stored = self.action_fn(output)
         else:
@@ -400,21 +476,48 @@ class VecSampler:
             array.reshape((rows, *self._action_shape)).astype(self._action_dtype, copy=False),
             {key: value.split(1) for key, value in stored.items()},
             {key: value.detach().reshape(-1).tolist() for key, value in custom.items()},
+            None if self.hidden_key is None else self._new_hidden(output, rows, hidden, where),
         )
+
+    def _new_hidden(self, output: Any, rows: int, given: Hidden, where: str) -> Hidden:
+        """The new hidden state in the act output, checked against the one that was given."""
+        if self.hidden_fn is not None:
+            new = self.hidden_fn(output)
+        elif isinstance(output, tuple) and len(output) > 1:
+            new = output[-1]
+        else:
+            raise ValueError(
+                f"{where} must return the new hidden state as the last element of a tuple "
+                f"(or pass hidden_fn), got {type(output).__name__}"
+            )
+        parts, given_parts = _hidden_tensors(new), _hidden_tensors(given)
+        if parts is None or len(parts) != len(given_parts) or any(
+            part.shape[1:] != old.shape[1:] or part.shape[0] != rows for part, old in zip(parts, given_parts)
+        ):
+            shapes = [list(p.shape) for p in parts] if parts is not None else type(new).__name__
+            raise ValueError(
+                f"the new hidden state from {where} must have the shape of the given one "
+                f"{[list(p.shape) for p in given_parts]} (one row per acting environment), got {shapes}"
+            )
+        return _map_hidden(torch.Tensor.detach, new)
 
     # -- one step of every environment ------------------------------------------------
 
     def _step(self) -> Tuple[int, List[EpisodeInfo]]:
         """Step all environments once; return the number of transitions and the finished episodes."""
         acting = np.flatnonzero(self._ready)
+        given = self._hidden
         if acting.size == self.size:
-            acted = self._choose_actions(self._obs, self.size)
+            acted = self._choose_actions(self._obs, self.size, given)
             actions = acted.actions
         else:  # gymnasium NEXT_STEP: environments being reset ignore their action
             actions = np.zeros((self.size, *self._action_shape), dtype=self._action_dtype)
             acted = _Acted(actions, {}, {})
             if acting.size:
-                acted = self._choose_actions(self._obs[torch.from_numpy(acting)], acting.size)
+                rows = torch.from_numpy(acting)
+                if given is not None:
+                    given = _map_hidden(lambda h: h[rows], given)
+                acted = self._choose_actions(self._obs[rows], acting.size, given)
                 actions[acting] = acted.actions
         result = self._envs.step(actions)
         next_state = self._to_tensor(result.next_obs)
@@ -424,6 +527,9 @@ class VecSampler:
 
         # Per-row views, each batch split in one call; plain Python scalars.
         states, next_states = state.split(1), next_state.split(1)
+        if acted.hidden is not None:
+            given_rows, new_rows = _hidden_rows(given), _hidden_rows(acted.hidden)
+            self._keep_hidden(acting, acted.hidden)
         rewards = result.reward.tolist()
         terminals, truncations = result.terminated.tolist(), result.truncated.tolist()
         finished = []
@@ -438,6 +544,9 @@ class VecSampler:
                 "truncated": truncated and not terminated,
                 **{key: value[row] for key, value in acted.custom.items()},
             }
+            if acted.hidden is not None:
+                transition["state"][self.hidden_key] = given_rows[row]
+                transition["next_state"][self.hidden_key] = new_rows[row]
             self._returns[index] += reward
             self._lengths[index] += 1
             if self.store == "transition":
@@ -449,7 +558,28 @@ class VecSampler:
         self.total_steps += acting.size
         return acting.size, finished
 
+    def _keep_hidden(self, acting: np.ndarray, new: Hidden) -> None:
+        """Store the acting rows' new hidden states (a fresh tensor: stored rows stay untouched)."""
+        if acting.size == self.size:
+            self._hidden = new
+            return
+        rows = torch.from_numpy(acting)
+
+        def scatter(current: torch.Tensor, part: torch.Tensor) -> torch.Tensor:
+            updated = current.clone()
+            updated[rows] = part
+            return updated
+
+        self._hidden = _map_hidden(scatter, self._hidden, new)
+
     def _finish(self, index: int, terminated: bool, truncated: bool) -> EpisodeInfo:
+        if self._hidden is not None:  # the next episode starts from the initial hidden state
+            def restart(current: torch.Tensor, initial: torch.Tensor) -> torch.Tensor:
+                current = current.clone()
+                current[index] = initial[0]
+                return current
+
+            self._hidden = _map_hidden(restart, self._hidden, self.initial_hidden)
         if self.store == "episode":
             self._store(self._episodes[index])
             self._episodes[index] = []

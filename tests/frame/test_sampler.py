@@ -629,3 +629,144 @@ def test_async_vector_env_stores_the_same_counting_episodes(mode):
         ours = [numbers(e) for e in agent.episodes if e[0]["state"]["state"][0, 0] == index]
         theirs = [numbers(e) for e in reference.episodes if e[0]["state"]["state"][0, 0] == index]
         assert len(ours) >= 2 and ours == theirs[: len(ours)]
+
+
+# -- recurrent networks: the hidden state is fed back per environment ----------------------
+
+
+class RecurrentRecorder(Recorder):
+    """Acts like Recorder; the new hidden state is ``[h0 + 1, env index]`` (tuple: and ``c - 1``)."""
+
+    def __init__(self, tuple_hidden=False):
+        super().__init__()
+        self.tuple_hidden, self.given = tuple_hidden, []
+
+    def act(self, state):
+        action, _ = super().act(state)
+        hidden, index = state["hidden"], state["state"][:, 0]
+        self.given.append(hidden)
+        h = hidden[0] if self.tuple_hidden else hidden
+        new_h = torch.stack([h[:, 0] + 1, index], dim=1)
+        return action, ((new_h, hidden[1] - 1) if self.tuple_hidden else new_h)
+
+
+def check_hidden_episode(episode, tuple_hidden=False):
+    """Each episode starts from the initial state; the hidden state counts its steps and names its env."""
+    index = int(episode[0]["state"]["state"][0, 0])
+    for t, step in enumerate(episode):
+        given, new = step["state"]["hidden"], step["next_state"]["hidden"]
+        if tuple_hidden:
+            assert isinstance(given, tuple) and len(given) == 2
+            assert given[1].tolist() == [[-t, -t]] and new[1].tolist() == [[-t - 1, -t - 1]]
+            given, new = given[0], new[0]
+        assert given.tolist() == [[t, index if t else 0]]
+        assert new.tolist() == [[t + 1, index]]
+        if t + 1 < len(episode):
+            following = episode[t + 1]["state"]["hidden"]
+            assert torch.equal(new, following[0] if tuple_hidden else following)
+
+
+def by_episode(transitions):
+    """Regroup CountingEnv steps stored one by one: env ``i``'s episodes are ``i + 2`` steps long."""
+    episodes = []
+    for index in sorted({int(t["state"]["state"][0, 0]) for t in transitions}):
+        steps = [t for t in transitions if t["state"]["state"][0, 0] == index]
+        episodes += [steps[k:k + index + 2] for k in range(0, len(steps) - index - 1, index + 2)]
+    return episodes
+
+
+@pytest.mark.parametrize("kind, store", [("dummy", "episode"), ("dummy", "transition"), ("next_step", "episode")])
+def test_hidden_state_is_fed_back_per_environment_and_restarts_with_each_episode(kind, store):
+    agent = RecurrentRecorder()
+    envs = ParallelWrapperDummy(creators(3)) if kind == "dummy" else vector_env(3, AutoresetMode.NEXT_STEP)
+    sampler = VecSampler(agent, envs, hidden_key="hidden", initial_hidden=torch.zeros(1, 2), store=store)
+    sampler.collect(steps=60)
+    envs.close()
+    episodes = agent.episodes if store == "episode" else by_episode(agent.transitions)
+    assert len(episodes) >= 10
+    for episode in episodes:
+        check_hidden_episode(episode)
+    # every act call got exactly the rows of the environments that act
+    assert [h.shape[0] for h in agent.given] == agent.act_rows
+    if kind == "next_step":
+        assert min(agent.act_rows) < 3
+
+
+def test_tuple_hidden_states_are_kept_and_stored_part_by_part():
+    agent = RecurrentRecorder(tuple_hidden=True)
+    with ParallelWrapperDummy(creators(2)) as envs:
+        VecSampler(agent, envs, hidden_key="hidden",
+                   initial_hidden=(torch.zeros(1, 2), torch.zeros(1, 2))).collect(steps=20)
+    assert len(agent.episodes) >= 5
+    for episode in agent.episodes:
+        check_hidden_episode(episode, tuple_hidden=True)
+
+
+def test_hidden_fn_picks_the_hidden_state_from_another_place():
+    class Agent(RecurrentRecorder):
+        def act(self, state):
+            action, hidden = super().act(state)
+            return action, hidden, torch.zeros(action.shape[0])  # hidden state not last
+
+    agent = Agent()
+    with ParallelWrapperDummy(creators(2)) as envs:
+        VecSampler(agent, envs, hidden_key="hidden", initial_hidden=torch.zeros(1, 2),
+                   hidden_fn=lambda output: output[1]).collect(steps=12)
+    for episode in agent.episodes:
+        check_hidden_episode(episode)
+
+
+def test_r2d1_learns_from_sequences_collected_by_the_sampler():
+    from tests.frame.algorithms.test_r2d1 import GRUQNet, make
+
+    torch.manual_seed(0)
+    agent = make(lambda: GRUQNet(state_dim=4), batch_size=8, sequence_length=4, burn_in=2, n_step=2)
+    envs = ParallelWrapperDummy([lambda i: gym.make("CartPole-v1")] * 3)
+    sampler = VecSampler(agent, envs, act_method="act_discrete_with_noise", seed=0,
+                         hidden_key="hidden", initial_hidden=torch.zeros(1, 8))
+    infos = sampler.collect(episodes=6)
+    envs.close()
+    assert len(infos) >= 6 and agent.replay_buffer.size() > 0
+    batch = agent._sample(True)
+    assert batch.hidden is not None and batch.hidden.shape == (8, 8)  # each sequence starts from its stored state
+    assert (batch.hidden.abs().sum(dim=1) > 0).any()  # sequences from the middle of an episode carry memory
+    before = [p.clone() for p in agent.qnet.parameters()]
+    losses = [agent.update() for _ in range(3)]
+    assert all(isinstance(loss, float) and np.isfinite(loss) for loss in losses)
+    assert any(not torch.equal(a, b) for a, b in zip(before, agent.qnet.parameters()))
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"hidden_key": "hidden"}, "hidden_key needs initial_hidden"),
+        ({"hidden_key": "hidden", "initial_hidden": torch.zeros(2, 2)}, "a \\[1, ...\\] tensor"),
+        ({"initial_hidden": torch.zeros(1, 2)}, "only used with hidden_key"),
+        ({"hidden_fn": lambda output: output}, "only used with hidden_key"),
+        ({"hidden_key": "state", "initial_hidden": torch.zeros(1, 2)}, "other than state_key"),
+    ],
+)
+def test_recurrent_option_errors(dummy_envs, kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        VecSampler(RecurrentRecorder(), dummy_envs, **kwargs)
+
+
+@pytest.mark.parametrize(
+    "output, message",
+    [
+        (lambda s: torch.zeros(s.shape[0], 1, dtype=torch.long), "last element of a tuple"),
+        (lambda s: (torch.zeros(s.shape[0], 1, dtype=torch.long), torch.zeros(s.shape[0], 3)),
+         "must have the shape of the given one \\[\\[3, 2\\]\\].*got \\[\\[3, 3\\]\\]"),
+        (lambda s: (torch.zeros(s.shape[0], 1, dtype=torch.long), torch.zeros(1, 2)),
+         "one row per acting environment"),
+        (lambda s: (torch.zeros(s.shape[0], 1, dtype=torch.long), "hidden"), "got str"),
+    ],
+)
+def test_a_bad_new_hidden_state_is_reported(dummy_envs, output, message):
+    class Agent(Recorder):
+        def act(self, state):
+            return output(state["state"])
+
+    sampler = VecSampler(Agent(), dummy_envs, hidden_key="hidden", initial_hidden=torch.zeros(1, 2))
+    with pytest.raises(ValueError, match=message):
+        sampler.collect(steps=3)
