@@ -15,6 +15,11 @@ SAC                        ``act``                      ``act``             tran
 A2C, PPO, TRPO             ``act``                      ``act``             episodes     once per episode
 =========================  ===========================  ==================  ===========  =======================
 
+Given a group of environments (a machin parallel wrapper or a gymnasium ``VectorEnv``)
+instead of one, the trainer collects with a :class:`~machin.frame.sampler.VecSampler`:
+one batched act call for all environments per step, each environment's episodes
+counted, logged and stored as its own.
+
 R2D1 (recurrent sequences), MADDPG (several agents) and the distributed algorithms
 (A3C, IMPALA, DQNApex, DDPGApex) have no defaults: their loops differ, so a
 :class:`Trainer` is only made for them when ``act_method``, ``eval_act_method`` and
@@ -28,17 +33,22 @@ import math
 import os
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Optional, Tuple, Union
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple, Union
 
 import gymnasium as gym
 import numpy as np
 import torch
+from gymnasium.vector import VectorEnv
 
+from ..env.wrappers.openai_gym import ParallelWrapperDummy, ParallelWrapperSubProc
 from ..utils.save_env import SaveEnv
+from .sampler import VecSampler
 
 __all__ = ["FAMILY_DEFAULTS", "FamilyDefaults", "Trainer", "TrainResult"]
 
 EnvSource = Union[gym.Env, Callable[[], gym.Env]]
+EnvGroup = Union[ParallelWrapperDummy, ParallelWrapperSubProc, VectorEnv]
+_ENV_GROUPS = (ParallelWrapperDummy, ParallelWrapperSubProc, VectorEnv)
 _ALGORITHM_MODULES = "machin.frame.algorithms."
 _STORE_MODES = ("transition", "episode")
 _CSV_FIELDS = ["episode", "steps", "return", "smoothed", "eval_return", "seconds"]
@@ -128,10 +138,15 @@ class Trainer:
         framework: The algorithm (an instance of the DQN, DDPG, SAC or A2C families, or
             any object with the same methods when ``act_method``, ``eval_act_method`` and
             ``store`` are all given).
-        env: A gymnasium environment or a function making one (called once).
+        env: A gymnasium environment or a function making one (called once); or a
+            group of environments (:class:`~machin.env.wrappers.openai_gym.ParallelWrapperDummy`,
+            :class:`~machin.env.wrappers.openai_gym.ParallelWrapperSubProc` or a
+            gymnasium ``VectorEnv``), stepped together by a
+            :class:`~machin.frame.sampler.VecSampler`; the trainer does not close a group.
         eval_env: Environment for evaluation or a function making one. ``None``: call
             ``env`` again when it is a function, else evaluate on ``env`` itself (an
-            evaluation never interrupts a training episode).
+            evaluation never interrupts a training episode). A group of environments
+            is never used for evaluation: give ``eval_env`` or set ``eval_interval=0``.
         act_method: Name of the exploring act method (default from :data:`FAMILY_DEFAULTS`).
         act_kwargs: Keyword arguments of every exploring act call (default: the family's
             when ``act_method`` is not given, else none).
@@ -148,7 +163,8 @@ class Trainer:
         state_key: Name of the network's ``forward`` argument receiving the observation.
         obs_to_state: Maps an observation to a state tensor ``[1, ...]`` (put under
             ``state_key``) or to a whole state dict. Default: a float tensor of the
-            observation with a leading batch dimension.
+            observation with a leading batch dimension. Not available with a group of
+            environments, whose sampler makes the state tensors itself.
         action_to_env: Maps the action tensor to what ``env.step`` takes. Default: an
             int for ``Discrete`` spaces, an array clipped to the bounds for ``Box``.
         eval_interval: Evaluate every this many training episodes (0: never).
@@ -167,8 +183,9 @@ class Trainer:
         progress: Show a tqdm progress bar with the smoothed return.
         seed: Training episode ``i`` resets the environment with ``seed + i`` and
             evaluation episode ``j`` with ``seed + 10**6 + j`` (so every evaluation plays
-            the same starts). Networks and exploration are seeded by the caller
-            (:func:`machin.utils.seed`).
+            the same starts). In a group, environment ``i`` is reset with ``seed + i``
+            once and then continues its own random stream. Networks and exploration are
+            seeded by the caller (:func:`machin.utils.seed`).
 
     Raises:
         TypeError: If the framework has no defaults and a method is not given, an
@@ -180,7 +197,7 @@ class Trainer:
     def __init__(
         self,
         framework: Any,
-        env: EnvSource,
+        env: Union[EnvSource, EnvGroup],
         *,
         eval_env: Optional[EnvSource] = None,
         act_method: Optional[str] = None,
@@ -269,18 +286,33 @@ class Trainer:
         self.seed = seed
 
         self._owned: List[gym.Env] = []  # environments made from factories, closed by close()
+        self.sampler: Optional[VecSampler] = None
+        if isinstance(env, _ENV_GROUPS):
+            if obs_to_state is not None:
+                raise ValueError("obs_to_state only applies to a single environment: a group's sampler "
+                                 "makes the state tensors itself (see VecSampler's state_dtype)")
+            if eval_env is None and eval_interval:
+                raise ValueError(
+                    f"a group of environments is not used for evaluation: give eval_env (one "
+                    f"environment or a function making one) or eval_interval=0, got eval_interval={eval_interval}"
+                )
+            self.sampler = VecSampler(framework, env, act_method=self.act_method, act_kwargs=self.act_kwargs,
+                                      state_key=state_key, store=self.store, seed=seed)
         try:
-            self.env = self._make("env", env)
-            if eval_env is None:
+            self.env = None if self.sampler is not None else self._make("env", env)
+            if eval_env is None and self.sampler is None:
                 eval_env = env if not isinstance(env, gym.Env) else self.env
-            self.eval_env = self._make("eval_env", eval_env)
+            self.eval_env = None if eval_env is None else self._make("eval_env", eval_env)
             self.gif_env = None if gif_env is None else self._make("gif_env", gif_env)
             if self.gif_env is not None and getattr(self.gif_env, "render_mode", None) != "rgb_array":
                 raise ValueError(
                     f"gif_env must be made with render_mode='rgb_array', got render_mode="
                     f"{getattr(self.gif_env, 'render_mode', None)!r}"
                 )
-            self.action_to_env = action_to_env or _default_action_to_env(self.env.action_space)
+            acting_env = self.env or self.eval_env or self.gif_env
+            self.action_to_env = action_to_env or (
+                None if acting_env is None else _default_action_to_env(acting_env.action_space)
+            )
         except BaseException:
             self.close()  # the environments made so far
             raise
@@ -391,6 +423,8 @@ class Trainer:
         """
         episodes = self.eval_episodes if episodes is None else episodes
         _check_number("episodes", episodes, minimum=1, integer=True)
+        if self.eval_env is None:
+            raise ValueError("this trainer has no evaluation environment: give eval_env when it trains on a group")
         returns = [self._play(self.eval_env, self._eval_seed(i), learn=False)[0] for i in range(episodes)]
         return float(np.mean(returns))
 
@@ -426,12 +460,7 @@ class Trainer:
         bar = _progress_bar(episodes, steps) if self.progress else None
         smoothed, streak, start = 0.0, 0, time.time()
         try:
-            episode = 0
-            while (episodes is None or episode < episodes) and (steps is None or self._steps < steps):
-                episode += 1
-                self._update_sums, self._updates = {}, 0
-                seed = None if self.seed is None else self.seed + episode
-                total, length = self._play(self.env, seed, learn=True)
+            for episode, total in enumerate(self._training_episodes(episodes, steps), start=1):
                 smoothed = total if episode == 1 else self.smoothing * smoothed + (1 - self.smoothing) * total
                 result.episodes, result.steps = episode, self._steps
                 result.returns.append(total)
@@ -451,7 +480,7 @@ class Trainer:
                     if result.eval_returns:
                         shown["best_eval"] = f"{result.best_eval_return:.1f}"
                     bar.set_postfix(shown)
-                    bar.update(1 if steps is None else min(length, steps - bar.n))
+                    bar.update(1 if steps is None else min(self._steps, steps) - bar.n)
                 above = self.solved_reward is not None and smoothed > self.solved_reward
                 streak = streak + 1 if above else 0
                 if above and streak >= self.solved_repeat:
@@ -467,6 +496,43 @@ class Trainer:
             if files is not None:
                 files.close(type(self.framework).__name__, self.smoothing)
         return result
+
+    def _training_episodes(self, episodes: Optional[int], steps: Optional[int]) -> Iterator[float]:
+        """Play, store and learn; yield the return of each training episode as it ends.
+
+        The update results summed since the previous episode are in ``_update_sums``
+        when an episode is yielded.
+        """
+        count = 0
+
+        def more() -> bool:
+            return (episodes is None or count < episodes) and (steps is None or self._steps < steps)
+
+        self._update_sums, self._updates = {}, 0
+        while more():
+            if self.sampler is None:
+                count += 1
+                seed = None if self.seed is None else self.seed + count
+                yield self._play(self.env, seed, learn=True)[0]
+                self._update_sums, self._updates = {}, 0
+                continue
+            # A group: the sampler stores the steps; updates follow the same schedule.
+            for info in self.sampler.collect(episodes=1, on_step=self._after_group_step):
+                if self._steps > self.warmup_steps:
+                    self._update(self.updates_per_episode)
+                count += 1
+                yield info.episode_return
+                self._update_sums, self._updates = {}, 0
+                if not more():
+                    return
+
+    def _after_group_step(self, transitions: int, _finished: Any) -> None:
+        """Count the steps of a group and make the per-step updates that are due."""
+        self._steps += transitions
+        if self.store == "transition" and self._steps > self.warmup_steps:
+            self._credit += transitions * self.updates_per_step
+            self._update(int(self._credit))
+            self._credit -= int(self._credit)
 
 
 class _RunFiles:

@@ -14,6 +14,9 @@ from tensorboardX.proto import event_pb2
 from torch import nn
 
 from machin.frame import algorithms
+from gymnasium.vector import SyncVectorEnv
+
+from machin.env.wrappers import ParallelWrapperDummy
 from machin.frame.algorithms import DDPG, DQN, PPO
 from machin.frame.trainer import FAMILY_DEFAULTS, Trainer
 from machin.utils.save_env import SaveEnv
@@ -436,6 +439,75 @@ class _MultiBinaryEnv(gym.Env):
     action_space = gym.spaces.MultiBinary(2)
 
 
+# -- a group of environments ------------------------------------------------------------------
+def cartpoles(n=3, **kwargs):
+    return ParallelWrapperDummy([lambda i: gym.make("CartPole-v0", **kwargs)] * n)
+
+
+def test_a_group_is_sampled_with_one_act_call_per_step_and_logged_per_episode(tmp_path):
+    dqn = CountingDQN(QNet(hidden=8), QNet(hidden=8), torch.optim.Adam, nn.MSELoss(), batch_size=8)
+    with cartpoles(3) as envs:
+        trainer = Trainer(dqn, envs, eval_env=cartpole, eval_interval=4, eval_episodes=1, warmup_steps=20,
+                          updates_per_step=0.5, log_dir=str(tmp_path), tensorboard=False, seed=0, progress=False)
+        result = trainer.run(8)
+        sampler = trainer.sampler
+    assert result.episodes == 8 and len(result.returns) == 8
+    # one exploring act call per group step, for all three environments at once
+    assert dqn.calls["act_discrete_with_noise"] * 3 == sampler.total_steps == result.steps
+    assert dqn.replay_buffer.size() == result.steps  # stored step by step, in progress episodes too
+    assert all(t == int(t) and t >= 8 for t in result.returns)  # CartPole: 1 per step
+    # the per-step updates follow the same schedule as with one environment
+    assert dqn.calls["update"] == pytest.approx((result.steps - 20) / 2, abs=3)
+    assert [e for e, _ in result.eval_returns] == [4, 8] and dqn.calls["act_discrete"] > 0
+    rows = read_csv(result.paths["csv"])
+    assert [int(r["episode"]) for r in rows] == list(range(1, 9))
+    assert [float(r["return"]) for r in rows] == result.returns
+    steps = [int(r["steps"]) for r in rows]
+    assert steps == sorted(steps) and steps[-1] == result.steps
+
+
+def test_a_group_stores_episodes_and_updates_once_per_finished_episode():
+    torch.manual_seed(0)
+
+    class CountingPPO(PPO):
+        def store_episode(self, episode):
+            self.episodes.append(episode)
+            super().store_episode(episode)
+
+        def update(self, *args, **kwargs):
+            self.updates += 1
+            return super().update(*args, **kwargs)
+
+    ppo = CountingPPO(CategoricalActor(4, 2), ValueCritic(4), torch.optim.Adam, nn.MSELoss(), batch_size=8)
+    ppo.episodes, ppo.updates = [], 0
+    envs = SyncVectorEnv([lambda: gym.make("CartPole-v0", max_episode_steps=12)] * 2)
+    result = Trainer(ppo, envs, eval_interval=0, seed=0, progress=False).run(5)
+    envs.close()
+    assert result.episodes == 5 and ppo.updates == 5
+    assert [len(e) for e in ppo.episodes[:5]] == [int(r) for r in result.returns]
+    assert any(e[-1]["truncated"] for e in ppo.episodes)
+
+
+def test_a_group_with_a_steps_limit_and_the_progress_bar(capsys):
+    with cartpoles(2) as envs:
+        result = Trainer(make_dqn(), envs, eval_interval=0, seed=0).run(steps=60)
+    assert result.steps >= 60
+    assert "60/60" in capsys.readouterr().err
+
+
+def test_a_group_needs_an_evaluation_environment_and_makes_its_own_states():
+    with cartpoles(2) as envs:
+        with pytest.raises(ValueError, match="give eval_env .* or eval_interval=0"):
+            Trainer(make_dqn(), envs)
+        with pytest.raises(ValueError, match="obs_to_state only applies to a single environment"):
+            Trainer(make_dqn(), envs, eval_env=cartpole, obs_to_state=lambda obs: obs)
+        trainer = Trainer(make_dqn(), envs, eval_interval=0, progress=False)
+        with pytest.raises(ValueError, match="no evaluation environment"):
+            trainer.evaluate()
+        trainer.close()
+        assert envs.size() == 2 and envs.reset() is not None  # a group is never closed by the trainer
+
+
 # -- learning -----------------------------------------------------------------------------------
 @pytest.mark.learning
 def test_dqn_learns_cartpole_through_the_trainer(tmp_path):
@@ -451,3 +523,19 @@ def test_dqn_learns_cartpole_through_the_trainer(tmp_path):
           f"{result.best_eval_return:.1f} at episode {result.best_version}")
     assert result.solved_episode is not None
     assert result.best_eval_return >= 150
+
+
+@pytest.mark.learning
+def test_dqn_learns_cartpole_from_a_group_of_four_environments():
+    torch.manual_seed(0)
+    np.random.seed(0)
+    dqn = DQN(QNet(), QNet(), torch.optim.Adam, nn.MSELoss(reduction="sum"), batch_size=64,
+              epsilon_decay=0.999, update_rate=0.01, replay_size=20000)
+    start, cpu = time.time(), time.process_time()
+    with cartpoles(4) as envs:
+        result = Trainer(dqn, envs, eval_env=cartpole, warmup_steps=500, eval_interval=40, eval_episodes=3,
+                         solved_reward=150, seed=0, progress=False).run(400)
+    print(f"DQN through the Trainer on 4 environments: solved at episode {result.solved_episode} "
+          f"({result.steps} steps, {time.time() - start:.1f} s wall, {time.process_time() - cpu:.1f} s CPU), "
+          f"best evaluation {result.best_eval_return:.1f}")
+    assert result.solved_episode is not None
