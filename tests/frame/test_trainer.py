@@ -9,14 +9,13 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
+from gymnasium.vector import SyncVectorEnv
 from PIL import Image
 from tensorboardX.proto import event_pb2
 from torch import nn
 
-from machin.frame import algorithms
-from gymnasium.vector import SyncVectorEnv
-
 from machin.env.wrappers import ParallelWrapperDummy
+from machin.frame import algorithms
 from machin.frame.algorithms import DDPG, DQN, PPO
 from machin.frame.trainer import FAMILY_DEFAULTS, Trainer
 from machin.utils.save_env import SaveEnv
