@@ -14,6 +14,11 @@ Transitions: ``state``/``next_state`` ``[1, 4]`` float32, ``action`` ``[1, 1]`` 
 * ``prioritized``: ``PrioritizedBuffer.sample_batch(256)`` plus ``update_priority``
   from 100k, against a minimal vectorised numpy sum tree (below) plus the same
   gathers and importance-sampling weights.
+* ``prioritized append``: ``PrioritizedBuffer.append(transition)`` with the default
+  priority (the largest stored one) into a full ring of 500k, the algorithms' default
+  ``replay_size``, against writing the rows by hand and setting one leaf of the floor
+  sum tree to a running maximum kept in a Python float (which, unlike the library,
+  never goes down when the largest priority is lowered).
 
 Run with ``python -m benchmarks.buffers``.
 """
@@ -117,6 +122,14 @@ class FloorSumTree:
             index = left + right
         return index
 
+    def update_one(self, index: int, weight: float) -> None:
+        """One leaf (an append): walk up with Python integers."""
+        self.leaves[index] = weight
+        for d in range(len(self.levels) - 2, -1, -1):
+            index //= 2
+            below = self.levels[d + 1]
+            self.levels[d][index] = below[2 * index] + below[2 * index + 1]
+
     def update(self, index: np.ndarray, weights: np.ndarray) -> None:
         self.leaves[index] = weights
         index = np.unique(index)
@@ -193,6 +206,30 @@ def bench_sample() -> None:
     )
 
 
+def bench_prioritized_append() -> None:
+    size = 500_000
+    transitions = cartpole_transitions(2000)
+    buffer = PrioritizedBuffer(size)
+    fill(buffer, transitions, size)
+    floor, tree = FloorColumns(size), FloorSumTree(size)
+    raw = [(t.state["state"], t.action["action"], t.next_state["state"], t.reward, t.terminal)
+           for t in transitions]
+    counter = {"lib": 0, "floor": 0}
+    running_max = [1.0]
+
+    def library():
+        i = counter["lib"] = (counter["lib"] + 1) % len(transitions)
+        buffer.append(transitions[i])
+
+    def floor_append():
+        i = counter["floor"] = (counter["floor"] + 1) % len(raw)
+        position = floor.pos
+        floor.append(*raw[i])
+        tree.update_one(position, running_max[0])
+
+    compare("prioritized append (default priority) into 500k", library, floor_append, number=1000)
+
+
 def bench_prioritized() -> None:
     transitions = cartpole_transitions(5000)
     rng = np.random.default_rng(0)
@@ -228,11 +265,12 @@ def bench_prioritized() -> None:
 
 
 def main() -> None:
-    """Print the three buffer benchmarks."""
+    """Print the buffer benchmarks."""
     setup_torch()
     bench_append()
     bench_sample()
     bench_prioritized()
+    bench_prioritized_append()
 
 
 if __name__ == "__main__":

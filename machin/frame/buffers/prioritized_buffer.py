@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
@@ -96,18 +97,7 @@ class WeightTree:
     def _propagate(self, leaf_index: np.ndarray) -> None:
         index = np.unique(leaf_index)  # sorted and distinct
         if index.size == 1:
-            # One leaf (every append): walk up with Python integers, no array temporaries.
-            i = int(index[0])
-            for level in range(1, len(self._levels)):
-                below = self._levels[level - 1]
-                below_max = self._max_levels[level - 1]
-                i //= 2
-                total, largest = below[2 * i], below_max[2 * i]
-                if 2 * i + 1 < below.shape[0]:
-                    total = total + below[2 * i + 1]
-                    largest = max(largest, below_max[2 * i + 1])
-                self._levels[level][i] = total
-                self._max_levels[level][i] = largest
+            self._propagate_one(int(index[0]))
             return
         for level in range(1, len(self._levels)):
             below = self._levels[level - 1]
@@ -116,14 +106,29 @@ class WeightTree:
             index = index[np.concatenate(([True], index[1:] != index[:-1]))]
             left = index * 2
             right = left + 1
+            # ``index`` is sorted, so only its last parent can lack a right child (an odd
+            # last node); pointing that child at the left one keeps the maximum right.
+            lone = right[-1] >= below.shape[0]
+            if lone:
+                right[-1] = left[-1]
             below_max = self._max_levels[level - 1]
-            sums, maxima = below[left].copy(), below_max[left].copy()
-            has_right = right < below.shape[0]
-            sums[has_right] += below[right[has_right]]
-            # A missing right child is replaced by the left one, which leaves the maximum unchanged.
-            np.maximum(maxima, below_max[np.minimum(right, below.shape[0] - 1)], out=maxima)
+            sums = below[left] + below[right]
+            if lone:
+                sums[-1] = below[left[-1]]
             self._levels[level][index] = sums
-            self._max_levels[level][index] = maxima
+            self._max_levels[level][index] = np.maximum(below_max[left], below_max[right])
+
+    def _propagate_one(self, i: int) -> None:
+        """Refresh the parents of leaf ``i`` (every append): Python integers, no array temporaries."""
+        for level in range(1, len(self._levels)):
+            below, below_max = self._levels[level - 1], self._max_levels[level - 1]
+            i //= 2
+            total, largest = below[2 * i], below_max[2 * i]
+            if 2 * i + 1 < below.shape[0]:
+                total = total + below[2 * i + 1]
+                largest = max(largest, below_max[2 * i + 1])
+            self._levels[level][i] = total
+            self._max_levels[level][i] = largest
 
     def update_leaf(self, weight: float, index: int) -> None:
         """Set the weight of one leaf.
@@ -132,7 +137,16 @@ class WeightTree:
             weight: The new weight.
             index: The leaf index.
         """
-        self.update_leaf_batch([weight], [index])
+        if not isinstance(index, (int, np.integer)) or isinstance(weight, (list, tuple, np.ndarray)):
+            self.update_leaf_batch([weight], [index])  # the batch path explains what is wrong
+            return
+        weight, index = float(weight), int(index)
+        if not 0 <= index < self.size:
+            raise ValueError(f"leaf index out of range [0, {self.size - 1}]: got {index}..{index}")
+        if not (weight >= 0 and math.isfinite(weight)):
+            raise ValueError("leaf weights must be finite and non-negative")
+        self._levels[0][index] = weight
+        self._propagate_one(index)
 
     def update_leaf_batch(self, weights: Union[Sequence[float], np.ndarray],
                           indexes: Union[Sequence[int], np.ndarray]) -> None:
@@ -268,11 +282,12 @@ class PrioritizedBuffer(Buffer):
         if normalized is not None and not np.all(np.isfinite(normalized)):
             raise ValueError(f"priorities must be finite numbers, got {list(priorities)}")
         positions = super().extend(transitions, required_attrs)
-        if normalized is None:
-            weights = np.full(len(positions), default)
+        if len(positions) == 1:  # every append
+            self.wt_tree.update_leaf(default if normalized is None else normalized[-1], positions[0])
+        elif normalized is None:
+            self.wt_tree.update_leaf_batch(np.full(len(positions), default), positions)
         else:
-            weights = normalized[-len(positions):]
-        self.wt_tree.update_leaf_batch(weights, positions)
+            self.wt_tree.update_leaf_batch(normalized[-len(positions):], positions)
         return positions
 
     def update_priority(self, priorities: np.ndarray, indexes: np.ndarray) -> None:

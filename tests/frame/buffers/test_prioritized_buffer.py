@@ -153,6 +153,10 @@ def test_out_of_range_indexes_raise(index):
         tree.get_leaf_weight(index)
     with pytest.raises(ValueError, match=r"leaf index out of range \[0, 3\]"):
         tree.update_leaf_batch(np.ones(np.size(index)), index)
+    if np.isscalar(index):  # the one-leaf path checks as the batch path does
+        with pytest.raises(ValueError, match=r"leaf index out of range \[0, 3\]"):
+            tree.update_leaf(1.0, index)
+    assert tree.get_weight_sum() == 0.0
 
 
 def test_invalid_weights_and_sizes_raise():
@@ -161,6 +165,8 @@ def test_invalid_weights_and_sizes_raise():
     tree = WeightTree(4)
     with pytest.raises(ValueError, match="finite and non-negative"):
         tree.update_leaf(-1.0, 0)
+    with pytest.raises(ValueError, match="finite and non-negative"):
+        tree.update_leaf(float("nan"), 0)
     with pytest.raises(ValueError, match="finite and non-negative"):
         tree.update_leaf_batch([np.nan], [1])
     with pytest.raises(ValueError, match="finite and non-negative"):
