@@ -90,3 +90,23 @@ def test_plot_can_be_disabled(tmp_path):
     result = run_script(script, ["--episodes", "1", "--plot", ""], tmp_path)
     assert "episode    1" in result.stdout
     assert list(tmp_path.iterdir()) == []
+
+
+RECURRENT = EXAMPLES_DIR / "tutorials" / "recurrent_networks"
+
+
+@pytest.mark.parametrize("name", ["dqn", "drqn", "ppo", "rppo"])
+def test_recurrent_tutorial_plays_an_atari_game_from_ram(name, tmp_path):
+    """The tutorial's optional Atari path (ale-py, installed by requirements.txt): one short game."""
+    result = run_script(RECURRENT / f"{name}.py",
+                        ["--env", "ALE/Breakout-v5", "--episodes", "1", "--plot", "atari.png"], tmp_path)
+    assert re.search(r"best smoothed return [\d.]+ at episode 1, 1 episodes", result.stdout), result.stdout[-500:]
+    assert read_png(tmp_path / "atari.png")[0] > 0
+
+
+def test_recurrent_tutorial_explains_a_bad_environment_name(tmp_path):
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "MPLBACKEND": "Agg"}
+    result = subprocess.run([sys.executable, str(RECURRENT / "dqn.py"), "--env", "Pong", "--episodes", "1"],
+                            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=HARD_TIMEOUT)
+    assert result.returncode != 0
+    assert "env must be 'CartPole-v0' or an Atari id such as 'ALE/Pong-v5', got 'Pong'" in result.stderr

@@ -22,7 +22,7 @@ def parse_args(description: str, name: str, depth: Optional[int] = None) -> argp
     parser.add_argument("--episodes", type=int, default=500, help="stop after this many episodes")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--env", default=MASKED_CARTPOLE,
-                        help="CartPole-v0 (velocities hidden) or an Atari RAM id such as ALE/Pong-ram-v5")
+                        help="CartPole-v0 (velocities hidden) or an Atari id such as ALE/Pong-v5, played from RAM")
     parser.add_argument("--plot", default=f"{name}.png",
                         help="learning-curve PNG to write at the end ('' for none)")
     if depth is not None:

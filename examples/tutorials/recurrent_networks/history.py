@@ -107,22 +107,21 @@ def make_env(name: str = MASKED_CARTPOLE) -> gym.Env:
     """The masked CartPole for ``"CartPole-v0"``, otherwise an Atari game played from RAM.
 
     Args:
-        name: ``"CartPole-v0"`` or a gymnasium Atari id with RAM observations, such as
-            ``"ALE/Pong-ram-v5"`` (needs the ``ale-py`` package).
+        name: ``"CartPole-v0"`` or a gymnasium Atari id such as ``"ALE/Pong-v5"``
+            (needs the ``ale-py`` package), played from its 128 bytes of RAM. The
+            ``-ram`` ids of older ale-py releases (``"ALE/Pong-ram-v5"``) are accepted too.
 
     Returns:
         An environment with flat float32 observations and a discrete action space.
 
     Raises:
         RuntimeError: When an Atari game is asked for and ``ale-py`` is not installed.
-        ValueError: When ``name`` is neither CartPole-v0 nor an Atari RAM id.
+        ValueError: When ``name`` is neither CartPole-v0 nor an Atari id.
     """
     if name == MASKED_CARTPOLE:
         return MaskVelocity(gym.make(MASKED_CARTPOLE))
-    if not (name.startswith("ALE/") and "-ram" in name):
-        raise ValueError(
-            f"env must be {MASKED_CARTPOLE!r} or an Atari RAM id such as 'ALE/Pong-ram-v5', got {name!r}"
-        )
+    if not name.startswith("ALE/"):
+        raise ValueError(f"env must be {MASKED_CARTPOLE!r} or an Atari id such as 'ALE/Pong-v5', got {name!r}")
     try:
         import ale_py
     except ImportError as error:
@@ -131,7 +130,9 @@ def make_env(name: str = MASKED_CARTPOLE) -> gym.Env:
             f"installed: run `pip install ale-py`, or use the default {MASKED_CARTPOLE!r}"
         ) from error
     gym.register_envs(ale_py)
-    return RamToFloat(gym.make(name))
+    # ale-py 0.10 and later select RAM observations with obs_type; older ones had "-ram" ids.
+    name = name.replace("-ram", "")
+    return RamToFloat(gym.make(name, obs_type="ram"))
 
 
 def to_state(observation: np.ndarray) -> torch.Tensor:
