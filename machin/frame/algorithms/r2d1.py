@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -85,6 +86,10 @@ class R2D1(DQNPer):
             the stored state dicts.
         value_rescaling: Learn rescaled values ``h(Q)`` (see :func:`value_rescale`).
         rescaling_epsilon: The ``epsilon`` of ``h``.
+        priority_on_store: Give the sequences of a newly stored episode priorities
+            computed from their TD errors under the current networks (one unroll of
+            both networks over the new sequences, without gradient), as R2D2 does,
+            instead of the largest stored priority.
         Other arguments: as :class:`~machin.frame.algorithms.dqn.DQN` (the mode is
             always ``"double"``). A ``replay_buffer`` must be a
             :class:`~machin.frame.buffers.SequenceBuffer` with the same sequence options.
@@ -121,6 +126,7 @@ class R2D1(DQNPer):
         hidden_key: str = "hidden",
         value_rescaling: bool = True,
         rescaling_epsilon: float = 1e-3,
+        priority_on_store: bool = False,
         visualize: bool = False,
         visualize_dir: str = "",
     ):
@@ -146,6 +152,7 @@ class R2D1(DQNPer):
         self.hidden_key = hidden_key
         self.value_rescaling = value_rescaling
         self.rescaling_epsilon = rescaling_epsilon
+        self.priority_on_store = bool(priority_on_store)
         self._hidden_parts = 0  # > 0 once tuple hidden states (of that many tensors) were stored
         self._online_run: Optional[Tuple[SequenceBatch, torch.Tensor]] = None
 
@@ -194,7 +201,11 @@ class R2D1(DQNPer):
 
         End the episode with ``terminal=False`` when a time limit cut it. A tuple
         hidden state (in a step given as a dict) is stacked into one tensor for
-        storage and split again for the network.
+        storage and split again for the network. With ``priority_on_store`` the new
+        sequences get priorities from their TD errors right away.
+
+        Args:
+            episode: The episode's steps, in order (dicts or transitions).
         """
         packed = []
         for step in episode:
@@ -204,7 +215,20 @@ class R2D1(DQNPer):
                     if isinstance(step.get(attr), dict) and self.hidden_key in step[attr]:
                         step[attr] = {**step[attr], self.hidden_key: self._pack_hidden(step[attr][self.hidden_key])}
             packed.append(step)
-        self.replay_buffer.store_episode(packed)
+        positions = self.replay_buffer.store_episode(packed)
+        if self.priority_on_store:
+            self._prioritize(self.replay_buffer.sequence_starts(positions))
+
+    def _prioritize(self, starts: np.ndarray) -> None:
+        """Set the priorities of the sequences starting at ``starts`` from their current TD errors."""
+        batch = self.replay_buffer.read_sequences(starts)
+        with torch.no_grad():
+            # The online run is cached for _target_value and _predicted_value, here without gradient.
+            self._online_run = (batch, self._unroll(self.qnet, batch, batch.reward.shape[1]))
+            target = self._target_value(batch)
+            predicted = self._predicted_value(batch)
+        self.replay_buffer.update_sequence_priority(predicted - target.to(predicted.device),
+                                                    batch.train_mask, batch.index)
 
     # -- sequences --------------------------------------------------------------------
     def _sample(self, concatenate: bool, additional_concat_attrs=None) -> Optional[SequenceBatch]:

@@ -273,6 +273,32 @@ class SequenceBuffer(PrioritizedBuffer):
         if self._size == 0 or batch_size <= 0 or self.wt_tree.get_weight_sum() <= 0:
             return None
         index, is_weights = self.sample_index(batch_size)
+        return self.read_sequences(index, is_weights, device)
+
+    def sequence_starts(self, positions: Sequence[int]) -> np.ndarray:
+        """The storage rows among ``positions`` (as :meth:`store_episode` returns them) that start a sequence.
+
+        Args:
+            positions: Storage rows of one stored episode, in step order.
+        """
+        positions = np.asarray(positions, dtype=np.int64).reshape(-1)
+        return positions[np.arange(positions.size) % self.sequence_stride == 0]
+
+    def read_sequences(self, index: np.ndarray, is_weights: Optional[np.ndarray] = None,
+                       device: Union[str, torch.device, None] = None) -> SequenceBatch:
+        """Read the windows of the sequences that start at storage rows ``index``.
+
+        Args:
+            index: Storage rows of sequence starts (e.g. from :meth:`sequence_starts`).
+            is_weights: Their importance-sampling weights (default: all 1).
+            device: Device of the returned tensors (default: the buffer's device).
+
+        Returns:
+            A :class:`SequenceBatch` whose ``index`` is ``index``.
+        """
+        index = np.asarray(index, dtype=np.int64).reshape(-1)
+        if is_weights is None:
+            is_weights = np.ones(index.size)
         out = torch.device(device) if device is not None else self.buffer_device
         dev = self.buffer_device
         start = torch.from_numpy(index).to(dev)

@@ -442,3 +442,44 @@ class MLPQNet(nn.Module):
 
     def forward(self, state):
         return self.net(state)
+
+
+# -- priorities computed when an episode is stored -------------------------------------------
+
+
+def test_without_priority_on_store_new_sequences_get_the_largest_priority():
+    agent = make(sequence_stride=2)
+    positions = agent.replay_buffer.store_episode(random_episode(6))
+    weights = agent.replay_buffer.wt_tree.get_leaf_weight(positions)
+    assert weights.tolist() == [1.0, 0.0] * 3  # every start at the empty buffer's default, others never drawn
+
+
+def test_priority_on_store_gives_each_new_sequence_the_priority_an_update_would():
+    agent = make(priority_on_store=True, sequence_stride=2, priority_eta=0.9)
+    before = params(agent.qnet)
+    torch.manual_seed(3)
+    episode = random_episode(7)
+    agent.store_episode(episode)
+    buffer = agent.replay_buffer
+    positions = np.arange(7)  # the first episode fills rows 0..6
+    stored = buffer.wt_tree.get_leaf_weight(positions)
+    assert stored[1::2].tolist() == [0.0, 0.0, 0.0]  # rows that start no sequence stay out of sampling
+    assert len(set(stored[0::2].tolist())) == 4  # each start has its own priority, not a shared maximum
+    # What an update computes for the same sequence (sampled alone), before its optimizer step:
+    for row in (0, 2, 4, 6):
+        batch = sample_start(agent, row)
+        target, predicted = agent._target_value(batch), agent._predicted_value(batch)
+        errors = (predicted.detach() - target).abs()[0][batch.train_mask[0]]
+        expected = (0.9 * errors.max() + 0.1 * errors.mean()).item()
+        normalized = (expected + buffer.epsilon) ** buffer.alpha
+        assert stored[row] == pytest.approx(normalized, rel=1e-5)
+    assert same(before, params(agent.qnet))
+    assert all(p.grad is None for p in agent.qnet.parameters())  # storing builds no graph
+
+
+def test_priority_on_store_keeps_tuple_hidden_states_and_later_episodes_apart():
+    agent = make(LSTMQNet, priority_on_store=True)
+    fill(agent, episodes=3, tuple_hidden=True)
+    weights = agent.replay_buffer.wt_tree.get_leaf_all_weights()[:agent.replay_buffer.size()]
+    assert np.all(weights > 0) and len(set(weights.tolist())) > 3
+    assert isinstance(agent.update(), float)
