@@ -267,16 +267,29 @@ def test_ddpg_on_pendulum_uses_noisy_continuous_actions_within_bounds(tmp_path):
                                                                            "critic_target_2.pt"]
 
 
-def test_ppo_stores_whole_episodes_with_truncation_and_updates_once_per_episode():
+class CountingPPO(PPO):
+    """Keeps every stored episode and counts its updates."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.episodes, self.updates = [], 0
+
+    def store_episode(self, episode):
+        self.episodes.append(episode)
+        super().store_episode(episode)
+
+    def update(self, *args, **kwargs):
+        self.updates += 1
+        return super().update(*args, **kwargs)
+
+
+def counting_ppo():
     torch.manual_seed(0)
+    return CountingPPO(CategoricalActor(4, 2), ValueCritic(4), torch.optim.Adam, nn.MSELoss(), batch_size=8)
 
-    class CountingPPO(PPO):
-        def store_episode(self, episode):
-            self.episodes.append(episode)
-            super().store_episode(episode)
 
-    ppo = CountingPPO(CategoricalActor(4, 2), ValueCritic(4), torch.optim.Adam, nn.MSELoss(), batch_size=8)
-    ppo.episodes = []
+def test_ppo_stores_whole_episodes_with_truncation_and_updates_once_per_episode():
+    ppo = counting_ppo()
     env = gym.make("CartPole-v0", max_episode_steps=12)
     result = Trainer(ppo, env, eval_interval=0, seed=0, progress=False).run(3)
     assert [len(e) for e in ppo.episodes] == [int(r) for r in result.returns]
@@ -286,6 +299,7 @@ def test_ppo_stores_whole_episodes_with_truncation_and_updates_once_per_episode(
         assert not any(step["truncated"] or step["terminal"] for step in episode[:-1])
     assert any(e[-1]["truncated"] for e in ppo.episodes)
     assert ppo.replay_buffer.size() == 0  # PPO clears its buffer in every update
+    assert ppo.updates == 3
 
 
 def test_state_key_and_converters():
@@ -466,19 +480,7 @@ def test_a_group_is_sampled_with_one_act_call_per_step_and_logged_per_episode(tm
 
 
 def test_a_group_stores_episodes_and_updates_once_per_finished_episode():
-    torch.manual_seed(0)
-
-    class CountingPPO(PPO):
-        def store_episode(self, episode):
-            self.episodes.append(episode)
-            super().store_episode(episode)
-
-        def update(self, *args, **kwargs):
-            self.updates += 1
-            return super().update(*args, **kwargs)
-
-    ppo = CountingPPO(CategoricalActor(4, 2), ValueCritic(4), torch.optim.Adam, nn.MSELoss(), batch_size=8)
-    ppo.episodes, ppo.updates = [], 0
+    ppo = counting_ppo()
     envs = SyncVectorEnv([lambda: gym.make("CartPole-v0", max_episode_steps=12)] * 2)
     result = Trainer(ppo, envs, eval_interval=0, seed=0, progress=False).run(5)
     envs.close()
