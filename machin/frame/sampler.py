@@ -26,7 +26,7 @@ from gymnasium.vector import AutoresetMode, VectorEnv
 
 from ..env.wrappers.openai_gym import ParallelWrapperDummy, ParallelWrapperSubProc
 
-__all__ = ["EpisodeInfo", "VecSampler"]
+__all__ = ["EpisodeInfo", "VecSampler", "check_hidden_options"]
 
 ActionFn = Callable[[Any], Tuple[torch.Tensor, Dict[str, torch.Tensor]]]
 CustomFn = Callable[[Any], Dict[str, torch.Tensor]]
@@ -100,6 +100,33 @@ def _hidden_tensors(hidden: Any) -> Optional[Tuple[torch.Tensor, ...]]:
     if parts and all(isinstance(part, torch.Tensor) and part.dim() > 0 for part in parts):
         return parts
     return None
+
+
+def check_hidden_options(hidden_key: Optional[str], initial_hidden: Any, hidden_fn: Any = None,
+                         state_key: str = "state") -> None:
+    """Check the recurrent options of :class:`VecSampler` (and of the trainer, which passes them on).
+
+    Args:
+        hidden_key: Name of the hidden-state argument, or ``None``.
+        initial_hidden: The hidden state of one environment at an episode start.
+        hidden_fn: Optional extractor of the new hidden state.
+        state_key: Key of the observation, which ``hidden_key`` must differ from.
+
+    Raises:
+        ValueError: When the options do not go together.
+    """
+    if hidden_key is None:
+        if initial_hidden is not None or hidden_fn is not None:
+            raise ValueError("initial_hidden and hidden_fn are only used with hidden_key: pass hidden_key too")
+        return
+    if not isinstance(hidden_key, str) or hidden_key == state_key:
+        raise ValueError(f"hidden_key must be a str other than state_key {state_key!r}, got {hidden_key!r}")
+    parts = _hidden_tensors(initial_hidden)
+    if parts is None or any(part.shape[0] != 1 for part in parts):
+        raise ValueError(
+            "hidden_key needs initial_hidden: the hidden state of one environment at an episode "
+            f"start, a [1, ...] tensor or a tuple of them, got {initial_hidden!r}"
+        )
 
 
 class _WrapperEnvs:
@@ -342,7 +369,7 @@ class VecSampler:
         for name, function in (("action_fn", action_fn), ("custom_fn", custom_fn), ("hidden_fn", hidden_fn)):
             if function is not None and not callable(function):
                 raise TypeError(f"{name} must be callable or None, got {function!r}")
-        self._check_hidden_options(hidden_key, initial_hidden, hidden_fn, state_key)
+        check_hidden_options(hidden_key, initial_hidden, hidden_fn, state_key)
 
         self.framework = framework
         self.act_method = act_method
@@ -373,22 +400,6 @@ class VecSampler:
         self._update_credit = 0.0
         self.total_steps = 0
         self.total_episodes = 0
-
-    @staticmethod
-    def _check_hidden_options(hidden_key: Optional[str], initial_hidden: Any, hidden_fn: Any,
-                              state_key: str) -> None:
-        if hidden_key is None:
-            if initial_hidden is not None or hidden_fn is not None:
-                raise ValueError("initial_hidden and hidden_fn are only used with hidden_key: pass hidden_key too")
-            return
-        if not isinstance(hidden_key, str) or hidden_key == state_key:
-            raise ValueError(f"hidden_key must be a str other than state_key {state_key!r}, got {hidden_key!r}")
-        parts = _hidden_tensors(initial_hidden)
-        if parts is None or any(part.shape[0] != 1 for part in parts):
-            raise ValueError(
-                "hidden_key needs initial_hidden: the hidden state of one environment at an episode "
-                f"start, a [1, ...] tensor or a tuple of them, got {initial_hidden!r}"
-            )
 
     @staticmethod
     def _find_act(framework: Any, act_method: str) -> Callable[..., Any]:

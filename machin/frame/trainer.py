@@ -13,14 +13,18 @@ DQN, DQNPer, RAINBOW       ``act_discrete_with_noise``  ``act_discrete``    tran
 DDPG, DDPGPer, HDDPG, TD3  ``act_with_noise`` (normal)  ``act``             transitions  per step, after warm-up
 SAC                        ``act``                      ``act``             transitions  per step, after warm-up
 A2C, PPO, TRPO             ``act``                      ``act``             episodes     once per episode
+R2D1                       ``act_discrete_with_noise``  ``act_discrete``    episodes     once per episode
 =========================  ===========================  ==================  ===========  =======================
+
+R2D1 also needs ``hidden_key`` and ``initial_hidden``: the trainer then feeds the
+network's hidden state back at every step, in training and in evaluation.
 
 Given a group of environments (a machin parallel wrapper or a gymnasium ``VectorEnv``)
 instead of one, the trainer collects with a :class:`~machin.frame.sampler.VecSampler`:
 one batched act call for all environments per step, each environment's episodes
 counted, logged and stored as its own.
 
-R2D1 (recurrent sequences), MADDPG (several agents) and the distributed algorithms
+MADDPG (several agents) and the distributed algorithms
 (A3C, IMPALA, DQNApex, DDPGApex) have no defaults: their loops differ, so a
 :class:`Trainer` is only made for them when ``act_method``, ``eval_act_method`` and
 ``store`` are all given.
@@ -42,7 +46,7 @@ from gymnasium.vector import VectorEnv
 
 from ..env.wrappers.openai_gym import ParallelWrapperDummy, ParallelWrapperSubProc
 from ..utils.save_env import SaveEnv
-from .sampler import VecSampler
+from .sampler import Hidden, VecSampler, check_hidden_options
 
 __all__ = ["FAMILY_DEFAULTS", "FamilyDefaults", "Trainer", "TrainResult"]
 
@@ -64,12 +68,15 @@ class FamilyDefaults:
         eval_act_method: Act method used in evaluation (no exploration noise).
         store: ``"transition"`` (``store_transition`` every step, updates per step) or
             ``"episode"`` (``store_episode`` after each episode, updates per episode).
+        needs_hidden: The family's networks are recurrent: the trainer needs
+            ``hidden_key`` and ``initial_hidden``.
     """
 
     act_method: str
     act_kwargs: Dict[str, Any]
     eval_act_method: str
     store: str
+    needs_hidden: bool = False
 
 
 #: Defaults by the name of a class in ``machin.frame.algorithms``; subclasses inherit them.
@@ -79,11 +86,11 @@ FAMILY_DEFAULTS: Dict[str, FamilyDefaults] = {
                            "transition"),
     "SAC": FamilyDefaults("act", {}, "act", "transition"),
     "A2C": FamilyDefaults("act", {}, "act", "episode"),
+    "R2D1": FamilyDefaults("act_discrete_with_noise", {}, "act_discrete", "episode", needs_hidden=True),
 }
 
 # Classes whose own loop differs from a single-process episode loop (checked before their bases).
 _NO_DEFAULTS = {
-    "R2D1": "it learns from stored sequences with recurrent hidden states",
     "MADDPG": "it acts for several agents at once",
     "A3C": "it is a distributed algorithm with its own worker loop",
     "IMPALA": "it is a distributed algorithm with its own worker loop",
@@ -101,7 +108,7 @@ def _family_defaults(framework: Any) -> Tuple[Optional[FamilyDefaults], str]:
             return None, _NO_DEFAULTS[cls.__name__]
         if cls.__name__ in FAMILY_DEFAULTS:
             return FAMILY_DEFAULTS[cls.__name__], ""
-    return None, "it is not in the DQN, DDPG, SAC or A2C family"
+    return None, "it is not in the DQN, DDPG, SAC, A2C or R2D1 family"
 
 
 @dataclass
@@ -155,8 +162,10 @@ class Trainer:
         store: ``"transition"`` (``store_transition`` after every step) or ``"episode"``
             (``store_episode`` after each episode, every step carrying ``truncated``).
         updates_per_step: ``update()`` calls per environment step once ``warmup_steps``
-            steps were taken; fractions accumulate (0.25: every fourth step). Default 1
-            in transition mode; only transition mode allows it.
+            steps were taken; fractions accumulate (0.25: every fourth step). In
+            transition mode they follow each step; in episode mode the updates due are
+            made right after each stored episode. Default 1 in transition mode, 0 in
+            episode mode.
         updates_per_episode: ``update()`` calls after each episode (once ``warmup_steps``
             steps were taken). Default 1 in episode mode, 0 in transition mode.
         warmup_steps: Environment steps before the first update.
@@ -181,6 +190,13 @@ class Trainer:
             making one): at the end of :meth:`run` one evaluation episode is played on it
             and written as ``episode.gif``. Needs ``log_dir``.
         progress: Show a tqdm progress bar with the smoothed return.
+        hidden_key: For recurrent networks: name of the hidden-state argument. Every
+            act call then also gets ``{hidden_key: hidden}``; the new hidden state is
+            the last element of the act output; each stored step holds the given one in
+            its ``state`` dict and the new one in its ``next_state`` dict; every episode
+            (training, evaluation, GIF) starts from ``initial_hidden``.
+        initial_hidden: The hidden state of one environment at an episode start, a
+            ``[1, ...]`` tensor or a tuple of them (needed with ``hidden_key``).
         seed: Training episode ``i`` resets the environment with ``seed + i`` and
             evaluation episode ``j`` with ``seed + 10**6 + j`` (so every evaluation plays
             the same starts). In a group, environment ``i`` is reset with ``seed + i``
@@ -191,7 +207,8 @@ class Trainer:
         TypeError: If the framework has no defaults and a method is not given, an
             environment is neither a ``gym.Env`` nor callable, or the action space needs
             an ``action_to_env``.
-        ValueError: If an option is out of range or a named method does not exist.
+        ValueError: If an option is out of range, a named method does not exist or the
+            recurrent options do not go together.
     """
 
     def __init__(
@@ -220,6 +237,8 @@ class Trainer:
         tensorboard: bool = True,
         gif_env: Optional[EnvSource] = None,
         progress: bool = True,
+        hidden_key: Optional[str] = None,
+        initial_hidden: Optional[Hidden] = None,
         seed: Optional[int] = None,
     ) -> None:
         defaults, reason = _family_defaults(framework)
@@ -228,6 +247,12 @@ class Trainer:
                 f"Trainer has no defaults for {type(framework).__name__} ({reason}); give "
                 f"act_method, eval_act_method and store"
             )
+        if defaults is not None and defaults.needs_hidden and hidden_key is None:
+            raise TypeError(
+                f"{type(framework).__name__} acts with a recurrent network: give hidden_key and initial_hidden "
+                f"(e.g. hidden_key='hidden', initial_hidden=torch.zeros(1, hidden_size))"
+            )
+        check_hidden_options(hidden_key, initial_hidden, None, state_key)
         defaults = defaults or FamilyDefaults("", {}, "", "")
         self.framework = framework
         self.act_method = act_method or defaults.act_method
@@ -247,11 +272,6 @@ class Trainer:
         if updates_per_step is None:
             updates_per_step = 0.0 if episodic else 1.0
         _check_number("updates_per_step", updates_per_step, minimum=0)
-        if episodic and updates_per_step:
-            raise ValueError(
-                f"updates_per_step needs store='transition' (episodes are stored at their end), "
-                f"got {updates_per_step!r} with store='episode'; use updates_per_episode"
-            )
         if updates_per_episode is None:
             updates_per_episode = 1 if episodic else 0
         _check_number("updates_per_episode", updates_per_episode, minimum=0, integer=True)
@@ -274,6 +294,8 @@ class Trainer:
         self.updates_per_episode = updates_per_episode
         self.warmup_steps = warmup_steps
         self.state_key = state_key
+        self.hidden_key = hidden_key
+        self.initial_hidden = initial_hidden
         self.obs_to_state = obs_to_state or _default_obs_to_state
         self.eval_interval = eval_interval
         self.eval_episodes = eval_episodes
@@ -297,7 +319,8 @@ class Trainer:
                     f"environment or a function making one) or eval_interval=0, got eval_interval={eval_interval}"
                 )
             self.sampler = VecSampler(framework, env, act_method=self.act_method, act_kwargs=self.act_kwargs,
-                                      state_key=state_key, store=self.store, seed=seed)
+                                      state_key=state_key, store=self.store, seed=seed,
+                                      hidden_key=hidden_key, initial_hidden=initial_hidden)
         try:
             self.env = None if self.sampler is not None else self._make("env", env)
             if eval_env is None and self.sampler is None:
@@ -354,10 +377,17 @@ class Trainer:
         state = self.obs_to_state(obs)
         return state if isinstance(state, dict) else {self.state_key: state}
 
-    def _act(self, method: str, state: Dict[str, Any], kwargs: Dict[str, Any]) -> torch.Tensor:
+    def _act(self, method: str, state: Dict[str, Any], kwargs: Dict[str, Any]) -> Tuple[torch.Tensor, Any]:
+        """The action, and the new hidden state for a recurrent network (else ``None``)."""
         with torch.no_grad():
             output = getattr(self.framework, method)(state, **kwargs)
-        return output[0] if isinstance(output, tuple) else output
+        action = output[0] if isinstance(output, tuple) else output
+        if self.hidden_key is None:
+            return action, None
+        if not isinstance(output, tuple) or len(output) < 2:
+            raise ValueError(f"{type(self.framework).__name__}.{method} must return (action, ..., new_hidden) "
+                             f"with hidden_key, got {type(output).__name__}")
+        return action, output[-1]
 
     def _play(self, env: gym.Env, seed: Optional[int], learn: bool,
               frames: Optional[List[np.ndarray]] = None) -> Tuple[float, int]:
@@ -366,24 +396,27 @@ class Trainer:
                           else (self.eval_act_method, self.eval_act_kwargs))
         obs, _ = env.reset(seed=seed)
         state = self._state(obs)
+        if self.hidden_key is not None:
+            state = {**state, self.hidden_key: self.initial_hidden}
         total, length, done, episode = 0.0, 0, False, []
         while not done:
             if frames is not None:
                 frames.append(env.render())
-            action = self._act(method, state, kwargs)
+            action, hidden = self._act(method, state, kwargs)
             obs, reward, terminated, truncated, _ = env.step(self.action_to_env(action))
             next_state = self._state(obs)
+            if self.hidden_key is not None:
+                next_state = {**next_state, self.hidden_key: hidden}
             total, length, done = total + float(reward), length + 1, terminated or truncated
             if learn:
                 step = {"state": state, "action": {"action": action}, "next_state": next_state,
                         "reward": float(reward), "terminal": bool(terminated)}
                 self._steps += 1
+                if self._steps > self.warmup_steps:
+                    self._credit += self.updates_per_step
                 if self.store == "transition":
                     self.framework.store_transition(step)
-                    if self._steps > self.warmup_steps:
-                        self._credit += self.updates_per_step
-                        self._update(int(self._credit))
-                        self._credit -= int(self._credit)
+                    self._spend_credit()
                 else:
                     step["truncated"] = bool(truncated and not terminated)
                     episode.append(step)
@@ -393,9 +426,15 @@ class Trainer:
         if learn:
             if episode:
                 self.framework.store_episode(episode)
+                self._spend_credit()
             if self._steps > self.warmup_steps:
                 self._update(self.updates_per_episode)
         return total, length
+
+    def _spend_credit(self) -> None:
+        """Make the per-step updates that are due (fractions carry over)."""
+        self._update(int(self._credit))
+        self._credit -= int(self._credit)
 
     def _update(self, times: int) -> None:
         """Call ``update()`` ``times`` times and sum what it returns, by name."""
@@ -518,6 +557,8 @@ class Trainer:
                 continue
             # A group: the sampler stores the steps; updates follow the same schedule.
             for info in self.sampler.collect(episodes=1, on_step=self._after_group_step):
+                if self.store == "episode":
+                    self._spend_credit()
                 if self._steps > self.warmup_steps:
                     self._update(self.updates_per_episode)
                 count += 1
@@ -529,10 +570,10 @@ class Trainer:
     def _after_group_step(self, transitions: int, _finished: Any) -> None:
         """Count the steps of a group and make the per-step updates that are due."""
         self._steps += transitions
-        if self.store == "transition" and self._steps > self.warmup_steps:
+        if self._steps > self.warmup_steps:
             self._credit += transitions * self.updates_per_step
-            self._update(int(self._credit))
-            self._credit -= int(self._credit)
+        if self.store == "transition":
+            self._spend_credit()
 
 
 class _RunFiles:

@@ -96,7 +96,7 @@ def test_defaults_come_from_the_nearest_family(name, family):
 
 
 @pytest.mark.parametrize("name, reason", [
-    ("R2D1", "recurrent hidden states"), ("MADDPG", "several agents"), ("A3C", "distributed"),
+    ("MADDPG", "several agents"), ("A3C", "distributed"),
     ("IMPALA", "distributed"), ("DQNApex", "distributed"), ("DDPGApex", "distributed"),
 ])
 def test_algorithms_with_their_own_loop_need_explicit_methods(name, reason):
@@ -413,8 +413,8 @@ def test_environments_made_by_the_trainer_are_closed_and_given_ones_are_not():
     ({"warmup_steps": -1}, ValueError, "warmup_steps must be an integer >= 0, got -1"),
     ({"updates_per_step": -0.5}, ValueError, "updates_per_step must be a number >= 0, got -0.5"),
     ({"updates_per_episode": True}, ValueError, "updates_per_episode must be an integer >= 0, got True"),
-    ({"store": "episode", "updates_per_step": 1}, ValueError,
-     "updates_per_step needs store='transition'.*got 1 with store='episode'"),
+    ({"hidden_key": "hidden"}, ValueError, "hidden_key needs initial_hidden"),
+    ({"initial_hidden": torch.zeros(1, 4)}, ValueError, "only used with hidden_key"),
     ({"smoothing": 1.0}, ValueError, r"smoothing must be a number in \[0, 1\), got 1.0"),
     ({"solved_repeat": 0}, ValueError, "solved_repeat must be an integer >= 1, got 0"),
     ({"solved_reward": "195"}, ValueError, "solved_reward must be a number, got '195'"),
@@ -450,6 +450,80 @@ def test_bad_environments_and_run_limits():
 class _MultiBinaryEnv(gym.Env):
     observation_space = gym.spaces.Box(-1, 1, (4,))
     action_space = gym.spaces.MultiBinary(2)
+
+
+def test_updates_per_step_in_episode_mode_follow_each_stored_episode():
+    ppo = counting_ppo()
+    env = gym.make("CartPole-v0", max_episode_steps=12)
+    updates_after_episode = []
+    original = ppo.store_episode
+    ppo.store_episode = lambda episode: (original(episode), updates_after_episode.append(ppo.updates))
+    result = Trainer(ppo, env, updates_per_step=0.25, updates_per_episode=0, warmup_steps=10, eval_interval=0,
+                     seed=0, progress=False).run(4)
+    due, expected = 0.0, []
+    for steps in np.cumsum([int(r) for r in result.returns]):  # updates made by the end of each episode
+        due = max(0, steps - 10) * 0.25
+        expected.append(int(due))
+    assert ppo.updates == expected[-1]
+    assert updates_after_episode == [0] + expected[:-1]  # none while an episode is still running
+
+
+# -- recurrent networks -----------------------------------------------------------------------
+class CountingGRU(nn.Module):
+    """``forward(state, hidden) -> (q, hidden + 1)``: the hidden state counts the steps of an episode."""
+
+    def __init__(self):
+        super().__init__()
+        self.q = nn.Linear(4, 2)
+        self.given = []
+
+    def forward(self, state, hidden=None):
+        self.given.append(hidden.clone())
+        return self.q(state), hidden + 1
+
+
+def make_r2d1(**kwargs):
+    from machin.frame.algorithms import R2D1
+
+    torch.manual_seed(0)
+    return R2D1(CountingGRU(), CountingGRU(), torch.optim.Adam, nn.MSELoss(reduction="none"), batch_size=4,
+                sequence_length=2, burn_in=1, n_step=1, **kwargs)
+
+
+def test_r2d1_needs_the_recurrent_options():
+    with pytest.raises(TypeError, match="R2D1 acts with a recurrent network: give hidden_key and initial_hidden"):
+        Trainer(make_r2d1(), cartpole)
+
+
+def test_a_recurrent_network_gets_its_hidden_state_back_in_training_and_evaluation():
+    r2d1 = make_r2d1()
+    stored = []
+    original = r2d1.store_episode
+    r2d1.store_episode = lambda episode: (stored.append(episode), original(episode))
+    trainer = Trainer(r2d1, cartpole, hidden_key="hidden", initial_hidden=torch.zeros(1, 1), eval_interval=2,
+                      eval_episodes=1, seed=0, progress=False)
+    assert (trainer.act_method, trainer.eval_act_method, trainer.store) == (
+        "act_discrete_with_noise", "act_discrete", "episode")
+    result = trainer.run(2)
+    assert len(stored) == 2 and result.eval_returns
+    for episode in stored:  # each episode starts from the initial state and counts its steps
+        for t, step in enumerate(episode):
+            assert step["state"]["hidden"].tolist() == [[float(t)]]
+            assert step["next_state"]["hidden"].tolist() == [[float(t + 1)]]
+    # the evaluation episode fed the hidden state back too: 0, 1, 2, ... from its start
+    evaluation = [h.item() for h in r2d1.qnet.given[-int(result.eval_returns[-1][1]):]]
+    assert evaluation == [float(t) for t in range(len(evaluation))]
+    assert r2d1.replay_buffer.size() == result.steps
+
+
+def test_a_recurrent_network_on_a_group():
+    r2d1 = make_r2d1()
+    with cartpoles(2) as envs:
+        result = Trainer(r2d1, envs, hidden_key="hidden", initial_hidden=torch.zeros(1, 1), eval_interval=0,
+                         updates_per_step=0.5, updates_per_episode=0, seed=0, progress=False).run(4)
+    assert result.episodes == 4 and r2d1.replay_buffer.size() >= sum(int(r) for r in result.returns)
+    batch = r2d1.replay_buffer.sample_sequences(4)
+    assert batch.hidden is not None and batch.hidden.shape == (4, 1)
 
 
 # -- a group of environments ------------------------------------------------------------------
@@ -539,4 +613,24 @@ def test_dqn_learns_cartpole_from_a_group_of_four_environments():
     print(f"DQN through the Trainer on 4 environments: solved at episode {result.solved_episode} "
           f"({result.steps} steps, {time.time() - start:.1f} s wall, {time.process_time() - cpu:.1f} s CPU), "
           f"best evaluation {result.best_eval_return:.1f}")
+    assert result.solved_episode is not None
+
+
+@pytest.mark.learning
+def test_r2d1_learns_masked_cartpole_through_the_trainer():
+    from machin.frame.algorithms import R2D1
+    from tests.frame.algorithms.test_r2d1 import GRUQNet, MaskVelocity
+
+    torch.manual_seed(0)
+    np.random.seed(0)
+    r2d1 = R2D1(GRUQNet(size=32), GRUQNet(size=32), torch.optim.Adam, nn.MSELoss(reduction="none"), batch_size=64,
+                learning_rate=2e-3, epsilon_decay=0.999, update_rate=0.01, replay_size=20000, sequence_length=8,
+                burn_in=4, n_step=3)
+    start, cpu = time.time(), time.process_time()
+    result = Trainer(r2d1, lambda: MaskVelocity(gym.make("CartPole-v0")), hidden_key="hidden",
+                     initial_hidden=torch.zeros(1, 32), warmup_steps=500, updates_per_step=0.5, updates_per_episode=0,
+                     eval_interval=0, solved_reward=150, solved_repeat=1, seed=0, progress=False).run(200)
+    print(f"R2D1 through the Trainer on velocity-masked CartPole-v0: smoothed return above 150 at episode "
+          f"{result.solved_episode} ({result.steps} steps, {time.time() - start:.1f} s wall, "
+          f"{time.process_time() - cpu:.1f} s CPU)")
     assert result.solved_episode is not None
