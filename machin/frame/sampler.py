@@ -25,13 +25,12 @@ import torch
 from gymnasium.vector import AutoresetMode, VectorEnv
 
 from ..env.wrappers.openai_gym import ParallelWrapperDummy, ParallelWrapperSubProc
+from .algorithms.utils import Hidden, map_hidden
 
 __all__ = ["EpisodeInfo", "VecSampler", "check_hidden_options"]
 
 ActionFn = Callable[[Any], Tuple[torch.Tensor, Dict[str, torch.Tensor]]]
 CustomFn = Callable[[Any], Dict[str, torch.Tensor]]
-#: A recurrent hidden state: one tensor, or a tuple of tensors such as an LSTM's ``(h, c)``.
-Hidden = Union[torch.Tensor, Tuple[torch.Tensor, ...]]
 HiddenFn = Callable[[Any], Hidden]
 _STORE_MODES = ("episode", "transition")
 
@@ -78,13 +77,6 @@ class _Acted(NamedTuple):
 
 def _flags(values: Any) -> np.ndarray:
     return np.asarray(values, dtype=bool).reshape(-1)
-
-
-def _map_hidden(function: Callable[..., torch.Tensor], *hiddens: Hidden) -> Hidden:
-    """Apply ``function`` to a hidden state, part by part when it is a tuple."""
-    if isinstance(hiddens[0], tuple):
-        return tuple(function(*parts) for parts in zip(*hiddens))
-    return function(*hiddens)
 
 
 def _hidden_rows(hidden: Hidden) -> List[Hidden]:
@@ -382,7 +374,7 @@ class VecSampler:
         self.action_fn = action_fn
         self.custom_fn = custom_fn
         self.hidden_key = hidden_key
-        self.initial_hidden = None if initial_hidden is None else _map_hidden(torch.Tensor.detach, initial_hidden)
+        self.initial_hidden = None if initial_hidden is None else map_hidden(torch.Tensor.detach, initial_hidden)
         self.hidden_fn = hidden_fn
         self._store = getattr(framework, store_name)
         _array_space(self._envs.observation_space, "observation")
@@ -438,7 +430,7 @@ class VecSampler:
             seeds = [self.seed + index for index in range(self.size)]
         self._obs = self._to_tensor(self._envs.reset(seeds))
         if self.hidden_key is not None:
-            self._hidden = _map_hidden(lambda h: h.repeat(self.size, *([1] * (h.dim() - 1))), self.initial_hidden)
+            self._hidden = map_hidden(lambda h: h.repeat(self.size, *([1] * (h.dim() - 1))), self.initial_hidden)
         self._seeded = True
         self._started = True
         self._ready = np.ones(self.size, dtype=bool)
@@ -510,7 +502,7 @@ class VecSampler:
                 f"the new hidden state from {where} must have the shape of the given one "
                 f"{[list(p.shape) for p in given_parts]} (one row per acting environment), got {shapes}"
             )
-        return _map_hidden(torch.Tensor.detach, new)
+        return map_hidden(torch.Tensor.detach, new)
 
     # -- one step of every environment ------------------------------------------------
 
@@ -527,7 +519,7 @@ class VecSampler:
             if acting.size:
                 rows = torch.from_numpy(acting)
                 if given is not None:
-                    given = _map_hidden(lambda h: h[rows], given)
+                    given = map_hidden(lambda h: h[rows], given)
                 acted = self._choose_actions(self._obs[rows], acting.size, given)
                 actions[acting] = acted.actions
         result = self._envs.step(actions)
@@ -581,7 +573,7 @@ class VecSampler:
             updated[rows] = part
             return updated
 
-        self._hidden = _map_hidden(scatter, self._hidden, new)
+        self._hidden = map_hidden(scatter, self._hidden, new)
 
     def _finish(self, index: int, terminated: bool, truncated: bool) -> EpisodeInfo:
         if self._hidden is not None:  # the next episode starts from the initial hidden state
@@ -590,7 +582,7 @@ class VecSampler:
                 current[index] = initial[0]
                 return current
 
-            self._hidden = _map_hidden(restart, self._hidden, self.initial_hidden)
+            self._hidden = map_hidden(restart, self._hidden, self.initial_hidden)
         if self.store == "episode":
             self._store(self._episodes[index])
             self._episodes[index] = []

@@ -46,7 +46,8 @@ from gymnasium.vector import VectorEnv
 
 from ..env.wrappers.openai_gym import ParallelWrapperDummy, ParallelWrapperSubProc
 from ..utils.save_env import SaveEnv
-from .sampler import Hidden, VecSampler, check_hidden_options
+from .algorithms.utils import Hidden
+from .sampler import VecSampler, check_hidden_options
 
 __all__ = ["FAMILY_DEFAULTS", "FamilyDefaults", "Trainer", "TrainResult"]
 
@@ -142,7 +143,7 @@ class Trainer:
     """Train an algorithm on a gymnasium environment, evaluate it, log and checkpoint.
 
     Args:
-        framework: The algorithm (an instance of the DQN, DDPG, SAC or A2C families, or
+        framework: The algorithm (an instance of the DQN, DDPG, SAC, A2C or R2D1 families, or
             any object with the same methods when ``act_method``, ``eval_act_method`` and
             ``store`` are all given).
         env: A gymnasium environment or a function making one (called once); or a

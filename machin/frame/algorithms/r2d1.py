@@ -12,11 +12,10 @@ from torch import nn
 from ..buffers import Buffer, SequenceBatch, SequenceBuffer
 from ..transition import Transition
 from .dqn_per import DQNPer
-from .utils import safe_call
+from .utils import Hidden, map_hidden, safe_call
 
 __all__ = ["R2D1", "value_rescale", "inverse_value_rescale"]
 
-Hidden = Union[torch.Tensor, Tuple[torch.Tensor, ...]]
 
 
 def value_rescale(x: torch.Tensor, epsilon: float = 1e-3) -> torch.Tensor:
@@ -33,13 +32,6 @@ def inverse_value_rescale(x: torch.Tensor, epsilon: float = 1e-3) -> torch.Tenso
     """
     root = (torch.sqrt(1 + 4 * epsilon * (x.abs() + 1 + epsilon)) - 1) / (2 * epsilon)
     return torch.sign(x) * (root * root - 1)
-
-
-def _map_hidden(function: Callable[..., torch.Tensor], *hiddens: Hidden) -> Hidden:
-    """Apply ``function`` to a hidden state, or to each tensor of a tuple hidden state."""
-    if isinstance(hiddens[0], tuple):
-        return tuple(function(*parts) for parts in zip(*hiddens))
-    return function(*hiddens)
 
 
 class R2D1(DQNPer):
@@ -258,7 +250,7 @@ class R2D1(DQNPer):
         for k in range(length):
             with torch.set_grad_enabled(train and k >= self.burn_in and torch.is_grad_enabled()):
                 if train and k == self.burn_in and hidden is not None:
-                    hidden = _map_hidden(torch.Tensor.detach, hidden)
+                    hidden = map_hidden(torch.Tensor.detach, hidden)
                 q, new_hidden = self._step(network, {key: v[:, k] for key, v in batch.state.items()}, hidden)
                 hidden = new_hidden if all_observed[k] else self._keep_unobserved(batch.observed[:, k], new_hidden, hidden)
             outputs.append(q)
@@ -268,12 +260,12 @@ class R2D1(DQNPer):
     def _keep_unobserved(observed: torch.Tensor, new: Hidden, old: Optional[Hidden]) -> Hidden:
         """``new`` where a row has an observation, else ``old`` (``None`` standing for zeros)."""
         if old is None:
-            old = _map_hidden(torch.zeros_like, new)
+            old = map_hidden(torch.zeros_like, new)
 
         def keep(n: torch.Tensor, o: torch.Tensor) -> torch.Tensor:
             return torch.where(observed.to(n.device).view(-1, *[1] * (n.dim() - 1)), n, o.to(n.device))
 
-        return _map_hidden(keep, new, old)
+        return map_hidden(keep, new, old)
 
     def _online_values(self, batch: SequenceBatch) -> torch.Tensor:
         """The online network's Q values over the whole window of ``batch``, unrolled once per batch.

@@ -11,7 +11,7 @@ from __future__ import annotations
 import inspect
 import warnings
 import weakref
-from typing import Any, Dict, Iterable, Optional, Tuple
+from typing import Any, Callable, Dict, Iterable, Optional, Tuple, Union
 
 import torch
 from torch import nn
@@ -23,6 +23,8 @@ __all__ = [
     "assert_output_is_probs",
     "get_input_device",
     "as_column",
+    "Hidden",
+    "map_hidden",
 ]
 
 
@@ -265,3 +267,23 @@ def as_column(tensor: Any, size: int, what: str) -> torch.Tensor:
             f"{what} must hold one value per sample, shape [{size}] or [{size}, 1], got {shape}"
         )
     return tensor.view(size, 1)
+
+
+#: A recurrent hidden state: one tensor, or a tuple of tensors such as an LSTM's ``(h, c)``.
+Hidden = Union[torch.Tensor, Tuple[torch.Tensor, ...]]
+
+
+def map_hidden(function: Callable[..., torch.Tensor], *hiddens: Hidden) -> Hidden:
+    """Apply ``function`` to hidden states, part by part when they are tuples.
+
+    Args:
+        function: Takes one tensor from each of ``hiddens`` and returns a tensor.
+        *hiddens: Hidden states of one structure (all tensors, or all tuples of the
+            same length).
+
+    Returns:
+        ``function(*hiddens)``, or the tuple of ``function`` applied to each part.
+    """
+    if isinstance(hiddens[0], tuple):
+        return tuple(function(*parts) for parts in zip(*hiddens))
+    return function(*hiddens)
