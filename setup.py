@@ -15,18 +15,29 @@ setup(
     license="MIT",
     packages=find_packages(include=["machin", "machin.*"]),
     python_requires=">=3.9",
+    # The supported ranges. requirements.txt is the one set CI installs and tests in full;
+    # `.ci/run --lowest` runs the unit tests against the lower bounds below. torch is the
+    # exception: the only build installable on the CI machine is 2.13.0 (CPU), so torch's lower
+    # bound is untested: 2.1 is the oldest release machin's code is written against.
+    # No upper bounds: no release of these is known to break machin. When one does, cap it here
+    # with a comment naming the break.
     install_requires=[
         "torch>=2.1",
-        "numpy>=1.26",
-        "gymnasium>=1.0",
+        "numpy>=1.26",  # numpy 2 is supported as well; 1.26 is the first with Python 3.12 wheels
+        "gymnasium>=1.0",  # 1.0 changed the vector-env and wrapper APIs that machin.env follows
         "dill>=0.3.8",
         "tensorboardX>=2.6",
-        "moviepy>=2.0",
+        "moviepy>=2.0",  # 2.0 renamed the import path (`from moviepy import ...`)
         "pillow>=10.0",
         "matplotlib>=3.8",
         "psutil>=5.9",
         "tqdm>=4.66",
     ],
+    extras_require={
+        # what the bundled examples and tests use beyond the library itself
+        "examples": ["gymnasium[classic-control,box2d]>=1.0", "mpe2>=1.1", "pettingzoo>=1.24", "ale-py>=0.9"],
+        "test": ["pytest>=8.0", "pytest-timeout>=2.3", "pytest-xdist>=3.5"],
+    },
     classifiers=[
         "Programming Language :: Python :: 3",
         "License :: OSI Approved :: MIT License",

@@ -2,6 +2,8 @@
 
 import importlib
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -99,3 +101,18 @@ def test_readme_example_runs():
     exec(compile(code, "README.md", "exec"), namespace)
     assert isinstance(namespace["loss"], float)
     assert namespace["action"].shape == (1, 1)
+
+
+def test_readme_example_prints_no_warning_on_a_fresh_interpreter(tmp_path):
+    """A user who follows the README sees no warning: run its program verbatim in a new process."""
+    text = (ROOT / "README.md").read_text()
+    code = re.search(r"```python\n(.*?)```", text, re.S).group(1)
+    script = tmp_path / "readme_program.py"
+    script.write_text(code + "\nprint('done', loss)\n")
+    result = subprocess.run(
+        [sys.executable, "-W", "always", str(script)],
+        capture_output=True, text=True, timeout=120, cwd=tmp_path,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("done ")
+    assert "Warning" not in result.stderr, result.stderr

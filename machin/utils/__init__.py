@@ -1,6 +1,6 @@
 """Reading, writing and checking helpers shared by the whole library.
 
-Submodules: ``checker``, ``conf``, ``helper_classes``, ``learning_rate``,
+Submodules: ``checker``, ``compat``, ``conf``, ``helper_classes``, ``learning_rate``,
 ``logging``, ``media``, ``prepare``, ``save_env``, ``tensor_board`` and
 ``visualize``; ``seed`` (from ``seeding``) seeds every random generator. They are imported on first access (``machin.utils.conf``) or
 explicitly (``from machin.utils.conf import Config``), so importing
@@ -12,6 +12,7 @@ from typing import Any
 
 __all__ = [
     "checker",
+    "compat",
     "conf",
     "helper_classes",
     "learning_rate",

@@ -15,7 +15,6 @@ from tests.frame.algorithms.pg_nets import CategoricalActor, ValueCritic
 from tests.multiprocess import no_children_left  # noqa: F401
 
 pytestmark = [
-    pytest.mark.filterwarnings("ignore:.*does not declare an input device"),
     pytest.mark.usefixtures("no_children_left"),
 ]
 MULTIPROCESS = [pytest.mark.multiprocess, pytest.mark.timeout(60)]

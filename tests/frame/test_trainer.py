@@ -23,7 +23,7 @@ from tests.frame.algorithms.ddpg_nets import Actor, Critic
 from tests.frame.algorithms.dqn_nets import QNet
 from tests.frame.algorithms.pg_nets import CategoricalActor, ValueCritic
 
-pytestmark = pytest.mark.filterwarnings("ignore:.*does not declare an input device", "ignore:.*CartPole-v0")
+pytestmark = pytest.mark.filterwarnings("ignore:.*CartPole-v0")
 
 
 def make_dqn(cls=DQN, hidden=16, **kwargs):

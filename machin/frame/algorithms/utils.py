@@ -116,34 +116,53 @@ def get_input_device(model: nn.Module) -> Optional[torch.device]:
     """Return the device a module's inputs should be on.
 
     The ``input_device`` attribute of :class:`~machin.model.nets.NeuralNetworkModule`
-    and of the module wrappers is used when present; otherwise the device of the
-    first parameter or buffer is used (with a one-time warning per class), and
-    ``None`` is returned for a module without any.
+    and of the module wrappers is used when present. Otherwise the device is read from
+    the module's parameters and buffers, silently when they all live on one device.
+    When they are spread over several devices, the first parameter's device is used and
+    a warning (once per class) says how to declare the right one; a module with neither
+    parameters nor buffers gets ``None`` (inputs are not moved) and the same kind of
+    warning.
     """
     device = getattr(model, "input_device", None)
+    if device is None:  # a DDP / compile wrapper of a module that declares one
+        device = getattr(_unwrap(model), "input_device", None)
     if device is not None:
         return torch.device(device)
     # A parameter keeps its identity when the module moves (``.to()`` swaps its data),
     # so the first one is remembered and asked for its device on every call.
     tensor = _first_parameter.get(model)
-    if tensor is None:
-        tensor = next(iter(model.parameters()), None)
-        if tensor is None:
-            tensor = next(iter(model.buffers()), None)
-            if tensor is None:
-                return None
-        else:
-            _first_parameter[model] = tensor
-    cls = type(model)
-    if cls not in _warned_classes:
-        _warned_classes.add(cls)
-        warnings.warn(
-            f"{cls.__name__} does not declare an input device; using the device of its first "
-            f"parameter ({tensor.device}). Wrap it with machin.model.nets.static_module_wrapper "
-            f"or dynamic_module_wrapper, or subclass NeuralNetworkModule, to silence this.",
-            stacklevel=3,
+    if tensor is not None:
+        return tensor.device
+    tensors = [*model.parameters(), *model.buffers()]
+    if not tensors:
+        _warn_once(
+            type(model),
+            "has no parameters or buffers, so machin cannot tell which device its inputs "
+            "belong on and leaves them where they are",
         )
+        return None
+    tensor = tensors[0]
+    devices = {t.device for t in tensors}
+    if len(devices) > 1:
+        _warn_once(
+            type(model),
+            f"has parameters on several devices ({', '.join(sorted(map(str, devices)))}); "
+            f"its inputs go to the device of its first parameter ({tensor.device})",
+        )
+    _first_parameter[model] = tensor
     return tensor.device
+
+
+def _warn_once(cls: type, problem: str) -> None:
+    if cls in _warned_classes:
+        return
+    _warned_classes.add(cls)
+    warnings.warn(
+        f"{cls.__name__} {problem}. Declare its input device by wrapping it with "
+        f"machin.model.nets.static_module_wrapper or dynamic_module_wrapper, or by "
+        f"subclassing NeuralNetworkModule.",
+        stacklevel=4,
+    )
 
 
 def safe_call(model: nn.Module, *named_args: Optional[Dict[str, Any]], required_argument: Iterable[str] = ()):

@@ -30,8 +30,6 @@ from .ddpg_nets import (
     same,
 )
 
-pytestmark = pytest.mark.filterwarnings("ignore:.*does not declare an input device")
-
 
 def make_ddpg(actor=None, critic=None, criterion=None, **kwargs) -> DDPG:
     torch.manual_seed(0)

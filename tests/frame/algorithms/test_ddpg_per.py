@@ -16,8 +16,6 @@ from machin.frame.transition import Transition
 
 from .ddpg_nets import Actor, Critic, LinearActor, LinearCritic, fill, pendulum_nets, run_pendulum
 
-pytestmark = pytest.mark.filterwarnings("ignore:.*does not declare an input device")
-
 
 def make_per(criterion=None, **kwargs) -> DDPGPer:
     torch.manual_seed(0)

@@ -32,8 +32,6 @@ from .maddpg_nets import (
     spread_maddpg,
 )
 
-pytestmark = pytest.mark.filterwarnings("ignore:.*does not declare an input device")
-
 # Heterogeneous agents: different state and action sizes; critic i sees agents VISIBLE[i].
 STATE_DIMS, ACTION_DIMS = [3, 4, 5], [2, 1, 3]
 VISIBLE = [[0, 1], [1, 2], [2, 0]]

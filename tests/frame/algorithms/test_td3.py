@@ -26,8 +26,6 @@ from .ddpg_nets import (
     same,
 )
 
-pytestmark = pytest.mark.filterwarnings("ignore:.*does not declare an input device")
-
 STATE = {"state": torch.randn(5, STATE_DIM)}
 
 

@@ -69,13 +69,6 @@ class OnMeta(nn.Module):
         return self.fc(state)
 
 
-@pytest.fixture(autouse=True)
-def quiet_device_warning():
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=".*does not declare an input device")
-        yield
-
-
 # -- keyword matching (item 108) -----------------------------------------------------------
 def test_only_forward_arguments_are_passed():
     net = Recorder()
@@ -147,17 +140,50 @@ def test_missing_argument_message_with_no_dicts():
 
 
 # -- devices (items 109, 111) ------------------------------------------------------------
-def test_plain_module_warns_once_per_class_about_device_detection():
+def _device_warnings(*calls):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for model, args in calls:
+            safe_call(model, args)
+    return [str(w.message) for w in caught if "input device" in str(w.message)]
+
+
+def test_plain_module_on_one_device_is_called_silently():
     class Fresh(QNet):
         pass
 
+    assert _device_warnings((Fresh(), {"some_state": torch.ones(1, 3)})) == []
+    assert get_input_device(Fresh()) == torch.device("cpu")
+
+
+def test_module_on_several_devices_warns_once_per_class_and_says_what_to_do():
+    class Split(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(3, 2)
+            self.register_buffer("far", torch.zeros(1, device="meta"))
+
+        def forward(self, some_state):
+            return self.fc(some_state)
+
+    messages = _device_warnings(*[(Split(), {"some_state": torch.ones(1, 3)})] * 2)
+    assert len(messages) == 1
+    assert "Split has parameters on several devices (cpu, meta)" in messages[0]
+    assert "static_module_wrapper" in messages[0] and "Declare its input device" in messages[0]
+
+
+def test_module_without_parameters_warns_and_leaves_inputs_in_place():
+    class Empty(nn.Module):
+        def forward(self, some_state):
+            return some_state
+
+    x = torch.ones(1, 3)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        safe_call(Fresh(), {"some_state": torch.ones(1, 3)})
-        safe_call(Fresh(), {"some_state": torch.ones(1, 3)})
-    messages = [str(w.message) for w in caught if "input device" in str(w.message)]
-    assert len(messages) == 1
-    assert "Fresh does not declare an input device" in messages[0]
+        assert safe_call(Empty(), {"some_state": x}) is x
+        assert get_input_device(Empty()) is None
+    messages = [str(w.message) for w in caught]
+    assert len(messages) == 1 and "Empty has no parameters or buffers" in messages[0]
 
 
 def test_declared_input_device_gives_no_warning():
@@ -191,7 +217,8 @@ def test_get_input_device():
         def forward(self, x):
             return x
 
-    assert get_input_device(NoParameters()) is None
+    with pytest.warns(UserWarning, match="NoParameters has no parameters or buffers"):
+        assert get_input_device(NoParameters()) is None
 
     class OnlyBuffer(nn.Module):
         def __init__(self):
@@ -199,15 +226,6 @@ def test_get_input_device():
             self.register_buffer("b", torch.zeros(1, device="meta"))
 
     assert get_input_device(OnlyBuffer()).type == "meta"
-
-
-def test_module_without_parameters_is_called_as_is():
-    class Identity(nn.Module):
-        def forward(self, state):
-            return state
-
-    x = torch.ones(1)
-    assert safe_call(Identity(), {"state": x}) is x
 
 
 # -- wrapped and compiled modules --------------------------------------------------------
