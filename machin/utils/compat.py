@@ -10,10 +10,14 @@ naming what was ignored, so a misspelt keyword is still seen.
 
 import functools
 import inspect
+import os
+import sys
 import warnings
 from typing import Callable, TypeVar
 
-__all__ = ["ignores_extra_args", "ExtraArgumentsWarning"]
+__all__ = ["ignores_extra_args", "ExtraArgumentsWarning", "warn_caller"]
+
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 F = TypeVar("F", bound=Callable)
 
@@ -29,6 +33,12 @@ def ignores_extra_args(fn: F) -> F:
     its last positional parameter and keywords it does not name are dropped. Python's warning
     registry shows the :class:`ExtraArgumentsWarning` once per calling line. A call without
     extras costs one length check and one set comparison.
+
+    Args:
+        fn: A function or method without ``*args`` / ``**kwargs`` of its own.
+
+    Returns:
+        The wrapper, whose signature shows the 0.3.4 form ``(..., *_, **__)``.
     """
     sig = inspect.signature(fn)
     params = list(sig.parameters.values())
@@ -36,6 +46,7 @@ def ignores_extra_args(fn: F) -> F:
         raise TypeError(f"{fn.__qualname__} already takes *args or **kwargs")
     n_positional = sum(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) for p in params)
     names = frozenset(p.name for p in params if p.kind != p.POSITIONAL_ONLY)
+    is_method = bool(params) and params[0].name == "self"
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
@@ -49,8 +60,10 @@ def ignores_extra_args(fn: F) -> F:
         if extra_keys:
             ignored.append("keyword argument(s) " + ", ".join(repr(k) for k in extra_keys))
             kwargs = {k: v for k, v in kwargs.items() if k in names}
+        # name the class of the instance (a subclass inheriting the method), not the definer
+        owner = f"{type(args[0]).__name__}.{fn.__name__}" if is_method and args else fn.__qualname__
         warnings.warn(
-            f"{fn.__qualname__}() does not use {' and '.join(ignored)}; ignored "
+            f"{owner}() does not use {' and '.join(ignored)}; ignored "
             f"(Machin 0.3.4 accepted and dropped them too).",
             ExtraArgumentsWarning,
             stacklevel=2,
@@ -68,3 +81,16 @@ def ignores_extra_args(fn: F) -> F:
     )
     wrapper.__machin_ignores_extra_args__ = True
     return wrapper
+
+
+def warn_caller(message: str, category: type = UserWarning) -> None:
+    """Warn with the location of the first caller outside machin (the user's line).
+
+    Args:
+        message: The warning text.
+        category: The warning class.
+    """
+    frame, level = sys._getframe(1), 1
+    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(_PACKAGE_DIR + os.sep):
+        frame, level = frame.f_back, level + 1
+    warnings.warn(message, category, stacklevel=level)

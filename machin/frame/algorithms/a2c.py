@@ -20,6 +20,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 import torch
 from torch import nn
 
+from ...utils.compat import ignores_extra_args
 from ..buffers import Buffer
 from ..buffers.buffer import DEFAULT_REQUIRED_ATTRS
 from ..transition import Transition, TransitionBase
@@ -222,6 +223,7 @@ class A2C(TorchFramework):
     # the policy as it was before the update (PPO's ratio, TRPO's KL).
     _needs_old_log_prob = False
 
+    @ignores_extra_args
     def __init__(
         self,
         actor: nn.Module,
@@ -286,6 +288,7 @@ class A2C(TorchFramework):
         return self._make_optimizer(optimizer, self.actor, learning_rate)
 
     # -- acting -----------------------------------------------------------------------
+    @ignores_extra_args
     def act(self, state: Dict[str, Any]) -> Any:
         """Sample an action: the actor's output ``(action, log_prob, entropy, *extras)`` as is.
 
@@ -478,6 +481,7 @@ class A2C(TorchFramework):
         with torch.no_grad():
             return self._critic_loss(batch).item()
 
+    @ignores_extra_args
     def update(self, update_value: bool = True, update_policy: bool = True,
                concatenate_samples: bool = True) -> Optional[Tuple[float, float]]:
         """Train on the stored samples, then clear the buffer.

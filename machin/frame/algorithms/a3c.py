@@ -16,6 +16,7 @@ import torch
 from torch import nn
 
 from ...parallel.server import PushPullGradServer
+from ...utils.compat import ignores_extra_args
 from ..buffers import Buffer
 from .a2c import A2C
 
@@ -87,6 +88,7 @@ class A3C(A2C):
         ValueError: When ``grad_server`` is not a pair of accessors or an option is out of range.
     """
 
+    @ignores_extra_args
     def __init__(
         self,
         actor: nn.Module,
@@ -143,6 +145,7 @@ class A3C(A2C):
         self.grad_server[0].pull(self.actor)
         self.grad_server[1].pull(self.critic)
 
+    @ignores_extra_args
     def act(self, state: Dict[str, Any]) -> Any:
         """Sample an action (pulling the newest actor first when syncing).
 

@@ -22,6 +22,7 @@ from torch import nn
 
 from ...parallel.distributed.rpc_group import RpcGroup
 from ...parallel.server import PushPullModelServer
+from ...utils.compat import ignores_extra_args, warn_caller
 from ..buffers.prioritized_buffer_d import DistributedPrioritizedBuffer
 from .ddpg_per import DDPGPer
 from .dqn_per import DQNPer
@@ -29,12 +30,18 @@ from .dqn_per import DQNPer
 __all__ = ["ApexMixin", "DQNApex", "DDPGApex"]
 
 
-def _single_server(model_server: Any, owner: str) -> PushPullModelServer:
-    """The one accessor of a 1-tuple ``model_server``."""
-    if not isinstance(model_server, Sequence) or len(model_server) != 1:
+def _first_server(model_server: Any, owner: str) -> PushPullModelServer:
+    """The accessor of the shared network: the first element of ``model_server``.
+
+    As in Machin 0.3.4, further elements are ignored, so the tuple that
+    ``model_server_helper(model_num=2)`` returns can be passed as it is.
+    """
+    if isinstance(model_server, PushPullModelServer):
+        return model_server
+    if not isinstance(model_server, Sequence) or len(model_server) < 1:
         raise ValueError(
-            f"model_server of {owner} must be a 1-tuple holding a PushPullModelServer accessor, "
-            f"got {model_server!r}"
+            f"model_server of {owner} must be a tuple whose first element is a PushPullModelServer "
+            f"accessor (e.g. what model_server_helper returns), got {model_server!r}"
         )
     return model_server[0]
 
@@ -52,15 +59,15 @@ class ApexMixin:
         return DistributedPrioritizedBuffer(type(self).__name__.lower() + "_buffer", apex_group, replay_size)
 
     def _init_apex(self, apex_group: RpcGroup, model_server: Any, replay_device: Any) -> None:
-        # Distributed buffers keep their transitions on the CPU (they travel over RPC):
-        # the argument exists only so that code written for the manual keeps working.
+        # Distributed buffers keep their transitions on the CPU (they travel over RPC);
+        # Machin 0.3.4 ignored replay_device here as well.
         if str(replay_device) != "cpu":
-            raise ValueError(
-                f"{type(self).__name__}: replay_device must be 'cpu' (distributed buffers always "
-                f"store on the CPU), got {replay_device!r}"
+            warn_caller(
+                f"{type(self).__name__} ignores replay_device={str(replay_device)!r}: its distributed "
+                f"buffer always stores transitions on the CPU (as in Machin 0.3.4)."
             )
         self.apex_group = apex_group
-        self.model_server = (_single_server(model_server, type(self).__name__),)
+        self.model_server = (_first_server(model_server, type(self).__name__),)
         self.is_syncing = True
 
     def set_sync(self, is_syncing: bool) -> None:
@@ -107,7 +114,8 @@ class DQNApex(ApexMixin, DQNPer):
         optimizer: Optimizer class.
         criterion: Per-sample loss.
         apex_group: RPC group of every sampler and learner.
-        model_server: 1-tuple with the :class:`PushPullModelServer` accessor of ``qnet``.
+        model_server: Tuple whose first element is the :class:`PushPullModelServer`
+            accessor of ``qnet`` (further elements are ignored).
         lr_scheduler: See :class:`~machin.frame.algorithms.dqn.DQN`.
         lr_scheduler_args: See :class:`~machin.frame.algorithms.dqn.DQN`.
         lr_scheduler_kwargs: See :class:`~machin.frame.algorithms.dqn.DQN`.
@@ -119,21 +127,21 @@ class DQNApex(ApexMixin, DQNPer):
         discount: Discount factor.
         gradient_max: Maximum gradient norm.
         replay_size: Capacity of this process's part of the buffer.
-        replay_device: Accepted for compatibility; only ``"cpu"`` is valid, as the
-            distributed buffer always stores its transitions on the CPU.
+        replay_device: Ignored (with a warning unless ``"cpu"``): the distributed buffer
+            always stores its transitions on the CPU.
         mode: See :class:`~machin.frame.algorithms.dqn.DQN`.
         n_step: See :class:`~machin.frame.algorithms.dqn.DQN`.
         visualize: Draw the loss graph on the first update.
         visualize_dir: Where to write the drawing.
 
     Raises:
-        ValueError: When ``model_server`` is not a 1-tuple, the process is not a
-            member of ``apex_group``, ``replay_device`` is not ``"cpu"``, or an option is
-            out of range.
+        ValueError: When ``model_server`` holds no accessor, the process is not a
+            member of ``apex_group``, or an option is out of range.
     """
 
     _shared_network = "qnet"
 
+    @ignores_extra_args
     def __init__(
         self,
         qnet: nn.Module,
@@ -144,8 +152,8 @@ class DQNApex(ApexMixin, DQNPer):
         model_server: Tuple[PushPullModelServer],
         *,
         lr_scheduler: Optional[Callable] = None,
-        lr_scheduler_args: Optional[tuple] = None,
-        lr_scheduler_kwargs: Optional[tuple] = None,
+        lr_scheduler_args: tuple = (),
+        lr_scheduler_kwargs: tuple = (),
         batch_size: int = 100,
         epsilon_decay: float = 0.9999,
         update_rate: Optional[float] = 0.005,
@@ -185,6 +193,7 @@ class DQNApex(ApexMixin, DQNPer):
         self._maybe_sync()
         return super().criticize(state, use_target)
 
+    @ignores_extra_args
     def update(self, update_value: bool = True, update_target: bool = True,
                concatenate_samples: bool = True) -> Optional[float]:
         """One DQNPer update on a batch sampled across the group, then push ``qnet``.
@@ -223,7 +232,8 @@ class DDPGApex(ApexMixin, DDPGPer):
         optimizer: Optimizer class.
         criterion: Per-sample loss, e.g. ``nn.MSELoss(reduction="none")``.
         apex_group: RPC group of every sampler and learner.
-        model_server: 1-tuple with the :class:`PushPullModelServer` accessor of the actor.
+        model_server: Tuple whose first element is the :class:`PushPullModelServer`
+            accessor of the actor (further elements are ignored).
         lr_scheduler: See :class:`~machin.frame.algorithms.ddpg.DDPG`.
         lr_scheduler_args: See :class:`~machin.frame.algorithms.ddpg.DDPG`.
         lr_scheduler_kwargs: See :class:`~machin.frame.algorithms.ddpg.DDPG`.
@@ -233,19 +243,19 @@ class DDPGApex(ApexMixin, DDPGPer):
         discount: Discount factor.
         gradient_max: Maximum gradient norm.
         replay_size: Capacity of this process's part of the buffer.
-        replay_device: Accepted for compatibility; only ``"cpu"`` is valid, as the
-            distributed buffer always stores its transitions on the CPU.
+        replay_device: Ignored (with a warning unless ``"cpu"``): the distributed buffer
+            always stores its transitions on the CPU.
         visualize: Draw the loss graphs on the first update.
         visualize_dir: Where to write the drawings.
 
     Raises:
-        ValueError: When ``model_server`` is not a 1-tuple, the process is not a
-            member of ``apex_group``, ``replay_device`` is not ``"cpu"``, or an option is
-            out of range.
+        ValueError: When ``model_server`` holds no accessor, the process is not a
+            member of ``apex_group``, or an option is out of range.
     """
 
     _shared_network = "actor"
 
+    @ignores_extra_args
     def __init__(
         self,
         actor: nn.Module,
@@ -258,8 +268,8 @@ class DDPGApex(ApexMixin, DDPGPer):
         model_server: Tuple[PushPullModelServer],
         *,
         lr_scheduler: Optional[Callable] = None,
-        lr_scheduler_args: Optional[Sequence[Sequence]] = None,
-        lr_scheduler_kwargs: Optional[Sequence[Dict[str, Any]]] = None,
+        lr_scheduler_args: Sequence[Sequence] = (),
+        lr_scheduler_kwargs: Sequence[Dict[str, Any]] = (),
         batch_size: int = 100,
         update_rate: float = 0.005,
         learning_rate: float = 0.001,
@@ -296,6 +306,7 @@ class DDPGApex(ApexMixin, DDPGPer):
         self._maybe_sync()
         return super().criticize(state, action, use_target)
 
+    @ignores_extra_args
     def update(self, update_value: bool = True, update_policy: bool = True, update_target: bool = True,
                concatenate_samples: bool = True) -> Optional[Tuple[float, float]]:
         """One DDPGPer update on a batch sampled across the group, then push the actor.

@@ -10,6 +10,7 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tupl
 import torch
 from torch import nn
 
+from ...utils.compat import warn_caller
 from ...utils.logging import default_logger
 from ..buffers import Buffer
 
@@ -182,13 +183,18 @@ class TorchFramework:
             model.share_memory()
 
     # -- checkpoints ----------------------------------------------------------------
+    #: Names a network had in Machin 0.3.4 -> its attribute now (accepted in ``network_map``).
+    _restorable_aliases: Dict[str, str] = {}
+
     def _file_names(self, network_map: Optional[Dict[str, str]]) -> Dict[str, str]:
-        network_map = dict(network_map or {})
+        """``{attribute: file name}`` of every restorable network."""
+        network_map = {self._restorable_aliases.get(k, k): v for k, v in (network_map or {}).items()}
         unknown = sorted(set(network_map) - set(self._is_restorable))
         if unknown:
-            raise ValueError(
-                f"network_map names {unknown}, which {type(self).__name__} does not save; "
-                f"the restorable networks are {self._is_restorable}"
+            # Machin 0.3.4 skipped such names; skip them too, but say so (a typo would lose a network).
+            warn_caller(
+                f"network_map names {unknown}, which {type(self).__name__} does not save; they are "
+                f"ignored. The restorable networks are {self._is_restorable}."
             )
         return {name: network_map.get(name, name) for name in self._is_restorable}
 
@@ -209,7 +215,8 @@ class TorchFramework:
             prep_save_state_dict(os.path.join(model_dir, f"{file_name}_{version}.pt"),
                                  getattr(self, attr).state_dict())
 
-    def load(self, model_dir: str, network_map: Optional[Dict[str, str]] = None, version: int = -1) -> None:
+    def load(self, model_dir: str, network_map: Optional[Dict[str, str]] = None, version: int = -1,
+             *, trusted: bool = False) -> None:
         """Load the restorable networks from ``model_dir`` into the existing network objects.
 
         Args:
@@ -217,6 +224,10 @@ class TorchFramework:
             network_map: Maps a network attribute name to its file name.
             version: Version to load; ``-1`` (or a version some network lacks) loads the
                 newest version that every network has.
+            trusted: Also read files that hold whole pickled modules, as Machin 0.3.4 wrote
+                them. Unpickling such a file **can run arbitrary code**: pass ``True`` only
+                for files you made yourself or otherwise trust. By default files are read
+                with ``weights_only=True`` and must hold state dicts.
 
         Raises:
             RuntimeError: When the directory is missing or no version is common to all networks.
@@ -226,7 +237,7 @@ class TorchFramework:
         names = self._file_names(network_map)
         model_map = {file_name: getattr(self, attr) for attr, file_name in names.items()}
         prep_load_model(model_dir, model_map, version=None if version == -1 else version,
-                        logger=default_logger)
+                        logger=default_logger, **({"trusted": True} if trusted else {}))  # TEMP until prepare has it
         self._post_load()
 
     def _post_load(self) -> None:

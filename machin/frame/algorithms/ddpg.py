@@ -16,6 +16,7 @@ from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tu
 import torch
 from torch import nn
 
+from ...utils.compat import ignores_extra_args
 from ..buffers import Buffer
 from ..noise.action_space_noise import (
     add_clipped_normal_noise_to_action,
@@ -55,7 +56,7 @@ def resolve_noise_mode(mode: str, noise_param: Any) -> Tuple[Callable[..., torch
     """
     add_noise = NOISE_MODES.get(mode)
     if add_noise is None:
-        raise ValueError(f"mode must be one of {list(NOISE_MODES)}, got {mode!r}")
+        raise ValueError(f"Unknown noise type: {mode!r}; mode must be one of {list(NOISE_MODES)}")
     if noise_param is _DEFAULT_NOISE_PARAM:
         noise_param = _NOISE_DEFAULTS.get(mode, noise_param)
     return add_noise, noise_param
@@ -133,6 +134,7 @@ class DDPG(ReplayMixin, TorchFramework):
     _is_top = ["actor", "critic", "actor_target", "critic_target"]
     _is_restorable = ["actor_target", "critic_target"]
 
+    @ignores_extra_args
     def __init__(
         self,
         actor: nn.Module,
@@ -195,6 +197,7 @@ class DDPG(ReplayMixin, TorchFramework):
         with torch.no_grad():
             return safe_call(self.actor_target if use_target else self.actor, state)
 
+    @ignores_extra_args
     def act(self, state: Dict[str, Any], use_target: bool = False) -> Any:
         """Return the actor's output for ``state`` unchanged (a tuple if it returns several values).
 
@@ -204,6 +207,7 @@ class DDPG(ReplayMixin, TorchFramework):
         """
         return self._actor_output(state, use_target)
 
+    @ignores_extra_args
     def act_with_noise(self, state: Dict[str, Any], noise_param: Any = _DEFAULT_NOISE_PARAM,
                        ratio: float = 1.0, mode: str = "uniform", use_target: bool = False) -> Any:
         """Return the actor's action plus exploration noise, then the actor's extra outputs.
@@ -239,6 +243,7 @@ class DDPG(ReplayMixin, TorchFramework):
         assert_output_is_probs(probs)
         return probs, extras
 
+    @ignores_extra_args
     def act_discrete(self, state: Dict[str, Any], use_target: bool = False) -> Any:
         """Most probable action for an actor that outputs action probabilities.
 
@@ -256,6 +261,7 @@ class DDPG(ReplayMixin, TorchFramework):
         probs, extras = self._probabilities(state, use_target)
         return pack_result((probs.argmax(dim=1, keepdim=True), probs), extras)
 
+    @ignores_extra_args
     def act_discrete_with_noise(self, state: Dict[str, Any], use_target: bool = False) -> Any:
         """Like :meth:`act_discrete`, but the action is sampled from the probabilities.
 
@@ -349,6 +355,7 @@ class DDPG(ReplayMixin, TorchFramework):
         for online, target in self._online_target_pairs():
             soft_update(target, online, self.update_rate)
 
+    @ignores_extra_args
     def update(self, update_value: bool = True, update_policy: bool = True, update_target: bool = True,
                concatenate_samples: bool = True) -> Optional[Tuple[float, float]]:
         """Sample a batch and take one training step.

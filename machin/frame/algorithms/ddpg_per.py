@@ -8,6 +8,7 @@ from typing import Any, Callable, Dict, Optional, Sequence, Union
 import torch
 from torch import nn
 
+from ...utils.compat import ignores_extra_args
 from ..buffers import Buffer, PrioritizedBuffer
 from .ddpg import DDPG
 from .replay import PrioritizedReplayMixin
@@ -24,15 +25,17 @@ class DDPGPer(PrioritizedReplayMixin, DDPG):
     be one too. After each critic loss the priorities of the sampled transitions are
     set to their ``|target - Q|``.
 
-    The ``criterion`` must return one loss per sample (shape ``[B, 1]`` or ``[B]``),
-    e.g. ``nn.MSELoss(reduction="none")``, because every sample's loss is multiplied by
-    its importance-sampling weight before averaging; a reducing criterion raises a
-    ``ValueError`` on the first update. The actor loss is not weighted.
+    The ``criterion`` must be a loss module with a ``reduction`` attribute (e.g.
+    ``nn.MSELoss()``): every sample's loss is multiplied by its importance-sampling
+    weight before averaging, so a ``reduction`` other than ``"none"`` is switched to
+    ``"none"`` with a warning, and a criterion without one raises ``RuntimeError``
+    (both as in Machin 0.3.4). The actor loss is not weighted.
 
     Raises:
         TypeError: When ``replay_buffer`` is not a ``PrioritizedBuffer``.
     """
 
+    @ignores_extra_args
     def __init__(
         self,
         actor: nn.Module,

@@ -8,6 +8,7 @@ from typing import Any, Callable, Dict, Optional, Union
 import torch
 from torch import nn
 
+from ...utils.compat import ignores_extra_args, warn_caller
 from ..buffers import Buffer
 from .base import TorchFramework, pack_result, split_output
 from .replay import REQUIRED_ATTRS, ReplayMixin, SampledBatch
@@ -56,7 +57,10 @@ class DQN(ReplayMixin, TorchFramework):
     _is_top = ["qnet", "qnet_target"]
     _is_restorable = ["qnet_target"]
     _modes = ("vanilla", "fixed_target", "double")
+    #: The mode Machin 0.3.4's class always used whatever ``mode`` said (None: it honoured ``mode``).
+    _mode_034: Optional[str] = None
 
+    @ignores_extra_args
     def __init__(
         self,
         qnet: nn.Module,
@@ -84,7 +88,12 @@ class DQN(ReplayMixin, TorchFramework):
     ):
         super().__init__(visualize=visualize, visualize_dir=visualize_dir)
         if mode not in self._modes:
-            raise ValueError(f"Unknown DQN mode {mode!r}: choose one of {self._modes}")
+            raise ValueError(f"Unknown DQN mode: {mode!r}; choose one of {self._modes}")
+        if self._mode_034 is not None and mode != self._mode_034:
+            warn_caller(
+                f"{type(self).__name__} trains in mode={mode!r} as asked; note that Machin 0.3.4's "
+                f"{type(self).__name__} ignored `mode` and always trained in {self._mode_034!r} mode."
+            )
         if (update_rate is None) == (update_steps is None):
             raise ValueError(
                 f"give exactly one of update_rate (soft updates) and update_steps (hard copies), "
@@ -139,6 +148,7 @@ class DQN(ReplayMixin, TorchFramework):
             output, extras = split_output(safe_call(self._q_network(use_target), state))
         return output, extras
 
+    @ignores_extra_args
     def act_discrete(self, state: Dict[str, Any], use_target: bool = False):
         """Greedy action ``[B, 1]`` for ``state``, followed by any extra outputs of the Q network.
 
@@ -149,6 +159,7 @@ class DQN(ReplayMixin, TorchFramework):
         output, extras = self._act(state, use_target)
         return pack_result(self._greedy_action(output), extras)
 
+    @ignores_extra_args
     def act_discrete_with_noise(self, state: Dict[str, Any], use_target: bool = False, decay_epsilon: bool = True):
         """Epsilon-greedy action ``[B, 1]``, followed by any extra outputs of the Q network.
 
@@ -222,6 +233,7 @@ class DQN(ReplayMixin, TorchFramework):
         elif self._update_counter % self.update_steps == 0:
             hard_update(self.qnet_target, self.qnet)
 
+    @ignores_extra_args
     def update(self, update_value: bool = True, update_target: bool = True,
                concatenate_samples: bool = True) -> Optional[float]:
         """Sample a batch, take one optimizer step on the TD loss and update the target.

@@ -13,8 +13,14 @@ class DQNPer(PrioritizedReplayMixin, DQN):
 
     Takes the arguments of :class:`~machin.frame.algorithms.dqn.DQN`; its default
     replay buffer is a :class:`~machin.frame.buffers.PrioritizedBuffer`. The
-    criterion must return one loss per sample (shape ``[B, 1]`` or ``[B]``), e.g.
-    ``nn.MSELoss(reduction="none")``, because each sample's loss is multiplied by
-    its importance-sampling weight before averaging; a reducing criterion is refused
-    with a ``ValueError`` on the first update.
+    criterion must be a loss module with a ``reduction`` attribute (e.g.
+    ``nn.MSELoss()``): each sample's loss is multiplied by its importance-sampling
+    weight before averaging, so a ``reduction`` other than ``"none"`` is switched to
+    ``"none"`` with a warning, and a criterion without one raises ``RuntimeError``
+    (both as in Machin 0.3.4).
+
+    ``mode`` defaults to ``"double"``; another mode is honoured, with a warning that
+    Machin 0.3.4's DQNPer ignored ``mode`` and always trained in double mode.
     """
+
+    _mode_034 = "double"

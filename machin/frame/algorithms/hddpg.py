@@ -8,6 +8,7 @@ from typing import Any, Callable, Dict, Optional, Sequence, Union
 import torch
 from torch import nn
 
+from ...utils.compat import ignores_extra_args
 from ..buffers import Buffer
 from .ddpg import DDPG
 from .dqn import SampledBatch
@@ -37,6 +38,7 @@ class HDDPG(DDPG):
         ValueError: When a rate is negative.
     """
 
+    @ignores_extra_args
     def __init__(
         self,
         actor: nn.Module,

@@ -19,6 +19,7 @@ from torch import nn
 
 from ...parallel.distributed.rpc_group import RpcGroup
 from ...parallel.server import PushPullModelServer
+from ...utils.compat import ignores_extra_args
 from ..buffers.buffer_d import DistributedBuffer
 from ..transition import Transition, TransitionBase
 from .a2c import A2C, PolicyBatch, as_column, split_actor_output
@@ -254,6 +255,7 @@ class IMPALA(A2C):
             1-tuple, or an option is out of range.
     """
 
+    @ignores_extra_args
     def __init__(
         self,
         actor: nn.Module,
@@ -264,8 +266,8 @@ class IMPALA(A2C):
         model_server: Tuple[PushPullModelServer],
         *,
         lr_scheduler: Optional[Callable] = None,
-        lr_scheduler_args: Optional[Tuple[Tuple, ...]] = None,
-        lr_scheduler_kwargs: Optional[Tuple[Dict, ...]] = None,
+        lr_scheduler_args: Tuple[Tuple, ...] = (),
+        lr_scheduler_kwargs: Tuple[Dict, ...] = (),
         batch_size: int = 5,
         learning_rate: float = 0.001,
         isw_clip_c: float = 1.0,
@@ -318,6 +320,7 @@ class IMPALA(A2C):
         """Load the newest actor from the model server (``False`` when none was pushed yet)."""
         return self.model_server[0].pull(self.actor)
 
+    @ignores_extra_args
     def act(self, state: Dict[str, Any]) -> Any:
         """The actor's output ``(action, log_prob, ...)`` (pulling the newest actor first when syncing).
 
@@ -379,6 +382,7 @@ class IMPALA(A2C):
             torch.cat([b.target_value for b in batches]), torch.cat([b.advantage for b in batches]),
         )
 
+    @ignores_extra_args
     def update(self, update_value: bool = True, update_policy: bool = True) -> Optional[Tuple[float, float]]:
         """Sample ``batch_size`` episodes across the group, take one actor and one critic step, push the actor.
 

@@ -24,6 +24,7 @@ import copy
 import importlib
 import math
 import os
+import re
 from collections.abc import Mapping
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
@@ -31,6 +32,7 @@ import torch
 from torch import nn
 
 from ...parallel.pool import CtxPool, ThreadPool
+from ...utils.compat import ignores_extra_args
 from ..buffers import Buffer, PrioritizedBuffer
 from ..buffers.buffer import DEFAULT_REQUIRED_ATTRS
 from ..noise.generator import OrnsteinUhlenbeckNoiseGen
@@ -81,6 +83,24 @@ class SHMBuffer(Buffer):
             if column.tensor is not None and not column.tensor.is_shared():
                 column.tensor.share_memory_()
         return positions
+
+
+#: 0.3.4's file name and child-name pattern of each restorable attribute.
+_OLD_LAYOUT = {
+    "actor_targets": ("all_actor_target", re.compile(r"^actor_(\d+)_(\d+)\.")),
+    "critic_targets": ("all_critic_target", re.compile(r"^critic_(\d+)()\.")),
+}
+
+
+def _versions(model_dir: str, name: str) -> set:
+    """Versions ``v`` of the files ``<model_dir>/<name>_<v>.pt``."""
+    pattern = re.compile(re.escape(name) + r"_(\d+)\.pt$")
+    try:
+        files = os.listdir(model_dir)
+    except OSError:
+        return set()
+    return {int(m.group(1)) for m in map(pattern.match, files) if m}
+
 
 
 class MADDPG(TorchFramework):
@@ -159,7 +179,9 @@ class MADDPG(TorchFramework):
 
     _is_top = ["actors", "actor_targets", "critics", "critic_targets"]
     _is_restorable = ["actor_targets", "critic_targets"]
+    _restorable_aliases = {old: new for new, (old, _) in _OLD_LAYOUT.items()}
 
+    @ignores_extra_args
     def __init__(
         self,
         actors: Sequence[nn.Module],
@@ -333,6 +355,7 @@ class MADDPG(TorchFramework):
             return ensemble[0]
         return ensemble[int(torch.randint(len(ensemble), ()))]
 
+    @ignores_extra_args
     def act(self, states: Sequence[Dict[str, Any]], use_target: bool = False) -> List[Any]:
         """Return every agent's actor output for its state, from a random sub-policy.
 
@@ -348,6 +371,7 @@ class MADDPG(TorchFramework):
         """
         return self._actor_outputs(states, use_target)
 
+    @ignores_extra_args
     def act_with_noise(self, states: Sequence[Dict[str, Any]], noise_param: Any = _DEFAULT_NOISE_PARAM,
                        ratio: float = 1.0, mode: str = "uniform", use_target: bool = False) -> List[Any]:
         """Return every agent's action plus exploration noise, from a random sub-policy.
@@ -528,7 +552,8 @@ class MADDPG(TorchFramework):
         return MADDPG._concat(actions, "action")
 
     action_transform_function = staticmethod(DDPG.action_transform_function)
-    reward_function = staticmethod(DDPG.reward_function)
+    # 0.3.4's MADDPG.reward_function ended in ``*_``; DDPG's takes ``others`` as its fifth argument.
+    reward_function = staticmethod(ignores_extra_args(DDPG.reward_function))
 
     # -- update steps -----------------------------------------------------------------------
     _make_batch = staticmethod(DQN._make_batch)
@@ -718,6 +743,45 @@ class MADDPG(TorchFramework):
         state = self.__dict__.copy()
         state["_pool"] = None  # a pool cannot be copied; a copy starts its own when it needs one
         return state
+
+    def load(self, model_dir: str, network_map: Optional[Dict[str, str]] = None, version: int = -1,
+             *, trusted: bool = False) -> None:
+        """Load the target networks (then copied into the online ones); see :meth:`TorchFramework.load`.
+
+        A directory written by Machin 0.3.4 (``all_actor_target_<v>.pt`` and
+        ``all_critic_target_<v>.pt``, whole pickled modules whose children are named
+        ``actor_<agent>_<policy>`` and ``critic_<agent>``) is recognised when it holds no file
+        of the current names; reading it needs ``trusted=True``.
+        """
+        names = self._file_names(network_map)
+        if not any(_versions(model_dir, name) for name in names.values()):
+            old_names = {attr: _OLD_LAYOUT[attr][0] if name == attr else name for attr, name in names.items()}
+            common = set.intersection(*(_versions(model_dir, name) for name in old_names.values()))
+            if common:
+                self._load_034(model_dir, old_names, version if version in common else max(common), trusted)
+                self._post_load()
+                return
+        super().load(model_dir, network_map, version, trusted=trusted)
+
+    def _load_034(self, model_dir: str, old_names: Dict[str, str], version: int, trusted: bool) -> None:
+        """Read 0.3.4's ``all_*_target`` files, renaming their keys to this layout."""
+        for attr, name in old_names.items():
+            path = os.path.join(model_dir, f"{name}_{version}.pt")
+            try:
+                loaded = torch.load(path, map_location="cpu", weights_only=not trusted)
+            except Exception as e:  # the unpickler's error type depends on the content
+                if trusted:
+                    raise
+                raise RuntimeError(
+                    f"{path} looks like a Machin 0.3.4 checkpoint (a whole pickled module), which is "
+                    f"not read by default because unpickling it can run code. If you trust the file, "
+                    f"load it with load(..., trusted=True)."
+                ) from e
+            state = loaded.state_dict() if isinstance(loaded, nn.Module) else loaded
+            pattern = _OLD_LAYOUT[attr][1]
+            renamed = {pattern.sub(lambda m: ".".join(g for g in m.groups() if g) + ".", key): value
+                       for key, value in state.items()}
+            getattr(self, attr).load_state_dict(renamed)
 
     def _post_load(self) -> None:
         for online, target in self._online_target_pairs():

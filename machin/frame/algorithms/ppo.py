@@ -8,6 +8,7 @@ from typing import Callable, Dict, Optional, Tuple, Union
 import torch
 from torch import nn
 
+from ...utils.compat import ignores_extra_args
 from ..buffers import Buffer
 from .a2c import A2C
 
@@ -34,6 +35,7 @@ class PPO(A2C):
 
     _needs_old_log_prob = True
 
+    @ignores_extra_args
     def __init__(
         self,
         actor: nn.Module,
@@ -42,8 +44,8 @@ class PPO(A2C):
         criterion: Callable,
         *,
         lr_scheduler: Optional[Callable] = None,
-        lr_scheduler_args: Optional[Tuple[Tuple, ...]] = None,
-        lr_scheduler_kwargs: Optional[Tuple[Dict, ...]] = None,
+        lr_scheduler_args: Tuple[Tuple, ...] = (),
+        lr_scheduler_kwargs: Tuple[Dict, ...] = (),
         batch_size: int = 100,
         actor_update_times: int = 5,
         critic_update_times: int = 10,

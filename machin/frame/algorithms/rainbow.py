@@ -8,6 +8,7 @@ from typing import Any, Callable, Dict, List, Optional, Union
 import torch
 from torch import nn
 
+from ...utils.compat import ignores_extra_args
 from ..buffers import Buffer
 from ..transition import Transition, TransitionBase
 from .dqn_per import DQNPer
@@ -49,6 +50,7 @@ class RAINBOW(DQNPer):
             criterion: the loss is the cross-entropy between distributions).
     """
 
+    @ignores_extra_args
     def __init__(
         self,
         qnet: nn.Module,

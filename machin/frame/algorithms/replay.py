@@ -10,11 +10,12 @@ priority updates, for DQNPer and DDPGPer.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Union
+from typing import Any, Callable, Dict, List, Optional, Union
 
 import numpy as np
 import torch
 
+from ...utils.compat import warn_caller
 from ..buffers import Buffer, PrioritizedBuffer
 from ..transition import Transition
 from .returns import n_step_episode
@@ -117,7 +118,7 @@ class ReplayMixin:
     # -- Bellman pieces ---------------------------------------------------------------
     @staticmethod
     def reward_function(reward: torch.Tensor, discount: Union[float, torch.Tensor], next_value: torch.Tensor,
-                        terminal: torch.Tensor, others: Dict[str, Any]) -> torch.Tensor:
+                        terminal: torch.Tensor, others: Optional[Dict[str, Any]] = None) -> torch.Tensor:
         """Bellman target ``reward + discount * (1 - terminal) * next_value`` (terminal as 0/1 floats).
 
         Args:
@@ -153,6 +154,30 @@ class PrioritizedReplayMixin(ReplayMixin):
 
     def _default_buffer(self, replay_size: int, replay_device) -> PrioritizedBuffer:
         return PrioritizedBuffer(replay_size, replay_device)
+
+    @property
+    def criterion(self) -> Optional[Callable]:
+        """The per-sample loss; a loss module given with another ``reduction`` is switched to ``"none"``."""
+        return self._criterion
+
+    @criterion.setter
+    def criterion(self, criterion: Optional[Callable]) -> None:
+        # As Machin 0.3.4: a loss module's reduction is switched to "none" (with a warning),
+        # and a criterion without a ``reduction`` attribute is refused.
+        if criterion is not None:
+            if not hasattr(criterion, "reduction"):
+                raise RuntimeError(
+                    f"Criterion does not have the 'reduction' property: {type(self).__name__} weights "
+                    f"each sample's loss by its importance, so it needs a loss module such as "
+                    f'nn.MSELoss(reduction="none"); got {criterion!r}'
+                )
+            if criterion.reduction != "none":
+                warn_caller(
+                    f"The reduction property of criterion is not 'none' (it is {criterion.reduction!r}); "
+                    f"{type(self).__name__} needs one loss per sample and sets it to 'none'."
+                )
+                criterion.reduction = "none"
+        self._criterion = criterion
 
     def _sample(self, concatenate: bool, additional_concat_attrs: Optional[List[str]] = None
                 ) -> Optional[SampledBatch]:

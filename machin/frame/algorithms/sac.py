@@ -8,6 +8,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 import torch
 from torch import nn
 
+from ...utils.compat import ignores_extra_args
 from ..buffers import Buffer
 from .a2c import as_column, split_actor_output
 from .base import TorchFramework, split_output
@@ -88,6 +89,7 @@ class SAC(ReplayMixin, TorchFramework):
     _is_top = ["actor", "critic", "critic2", "critic_target", "critic2_target"]
     _is_restorable = ["actor", "critic_target", "critic2_target"]
 
+    @ignores_extra_args
     def __init__(
         self,
         actor: nn.Module,
@@ -158,6 +160,7 @@ class SAC(ReplayMixin, TorchFramework):
         return self.log_alpha.exp().item()
 
     # -- acting -----------------------------------------------------------------------
+    @ignores_extra_args
     def act(self, state: Dict[str, Any]) -> Any:
         """Sample an action: the actor's output ``(action, log_prob, ...)`` as is.
 
@@ -226,6 +229,7 @@ class SAC(ReplayMixin, TorchFramework):
             loss = -(log_prob.to(q.device) * (weight - weight.mean())).mean()
         return loss, soft_q.mean().item()
 
+    @ignores_extra_args
     def update(self, update_value: bool = True, update_policy: bool = True, update_target: bool = True,
                update_entropy_alpha: bool = True,
                concatenate_samples: bool = True) -> Optional[Tuple[float, float]]:

@@ -8,6 +8,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Union
 import torch
 from torch import nn
 
+from ...utils.compat import ignores_extra_args
 from ..buffers import Buffer
 from .ddpg import DDPG, CriticSet
 from .dqn import SampledBatch
@@ -45,6 +46,7 @@ class TD3(DDPG):
     _is_top = DDPG._is_top + ["critic2", "critic2_target"]
     _is_restorable = DDPG._is_restorable + ["critic2_target"]
 
+    @ignores_extra_args
     def __init__(
         self,
         actor: nn.Module,

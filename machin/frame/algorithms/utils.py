@@ -18,6 +18,9 @@ from torch import nn
 
 __all__ = [
     "safe_call",
+    "safe_return",
+    "determine_device",
+    "MissingArgumentError",
     "soft_update",
     "hard_update",
     "assert_output_is_probs",
@@ -165,6 +168,24 @@ def _warn_once(cls: type, problem: str) -> None:
     )
 
 
+class MissingArgumentError(TypeError, RuntimeError):
+    """A network's ``forward`` needs an argument that no dictionary supplied.
+
+    A ``TypeError`` (what Python raises for a missing argument) and a ``RuntimeError``
+    (what Machin 0.3.4 raised).
+    """
+
+
+def determine_device(model: nn.Module) -> list:
+    """The distinct devices (as strings) that hold ``model``'s parameters."""
+    return list(dict.fromkeys(str(p.device) for p in model.parameters()))
+
+
+def safe_return(result: tuple) -> Any:
+    """``result[0]`` for a one-element tuple, ``result`` itself otherwise (0.3.4's unwrapping)."""
+    return result[0] if len(result) == 1 else result
+
+
 def safe_call(model: nn.Module, *named_args: Optional[Dict[str, Any]], required_argument: Iterable[str] = ()):
     """Call ``model`` with the entries of ``named_args`` whose keys name ``forward`` arguments.
 
@@ -182,8 +203,8 @@ def safe_call(model: nn.Module, *named_args: Optional[Dict[str, Any]], required_
         Whatever ``model`` returns.
 
     Raises:
-        TypeError: When an argument of ``forward`` without a default (or one listed in
-            ``required_argument``) has no matching key. The message names the network
+        MissingArgumentError: (a ``TypeError`` and a ``RuntimeError``) when an argument of
+            ``forward`` without a default (or one listed in ``required_argument``) has no matching key. The message names the network
             class, the missing arguments and the keys that were given.
     """
     signature = _signatures.get(model)
@@ -207,8 +228,8 @@ def safe_call(model: nn.Module, *named_args: Optional[Dict[str, Any]], required_
     missing += [name for name in required_argument if name not in kwargs and name not in missing]
     if missing:
         given = sorted({key for d in named_args if d for key in d})
-        raise TypeError(
-            f"{signature.class_name}.forward requires argument(s) {missing}, "
+        raise MissingArgumentError(
+            f"Missing required arguments: {signature.class_name}.forward requires argument(s) {missing}, "
             f"but the dictionaries passed to it have the keys {given}. "
             f"Name the dictionary keys after the forward arguments."
         )
@@ -258,13 +279,15 @@ def assert_output_is_probs(tensor: torch.Tensor) -> None:
     """Raise ``ValueError`` unless ``tensor`` is ``[B, N]`` with non-negative rows summing to 1."""
     if tensor.dim() != 2:
         raise ValueError(
-            f"expected action probabilities of shape [batch_size, action_num], got shape {tuple(tensor.shape)}"
+            f"Input tensor is not a probability tensor: expected action probabilities of shape "
+            f"[batch_size, action_num], got shape {tuple(tensor.shape)}"
         )
     if not torch.all(tensor >= 0) or not torch.allclose(
         tensor.sum(dim=1), torch.ones((), dtype=tensor.dtype, device=tensor.device), atol=1e-5
     ):
         raise ValueError(
-            "expected action probabilities (non-negative rows that sum to 1, e.g. a softmax output), "
+            "Input tensor is not a probability tensor: expected action probabilities (non-negative "
+            "rows that sum to 1, e.g. a softmax output), "
             f"got rows summing to {tensor.sum(dim=1).tolist()[:4]}"
         )
 

@@ -107,12 +107,11 @@ def test_save_rejects_a_bad_version(tmp_path):
         Tiny().save(str(tmp_path), version=-1)
 
 
-def test_network_map_with_unknown_name_raises(tmp_path):
-    with pytest.raises(
-        ValueError, match=r"network_map names \['net_c'\], which Tiny does not save"
-    ):
+def test_network_map_with_unknown_name_is_ignored_with_a_warning(tmp_path):
+    with pytest.warns(UserWarning, match=r"network_map names \['net_c'\], which Tiny does not save; they are ignored"):
         Tiny().save(str(tmp_path), network_map={"net_c": "c"})
-    with pytest.raises(ValueError, match=r"restorable networks are \['net_a'\]"):
+    assert sorted(os.listdir(tmp_path)) == ["net_a_0.pt", "net_b_0.pt"]
+    with pytest.warns(UserWarning, match=r"restorable networks are \['net_a'\]"):
         OnlyA().load(str(tmp_path), network_map={"net_b": "b"})
 
 

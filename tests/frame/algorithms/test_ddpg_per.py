@@ -48,9 +48,15 @@ def test_a_plain_buffer_is_rejected():
         make_per(replay_buffer=Buffer(100))
 
 
-@pytest.mark.parametrize("reduction", ["mean", "sum"])
-def test_a_reducing_criterion_raises_asking_for_reduction_none(reduction):
-    per = make_per(criterion=nn.MSELoss(reduction=reduction))
+class SummingLoss(nn.Module):
+    reduction = "none"  # claims per-sample losses, yet returns their sum
+
+    def forward(self, target, predicted):
+        return ((target - predicted) ** 2).sum()
+
+
+def test_a_criterion_returning_one_number_raises_asking_for_reduction_none():
+    per = make_per(criterion=SummingLoss())
     fill(per)
     with pytest.raises(ValueError, match=r'one loss per sample.*got shape \[\].*reduction="none"'):
         per.update()

@@ -26,8 +26,15 @@ def test_is_a_dqn_with_prioritized_buffer():
     assert isinstance(agent.replay_buffer, PrioritizedBuffer)
 
 
-def test_reduced_criterion_is_rejected_with_advice():
-    agent = make(nn.MSELoss(reduction="sum"))
+class SummingLoss(nn.Module):
+    reduction = "none"  # claims per-sample losses, yet returns their sum
+
+    def forward(self, target, predicted):
+        return ((target - predicted) ** 2).sum()
+
+
+def test_criterion_returning_one_number_is_rejected_with_advice():
+    agent = make(SummingLoss())
     fill(agent)
     with pytest.raises(ValueError, match='one loss per sample.*reduction="none"'):
         agent.update()

@@ -83,8 +83,6 @@ def test_update_counts_and_clears_buffer():
 def test_bad_clip_is_rejected():
     with pytest.raises(ValueError, match="surrogate_loss_clip must be positive, got 0"):
         make(surrogate_loss_clip=0)
-    with pytest.raises(TypeError, match="unexpected keyword"):
-        make(clip=0.2)
 
 
 @pytest.mark.learning

@@ -315,8 +315,15 @@ def test_sequences_without_stored_hidden_states_start_from_none():
     assert agent.qnet.calls[0][1] is None
 
 
-def test_reduced_criterion_is_rejected_with_advice():
-    agent = make(criterion=nn.MSELoss())
+class SummingLoss(nn.Module):
+    reduction = "none"  # claims element-wise losses, yet returns their sum
+
+    def forward(self, target, predicted):
+        return ((target - predicted) ** 2).sum()
+
+
+def test_reducing_criterion_is_rejected_with_advice():
+    agent = make(criterion=SummingLoss())
     fill(agent)
     with pytest.raises(ValueError, match=r'element-wise criterion returning shape \[4, 3\].*reduction="none"'):
         agent.update()

@@ -222,8 +222,6 @@ def test_bad_actor_output_and_options():
         make(batch_size=0)
     with pytest.raises(ValueError, match="target_entropy must be a number or None"):
         make(target_entropy="high")
-    with pytest.raises(TypeError, match="unexpected keyword"):
-        make(tau=0.1)
 
 
 def test_three_scheduler_slots():

@@ -1,0 +1,274 @@
+"""Machin 0.3.4 behaviour of the algorithms, restored: extra arguments, PER criteria, modes,
+network maps, old checkpoints, safe_call's errors and helpers."""
+
+import copy
+import os
+import warnings
+
+import pytest
+import torch
+from torch import nn
+
+from machin.frame.algorithms import (
+    A2C,
+    DDPG,
+    DQN,
+    HDDPG,
+    MADDPG,
+    PPO,
+    RAINBOW,
+    SAC,
+    TD3,
+    DDPGPer,
+    DQNPer,
+)
+from machin.frame.algorithms.utils import (
+    MissingArgumentError,
+    assert_output_is_probs,
+    determine_device,
+    safe_call,
+    safe_return,
+)
+from machin.utils.compat import ExtraArgumentsWarning
+from tests.frame.algorithms.ddpg_nets import Actor, Critic
+from tests.frame.algorithms.ddpg_nets import fill as fill_ddpg
+from tests.frame.algorithms.dqn_nets import DistQNet, QNet, transition
+from tests.frame.algorithms.maddpg_nets import make_networks
+from tests.frame.algorithms.pg_nets import (
+    CategoricalActor,
+    QCritic,
+    TanhGaussianActor,
+    ValueCritic,
+    step_dict,
+)
+
+
+def _ddpg_nets():
+    actor, critic = Actor(), Critic()
+    return actor, copy.deepcopy(actor), critic, copy.deepcopy(critic)
+
+
+BUILDERS = {
+    "DQN": lambda **kw: DQN(QNet(), QNet(), torch.optim.Adam, nn.MSELoss(), batch_size=8, **kw),
+    "DQNPer": lambda **kw: DQNPer(QNet(), QNet(), torch.optim.Adam, nn.MSELoss(reduction="none"),
+                                  batch_size=8, **kw),
+    "RAINBOW": lambda **kw: RAINBOW(DistQNet(), DistQNet(), torch.optim.Adam, 0.0, 1.0, batch_size=8, **kw),
+    "DDPG": lambda **kw: DDPG(*_ddpg_nets(), torch.optim.Adam, nn.MSELoss(), batch_size=8, **kw),
+    "DDPGPer": lambda **kw: DDPGPer(*_ddpg_nets(), torch.optim.Adam, nn.MSELoss(reduction="none"),
+                                    batch_size=8, **kw),
+    "HDDPG": lambda **kw: HDDPG(*_ddpg_nets(), torch.optim.Adam, nn.MSELoss(), batch_size=8, **kw),
+    "TD3": lambda **kw: TD3(*_ddpg_nets(), Critic(), Critic(), torch.optim.Adam, nn.MSELoss(), batch_size=8, **kw),
+    "SAC": lambda **kw: SAC(TanhGaussianActor(), QCritic(), QCritic(), QCritic(), QCritic(), torch.optim.Adam,
+                            nn.MSELoss(), batch_size=8, **kw),
+    "A2C": lambda **kw: A2C(CategoricalActor(), ValueCritic(), torch.optim.Adam, nn.MSELoss(), batch_size=8, **kw),
+    "MADDPG": lambda **kw: MADDPG(*make_networks([3, 3], [2, 2], [[0, 1], [0, 1]]), [[0, 1], [0, 1]],
+                                  torch.optim.Adam, nn.MSELoss(), batch_size=4, pool_size=1, **kw),
+    "PPO": lambda **kw: PPO(CategoricalActor(), ValueCritic(), torch.optim.Adam, nn.MSELoss(), batch_size=8, **kw),
+}
+
+
+# -- extra arguments ------------------------------------------------------------------------
+@pytest.mark.parametrize("name", sorted(BUILDERS))
+def test_constructors_ignore_unknown_keywords_and_name_them_in_a_warning(name):
+    with pytest.warns(ExtraArgumentsWarning, match=rf"{name}.__init__\(\) does not use keyword argument\(s\) "
+                                                   r"'lerning_rate'; ignored"):
+        agent = BUILDERS[name](lerning_rate=0.5)
+    assert type(agent).__name__ == name
+
+
+def test_update_accepts_the_flags_of_other_algorithms():
+    # the 0.3.4 idiom: one update call for every algorithm
+    a2c = BUILDERS["A2C"]()
+    a2c.store_episode([step_dict([0.1 * i] * 4, [[i % 2]], [0.1 * i + 0.1] * 4, 1.0, i == 9) for i in range(10)])
+    with pytest.warns(ExtraArgumentsWarning, match=r"A2C.update\(\) does not use keyword argument\(s\) 'update_target'"):
+        result = a2c.update(update_value=True, update_policy=True, update_target=True)
+    assert len(result) == 2 and all(isinstance(v, float) for v in result)
+
+    dqn = BUILDERS["DQN"]()
+    for i in range(8):
+        dqn.store_transition(transition([0.1 * i] * 4, i % 2, [0.1 * i] * 4, 1.0, False))
+    with pytest.warns(ExtraArgumentsWarning, match=r"DQN.update\(\) does not use keyword argument\(s\) 'update_policy'"):
+        loss = dqn.update(update_value=True, update_policy=True, update_target=True)
+    assert isinstance(loss, float)
+
+
+def test_extra_positional_arguments_are_counted_in_the_warning():
+    dqn = BUILDERS["DQN"]()
+    with pytest.warns(ExtraArgumentsWarning, match=r"act_discrete\(\) does not use 2 positional argument\(s\)"):
+        action = dqn.act_discrete({"state": torch.zeros(3, 4)}, False, "x", "y")
+    assert action.shape == (3, 1)
+
+
+def test_the_warning_is_shown_once_per_calling_line():
+    ddpg = BUILDERS["DDPG"]()
+    fill_ddpg(ddpg, 16)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("default")
+        for _ in range(3):
+            ddpg.update(update_value=False, update_policy=False, update_target=False, concatenate_samples=True,
+                        extra_flag=1)
+    assert [type(w.message) for w in caught] == [ExtraArgumentsWarning]
+    assert caught[0].filename == __file__
+
+
+def test_calls_without_extras_do_not_warn():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        dqn = BUILDERS["DQN"](learning_rate=0.01)
+        dqn.act_discrete_with_noise({"state": torch.zeros(1, 4)})
+
+
+def test_rainbow_ignores_mode_as_0_3_4_did():
+    with pytest.warns(ExtraArgumentsWarning, match="RAINBOW.__init__.*'mode'"):
+        agent = BUILDERS["RAINBOW"](mode="vanilla")
+    assert agent.mode == "double"
+
+
+def test_lr_scheduler_args_default_is_an_empty_tuple_and_works():
+    from torch.optim.lr_scheduler import LambdaLR
+
+    ppo = BUILDERS["PPO"](lr_scheduler=LambdaLR, lr_scheduler_args=((lambda epoch: 0.5,), (lambda epoch: 0.5,)))
+    assert len(ppo._lr_schedulers) == 2
+    assert BUILDERS["PPO"](lr_scheduler_args=(), lr_scheduler_kwargs=())._lr_schedulers == []
+
+
+# -- prioritized replay criteria and modes -------------------------------------------------------
+@pytest.mark.parametrize("name", ["DQNPer", "DDPGPer"])
+def test_per_switches_a_reducing_criterion_to_none_with_a_warning(name):
+    criterion = nn.MSELoss(reduction="sum")
+    build = BUILDERS[name]
+    with pytest.warns(UserWarning, match=rf"reduction property of criterion is not 'none' \(it is 'sum'\); "
+                                         rf"{name} needs one loss per sample"):
+        if name == "DQNPer":
+            agent = DQNPer(QNet(), QNet(), torch.optim.Adam, criterion, batch_size=8)
+        else:
+            agent = DDPGPer(*_ddpg_nets(), torch.optim.Adam, criterion, batch_size=8)
+    assert criterion.reduction == "none" and agent.criterion is criterion
+    if name == "DQNPer":
+        for i in range(8):
+            agent.store_transition(transition([0.1 * i] * 4, i % 2, [0.1 * i] * 4, 1.0, False))
+        assert isinstance(agent.update(), float)
+    else:
+        fill_ddpg(agent, 16)
+        assert all(isinstance(v, float) for v in agent.update())
+    del build
+
+
+@pytest.mark.parametrize("name", ["DQNPer", "DDPGPer"])
+def test_per_refuses_a_criterion_without_reduction(name):
+    def criterion(a, b):
+        return (a - b) ** 2
+
+    with pytest.raises(RuntimeError, match="Criterion does not have the 'reduction' property"):
+        if name == "DQNPer":
+            DQNPer(QNet(), QNet(), torch.optim.Adam, criterion)
+        else:
+            DDPGPer(*_ddpg_nets(), torch.optim.Adam, criterion)
+
+
+def test_dqnper_honours_another_mode_but_warns_that_0_3_4_did_not():
+    with pytest.warns(UserWarning, match="Machin 0.3.4's DQNPer ignored `mode` and always trained in 'double'"):
+        agent = BUILDERS["DQNPer"](mode="fixed_target")
+    assert agent.mode == "fixed_target"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert BUILDERS["DQNPer"]().mode == "double"
+
+
+# -- checkpoints ------------------------------------------------------------------------------
+def test_a_0_3_4_whole_module_checkpoint_loads_only_when_trusted(tmp_path):
+    source = BUILDERS["DQN"]()
+    torch.save(source.qnet_target, tmp_path / "qnet_target_3.pt")  # what 0.3.4's save wrote
+    target = BUILDERS["DQN"]()
+    with pytest.raises(Exception, match="trusted=True"):
+        target.load(str(tmp_path))
+    target.load(str(tmp_path), trusted=True)
+    state = torch.zeros(2, 4)
+    assert torch.equal(target.act_discrete(state_dict := {"state": state}, use_target=True),
+                       source.act_discrete(state_dict, use_target=True))
+    assert torch.equal(target.qnet_target.net[0].weight, source.qnet_target.net[0].weight)
+
+
+VISIBLE = [[0, 1], [0, 1]]
+
+
+def _maddpg():
+    torch.manual_seed(0)
+    return MADDPG(*make_networks([3, 3], [2, 2], VISIBLE), VISIBLE, torch.optim.Adam, nn.MSELoss(),
+                  batch_size=4, pool_size=1)
+
+
+def _write_0_3_4_maddpg(source, directory, version):
+    """The files 0.3.4 wrote: whole modules named all_*_target with children actor_i_j / critic_i."""
+    actors, critics = nn.Module(), nn.Module()
+    for i, policies in enumerate(source.actor_targets):
+        for j, policy in enumerate(policies):
+            actors.add_module(f"actor_{i}_{j}", policy)
+    for i, critic in enumerate(source.critic_targets):
+        critics.add_module(f"critic_{i}", critic)
+    torch.save(actors, os.path.join(directory, f"all_actor_target_{version}.pt"))
+    torch.save(critics, os.path.join(directory, f"all_critic_target_{version}.pt"))
+
+
+def test_maddpg_reads_the_0_3_4_file_names_and_layout_when_trusted(tmp_path):
+    source = _maddpg()
+    with torch.no_grad():
+        for p in source.actor_targets.parameters():
+            p.add_(1.0)
+    _write_0_3_4_maddpg(source, tmp_path, 2)
+    target = _maddpg()
+    with pytest.raises(RuntimeError, match=r"Machin 0.3.4 checkpoint .*load\(\.\.\., trusted=True\)"):
+        target.load(str(tmp_path))
+    target.load(str(tmp_path), trusted=True)
+    for mine, theirs in zip(target.actor_targets.parameters(), source.actor_targets.parameters()):
+        assert torch.equal(mine, theirs)
+    for mine, theirs in zip(target.critic_targets.parameters(), source.critic_targets.parameters()):
+        assert torch.equal(mine, theirs)
+    # the online networks are copies of the loaded targets
+    assert torch.equal(next(target.actors.parameters()), next(source.actor_targets.parameters()))
+
+
+def test_maddpg_accepts_the_0_3_4_names_in_network_map(tmp_path):
+    source = _maddpg()
+    source.save(str(tmp_path), network_map={"all_actor_target": "actors_file", "all_critic_target": "critics_file"})
+    assert sorted(os.listdir(tmp_path)) == ["actors_file_0.pt", "critics_file_0.pt"]
+    target = _maddpg()
+    with torch.no_grad():
+        for p in target.actor_targets.parameters():
+            p.zero_()
+    target.load(str(tmp_path), network_map={"all_actor_target": "actors_file", "all_critic_target": "critics_file"})
+    for mine, theirs in zip(target.actor_targets.parameters(), source.actor_targets.parameters()):
+        assert torch.equal(mine, theirs)
+
+
+def test_maddpg_reward_function_takes_0_3_4_arguments():
+    reward, next_value = torch.ones(2, 1), torch.full((2, 1), 2.0)
+    terminal = torch.tensor([[0.0], [1.0]])
+    expected = torch.tensor([[2.0], [1.0]])
+    assert torch.equal(MADDPG.reward_function(reward, 0.5, next_value, terminal), expected)
+    with pytest.warns(ExtraArgumentsWarning):
+        assert torch.equal(MADDPG.reward_function(reward, 0.5, next_value, terminal, {}, "extra"), expected)
+    assert torch.equal(DQN.reward_function(reward, 0.5, next_value, terminal, None), expected)
+
+
+# -- utils ------------------------------------------------------------------------------------
+def test_safe_call_missing_argument_is_a_runtime_error_with_the_0_3_4_phrase():
+    with pytest.raises(RuntimeError, match="Missing required arguments") as info:
+        safe_call(QNet(), {"obs": torch.zeros(1, 4)})
+    assert isinstance(info.value, TypeError) and isinstance(info.value, MissingArgumentError)
+
+
+def test_determine_device_and_safe_return():
+    assert determine_device(QNet()) == ["cpu"]
+    assert safe_return((5,)) == 5
+    assert safe_return((1, 2)) == (1, 2)
+
+
+def test_error_phrases_of_0_3_4():
+    with pytest.raises(ValueError, match="Unknown DQN mode: 'bogus'"):
+        BUILDERS["DQN"](mode="bogus")
+    ddpg = BUILDERS["DDPG"]()
+    with pytest.raises(ValueError, match="Unknown noise type: 'bogus'"):
+        ddpg.act_with_noise({"state": torch.zeros(1, 3)}, mode="bogus")
+    with pytest.raises(ValueError, match="Input tensor is not a probability tensor"):
+        assert_output_is_probs(torch.tensor([[0.5, 0.7]]))
