@@ -26,24 +26,9 @@ from ...utils.compat import ignores_extra_args, warn_caller
 from ..buffers.prioritized_buffer_d import DistributedPrioritizedBuffer
 from .ddpg_per import DDPGPer
 from .dqn_per import DQNPer
+from .utils import first_model_server
 
 __all__ = ["ApexMixin", "DQNApex", "DDPGApex"]
-
-
-def _first_server(model_server: Any, owner: str) -> PushPullModelServer:
-    """The accessor of the shared network: the first element of ``model_server``.
-
-    As in Machin 0.3.4, further elements are ignored, so the tuple that
-    ``model_server_helper(model_num=2)`` returns can be passed as it is.
-    """
-    if isinstance(model_server, PushPullModelServer):
-        return model_server
-    if not isinstance(model_server, Sequence) or len(model_server) < 1:
-        raise ValueError(
-            f"model_server of {owner} must be a tuple whose first element is a PushPullModelServer "
-            f"accessor (e.g. what model_server_helper returns), got {model_server!r}"
-        )
-    return model_server[0]
 
 
 class ApexMixin:
@@ -67,7 +52,7 @@ class ApexMixin:
                 f"buffer always stores transitions on the CPU (as in Machin 0.3.4)."
             )
         self.apex_group = apex_group
-        self.model_server = (_first_server(model_server, type(self).__name__),)
+        self.model_server = (first_model_server(model_server, type(self).__name__),)
         self.is_syncing = True
 
     def set_sync(self, is_syncing: bool) -> None:

@@ -24,6 +24,7 @@ from ..buffers.buffer_d import DistributedBuffer
 from ..transition import Transition, TransitionBase
 from .a2c import A2C, PolicyBatch, as_column, split_actor_output
 from .base import split_output
+from .utils import first_model_server
 
 __all__ = ["EpisodeTransition", "EpisodeDistributedBuffer", "IMPALA", "vtrace"]
 
@@ -234,7 +235,8 @@ class IMPALA(A2C):
         optimizer: Optimizer class (one optimizer each for the actor and the critic).
         criterion: Value loss, ``criterion(target[B, 1], predicted[B, 1])``.
         impala_group: RPC group of every sampler and learner.
-        model_server: 1-tuple with the :class:`PushPullModelServer` accessor of the actor.
+        model_server: Tuple whose first element is the :class:`PushPullModelServer` accessor
+            of the actor (further elements are ignored, as in Machin 0.3.4).
         lr_scheduler: See :class:`~machin.frame.algorithms.a2c.A2C`.
         lr_scheduler_args: See :class:`~machin.frame.algorithms.a2c.A2C`.
         lr_scheduler_kwargs: See :class:`~machin.frame.algorithms.a2c.A2C`.
@@ -251,8 +253,8 @@ class IMPALA(A2C):
         visualize_dir: Where to write the drawings.
 
     Raises:
-        ValueError: When ``isw_clip_rho < isw_clip_c``, ``model_server`` is not a
-            1-tuple, or an option is out of range.
+        ValueError: When ``isw_clip_rho < isw_clip_c``, ``model_server`` holds no
+            accessor, or an option is out of range.
     """
 
     @ignores_extra_args
@@ -286,15 +288,11 @@ class IMPALA(A2C):
                 f"isw_clip_rho must be at least isw_clip_c, got isw_clip_rho={isw_clip_rho} and "
                 f"isw_clip_c={isw_clip_c}"
             )
-        if not isinstance(model_server, Sequence) or len(model_server) != 1:
-            raise ValueError(
-                f"model_server of IMPALA must be a 1-tuple holding a PushPullModelServer accessor, "
-                f"got {model_server!r}"
-            )
+        server = first_model_server(model_server, "IMPALA")
         self.isw_clip_c = isw_clip_c
         self.isw_clip_rho = isw_clip_rho
         self.impala_group = impala_group
-        self.model_server = tuple(model_server)
+        self.model_server = (server,)
         self.is_syncing = True
         super().__init__(
             actor, critic, optimizer, criterion,

@@ -21,6 +21,7 @@ __all__ = [
     "safe_return",
     "determine_device",
     "MissingArgumentError",
+    "first_model_server",
     "soft_update",
     "hard_update",
     "assert_output_is_probs",
@@ -184,6 +185,27 @@ def determine_device(model: nn.Module) -> list:
 def safe_return(result: tuple) -> Any:
     """``result[0]`` for a one-element tuple, ``result`` itself otherwise (0.3.4's unwrapping)."""
     return result[0] if len(result) == 1 else result
+
+
+def first_model_server(model_server: Any, owner: str) -> Any:
+    """The model-server accessor a distributed algorithm uses: ``model_server[0]``.
+
+    As in Machin 0.3.4, further elements are ignored, so the tuple that
+    ``model_server_helper(model_num=2)`` returns can be passed as it is.
+
+    Args:
+        model_server: A tuple (or list) of ``PushPullModelServer`` accessors.
+        owner: Name of the algorithm, for the error message.
+
+    Raises:
+        ValueError: When ``model_server`` is not a non-empty sequence.
+    """
+    if not isinstance(model_server, (tuple, list)) or len(model_server) < 1:
+        raise ValueError(
+            f"model_server of {owner} must be a tuple whose first element is a PushPullModelServer "
+            f"accessor (e.g. what model_server_helper returns), got {model_server!r}"
+        )
+    return model_server[0]
 
 
 def safe_call(model: nn.Module, *named_args: Optional[Dict[str, Any]], required_argument: Iterable[str] = ()):

@@ -122,7 +122,7 @@ def test_options_are_checked():
     with pytest.raises(ValueError, match="isw_clip_rho must be at least isw_clip_c, got isw_clip_rho=0.5"):
         IMPALA(CategoricalActor(), ValueCritic(), torch.optim.Adam, nn.MSELoss(), None, (None,),
                isw_clip_c=1.0, isw_clip_rho=0.5)
-    with pytest.raises(ValueError, match="model_server of IMPALA must be a 1-tuple"):
+    with pytest.raises(ValueError, match="model_server of IMPALA must be a tuple whose first element"):
         IMPALA(CategoricalActor(), ValueCritic(), torch.optim.Adam, nn.MSELoss(), None, ())
 
 
