@@ -1,4 +1,5 @@
 """Network base classes, device wrappers and stock networks."""
+
 from . import nets
 
 __all__ = ["nets"]

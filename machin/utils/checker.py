@@ -17,9 +17,10 @@ name>`` and ``.../param/<parameter name>``, where the module path is the dotted
 path of ``model.named_modules()`` (``block.0``); empty parts are left out, so
 the model itself checked as a leaf gives ``<model name>/input/<argument>``.
 
-The built-in NaN hooks raise :class:`CheckError`; the built-in range hooks write
-the minimum, maximum and mean of each tensor as the scalars ``<name>/min``,
-``<name>/max`` and ``<name>/mean`` at step ``counter.get()``.
+The built-in NaN hooks raise :class:`CheckError` (a :class:`RuntimeError`); the
+built-in range hooks write the minimum, maximum and mean of each tensor as the
+scalars ``<name>/min``, ``<name>/max`` and ``<name>/mean`` at step
+``counter.get()`` (the parameter hook also writes a histogram under ``<name>``).
 """
 
 from __future__ import annotations
@@ -67,8 +68,12 @@ _atom_modules: weakref.WeakSet[nn.Module] = weakref.WeakSet()
 _output_names: weakref.WeakKeyDictionary[nn.Module, Tuple[str, ...]] = weakref.WeakKeyDictionary()
 
 
-class CheckError(Exception):
-    """Raised by the built-in check hooks when a checked value is invalid (e.g. holds NaN)."""
+class CheckError(RuntimeError):
+    """A checked tensor is invalid: it holds NaN, or has the wrong shape.
+
+    Raised by :func:`check_nan`, :func:`check_shape` and the built-in NaN hooks. It is a
+    :class:`RuntimeError`, so ``except RuntimeError`` catches it too.
+    """
 
 
 def check_nan(tensor: torch.Tensor, name: str = "") -> None:
@@ -79,13 +84,16 @@ def check_nan(tensor: torch.Tensor, name: str = "") -> None:
         name: Name of the tensor, used in the error message.
 
     Raises:
-        RuntimeError: When any element is NaN.
+        CheckError: When any element is NaN (a :class:`RuntimeError`).
         TypeError: When ``tensor`` is not a tensor.
     """
     if not isinstance(tensor, torch.Tensor):
         raise TypeError(f"tensor must be a torch.Tensor, got {type(tensor).__name__}")
     if _has_nan(tensor):
-        raise RuntimeError(f"tensor {name!r} contains NaN: {tensor}")
+        count = int(torch.isnan(tensor).sum())
+        raise CheckError(
+            f"Tensor {name!r} contains nan: {count} of {tensor.numel()} elements are NaN"
+        )
 
 
 def check_shape(tensor: torch.Tensor, required_shape: Sequence[int], name: str = "") -> None:
@@ -97,14 +105,15 @@ def check_shape(tensor: torch.Tensor, required_shape: Sequence[int], name: str =
         name: Name of the tensor, used in the error message.
 
     Raises:
-        RuntimeError: When the shapes differ.
+        CheckError: When the shapes differ (a :class:`RuntimeError`).
         TypeError: When ``tensor`` is not a tensor.
     """
     if not isinstance(tensor, torch.Tensor):
         raise TypeError(f"tensor must be a torch.Tensor, got {type(tensor).__name__}")
     if list(tensor.shape) != list(required_shape):
-        raise RuntimeError(
-            f"tensor {name!r} has shape {list(tensor.shape)}, expected {list(required_shape)}"
+        raise CheckError(
+            f"Tensor {name!r} has invalid shape, required shape {list(required_shape)}, "
+            f"is {list(tensor.shape)}"
         )
 
 
@@ -118,7 +127,9 @@ def _has_nan(value: Any) -> bool:
 
 def _raise_on_nan(kind: str, counter: Counter, name: str, value: Any) -> None:
     if _has_nan(value):
-        raise CheckError(f"NaN found in {kind} {name!r} at pass {counter.get()}")
+        raise CheckError(
+            f"NaN found in {kind} {name!r} at pass {counter.get()}: the {kind} contains nan"
+        )
 
 
 def _write_range(counter: Counter, writer: Optional[SummaryWriter], name: str, value: Any) -> None:
@@ -234,7 +245,7 @@ def p_chk_range(
     param_name: str,
     param_val: Any,
 ) -> None:
-    """Write the min, max and mean of the parameter to ``writer``.
+    """Write the min, max and mean of the parameter, and its histogram, to ``writer``.
 
     Args:
         counter: The checker's step counter (the x axis of the scalars).
@@ -243,6 +254,13 @@ def p_chk_range(
         param_val: The parameter (or its gradient).
     """
     _write_range(counter, writer, param_name, param_val)
+    if (
+        writer is not None
+        and isinstance(param_val, torch.Tensor)
+        and param_val.numel() > 0
+        and not param_val.is_complex()
+    ):
+        writer.add_histogram(param_name, param_val.detach().float().cpu(), counter.get())
 
 
 def mark_as_atom_module(module: nn.Module) -> None:

@@ -21,7 +21,9 @@ __all__ = ["Config", "load_config_cmd", "load_config_file", "merge_config", "sav
 
 
 class Config(Object):
-    """An attribute-style configuration: ``Config(a=1).a == 1``.
+    """An attribute-style configuration: ``Config(a=1).a == 1``, ``Config(a=1)["a"] == 1``.
+
+    Options that were never set read as ``None``.
 
     Args:
         **configs: Initial entries.
@@ -106,6 +108,10 @@ def load_config_file(
 def merge_config(conf: Object, merge: Union[Mapping[str, Any], Object]) -> Object:
     """Copy the entries of ``merge`` into ``conf``, overwriting entries with the same key.
 
+    Entries are written as with ``conf[key] = value``. When ``merge`` is a
+    dictionary, a key that is read-only in ``conf`` (see ``const_attrs``) raises;
+    when ``merge`` is a Config/Object, such keys are skipped and keep their value.
+
     Args:
         conf: Configuration to update (modified in place).
         merge: A dictionary or a configuration whose entries are copied.
@@ -116,17 +122,22 @@ def merge_config(conf: Object, merge: Union[Mapping[str, Any], Object]) -> Objec
     Raises:
         TypeError: When ``conf`` is not a Config/Object or ``merge`` is neither a
             mapping nor a Config/Object.
+        ~machin.utils.helper_classes.ObjectAttributeError: When a dictionary writes a
+            read-only key, or a key that names an attribute of the configuration class.
     """
     if not isinstance(conf, Object):
         raise TypeError(f"conf must be a Config, got {conf!r} of type {type(conf).__name__}")
-    if isinstance(merge, Object):
+    skip_const = isinstance(merge, Object)
+    if skip_const:
         merge = merge.data
     elif not isinstance(merge, Mapping):
         raise TypeError(
             f"merge must be a dict or a Config, got {merge!r} of type {type(merge).__name__}"
         )
     for key, value in merge.items():
-        conf.attr(key, value, change=True)
+        if skip_const and key in conf.const_attrs:
+            continue
+        conf[key] = value
     return conf
 
 

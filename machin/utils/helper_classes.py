@@ -5,16 +5,30 @@ from __future__ import annotations
 import time
 from typing import Any, Dict, Iterable, Optional
 
-__all__ = ["Counter", "Object", "Switch", "Timer", "Trigger"]
+__all__ = [
+    "Counter",
+    "Object",
+    "ObjectAttributeError",
+    "ObjectDataError",
+    "Switch",
+    "Timer",
+    "Trigger",
+]
 
 
 class Counter:
     """A number that moves forward by a fixed step.
 
+    A counter compares with numbers (and with other counters) by its value, as in
+    ``if counter >= 100``, and prints as that value. Because it is mutable and equal
+    to plain numbers, it is not hashable.
+
     Args:
         start: Initial value, also the value :meth:`reset` returns to.
         step: Amount added by each :meth:`count`.
     """
+
+    __hash__ = None  # type: ignore[assignment]  # equal to numbers, and mutable
 
     def __init__(self, start: int = 0, step: int = 1):
         self._start = start
@@ -33,26 +47,70 @@ class Counter:
         """Go back to ``start``."""
         self._value = self._start
 
+    @staticmethod
+    def _plain(other: Any) -> Any:
+        return other._value if isinstance(other, Counter) else other
+
+    def __lt__(self, other: Any) -> bool:
+        return self._value < self._plain(other)
+
+    def __le__(self, other: Any) -> bool:
+        return self._value <= self._plain(other)
+
+    def __gt__(self, other: Any) -> bool:
+        return self._value > self._plain(other)
+
+    def __ge__(self, other: Any) -> bool:
+        return self._value >= self._plain(other)
+
+    def __eq__(self, other: Any) -> bool:
+        return self._value == self._plain(other)
+
+    def __ne__(self, other: Any) -> bool:
+        return self._value != self._plain(other)
+
     def __repr__(self) -> str:
-        return f"Counter(value={self._value}, start={self._start}, step={self._step})"
+        return str(self._value)
+
+
+class ObjectDataError(TypeError, ValueError):
+    """``Object.data`` was given something other than a dictionary.
+
+    Both a :class:`TypeError` and (as in Machin 0.3.4) a :class:`ValueError`.
+    """
+
+
+class ObjectAttributeError(RuntimeError, AttributeError):
+    """An entry or attribute of an :class:`Object` cannot be written.
+
+    Raised for entries listed in ``const_attrs`` and for the names the class itself
+    uses (methods, ``attr``, ``const_attrs``). Both a :class:`RuntimeError` (as in
+    Machin 0.3.4) and an :class:`AttributeError`.
+    """
 
 
 class Object:
     """Attribute-style access to a dictionary.
 
-    Reading ``obj.key`` returns ``obj.data["key"]`` and writing ``obj.key = value``
-    stores into ``obj.data``. Reading a key that is not in ``data`` raises
-    ``AttributeError``. Calling the object calls :meth:`call`, which subclasses (or
-    an instance, through ``obj.call = function``) may replace.
+    ``obj.key`` and ``obj["key"]`` read ``obj.data["key"]``; ``obj.key = value`` and
+    ``obj["key"] = value`` store into ``obj.data``. Reading a key that is not in
+    ``data`` gives ``None`` (names starting and ending with ``__`` are not looked up
+    in ``data``, so copying and pickling work normally). Calling the object calls
+    :meth:`call`, which subclasses (or an instance, through ``obj.call = function``)
+    may replace.
+
+    Names the class already uses, such as ``attr``, ``const_attrs`` or a method of a
+    subclass, cannot be written as entries through attributes or items; use
+    :meth:`attr` with ``change=True`` for those keys.
 
     Args:
         data: The backing dictionary (used as is, not copied). A new empty dictionary
             when ``None``.
-        const_attrs: Keys of ``data`` that are read-only: assigning to them through
-            attributes or :meth:`attr` raises ``AttributeError``.
+        const_attrs: Keys of ``data`` that are read-only: writing them through
+            attributes or items raises :class:`ObjectAttributeError`.
 
     Raises:
-        TypeError: When ``data`` is not a dictionary.
+        ObjectDataError: When ``data`` is not a dictionary.
     """
 
     def __init__(
@@ -61,29 +119,29 @@ class Object:
         if data is None:
             data = {}
         if not isinstance(data, dict):
-            raise TypeError(
-                f"data must be a dict or None, got {data!r} of type {type(data).__name__}"
+            raise ObjectDataError(
+                f"data must be a dict or None (the data attribute must be a dictionary), "
+                f"got {data!r} of type {type(data).__name__}"
             )
         object.__setattr__(self, "data", data)
         object.__setattr__(self, "const_attrs", frozenset(const_attrs or ()))
 
     def __getattr__(self, item: str) -> Any:
-        # Only called when normal lookup fails. Dunder names and the time before
-        # ``data`` exists (unpickling) must fail normally.
-        if item.startswith("__") or "data" not in self.__dict__:
+        # Only called when normal lookup fails. Dunder names, and anything before
+        # ``data`` exists (during unpickling), must fail normally.
+        if (item.startswith("__") and item.endswith("__")) or "data" not in self.__dict__:
             raise AttributeError(item)
-        try:
-            return self.__dict__["data"][item]
-        except KeyError:
-            raise AttributeError(
-                f"{type(self).__name__} has no attribute {item!r}; its keys are {sorted(self.data)}"
-            ) from None
+        return self.__dict__["data"].get(item)
+
+    def __getitem__(self, item: Any) -> Any:
+        return self.data.get(item)
 
     def __setattr__(self, key: str, value: Any) -> None:
         if key == "data":
             if not isinstance(value, dict):
-                raise TypeError(
-                    f"data must be a dict, got {value!r} of type {type(value).__name__}"
+                raise ObjectDataError(
+                    f"the data attribute must be a dictionary, got {value!r} "
+                    f"of type {type(value).__name__}"
                 )
             object.__setattr__(self, "data", value)
         elif key == "call":
@@ -92,6 +150,9 @@ class Object:
             self._check_writable(key)
             self.data[key] = value
 
+    def __setitem__(self, key: Any, value: Any) -> None:
+        self.__setattr__(key, value)
+
     def __delattr__(self, item: str) -> None:
         self._check_writable(item)
         try:
@@ -99,15 +160,25 @@ class Object:
         except KeyError:
             raise AttributeError(f"{type(self).__name__} has no attribute {item!r}") from None
 
-    def _check_writable(self, key: str) -> None:
+    def _check_writable(self, key: Any) -> None:
         if key in self.const_attrs:
-            raise AttributeError(f"attribute {key!r} of {type(self).__name__} is read-only")
+            raise ObjectAttributeError(
+                f"{key} is const: entry {key!r} of {type(self).__name__} is read-only"
+            )
+        if isinstance(key, str) and (
+            key in self.__dict__ or any(key in klass.__dict__ for klass in type(self).__mro__)
+        ):
+            raise ObjectAttributeError(
+                f"You should not set the {key} property of an Object: {key!r} is an "
+                f"attribute of {type(self).__name__} itself; write such keys with "
+                f"attr({key!r}, value, change=True)"
+            )
 
-    def attr(self, item: str, value: Any = None, change: bool = False) -> Any:
+    def attr(self, item: Any, value: Any = None, change: bool = False) -> Any:
         """Read an entry of ``data``, optionally writing it first.
 
-        This also reaches keys that cannot be written as attributes, such as keys
-        that are not identifiers or that share a name with a method.
+        This reaches every key, including keys that are not identifiers or that
+        share a name with a method, and it ignores ``const_attrs``.
 
         Args:
             item: Key in ``data``.
@@ -115,18 +186,11 @@ class Object:
             change: Store ``value`` under ``item`` before reading it.
 
         Returns:
-            The value stored under ``item``.
-
-        Raises:
-            AttributeError: When ``item`` is missing, or read-only and ``change`` is true.
+            The value stored under ``item``, ``None`` when there is none.
         """
         if change:
-            self._check_writable(item)
             self.data[item] = value
-        try:
-            return self.data[item]
-        except KeyError:
-            raise AttributeError(f"{type(self).__name__} has no attribute {item!r}") from None
+        return self.data.get(item)
 
     def call(self, *args: Any, **kwargs: Any) -> Any:
         """What calling the object does; returns ``None`` unless overridden."""

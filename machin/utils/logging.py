@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-__all__ = ["default_logger", "FakeLogger", "LOG_FORMAT"]
+__all__ = ["default_logger", "fake_logger", "FakeLogger", "LOG_FORMAT"]
 
 #: Format of the records written by :data:`default_logger`.
 LOG_FORMAT = "[%(asctime)s] <%(levelname)s>:%(name)s:%(message)s"
@@ -69,3 +69,7 @@ class FakeLogger:
 
     def log(self, level: Any, msg: Any, *args: Any, **kwargs: Any) -> None:
         """Ignore ``level``, ``msg`` and the other arguments."""
+
+
+#: A shared :class:`FakeLogger`.
+fake_logger = FakeLogger()

@@ -101,6 +101,19 @@ def _frames_to_uint8(frames: Sequence[np.ndarray]) -> List[np.ndarray]:
     return converted
 
 
+def _no_frames(frames: Any) -> bool:
+    """Whether ``frames`` is an empty sequence (nothing to write, as in Machin 0.3.4)."""
+    try:
+        return len(frames) == 0
+    except TypeError:
+        return False
+
+
+def _nothing_to_wait_for(timeout: Optional[float] = None) -> None:
+    """The wait function returned when there was nothing to write."""
+    return None
+
+
 def _to_rgb(frame: np.ndarray) -> np.ndarray:
     if frame.ndim == 2:
         return np.repeat(frame[:, :, None], 3, axis=2)
@@ -159,8 +172,10 @@ def create_image(image: np.ndarray, path: str, filename: str, extension: str = "
 
 def create_video(
     frames: Sequence[np.ndarray], path: str, filename: str, extension: str = ".gif", fps: float = 15
-) -> str:
+) -> Optional[str]:
     """Write a video file ``<path>/<filename><extension>`` from a list of frames.
+
+    An empty list of frames writes nothing and returns ``None``.
 
     Args:
         frames: Frames of equal shape (see the module description).
@@ -171,12 +186,14 @@ def create_video(
         fps: Frames per second.
 
     Returns:
-        The path of the written file.
+        The path of the written file, ``None`` when ``frames`` is empty.
 
     Raises:
         TypeError, ValueError: On invalid frames, differing frame shapes or a
             non-positive ``fps``.
     """
+    if _no_frames(frames):
+        return None
     _check_fps(fps)
     return _write_video(_frames_to_uint8(frames), _file_path(path, filename, extension), fps)
 
@@ -279,8 +296,11 @@ def create_video_subproc(
         daemon: Whether the child process is daemonic.
 
     Returns:
-        A wait function (see the module description).
+        A wait function (see the module description). When ``frames`` is empty no
+        process is started and the wait function returns ``None`` at once.
     """
+    if _no_frames(frames):
+        return _nothing_to_wait_for
     _check_fps(fps)
     converted = _frames_to_uint8(frames)
     file_path = _file_path(path, filename, extension)

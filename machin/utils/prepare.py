@@ -9,6 +9,12 @@ weights_only=True)``, so loading a checkpoint never runs code from the file.
 The loaded tensors are then copied into the parameters and buffers the model
 already has, on whatever devices those live.
 
+Machin 0.3.4 saved whole pickled modules (``torch.save(model)``). Such files cannot
+be read with ``weights_only=True``: :func:`prep_load_model` refuses them with a
+:class:`CheckpointLoadError` unless it is called with ``trusted=True``, which
+unpickles the file (and so can run code from it) and copies the pickled module's
+``state_dict`` into your model.
+
 The algorithm base class saves and loads its networks through
 :func:`prep_save_model` / :func:`prep_save_state_dict` and :func:`prep_load_model`.
 """
@@ -16,6 +22,7 @@ The algorithm base class saves and loads its networks through
 from __future__ import annotations
 
 import os
+import pickle
 import re
 import shutil
 import tempfile
@@ -27,7 +34,9 @@ from torch import nn
 from .logging import default_logger
 
 __all__ = [
+    "CheckpointLoadError",
     "MODEL_FILE_PATTERN",
+    "StateDictMismatchError",
     "prep_clear_dirs",
     "prep_create_dirs",
     "prep_list_model_versions",
@@ -43,6 +52,25 @@ PathLike = Union[str, "os.PathLike[str]"]
 #: Checkpoint file names: group 1 is the model name, group 2 the version.
 MODEL_FILE_PATTERN = re.compile(r"^([a-zA-Z0-9_-]+)_([0-9]+)\.pt$")
 _NAME_PATTERN = re.compile(r"^[a-zA-Z0-9_-]+$")
+
+
+class StateDictMismatchError(RuntimeError, KeyError):
+    """A state dict does not fit the model: keys are missing or unexpected, or shapes differ.
+
+    A :class:`RuntimeError`, and a :class:`KeyError` as Machin 0.3.4 raised for a
+    missing key.
+    """
+
+    __str__ = BaseException.__str__  # the message as is, not quoted like a KeyError's
+
+
+class CheckpointLoadError(pickle.UnpicklingError, RuntimeError):
+    """A checkpoint file cannot be read without unpickling arbitrary objects.
+
+    Raised by :func:`prep_load_model` for files that ``torch.load(...,
+    weights_only=True)`` rejects, such as the whole pickled modules Machin 0.3.4
+    wrote. It is both a :class:`pickle.UnpicklingError` and a :class:`RuntimeError`.
+    """
 
 
 def _path_list(dirs: Iterable[PathLike], arg: str) -> List[PathLike]:
@@ -178,7 +206,10 @@ def prep_list_model_versions(model_dir: PathLike) -> Dict[str, List[int]]:
         RuntimeError: When ``model_dir`` is not an existing directory.
     """
     if not os.path.isdir(model_dir):
-        raise RuntimeError(f"model directory {os.fspath(model_dir)!r} does not exist")
+        raise RuntimeError(
+            f"Model directory doesn't exist: {os.fspath(model_dir)!r} does not exist "
+            "or is not a directory"
+        )
     versions: Dict[str, List[int]] = {}
     for file_name in os.listdir(model_dir):
         match = MODEL_FILE_PATTERN.match(file_name)
@@ -192,7 +223,14 @@ def prep_load_state_dict(model: nn.Module, state_dict: Mapping[str, Any]) -> Non
 
     Every tensor is copied into the matching parameter or buffer where it lives,
     so a checkpoint saved on a GPU loads into a CPU model and the other way round.
-    The keys must match exactly.
+    The keys must match exactly, except for the layouts of Machin 0.3.4 modules,
+    which are translated: entries that repeat another entry's tensor under a name
+    the model does not have (0.3.4 registered the input and output modules of a
+    ``NeuralNetworkModule`` a second time) are dropped, a ``wrapped_module.`` prefix
+    (0.3.4's ``dynamic_module_wrapper``) is removed, and the ``weight_g`` /
+    ``weight_v`` entries of the old ``torch.nn.utils.weight_norm`` are renamed to
+    the parametrization entries of :func:`torch.nn.utils.parametrizations.weight_norm`.
+    Each translation is made only where it yields a key of the model.
 
     Args:
         model: Module to load into.
@@ -200,14 +238,17 @@ def prep_load_state_dict(model: nn.Module, state_dict: Mapping[str, Any]) -> Non
 
     Raises:
         TypeError: When ``model`` is not an ``nn.Module`` or ``state_dict`` not a mapping.
-        RuntimeError: When keys are missing or unexpected, or a tensor's shape differs
-            from the model's; the message names every such parameter.
+        StateDictMismatchError: When keys are missing or unexpected, or a tensor's shape
+            differs from the model's; the message names every such parameter. It is a
+            :class:`RuntimeError` (and a :class:`KeyError`).
     """
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
     if not isinstance(state_dict, Mapping):
         raise TypeError(f"state_dict must be a mapping, got {type(state_dict).__name__}")
     own = model.state_dict()
+    if state_dict.keys() != own.keys():
+        state_dict = _adapt_legacy_layout(state_dict, own)
     problems = []
     missing = [key for key in own if key not in state_dict]
     unexpected = [key for key in state_dict if key not in own]
@@ -227,12 +268,73 @@ def prep_load_state_dict(model: nn.Module, state_dict: Mapping[str, Any]) -> Non
                 f"but {list(target.shape)} in the model"
             )
     if problems:
-        raise RuntimeError(
+        raise StateDictMismatchError(
             f"cannot load the state dict into {type(model).__name__}: " + "; ".join(problems)
         )
     # ``load_state_dict`` copies in place (``param.copy_(value)``), which moves each
     # tensor to the device of the parameter it is copied into.
     model.load_state_dict(state_dict)
+
+
+_LEGACY_WRAPPER_PREFIX = "wrapped_module."
+_LEGACY_WEIGHT_NORM = {
+    "weight_g": "parametrizations.weight.original0",
+    "weight_v": "parametrizations.weight.original1",
+}
+
+
+def _legacy_key(key: str, own: Mapping[str, Any]) -> str:
+    """The key of ``own`` that a 0.3.4-style key stands for, else ``key`` itself."""
+    if key in own or not isinstance(key, str):
+        return key
+    name = key[len(_LEGACY_WRAPPER_PREFIX) :] if key.startswith(_LEGACY_WRAPPER_PREFIX) else key
+    head, _, leaf = name.rpartition(".")
+    if leaf in _LEGACY_WEIGHT_NORM and name not in own:
+        name = (head + "." if head else "") + _LEGACY_WEIGHT_NORM[leaf]
+    return name if name in own else key
+
+
+def _storage_identity(value: Any) -> Optional[tuple]:
+    if not isinstance(value, torch.Tensor) or value.numel() == 0:
+        return None
+    return (value.device, value.dtype, value.data_ptr(), tuple(value.shape), value.stride())
+
+
+def _adapt_legacy_layout(state_dict: Mapping[str, Any], own: Mapping[str, Any]) -> Dict[str, Any]:
+    """Translate the state-dict layout of Machin 0.3.4 modules (see prep_load_state_dict)."""
+    aliases: Dict[tuple, List[str]] = {}
+    for key, value in state_dict.items():
+        identity = _storage_identity(value)
+        if identity is not None:
+            aliases.setdefault(identity, []).append(key)
+    dropped = set()
+    for keys in aliases.values():
+        if len(keys) > 1:
+            kept = [key for key in keys if _legacy_key(key, own) in own] or keys[:1]
+            dropped.update(key for key in keys if key not in kept)
+    return {_legacy_key(key, own): value for key, value in state_dict.items() if key not in dropped}
+
+
+def _read_checkpoint(path: str, trusted: bool) -> Any:
+    """Load one checkpoint file; a whole pickled module gives its ``state_dict``."""
+    if trusted:
+        content = torch.load(path, map_location="cpu", weights_only=False)
+    else:
+        try:
+            content = torch.load(path, map_location="cpu", weights_only=True)
+        except pickle.UnpicklingError as error:
+            reason = str(error).strip().splitlines()
+            raise CheckpointLoadError(
+                f"cannot load {path!r} with weights_only=True: the file holds pickled objects "
+                "other than tensors, such as a whole module saved with torch.save(model) by "
+                "Machin 0.3.4. Unpickling it can run arbitrary code from the file. If you "
+                "trust the file, load it with trusted=True (prep_load_model(..., trusted=True), "
+                "or the algorithm's load(..., trusted=True))"
+                + (f". torch.load said: {reason[0]}" if reason else "")
+            ) from error
+    if isinstance(content, nn.Module):
+        return content.state_dict()
+    return content
 
 
 def _check_model_map(model_map: Mapping[str, nn.Module]) -> None:
@@ -253,6 +355,8 @@ def prep_load_model(
     version: Optional[int] = None,
     quiet: bool = False,
     logger: Optional[Any] = None,
+    *,
+    trusted: bool = False,
 ) -> Optional[int]:
     """Find and load the checkpoints ``<model_dir>/<name>_<version>.pt`` of several models.
 
@@ -271,6 +375,12 @@ def prep_load_model(
             warning and return ``None`` instead of raising.
         logger: Logger for progress and warnings; :data:`~machin.utils.logging.default_logger`
             when ``None``.
+        trusted: Also accept files that hold pickled Python objects, such as the
+            whole modules (``torch.save(model)``) Machin 0.3.4 wrote; the module's
+            ``state_dict`` is loaded into your model. **This unpickles the file, which
+            can run arbitrary code from it**: pass ``True`` only for files from a
+            source you trust. With the default ``False`` files are read with
+            ``weights_only=True`` and nothing in them is executed.
 
     Returns:
         The version loaded, or ``None`` when nothing was loaded (only with ``quiet``).
@@ -279,6 +389,9 @@ def prep_load_model(
         RuntimeError: When ``model_dir`` does not exist or no version is present for
             every model (unless ``quiet``), or when a checkpoint does not fit its
             model (the message names the model and the parameter).
+        CheckpointLoadError: When a file holds pickled objects (a 0.3.4 whole-module
+            checkpoint, for instance) and ``trusted`` is false; the message says how
+            to opt in. It is a :class:`RuntimeError`.
         TypeError: When ``model_map`` does not map names to modules, or ``version``
             is not an int.
         ValueError: When ``model_map`` is empty.
@@ -296,7 +409,7 @@ def prep_load_model(
     except RuntimeError:
         if quiet:
             logger.warning(
-                f"model directory {os.fspath(model_dir)!r} does not exist, nothing loaded"
+                f"Model directory doesn't exist: {os.fspath(model_dir)!r}; nothing loaded"
             )
             return None
         raise
@@ -310,7 +423,7 @@ def prep_load_model(
     if not common:
         detail = {name: available.get(name, []) for name in model_map}
         message = (
-            f"cannot find a version present for all models in {os.fspath(model_dir)!r}; "
+            f"Cannot find a valid version for all models in {os.fspath(model_dir)!r}; "
             f"versions found per model: {detail}"
         )
         if quiet:
@@ -326,17 +439,19 @@ def prep_load_model(
     else:
         lacking = [name for name in model_map if version not in available.get(name, ())]
         logger.warning(
-            f"version {version} is missing for models {lacking} in {os.fspath(model_dir)!r}; "
+            f"Specified version {version} is invalid: version {version} is missing for "
+            f"models {lacking} in {os.fspath(model_dir)!r}; "
             f"loading the newest common version {latest} instead"
         )
         chosen = latest
 
     for name, model in model_map.items():
         path = prep_model_path(model_dir, name, chosen)
-        state_dict = torch.load(path, map_location="cpu", weights_only=True)
+        state_dict = _read_checkpoint(path, trusted)
         try:
             prep_load_state_dict(model, state_dict)
         except (RuntimeError, TypeError) as error:
-            raise RuntimeError(f"model {name!r} (file {path!r}): {error}") from error
+            kind = StateDictMismatchError if isinstance(error, KeyError) else RuntimeError
+            raise kind(f"model {name!r} (file {path!r}): {error}") from error
         logger.info(f"loaded model {name!r} version {chosen} from {path!r}")
     return chosen

@@ -19,10 +19,11 @@ from __future__ import annotations
 import datetime
 import os
 import shutil
-from typing import Iterable, List, Optional, Union
+from typing import Iterable, List, Union
 
 from .conf import Config, load_config_file, save_config
 from .helper_classes import Object
+from .logging import default_logger
 from .prepare import prep_clear_dirs, prep_create_dirs
 
 __all__ = ["SaveEnv"]
@@ -42,19 +43,28 @@ class SaveEnv:
             that file when a trial is restarted (except ``root_dir`` and
             ``restart_from_trial``).
         restart_from_trial: Name of an existing trial (formatted with
-            ``time_format``) to reuse instead of starting a new one.
+            ``time_format``), or its start time as a :class:`datetime.datetime` (what
+            :meth:`get_trial_time` returns), to reuse instead of starting a new one. A
+            trial that does not exist yet is created, with a warning.
         time_format: :func:`time.strftime` format of trial names.
+
+    Attributes:
+        env_root: The root directory.
+        time_format: The format of trial names.
+        env_create_time: Start time of the trial, a :class:`datetime.datetime`.
+
+    Subclasses may override :meth:`_check_dirs`, which runs before the directories
+    are created, to validate the layout (and raise ``RuntimeError`` if it is wrong).
 
     Raises:
         ValueError: When ``restart_from_trial`` is not a time in ``time_format``, or a
             Config without ``root_dir`` is given.
-        FileNotFoundError: When the trial to restart does not exist.
     """
 
     def __init__(
         self,
         env_root: Union[str, os.PathLike[str], Config],
-        restart_from_trial: Optional[str] = None,
+        restart_from_trial: Union[str, datetime.datetime, None] = None,
         time_format: str = "%Y_%m_%d_%H_%M_%S",
     ):
         conf = None
@@ -67,26 +77,43 @@ class SaveEnv:
             env_root = conf.data["root_dir"]
             if restart_from_trial is None:
                 restart_from_trial = conf.data.get("restart_from_trial")
-        self._env_root = os.fspath(env_root)
-        self._time_format = time_format
+        self.env_root = os.fspath(env_root)
+        self.time_format = time_format
 
+        if isinstance(restart_from_trial, datetime.datetime):
+            restart_from_trial = restart_from_trial.strftime(time_format)
         if restart_from_trial is not None:
             try:
-                datetime.datetime.strptime(restart_from_trial, time_format)
+                self.env_create_time = datetime.datetime.strptime(restart_from_trial, time_format)
             except (TypeError, ValueError):
                 raise ValueError(
                     f"restart_from_trial must be a trial name in the format {time_format!r}, "
-                    f"got {restart_from_trial!r}"
+                    f"got {restart_from_trial!r} (time data does not match format)"
                 ) from None
-            if not os.path.isdir(os.path.join(self._env_root, restart_from_trial)):
-                raise FileNotFoundError(
-                    f"cannot restart from trial {restart_from_trial!r}: "
-                    f"{os.path.join(self._env_root, restart_from_trial)!r} does not exist"
+            self._trial_name = restart_from_trial
+            trial_root = os.path.join(self.env_root, restart_from_trial)
+            if not os.path.isdir(trial_root):
+                default_logger.warning(
+                    f"trial {restart_from_trial!r} to restart from does not exist under "
+                    f"{self.env_root!r}; creating it"
                 )
-            self._trial_time = restart_from_trial
         else:
-            self._trial_time = datetime.datetime.now().strftime(time_format)
+            self.env_create_time = datetime.datetime.now()
+            self._trial_name = self.env_create_time.strftime(time_format)
 
+        self._check_dirs()
+        self._prep_dirs()
+        if conf is not None:
+            self._sync_config(conf, restarted=restart_from_trial is not None)
+
+    def _check_dirs(self) -> None:
+        """Validate the directory layout before it is created; does nothing by default.
+
+        Override it in a subclass and raise ``RuntimeError`` for an invalid layout.
+        """
+
+    def _prep_dirs(self) -> None:
+        """Create the trial directories."""
         prep_create_dirs(
             [
                 self.get_trial_config_dir(),
@@ -95,8 +122,6 @@ class SaveEnv:
                 self.get_trial_model_dir(),
             ]
         )
-        if conf is not None:
-            self._sync_config(conf, restarted=restart_from_trial is not None)
 
     def _sync_config(self, conf: Object, restarted: bool) -> None:
         path = os.path.join(self.get_trial_config_dir(), "config.json")
@@ -138,11 +163,14 @@ class SaveEnv:
 
     def get_trial_root(self) -> str:
         """Return the trial directory ``<env_root>/<trial name>``."""
-        return os.path.join(self._env_root, self._trial_time)
+        return os.path.join(self.env_root, self._trial_name)
 
-    def get_trial_time(self) -> str:
-        """Return the trial name, its start time formatted with ``time_format``."""
-        return self._trial_time
+    def get_trial_time(self) -> datetime.datetime:
+        """Return the start time of the trial (``env_create_time``).
+
+        ``get_trial_time().strftime(time_format)`` is the trial's directory name.
+        """
+        return self.env_create_time
 
     def get_trial_config_dir(self) -> str:
         """Return ``<trial>/config``."""
@@ -198,15 +226,16 @@ class SaveEnv:
             days=diff_day, hours=diff_hour, minutes=diff_minute, seconds=diff_second
         )
         removed = []
-        for name in sorted(os.listdir(self._env_root)):
-            path = os.path.join(self._env_root, name)
-            if name == self._trial_time or not os.path.isdir(path):
+        for name in sorted(os.listdir(self.env_root)):
+            path = os.path.join(self.env_root, name)
+            if name == self._trial_name or not os.path.isdir(path):
                 continue
             try:
-                started = datetime.datetime.strptime(name, self._time_format)
+                started = datetime.datetime.strptime(name, self.time_format)
             except ValueError:
                 continue
             if started < limit:
+                default_logger.info(f"removing trial directory {path!r}")
                 shutil.rmtree(path)
                 removed.append(name)
         return removed

@@ -33,14 +33,18 @@ class TensorBoard:
         """
         if self.writer is not None:
             raise RuntimeError(
-                f"this TensorBoard already has a writer (logging to {self.writer.logdir!r}); "
-                "init() may only be called once"
+                f"Writer has been initialized: this TensorBoard already has a writer "
+                f"(logging to {self.writer.logdir!r}); init() may only be called once"
             )
         self.writer = SummaryWriter(*writer_args, **writer_kwargs)
 
     def is_initiated(self) -> bool:
         """Return whether :meth:`init` has created the writer."""
         return self.writer is not None
+
+    def is_inited(self) -> bool:
+        """Same as :meth:`is_initiated` (the name Machin 0.3.4 used)."""
+        return self.is_initiated()
 
 
 #: The global board.

@@ -4,6 +4,7 @@ import pytest
 
 from machin.env.wrappers import ParallelWrapperBase
 from machin.env.wrappers.base import ParallelWrapperBase as DirectBase
+from machin.utils.compat import ExtraArgumentsWarning
 
 DOCUMENTED_ABSTRACT = {
     "reset",
@@ -53,7 +54,8 @@ def test_a_subclass_missing_one_member_cannot_be_instantiated(missing):
 
 def test_a_complete_subclass_works_and_ignores_constructor_arguments():
     complete = type("Complete", (ParallelWrapperBase,), _complete_members())
-    wrapper = complete("ignored", option=1)
+    with pytest.warns(ExtraArgumentsWarning, match="'option'"):
+        wrapper = complete("ignored", option=1)
     assert wrapper.size() == 1
     assert wrapper.seed(3) == [3]
     assert wrapper.action_space == "actions"

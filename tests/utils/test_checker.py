@@ -70,10 +70,12 @@ def _hook_count(model):
 def test_check_nan_and_check_shape_raise_runtime_error():
     check_nan(torch.zeros(2), "fine")
     check_nan(torch.zeros(2, dtype=torch.long), "ints")
-    with pytest.raises(RuntimeError, match="tensor 'weights' contains NaN"):
+    with pytest.raises(CheckError, match="Tensor 'weights' contains nan: 1 of 2 elements"):
         check_nan(torch.tensor([1.0, NAN]), "weights")
     check_shape(torch.zeros(2, 3), [2, 3], "fine")
-    with pytest.raises(RuntimeError, match=r"tensor 'obs' has shape \[3, 2\], expected \[2, 3\]"):
+    with pytest.raises(
+        CheckError, match=r"Tensor 'obs' has invalid shape, required shape \[2, 3\], is \[3, 2\]"
+    ):
         check_shape(torch.zeros(3, 2), [2, 3], "obs")
     with pytest.raises(TypeError, match="tensor must be a torch.Tensor, got list"):
         check_nan([1.0])
@@ -204,7 +206,17 @@ def test_range_hooks_write_min_max_mean(tmp_path, read_scalars):
     # With param_check_interval=2 only the first of the two backward passes is checked.
     assert scalars["net/fc1/param/weight/min"] == [(1, pytest.approx(weight.min().item()))]
     assert scalars["net/fc1/param/weight/mean"] == [(1, pytest.approx(weight.mean().item()))]
-    assert len(scalars) == 3 * (2 + 2 + 4)
+    # Parameters also get a histogram (under their own name), as in Machin 0.3.4.
+    histograms = {
+        tag for tag in scalars if "/param/" in tag and not tag.endswith(("min", "max", "mean"))
+    }
+    assert histograms == {
+        "net/fc1/param/weight",
+        "net/fc1/param/bias",
+        "net/fc2/param/weight",
+        "net/fc2/param/bias",
+    }
+    assert len(scalars) == 3 * (2 + 2 + 4) + 4
 
 
 def test_mark_module_output_names_tuple_outputs():

@@ -79,23 +79,28 @@ def test_object_uses_the_given_dict():
     assert Object().data == {}
 
 
-def test_object_missing_attribute_names_it():
+def test_object_missing_entries_read_as_none():
     obj = Object({"x": 1})
-    with pytest.raises(AttributeError, match="no attribute 'missing'; its keys are \\['x'\\]"):
-        _ = obj.missing
-    assert getattr(obj, "missing", "default") == "default"
+    assert obj.missing is None
+    assert obj["missing"] is None
+    with pytest.raises(AttributeError):
+        _ = obj.__missing_dunder__
 
 
 def test_object_const_attrs_are_read_only():
     obj = Object({"fixed": 1, "free": 2}, const_attrs=["fixed"])
     obj.free = 3
-    with pytest.raises(AttributeError, match="attribute 'fixed' of Object is read-only"):
+    with pytest.raises(
+        AttributeError, match="fixed is const: entry 'fixed' of Object is read-only"
+    ):
         obj.fixed = 5
-    with pytest.raises(AttributeError, match="read-only"):
-        obj.attr("fixed", 5, change=True)
+    with pytest.raises(RuntimeError, match="is const"):
+        obj["fixed"] = 5
     with pytest.raises(AttributeError, match="read-only"):
         del obj.fixed
     assert obj.data == {"fixed": 1, "free": 3}
+    # attr() is the low-level access and ignores const_attrs, as in Machin 0.3.4.
+    assert obj.attr("fixed", 5, change=True) == 5
 
 
 def test_object_attr_reaches_any_key():
@@ -104,8 +109,7 @@ def test_object_attr_reaches_any_key():
     assert obj.attr("not an identifier", [1], change=True) == [1]
     assert obj.attr("call") == 7
     assert obj.data == {"call": 7, "not an identifier": [1]}
-    with pytest.raises(AttributeError, match="no attribute 'nope'"):
-        obj.attr("nope")
+    assert obj.attr("nope") is None
 
 
 def test_object_call_can_be_overridden():
@@ -123,10 +127,10 @@ def test_object_call_can_be_overridden():
 
 
 def test_object_data_must_be_a_dict():
-    with pytest.raises(TypeError, match="data must be a dict or None, got \\[1\\] of type list"):
+    with pytest.raises(TypeError, match="data must be a dict or None .*got \\[1\\] of type list"):
         Object([1])
     obj = Object()
-    with pytest.raises(TypeError, match="data must be a dict"):
+    with pytest.raises(TypeError, match="data attribute must be a dictionary"):
         obj.data = 3
     obj.data = {"z": 1}
     assert obj.z == 1

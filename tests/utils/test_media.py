@@ -100,7 +100,7 @@ def test_mp4_is_written_with_moviepy(tmp_path):
 @pytest.mark.parametrize(
     "frames, fps, error, message",
     [
-        ([], 15, ValueError, "frames must be a non-empty list of image arrays"),
+        ("frames", 15, ValueError, "frames must be a non-empty list of image arrays"),
         (
             [np.zeros((2, 2)), np.zeros((3, 3))],
             15,

@@ -111,7 +111,7 @@ def test_list_versions_ignores_unrelated_files(tmp_path):
         "actor_target": [0, 100, 1000],
         "critic_target": [0, 100],
     }
-    with pytest.raises(RuntimeError, match="model directory '.*nowhere' does not exist"):
+    with pytest.raises(RuntimeError, match="Model directory doesn't exist: '.*nowhere'"):
         prep_list_model_versions(str(tmp_path / "nowhere"))
 
 
@@ -158,7 +158,7 @@ def test_load_model_specific_and_fallback_versions(tmp_path, recording_logger):
 
 
 def test_load_model_missing_directory_or_version(tmp_path, recording_logger):
-    with pytest.raises(RuntimeError, match="model directory '.*missing' does not exist"):
+    with pytest.raises(RuntimeError, match="Model directory doesn't exist: '.*missing'"):
         prep_load_model(str(tmp_path / "missing"), {"a": _net(0)})
     assert (
         prep_load_model(
@@ -166,11 +166,11 @@ def test_load_model_missing_directory_or_version(tmp_path, recording_logger):
         )
         is None
     )
-    assert "does not exist" in recording_logger.messages("warning")[0]
+    assert "Model directory doesn't exist" in recording_logger.messages("warning")[0]
 
     prep_save_model(str(tmp_path), {"a": _net(0)}, version=1)
     prep_save_model(str(tmp_path), {"b": _net(0)}, version=2)
-    message = r"cannot find a version present for all models in .*; versions found per model: \{'a': \[1\], 'b': \[2\]\}"
+    message = r"Cannot find a valid version for all models in .*; versions found per model: \{'a': \[1\], 'b': \[2\]\}"
     with pytest.raises(RuntimeError, match=message):
         prep_load_model(str(tmp_path), {"a": _net(0), "b": _net(0)})
     untouched = _net(7)

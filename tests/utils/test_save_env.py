@@ -16,9 +16,11 @@ def _trial_name(delta: datetime.timedelta) -> str:
 
 def test_creates_the_trial_layout(tmp_path):
     env = SaveEnv(str(tmp_path))
-    trial = env.get_trial_time()
-    started = datetime.datetime.strptime(trial, FORMAT)
+    started = env.get_trial_time()
+    assert isinstance(started, datetime.datetime) and started is env.env_create_time
     assert abs((datetime.datetime.now() - started).total_seconds()) < 60
+    trial = started.strftime(FORMAT)
+    assert env.env_root == str(tmp_path) and env.time_format == FORMAT
     root = os.path.join(str(tmp_path), trial)
     assert env.get_trial_root() == root
     assert env.get_trial_config_dir() == os.path.join(root, "config")
@@ -37,8 +39,9 @@ def test_creates_the_trial_layout(tmp_path):
 
 def test_custom_time_format(tmp_path):
     env = SaveEnv(tmp_path, time_format="trial_%Y%m%d_%H%M%S")
-    assert env.get_trial_time().startswith("trial_")
-    assert os.path.isdir(os.path.join(str(tmp_path), env.get_trial_time(), "model"))
+    name = env.get_trial_time().strftime("trial_%Y%m%d_%H%M%S")
+    assert os.path.basename(env.get_trial_root()) == name
+    assert os.path.isdir(os.path.join(str(tmp_path), name, "model"))
 
 
 def test_restart_reuses_the_existing_trial(tmp_path):
@@ -47,7 +50,7 @@ def test_restart_reuses_the_existing_trial(tmp_path):
     old_model_dir.mkdir(parents=True)
     (old_model_dir / "qnet_1.pt").write_bytes(b"x")
     env = SaveEnv(str(tmp_path), restart_from_trial=name)
-    assert env.get_trial_time() == name
+    assert env.get_trial_time() == datetime.datetime.strptime(name, FORMAT)
     assert env.get_trial_model_dir() == str(old_model_dir)
     assert (old_model_dir / "qnet_1.pt").read_bytes() == b"x"
     assert os.path.isdir(env.get_trial_image_dir())
@@ -57,9 +60,14 @@ def test_restart_reuses_the_existing_trial(tmp_path):
 def test_restart_errors(tmp_path):
     with pytest.raises(ValueError, match="restart_from_trial must be a trial name in the format"):
         SaveEnv(str(tmp_path), restart_from_trial="yesterday")
+
+
+def test_restart_from_a_missing_trial_creates_it(tmp_path):
+    # As in Machin 0.3.4 the trial is created (machin also logs a warning).
     missing = _trial_name(datetime.timedelta(days=1))
-    with pytest.raises(FileNotFoundError, match=f"cannot restart from trial '{missing}'"):
-        SaveEnv(str(tmp_path), restart_from_trial=missing)
+    env = SaveEnv(str(tmp_path), restart_from_trial=missing)
+    assert os.path.isdir(os.path.join(str(tmp_path), missing, "model"))
+    assert env.get_trial_root() == os.path.join(str(tmp_path), missing)
 
 
 def test_remove_trials_older_than(tmp_path):
@@ -71,7 +79,8 @@ def test_remove_trials_older_than(tmp_path):
     env = SaveEnv(str(tmp_path))
     assert env.remove_trials_older_than(diff_hour=1) == [old]
     remaining = sorted(os.listdir(str(tmp_path)))
-    assert remaining == sorted([recent, "notes", "2000_01_01_00_00_00", env.get_trial_time()])
+    current = os.path.basename(env.get_trial_root())
+    assert remaining == sorted([recent, "notes", "2000_01_01_00_00_00", current])
     assert env.remove_trials_older_than(diff_hour=0, diff_minute=10) == [recent]
     assert os.path.isdir(env.get_trial_root())
 

@@ -2,13 +2,19 @@
 
 from . import base, openai_gym
 from .base import ParallelWrapperBase
-from .openai_gym import GymTerminationError, ParallelWrapperDummy, ParallelWrapperSubProc
+from .openai_gym import (
+    GymTerminationError,
+    GymWorkerError,
+    ParallelWrapperDummy,
+    ParallelWrapperSubProc,
+)
 
 __all__ = [
     "base",
     "openai_gym",
     "ParallelWrapperBase",
     "GymTerminationError",
+    "GymWorkerError",
     "ParallelWrapperDummy",
     "ParallelWrapperSubProc",
 ]

@@ -3,6 +3,8 @@
 from abc import ABC, abstractmethod
 from typing import Any, List, Union
 
+from ...utils.compat import ignores_extra_args
+
 __all__ = ["ParallelWrapperBase"]
 
 
@@ -19,7 +21,9 @@ class ParallelWrapperBase(ABC):
     class itself raises :class:`TypeError`.
     """
 
-    def __init__(self, *_: Any, **__: Any) -> None:
+    @ignores_extra_args
+    def __init__(self) -> None:
+        # Arguments meant for a subclass are accepted and ignored (with a warning).
         super().__init__()
 
     @abstractmethod

@@ -26,10 +26,16 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 import dill
 import numpy as np
 
+from ...utils.compat import ignores_extra_args
 from ..utils.openai_gym import ensure_gymnasium_env
 from .base import ParallelWrapperBase
 
-__all__ = ["GymTerminationError", "ParallelWrapperDummy", "ParallelWrapperSubProc"]
+__all__ = [
+    "GymTerminationError",
+    "GymWorkerError",
+    "ParallelWrapperDummy",
+    "ParallelWrapperSubProc",
+]
 
 EnvCreator = Callable[[int], Any]
 Index = Union[int, List[int], None]
@@ -48,8 +54,13 @@ class GymTerminationError(Exception):
     environment raised an exception (in which case that environment is out of service
     for the rest of the wrapper's life).
 
+    When an environment raised an exception, that exception is the ``__cause__`` of
+    the error (for :class:`ParallelWrapperSubProc`, when it could be pickled back from
+    the worker).
+
     Args:
-        message: Description of the problem; it names the environment index.
+        message: Description of the problem; it names the environment index. Without
+            it, the message of Machin 0.3.4 is used.
         env_index: Index of the environment concerned.
         remote_traceback: Traceback text of the exception raised inside a worker process,
             when there was one.
@@ -61,13 +72,23 @@ class GymTerminationError(Exception):
 
     def __init__(
         self,
-        message: str,
+        message: Optional[str] = None,
         env_index: Optional[int] = None,
         remote_traceback: Optional[str] = None,
     ) -> None:
+        if message is None:
+            message = "One or several environments have terminated, reset before continuing."
         super().__init__(message)
         self.env_index = env_index
         self.remote_traceback = remote_traceback
+
+
+class GymWorkerError(GymTerminationError, RuntimeError):
+    """The worker process of an environment failed to create it, or died.
+
+    A :class:`GymTerminationError` that is also a :class:`RuntimeError`, the type
+    Machin 0.3.4 raised in these cases.
+    """
 
 
 # ---------------------------------------------------------------------------------------
@@ -116,6 +137,24 @@ class _Failure:
 
     def __init__(self, error: GymTerminationError) -> None:
         self.error = error
+
+
+class _ActiveIndexes(np.ndarray):
+    """The integer array returned by ``active()``: a numpy array, as in Machin 0.3.4, that
+    is also true exactly when it is not empty, like a list (``while envs.active(): ...``).
+
+    Results of computations on it (``active == 2``, ``active + 1``) are plain arrays.
+    """
+
+    def __bool__(self) -> bool:
+        return self.size > 0
+
+    def __repr__(self) -> str:
+        return repr(np.asarray(self))
+
+    def __array_wrap__(self, array: Any, context: Any = None, return_scalar: bool = False) -> Any:
+        plain = np.asarray(array)
+        return plain[()] if return_scalar else plain
 
 
 def _is_index(value: Any) -> bool:
@@ -219,7 +258,7 @@ class _GymParallelWrapper(ParallelWrapperBase):
         for index in indices:
             failure = self._failures[index]
             if failure is not None:
-                raise GymTerminationError(
+                raise type(failure)(
                     f"environment {index} failed earlier and is out of service: {failure}",
                     env_index=index,
                     remote_traceback=failure.remote_traceback,
@@ -259,8 +298,9 @@ class _GymParallelWrapper(ParallelWrapperBase):
             ) from None
         if length != count:
             raise ValueError(
-                f"action must have one entry per selected environment: len(action) is "
-                f"{length} but idx selects {count} environment(s)"
+                f"Action number must match environment number: action must have one entry "
+                f"per selected environment, len(action) is {length} but idx selects "
+                f"{count} environment(s)"
             )
         return [action[k] for k in range(count)]
 
@@ -336,6 +376,7 @@ class _GymParallelWrapper(ParallelWrapperBase):
         inactive = [index for index in indices if not self._active[index]]
         if inactive:
             raise GymTerminationError(
+                f"One or several environments have terminated, reset before continuing: "
                 f"cannot step environment(s) {inactive}: not active (terminal, or never "
                 f"reset); call reset(idx={inactive}) first",
                 env_index=inactive[0],
@@ -401,12 +442,14 @@ class _GymParallelWrapper(ParallelWrapperBase):
         self._pending_seeds = list(seeds)
         return list(seeds)
 
-    def render(self, idx: Index = None, *_: Any, **__: Any) -> List[np.ndarray]:
+    @ignores_extra_args
+    def render(self, idx: Index = None) -> List[np.ndarray]:
         """Render all environments, or the selected ones, as RGB frames.
 
         The environments must have been created with ``render_mode="rgb_array"``; in
         gymnasium the render mode is fixed at creation, so extra positional or keyword
-        arguments (such as an old ``mode="rgb_array"``) are accepted and ignored.
+        arguments (such as an old ``mode="rgb_array"``) are accepted and ignored, with
+        an :class:`~machin.utils.compat.ExtraArgumentsWarning`.
 
         Args:
             idx: Index or list of indexes of the environments to render; ``None`` means
@@ -446,9 +489,14 @@ class _GymParallelWrapper(ParallelWrapperBase):
         self._active = [False] * self._size
         self._shutdown()
 
-    def active(self) -> List[int]:
-        """Return the indexes of the active environments (reset and not terminal since)."""
-        return [index for index, is_active in enumerate(self._active) if is_active]
+    def active(self) -> np.ndarray:
+        """Return the indexes of the active environments (reset and not terminal since).
+
+        Returns:
+            A 1-D integer numpy array, as in Machin 0.3.4 (``.tolist()`` gives a list). It
+            is true when it is not empty, so ``while envs.active():`` works as with a list.
+        """
+        return np.flatnonzero(np.asarray(self._active, dtype=bool)).view(_ActiveIndexes)
 
     def size(self) -> int:
         """Return the number of environments."""
@@ -568,19 +616,19 @@ def _worker(connection: Any, parent_end: Any, payload: bytes, index: int, parent
     creation_error = None
     try:
         env = ensure_gymnasium_env(dill.loads(payload)(index))
-    except Exception:
-        creation_error = traceback.format_exc()
+    except Exception as exc:
+        creation_error = _error_reply("create_error", exc)
     try:
         while True:
             data = connection.recv_bytes()
             if creation_error is not None:
-                connection.send_bytes(_dumps(("error", creation_error)))
+                connection.send_bytes(creation_error)
                 break
             try:
                 command, args = _loads(data)
                 reply = _dumps(("ok", _COMMANDS[command](env, *args)))
-            except Exception:
-                connection.send_bytes(_dumps(("error", traceback.format_exc())))
+            except Exception as exc:
+                connection.send_bytes(_error_reply("error", exc))
                 break
             connection.send_bytes(reply)
             if command == "close":
@@ -593,6 +641,16 @@ def _worker(connection: Any, parent_end: Any, payload: bytes, index: int, parent
             with contextlib.suppress(Exception):
                 env.close()
         connection.close()
+
+
+def _error_reply(status: str, exc: BaseException) -> bytes:
+    """A worker's reply for a failure: the traceback text and, when it pickles, the exception."""
+    try:
+        pickled_exc: Optional[bytes] = _dumps(exc)
+        _loads(pickled_exc)
+    except Exception:
+        pickled_exc = None
+    return _dumps((status, traceback.format_exc(), pickled_exc))
 
 
 def _stop_workers(owner_pid: int, processes: List[Any], connections: List[Any]) -> None:
@@ -638,8 +696,11 @@ class ParallelWrapperSubProc(_GymParallelWrapper):
 
     A worker that dies (killed, or its environment raised an exception) makes the call
     raise :class:`GymTerminationError` naming the environment index, with the remote
-    traceback text when there is one; the other selected environments still complete
-    the command, and the failed environment stays out of service.
+    traceback text when there is one and the environment's exception as ``__cause__``
+    when it can be pickled; a killed worker or a failed creation raises a
+    :class:`GymWorkerError`, which is also a ``RuntimeError``. The other selected
+    environments still complete the command, and the failed environment stays out of
+    service.
 
     :meth:`close` closes the environments and joins the workers (terminating any that do
     not exit within a few seconds). The same clean-up runs automatically when the wrapper
@@ -658,7 +719,8 @@ class ParallelWrapperSubProc(_GymParallelWrapper):
         TypeError: If ``env_creators`` is not a list of callables, or a creator cannot be
             serialised with dill.
         ValueError: If it is empty, ``context`` is unknown, or the spaces differ.
-        GymTerminationError: If a creator raises in its worker.
+        GymWorkerError: If a creator raises in its worker (a ``GymTerminationError``
+            and a ``RuntimeError``).
     """
 
     def __init__(self, env_creators: List[EnvCreator], *, context: Optional[str] = None) -> None:
@@ -725,8 +787,10 @@ class ParallelWrapperSubProc(_GymParallelWrapper):
                 how = f"it was killed by signal {-code}"
         else:
             how = f"it exited with code {code}"
+        if code is not None and code < 0:
+            how += f" (exited with code {code})"
         return _Failure(
-            GymTerminationError(
+            GymWorkerError(
                 f"the worker process of environment {index} (pid {process.pid}) died: {how}",
                 env_index=index,
             )
@@ -778,7 +842,7 @@ class ParallelWrapperSubProc(_GymParallelWrapper):
         except (EOFError, OSError):
             return self._lost(index)
         try:
-            status, payload = _loads(data)
+            status, payload, *pickled_exc = _loads(data)
         except Exception as exc:
             return _Failure(
                 GymTerminationError(
@@ -790,14 +854,25 @@ class ParallelWrapperSubProc(_GymParallelWrapper):
         if status == "ok":
             return payload
         self._processes[index].join(1.0)
-        return _Failure(
-            GymTerminationError(
-                f"environment {index} raised an exception in its worker process "
-                f"(pid {self._processes[index].pid}):\n{payload}",
+        pid = self._processes[index].pid
+        if status == "create_error":
+            error: GymTerminationError = GymWorkerError(
+                f"environment {index} raised an exception while being created: the worker "
+                f"process (pid {pid}) failed to create environment {index}:\n{payload}",
                 env_index=index,
                 remote_traceback=payload,
             )
-        )
+        else:
+            error = GymTerminationError(
+                f"environment {index} raised an exception in its worker process "
+                f"(pid {pid}):\n{payload}",
+                env_index=index,
+                remote_traceback=payload,
+            )
+        if pickled_exc and pickled_exc[0] is not None:
+            with contextlib.suppress(Exception):
+                error.__cause__ = _loads(pickled_exc[0])
+        return _Failure(error)
 
     def _shutdown(self) -> None:
         self._finalizer()

@@ -237,7 +237,7 @@ class TorchFramework:
         names = self._file_names(network_map)
         model_map = {file_name: getattr(self, attr) for attr, file_name in names.items()}
         prep_load_model(model_dir, model_map, version=None if version == -1 else version,
-                        logger=default_logger, **({"trusted": True} if trusted else {}))  # TEMP until prepare has it
+                        logger=default_logger, trusted=trusted)
         self._post_load()
 
     def _post_load(self) -> None:

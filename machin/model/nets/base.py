@@ -19,8 +19,8 @@ checkpoints are interchangeable between the wrapped and the bare module.
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
-from typing import Any, Union
+from abc import ABC
+from typing import Any, Optional, Union
 
 import torch
 from torch import nn
@@ -61,84 +61,150 @@ class NeuralNetworkModule(nn.Module, ABC):
     the output device. A network spread over devices names the submodules with
     :meth:`set_input_module` and :meth:`set_output_module`. Each of these
     submodules must keep its parameters on a single device, and ``forward`` must
-    return its results on the output module's device. A module without any
-    parameters or buffers reports the CPU.
+    return its results on the output module's device. An input or output module
+    that is itself a ``NeuralNetworkModule`` contributes its own input (output)
+    device. A module without any parameters or buffers reports the CPU.
 
-    Subclasses implement :meth:`forward`.
+    Subclasses implement :meth:`forward`. The modules chosen are readable as
+    :attr:`input_module` and :attr:`output_module`.
     """
 
     def __init__(self):
         super().__init__()
-        # Kept out of ``_modules`` so the submodules are not registered (and saved) twice.
+        # Kept out of ``_modules`` so submodules are not registered (and saved) twice.
         self.__dict__["_input_module"] = None
         self.__dict__["_output_module"] = None
 
-    def _check_submodule(self, module: nn.Module, arg: str) -> None:
+    def _set_end_module(self, module: nn.Module, arg: str) -> None:
         if not isinstance(module, nn.Module):
             raise TypeError(f"{arg} must be a torch.nn.Module, got {type(module).__name__}")
+        if not isinstance(module, NeuralNetworkModule):
+            checked = self.find_child(module, arg == "input_module")
+            devices = {p.device for p in checked.parameters()}
+            if len(devices) > 1:
+                raise RuntimeError(
+                    f"{arg[0].upper()}{arg[1:].replace('_', ' ')} must be another "
+                    f"NeuralNetworkModule or locate on one single device: its parameters are "
+                    f"on {sorted(str(d) for d in devices)}"
+                )
+        previous = self.__dict__.get("_" + arg)
+        if previous is not None and self._modules.get(arg) is previous:
+            del self._modules[arg]  # registered by an earlier call; replaced now
         if not any(module is sub for sub in self.modules()):
-            raise ValueError(
-                f"{arg} must be a submodule of this {type(self).__name__} (assign it as an attribute "
-                f"first), got {type(module).__name__}"
-            )
+            # Not part of the network yet: register it under the argument's name, so
+            # its parameters move and are saved with the network (as Machin 0.3.4 did).
+            self._modules[arg] = module
+        self.__dict__["_" + arg] = module
 
     def set_input_module(self, input_module: nn.Module) -> None:
         """Use the parameters of ``input_module`` to decide :attr:`input_device`.
 
+        A module that is not yet part of this network is added to it as the child
+        ``input_module``.
+
         Raises:
             TypeError: When ``input_module`` is not an ``nn.Module``.
-            ValueError: When it is not this module or one of its submodules.
+            RuntimeError: When it is not a ``NeuralNetworkModule`` and its parameters
+                (those of its first leaf, for an ``nn.Sequential``) span several devices.
         """
-        self._check_submodule(input_module, "input_module")
-        self.__dict__["_input_module"] = input_module
+        self._set_end_module(input_module, "input_module")
 
     def set_output_module(self, output_module: nn.Module) -> None:
         """Use the parameters of ``output_module`` to decide :attr:`output_device`.
 
+        A module that is not yet part of this network is added to it as the child
+        ``output_module``.
+
         Raises:
             TypeError: When ``output_module`` is not an ``nn.Module``.
-            ValueError: When it is not this module or one of its submodules.
+            RuntimeError: When it is not a ``NeuralNetworkModule`` and its parameters
+                (those of its last leaf, for an ``nn.Sequential``) span several devices.
         """
-        self._check_submodule(output_module, "output_module")
-        self.__dict__["_output_module"] = output_module
+        self._set_end_module(output_module, "output_module")
+
+    @property
+    def input_module(self) -> Optional[nn.Module]:
+        """The module set with :meth:`set_input_module`, or ``None``."""
+        module = self.__dict__.get("_input_module")
+        # A subclass written for Machin 0.3.4 may assign ``self.input_module = ...``.
+        return self._modules.get("input_module") if module is None else module
+
+    @input_module.setter
+    def input_module(self, module: Optional[nn.Module]) -> None:
+        # Reached for non-module values only (nn.Module registers modules itself).
+        if module is not None:
+            raise TypeError(
+                f"input_module must be a torch.nn.Module or None, got {type(module).__name__}"
+            )
+        if self._modules.get("input_module") is self.__dict__.get("_input_module"):
+            self._modules.pop("input_module", None)
+        self.__dict__["_input_module"] = None
+
+    @property
+    def output_module(self) -> Optional[nn.Module]:
+        """The module set with :meth:`set_output_module`, or ``None``."""
+        module = self.__dict__.get("_output_module")
+        # A subclass written for Machin 0.3.4 may assign ``self.output_module = ...``.
+        return self._modules.get("output_module") if module is None else module
+
+    @output_module.setter
+    def output_module(self, module: Optional[nn.Module]) -> None:
+        # Reached for non-module values only (nn.Module registers modules itself).
+        if module is not None:
+            raise TypeError(
+                f"output_module must be a torch.nn.Module or None, got {type(module).__name__}"
+            )
+        if self._modules.get("output_module") is self.__dict__.get("_output_module"):
+            self._modules.pop("output_module", None)
+        self.__dict__["_output_module"] = None
 
     @property
     def input_device(self) -> torch.device:
         """Device the inputs of :meth:`forward` should be on."""
-        module = self.__dict__["_input_module"]
+        module = self.input_module
+        if isinstance(module, NeuralNetworkModule) and module is not self:
+            return module.input_device
         return _module_device(self if module is None else module, last=False)
 
     @property
     def output_device(self) -> torch.device:
         """Device the outputs of :meth:`forward` are on."""
-        module = self.__dict__["_output_module"]
+        module = self.output_module
+        if isinstance(module, NeuralNetworkModule) and module is not self:
+            return module.output_device
         return _module_device(self if module is None else module, last=True)
 
     @staticmethod
     def find_child(seq: nn.Module, is_first: bool = True) -> nn.Module:
-        """Return the first (or last) leaf module, descending through first (or last) children.
+        """Return the first (or last) module of an ``nn.Sequential``, descending through nested ones.
 
         Args:
             seq: Module to search, typically an ``nn.Sequential``.
-            is_first: Search for the first leaf when true, for the last one otherwise.
+            is_first: Take the first module when true, the last one otherwise.
 
         Returns:
-            A module without children (``seq`` itself when it has none).
+            The first (last) module that is not a non-empty ``nn.Sequential``; ``seq``
+            itself when it is not one.
 
         Raises:
             TypeError: When ``seq`` is not an ``nn.Module``.
         """
         if not isinstance(seq, nn.Module):
             raise TypeError(f"seq must be a torch.nn.Module, got {type(seq).__name__}")
-        children = list(seq.children())
-        while children:
-            seq = children[0] if is_first else children[-1]
-            children = list(seq.children())
+        while isinstance(seq, nn.Sequential) and len(seq) > 0:
+            seq = seq[0] if is_first else seq[-1]
         return seq
 
-    @abstractmethod
     def forward(self, *args: Any, **kwargs: Any) -> Any:
-        """Compute the network's output; implemented by subclasses."""
+        """Compute the network's output; subclasses implement it.
+
+        Raises:
+            NotImplementedError: Always, here.
+        """
+        raise NotImplementedError(
+            f"{type(self).__name__} is a NeuralNetworkModule without a forward() method; "
+            "subclasses must implement forward"
+        )
 
 
 def _strip_module_prefix(
@@ -185,6 +251,11 @@ class ModuleWrapper(NeuralNetworkModule):
         else:  # torch < 2.5 only has the private spellings
             self._register_state_dict_hook(_strip_module_prefix)
             self._register_load_state_dict_pre_hook(_add_module_prefix, with_module=True)
+
+    @property
+    def wrapped_module(self) -> nn.Module:
+        """The wrapped module (the same as ``module``)."""
+        return self._modules["module"]
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         """Call the wrapped module with the same arguments."""

@@ -186,7 +186,7 @@ def test_files_without_a_numeric_version_are_ignored(tmp_path):
 def test_load_without_a_common_version_raises(tmp_path):
     Tiny().save(str(tmp_path), version=1)
     os.remove(tmp_path / "net_b_1.pt")
-    with pytest.raises(RuntimeError, match="cannot find a version present for all models"):
+    with pytest.raises(RuntimeError, match="Cannot find a valid version for all models"):
         Tiny().load(str(tmp_path))
 
 

@@ -87,12 +87,19 @@ def test_set_module_validation():
     net = Two()
     with pytest.raises(TypeError, match="input_module must be a torch.nn.Module, got str"):
         net.set_input_module("first")
-    with pytest.raises(
-        ValueError, match="output_module must be a submodule of this Two .*got Linear"
-    ):
-        net.set_output_module(nn.Linear(1, 1))
     net.set_input_module(net)  # the module itself is allowed
     assert net.input_device == torch.device("cpu")
+    assert net.input_module is net and net.output_module is None
+
+
+def test_a_module_outside_the_network_is_registered():
+    # As in Machin 0.3.4: it becomes the child "output_module" and is saved with the network.
+    net = Two()
+    extra = nn.Linear(1, 1)
+    net.set_output_module(extra)
+    assert net.output_module is extra
+    assert dict(net.named_children())["output_module"] is extra
+    assert "output_module.weight" in net.state_dict()
 
 
 def test_module_without_tensors_reports_cpu_and_buffers_count():
@@ -106,12 +113,14 @@ def test_module_without_tensors_reports_cpu_and_buffers_count():
     assert empty.input_device.type == OTHER_DEVICE
 
 
-def test_forward_is_abstract():
+def test_forward_must_be_implemented():
     class NoForward(NeuralNetworkModule):
         pass
 
-    with pytest.raises(TypeError, match="abstract"):
-        NoForward()
+    module = NoForward()  # instantiable, as in Machin 0.3.4
+    with pytest.raises(NotImplementedError, match="NoForward .*without a forward"):
+        module(torch.zeros(1))
+    assert isinstance(NeuralNetworkModule(), nn.Module)
 
 
 def test_find_child():
