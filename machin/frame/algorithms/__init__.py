@@ -24,6 +24,7 @@ _CLASS_TO_MODULE = {
     "DQNApex": "apex",
     "DDPGApex": "apex",
     "IMPALA": "impala",
+    "ARS": "ars",
     "MADDPG": "maddpg",
 }
 

@@ -1,0 +1,832 @@
+"""Augmented Random Search (ARS): policy search by antithetic parameter perturbations.
+
+ARS (Mania, Guy and Recht, 2018) needs no gradient of the policy. Each round draws
+``rollout_num`` directions ``delta_k`` (Gaussian, standard deviation
+``noise_std_dev``), plays the policy with parameters ``theta + delta_k`` and
+``theta - delta_k``, keeps the ``used_rollout_num`` directions whose better return
+is highest, and moves ``theta`` along the directions weighted by the return
+differences, divided by the standard deviation of the kept returns::
+
+    step = mean_k (r_k+ - r_k-) * delta_k / std(kept returns)
+
+The rollouts of a round are split between the members of an RPC group. Directions
+are slices of a long noise table that every process rebuilds from ``noise_seed``
+(:class:`NoiseTable`), so only the start index of each slice travels. States are
+normalised with running statistics (:class:`MeanStdFilter`) that the group merges
+after every round. The first member of the group (the *manager*) collects the
+returns and the statistics, takes the optimizer step and pushes the actor to a
+:class:`~machin.parallel.server.PushPullModelServer`; the others pull it back.
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import math
+import os
+import threading
+from collections import OrderedDict
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
+
+import numpy as np
+import torch
+from torch import nn
+
+from ...parallel.distributed.rpc_group import RpcGroup
+from ...parallel.server import PushPullModelServer
+from ...utils.compat import ignores_extra_args, warn_caller
+from .base import TorchFramework
+from .utils import first_model_server, safe_call
+
+__all__ = ["ARS", "RunningStat", "MeanStdFilter", "SharedNoiseSampler", "NoiseTable"]
+
+ShapeLike = Union[int, Sequence[int], torch.Size]
+
+
+class _InvalidInput(ValueError, AssertionError):
+    """Bad input where Machin 0.3.4 used an ``assert``: a ``ValueError`` and an ``AssertionError``."""
+
+
+class _MissingRewards(RuntimeError, AssertionError):
+    """:meth:`ARS.update` before every perturbed actor has a reward (0.3.4 asserted it)."""
+
+
+def _as_shape(shape: ShapeLike) -> torch.Size:
+    if isinstance(shape, (int, np.integer)) and not isinstance(shape, bool):
+        return torch.Size([int(shape)])
+    try:
+        return torch.Size([int(s) for s in shape])
+    except (TypeError, ValueError):
+        raise _InvalidInput(f"shape must be an int or a sequence of ints, got {shape!r}") from None
+
+
+def _as_array(x: Any) -> np.ndarray:
+    """``x`` (a tensor, array or number) as a float64 numpy array on the CPU."""
+    if isinstance(x, torch.Tensor):
+        x = x.detach().cpu().numpy()
+    return np.asarray(x, dtype=np.float64)
+
+
+class RunningStat:
+    """Mean and variance of a stream of samples, updated one sample (or batch) at a time.
+
+    Welford's update for single samples and Chan's pairwise formula for batches and
+    for merging two estimators, in float64 on the CPU, so the statistics of many
+    processes can be combined exactly (:meth:`update`). The statistics are returned
+    as float64 tensors; pushing never modifies a tensor returned earlier.
+
+    Args:
+        shape: Shape of one sample.
+    """
+
+    def __init__(self, shape: ShapeLike):
+        shape = tuple(_as_shape(shape))
+        self._n = 0
+        self._M = np.zeros(shape)  # mean
+        self._S = np.zeros(shape)  # sum of squared deviations from the mean
+
+    def copy(self) -> RunningStat:
+        """An independent copy of this estimator."""
+        other = RunningStat(self.shape)
+        other._n, other._M, other._S = self._n, self._M.copy(), self._S.copy()
+        return other
+
+    def push(self, x: Any) -> None:
+        """Add one sample of shape :attr:`shape`, or a batch of shape ``[B, *shape]``.
+
+        Any real tensor, array or number is accepted (it is converted to float64).
+
+        Args:
+            x: One sample, or a batch of samples.
+
+        Raises:
+            ValueError: (also an ``AssertionError``, as in Machin 0.3.4) when the shape
+                is neither a sample's nor a batch's.
+        """
+        x = _as_array(x)
+        if x.ndim == self._M.ndim + 1 and x.shape[0] == 1:
+            x = x[0]  # a batch of one: the cheaper single-sample update
+        if x.shape == self._M.shape:
+            # Welford; with n = 0 it sets the mean to x and leaves S at 0
+            n = self._n + 1
+            delta = x - self._M
+            self._M = self._M + delta / n
+            self._S = self._S + delta * delta * (self._n / n)
+            self._n = n
+        elif x.ndim == self._M.ndim + 1 and x.shape[1:] == self._M.shape:
+            if x.shape[0]:
+                mean = x.mean(axis=0)
+                self._merge(x.shape[0], mean, np.square(x - mean).sum(axis=0))
+        else:
+            raise _InvalidInput(
+                f"Shape mismatch: RunningStat of sample shape {list(self.shape)} got a value of shape "
+                f"{list(x.shape)} (expected {list(self.shape)} or [batch, *{list(self.shape)}])"
+            )
+
+    def update(self, other: RunningStat) -> None:
+        """Merge the samples counted by ``other`` into this estimator.
+
+        Raises:
+            ValueError: (also an ``AssertionError``) when the shapes differ.
+        """
+        if other.shape != self.shape:
+            raise _InvalidInput(
+                f"Shape mismatch: cannot merge a RunningStat of shape {list(other.shape)} into one of "
+                f"shape {list(self.shape)}"
+            )
+        if other._n:
+            self._merge(other._n, other._M, other._S)
+
+    def _merge(self, count: int, mean: np.ndarray, sq_sum: np.ndarray) -> None:
+        """Add ``count`` samples of mean ``mean`` whose squared deviations sum to ``sq_sum``."""
+        total = self._n + count
+        delta = mean - self._M
+        self._M = self._M + delta * (count / total)
+        self._S = self._S + sq_sum + delta * delta * (self._n * count / total)
+        self._n = total
+
+    def __repr__(self) -> str:
+        return (
+            f"RunningStat(shape={list(self.shape)}, n={self._n}, mean_mean={self._M.mean():.4g}, "
+            f"mean_std={self.std.mean().item():.4g})"
+        )
+
+    @property
+    def n(self) -> int:
+        """Number of samples seen."""
+        return self._n
+
+    @property
+    def mean(self) -> torch.Tensor:
+        """Mean of the samples (zeros before the first)."""
+        return torch.from_numpy(self._M)
+
+    @property
+    def var(self) -> torch.Tensor:
+        """Sample variance (divisor ``n - 1``); with fewer than two samples, the squared mean (as 0.3.4)."""
+        return torch.from_numpy(self._S / (self._n - 1) if self._n > 1 else np.square(self._M))
+
+    @property
+    def std(self) -> torch.Tensor:
+        """Square root of :attr:`var`."""
+        return self.var.sqrt()
+
+    @property
+    def shape(self) -> torch.Size:
+        """Shape of one sample."""
+        return torch.Size(self._M.shape)
+
+
+class MeanStdFilter:
+    """Normalises states with the running mean and standard deviation of the states seen.
+
+    Two estimators are kept: ``rs`` (everything known, including the statistics of
+    other processes once merged) and ``rs_local`` (only what this filter saw since
+    :meth:`clear_local`, which is what a worker hands over for merging). The mean and
+    standard deviation actually used (the tensors ``mean`` and ``std``) change only in
+    :meth:`apply_stats`, so every perturbed policy of a round sees the same
+    normalisation. Features whose standard deviation is below ``1e-7`` are mapped to 0.
+    There is no clipping of the normalised values.
+
+    Args:
+        shape: Shape of one state (without the batch dimension).
+    """
+
+    def __init__(self, shape: ShapeLike):
+        self.shape = _as_shape(shape)
+        self.rs = RunningStat(self.shape)
+        self.rs_local = RunningStat(self.shape)
+        self.mean = torch.zeros(self.shape, dtype=torch.float64)
+        self.std = torch.ones(self.shape, dtype=torch.float64)
+
+    def clear_local(self) -> None:
+        """Forget the local statistics (``rs_local``)."""
+        self.rs_local = RunningStat(self.shape)
+
+    def copy(self) -> MeanStdFilter:
+        """An independent copy of the filter (estimators and normalisation in use)."""
+        other = MeanStdFilter(self.shape)
+        other.rs, other.rs_local = self.rs.copy(), self.rs_local.copy()
+        other.mean, other.std = self.mean.clone(), self.std.clone()
+        return other
+
+    def collect(self, other: MeanStdFilter) -> None:
+        """Merge the local statistics of ``other`` (a worker's filter) into ``rs``."""
+        self.rs.update(other.rs_local)
+
+    def sync(self, other: MeanStdFilter) -> None:
+        """Take both estimators of ``other`` (call :meth:`apply_stats` to use them).
+
+        Raises:
+            ValueError: (also an ``AssertionError``) when the shapes differ.
+        """
+        if other.shape != self.shape:
+            raise _InvalidInput(
+                f"Shape mismatch: cannot sync a MeanStdFilter of shape {list(self.shape)} from one of "
+                f"shape {list(other.shape)}"
+            )
+        self.rs, self.rs_local = other.rs.copy(), other.rs_local.copy()
+
+    def apply_stats(self) -> None:
+        """Normalise with the current mean and standard deviation of ``rs`` from now on."""
+        self.mean = self.rs.mean.clone()
+        std = self.rs.std.clone()
+        std[std < 1e-7] = math.inf  # constant features become 0
+        self.std = std
+
+    def filter(self, x: Any, update: bool = True) -> torch.Tensor:
+        """Normalise a state (shape :attr:`shape`) or a batch of them (``[B, *shape]``).
+
+        Args:
+            x: The state; any real tensor or array.
+            update: Add it to both estimators first (the normalisation in use does
+                not change until :meth:`apply_stats`).
+
+        Returns:
+            ``(x - mean) / (std + 1e-8)`` as a float64 CPU tensor of ``x``'s shape.
+
+        Raises:
+            ValueError: (also an ``AssertionError``) when the shape does not fit.
+        """
+        x = _as_array(x)
+        if update:
+            self.rs.push(x)
+            self.rs_local.push(x)
+        elif x.shape != self.shape and x.shape[1:] != self.shape:
+            raise _InvalidInput(
+                f"Shape mismatch: MeanStdFilter of state shape {list(self.shape)} got {list(x.shape)}"
+            )
+        return torch.from_numpy((x - self.mean.numpy()) / (self.std.numpy() + 1e-8))
+
+    def __repr__(self) -> str:
+        return f"MeanStdFilter(shape={list(self.shape)}, rs={self.rs}, rs_local={self.rs_local})"
+
+
+class NoiseTable:
+    """A 1-D table of ``size`` Gaussian values that any process can rebuild from ``seed``.
+
+    Value ``i`` belongs to block ``i // block_size``; a block is drawn from its own
+    generator (seeded with ``(seed, block)``), the first time a slice touches it, and
+    recently used blocks are kept in a cache of ``cache_bytes`` at most. So a table of
+    250 million values costs memory only for the parts in use, and two processes with
+    the same seed read the same numbers at the same index.
+
+    Supports ``len(table)`` and contiguous slicing ``table[a:b]``, which returns a new
+    float64 tensor.
+
+    Args:
+        size: Number of values.
+        std_dev: Standard deviation of the values.
+        seed: Non-negative seed of the table.
+        block_size: Values per generated block.
+        cache_bytes: Memory the block cache may use.
+    """
+
+    def __init__(self, size: int, std_dev: float = 1.0, seed: int = 0, *, block_size: int = 1 << 14,
+                 cache_bytes: int = 64 << 20):
+        for name, value in (("size", size), ("block_size", block_size)):
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+                raise ValueError(f"{name} must be a positive int, got {value!r}")
+        if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+            raise ValueError(f"seed must be a non-negative int, got {seed!r}")
+        self.size, self.std_dev, self.seed = int(size), float(std_dev), int(seed)
+        self.block_size = int(block_size)
+        self._max_blocks = max(2, cache_bytes // (8 * self.block_size))
+        self._blocks: OrderedDict[int, torch.Tensor] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return self.size
+
+    def _block(self, index: int) -> torch.Tensor:
+        with self._lock:
+            block = self._blocks.get(index)
+            if block is not None:
+                self._blocks.move_to_end(index)
+                return block
+        length = min(self.block_size, self.size - index * self.block_size)
+        values = np.random.default_rng((self.seed, index)).standard_normal(length)
+        block = torch.from_numpy(values).mul_(self.std_dev)
+        with self._lock:
+            self._blocks[index] = block
+            while len(self._blocks) > self._max_blocks:
+                self._blocks.popitem(last=False)
+        return block
+
+    def __getitem__(self, index: slice) -> torch.Tensor:
+        if not isinstance(index, slice):
+            raise TypeError(f"a NoiseTable is read with a slice such as table[a:b], got {index!r}")
+        start, stop, step = index.indices(self.size)
+        if step != 1:
+            raise ValueError(f"a NoiseTable slice must be contiguous (step 1), got step {step}")
+        if stop <= start:
+            return torch.zeros(0, dtype=torch.float64)
+        first, last = start // self.block_size, (stop - 1) // self.block_size
+        offset = first * self.block_size
+        if first == last:
+            return self._block(first)[start - offset : stop - offset].clone()
+        joined = torch.cat([self._block(b) for b in range(first, last + 1)])
+        return joined[start - offset : stop - offset]
+
+    def __repr__(self) -> str:
+        return f"NoiseTable(size={self.size}, std_dev={self.std_dev}, seed={self.seed})"
+
+
+class SharedNoiseSampler:
+    """Draws slices of a shared noise table at random start indices.
+
+    Processes that build the table and the sampler with the same seeds draw the same
+    slices, and a slice is recovered from its start index alone (:meth:`get`).
+
+    Args:
+        noise: The table: a 1-D floating-point tensor or a :class:`NoiseTable`.
+        seed: Seed of the start-index generator.
+
+    Raises:
+        ValueError: (also an ``AssertionError``) when ``noise`` is not a 1-D
+            floating-point tensor or a :class:`NoiseTable`.
+    """
+
+    def __init__(self, noise: Union[torch.Tensor, NoiseTable], seed: int):
+        if isinstance(noise, torch.Tensor):
+            if noise.dim() != 1 or not noise.is_floating_point():
+                raise _InvalidInput(
+                    f"noise must be a 1-D floating-point tensor (0.3.4 required float64), got shape "
+                    f"{list(noise.shape)} and dtype {noise.dtype}"
+                )
+        elif not isinstance(noise, NoiseTable):
+            raise _InvalidInput(f"noise must be a torch.Tensor or a NoiseTable, got {type(noise).__name__}")
+        self.noise = noise
+        self.rg = np.random.default_rng(seed)
+
+    def _check(self, idx: int, size: int) -> None:
+        if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or not 0 < size <= len(self.noise):
+            raise ValueError(f"size must be an int in [1, {len(self.noise)}] (the noise size), got {size!r}")
+        if not 0 <= idx <= len(self.noise) - size:
+            raise ValueError(
+                f"idx must be in [0, {len(self.noise) - size}] for a slice of {size} values of a noise "
+                f"table of {len(self.noise)}, got {idx!r}"
+            )
+
+    def get(self, idx: int, size: int) -> torch.Tensor:
+        """The ``size`` values starting at index ``idx``.
+
+        Raises:
+            ValueError: When the slice does not fit in the table.
+        """
+        self._check(idx, size)
+        return self.noise[idx : idx + size]
+
+    def sample(self, size: int) -> Tuple[int, torch.Tensor]:
+        """Draw a start index and return ``(index, the size values there)``.
+
+        Raises:
+            ValueError: When ``size`` is larger than the table (the noise size is too small).
+        """
+        self._check(0, size)
+        idx = int(self.rg.integers(0, len(self.noise) - size + 1))
+        return idx, self.noise[idx : idx + size]
+
+
+# Instances built on each group, counted the same way in every member (all build together).
+_instances: Dict[str, itertools.count] = {}
+
+
+class ARS(TorchFramework):
+    """Augmented Random Search over the members of an RPC group.
+
+    Every member builds an ``ARS`` with the same arguments. Rollouts (pairs of actors
+    perturbed by ``+delta`` and ``-delta``) are split evenly between the members in
+    member order; :meth:`get_actor_types` names those of the current process. A round
+    is: for each actor type, play it (:meth:`act`) and store its return
+    (:meth:`store_reward`); then every member calls :meth:`update`, which blocks until
+    all members are there, lets the first member step the actor, and gives every member
+    the new actor, new state statistics and new perturbations.
+
+    The actor is any ``nn.Module``; :meth:`act` calls it through
+    :func:`~machin.frame.algorithms.utils.safe_call` (state keys name ``forward``
+    arguments) and returns what it returns, without gradients.
+
+    Args:
+        actor: Policy network.
+        optimizer: Optimizer class, built as ``optimizer(actor.parameters(), lr=learning_rate)``.
+        ars_group: RPC group of all processes running this ARS; its first member is the manager.
+        model_server: Tuple whose first element is the
+            :class:`~machin.parallel.server.PushPullModelServer` accessor that carries the
+            actor from the manager to the others (from
+            :func:`~machin.frame.helpers.servers.model_server_helper`; further elements are
+            ignored, as in Machin 0.3.4).
+        lr_scheduler: Learning-rate scheduler class for the optimizer.
+        lr_scheduler_args: ``(args,)``: positional arguments of the scheduler.
+        lr_scheduler_kwargs: ``(kwargs,)``: keyword arguments of the scheduler.
+        learning_rate: Learning rate of the optimizer.
+        gradient_max: Maximum norm of the update direction (``inf``: no clipping).
+        noise_std_dev: Standard deviation of the perturbations.
+        noise_size: Length of the shared noise table (at least the actor's parameter count).
+        rollout_num: Directions drawn per round, over the whole group.
+        used_rollout_num: Directions used for the step: those with the best return.
+        normalize_state: Normalise every floating-point state tensor with running statistics.
+        noise_seed: Seed of the noise table.
+        sample_seed: Base seed of the start indices (rollout ``i`` uses ``sample_seed + i``).
+
+    Raises:
+        ValueError: When an option is out of range (``used_rollout_num > rollout_num``
+            is also an ``AssertionError``, as in 0.3.4), ``noise_size`` is too small
+            for the actor, ``model_server`` holds no accessor, or the current process is
+            not a member of ``ars_group``.
+        RuntimeError: When the model server refuses the manager's actor.
+    """
+
+    _is_top = ["actor"]
+    _is_restorable = ["actor"]
+
+    @ignores_extra_args
+    def __init__(
+        self,
+        actor: nn.Module,
+        optimizer: Callable,
+        ars_group: RpcGroup,
+        model_server: Tuple[PushPullModelServer],
+        *,
+        lr_scheduler: Optional[Callable] = None,
+        lr_scheduler_args: Optional[Tuple[Tuple, ...]] = None,
+        lr_scheduler_kwargs: Optional[Tuple[Dict, ...]] = None,
+        learning_rate: float = 0.01,
+        gradient_max: float = math.inf,
+        noise_std_dev: float = 0.02,
+        noise_size: int = 250000000,
+        rollout_num: int = 32,
+        used_rollout_num: int = 32,
+        normalize_state: bool = True,
+        noise_seed: int = 12345,
+        sample_seed: int = 123,
+    ):
+        for name, value in (("rollout_num", rollout_num), ("used_rollout_num", used_rollout_num),
+                            ("noise_size", noise_size)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a positive int, got {value!r}")
+        if used_rollout_num > rollout_num:
+            raise _InvalidInput(
+                f"used_rollout_num must be at most rollout_num, got used_rollout_num={used_rollout_num} "
+                f"and rollout_num={rollout_num}"
+            )
+        for name, value in (("noise_seed", noise_seed), ("sample_seed", sample_seed)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ValueError(f"{name} must be a non-negative int, got {value!r}")
+        self._check_positive(learning_rate=learning_rate, gradient_max=gradient_max, noise_std_dev=noise_std_dev)
+        param_num = sum(p.numel() for p in actor.parameters())
+        if param_num > noise_size:
+            raise ValueError(
+                f"Noise size {noise_size} is too small compared to the {param_num} parameters of the actor: "
+                f"noise_size must be at least the parameter count (ten times it or more is better)"
+            )
+        if param_num * 10 > noise_size:
+            warn_caller(
+                f"The actor has {param_num} parameters, more than 1/10 of the noise size {noise_size}: "
+                f"perturbations overlap a lot; consider increasing noise_size."
+            )
+        server = first_model_server(model_server, "ARS")
+        members, me = ars_group.get_group_members(), ars_group.get_cur_name()
+        if me not in members:
+            raise ValueError(f"the current process {me!r} is not a member of ars_group {members}")
+        super().__init__()
+
+        self.actor = actor
+        self.actor_optim = self._make_optimizer(optimizer, actor, learning_rate)
+        self._init_lr_schedulers(lr_scheduler, lr_scheduler_args, lr_scheduler_kwargs, [self.actor_optim])
+        self.ars_group = ars_group
+        self.model_server = (server,)
+        self.actor_model_server = server
+        self.grad_max = gradient_max
+        self.rollout_num = rollout_num
+        self.used_rollout_num = used_rollout_num
+        self.normalize_state = bool(normalize_state)
+        self.filter: Dict[str, MeanStdFilter] = {}
+
+        # Rollouts [local_rollout_min, local_rollout_min + local_rollout_num) are played here.
+        segment = math.ceil(rollout_num / len(members))
+        self.local_rollout_min = min(members.index(me) * segment, rollout_num)
+        self.local_rollout_num = min(segment, rollout_num - self.local_rollout_min)
+        self._local_rollouts = range(self.local_rollout_min, self.local_rollout_min + self.local_rollout_num)
+        self._manager = members[0]
+        self._is_manager = me == self._manager
+
+        self._param_num = param_num
+        self.noise_array = NoiseTable(noise_size, noise_std_dev, noise_seed)
+        self.noise_sampler = {r: SharedNoiseSampler(self.noise_array, sample_seed + r) for r in self._local_rollouts}
+        # One perturbed copy of the actor per local rollout and sign, made once, rewritten every round.
+        self.actor_with_delta: Dict[Tuple[int, bool], nn.Module] = {}
+        for r, positive in itertools.product(self._local_rollouts, (False, True)):
+            perturbed = copy.deepcopy(actor)
+            perturbed.requires_grad_(False)
+            self.actor_with_delta[(r, positive)] = perturbed
+        self.delta_idx: Dict[int, int] = {}
+        self.reward: Dict[int, Tuple[List[float], List[float]]] = {}
+        self._round = 0
+
+        # The manager receives each round's results through a service of the group.
+        counter = _instances.setdefault(ars_group.get_group_name(), itertools.count())
+        self._service = f"ars/{next(counter)}"
+        self._inbox: Dict[str, Tuple[int, Any]] = {}
+        self._published: Any = None
+        self._inbox_lock = threading.Lock()
+        if self._is_manager:
+            ars_group.register(self._service + "/submit", self._receive)
+            ars_group.register(self._service + "/fetch", self._send)
+
+        self._sync_actor()
+        self._draw_perturbations()
+        self._reset_rewards()
+
+    # -- acting ---------------------------------------------------------------------------
+    def get_actor_types(self) -> List[str]:
+        """Names of the actors the current process must play this round.
+
+        ``"negative_<i>"`` and ``"positive_<i>"`` for each local rollout ``i``, in that order.
+        """
+        return [f"{'positive' if positive else 'negative'}_{r}" for r, positive in self.actor_with_delta]
+
+    def _parse(self, actor_type: Any, allow_original: bool) -> Optional[Tuple[int, bool]]:
+        """The key ``(rollout index, positive)`` of an actor type; ``None`` for ``"original"``."""
+        if allow_original and actor_type == "original":
+            return None
+        sign, _, index = actor_type.partition("_") if isinstance(actor_type, str) else ("", "", "")
+        key = (int(index), sign == "positive") if sign in ("positive", "negative") and index.isdigit() else None
+        if key in self.actor_with_delta:
+            return key
+        options = (['"original"'] if allow_original else []) + [f'"{t}"' for t in self.get_actor_types()]
+        raise ValueError(
+            f"Invalid parameter type: actor_type {actor_type!r} is not an actor of this process; "
+            f"available options are: {', '.join(options)}"
+        )
+
+    def _normalize(self, state: Dict[str, Any]) -> Dict[str, Any]:
+        """A new state dict with every floating-point tensor normalised (and counted by its filter)."""
+        normalized = {}
+        for key, value in state.items():
+            if isinstance(value, torch.Tensor) and value.is_floating_point():
+                state_filter = self.filter.get(key)
+                if state_filter is None:
+                    state_filter = self.filter[key] = MeanStdFilter(value.shape[1:])
+                value = state_filter.filter(value).to(dtype=value.dtype, device=value.device)
+            normalized[key] = value
+        return normalized
+
+    @ignores_extra_args
+    def act(self, state: Dict[str, Any], actor_type: str) -> Any:
+        """Run the original actor or one of the perturbed actors of this process.
+
+        With ``normalize_state``, floating-point state tensors are normalised first
+        (their statistics grow with every call; the normalisation itself changes only
+        in :meth:`update`). The input dict is not modified.
+
+        Args:
+            state: State dict ``{key: [B, ...]}``; keys name arguments of ``forward``.
+            actor_type: ``"original"`` or one of :meth:`get_actor_types`.
+
+        Returns:
+            Whatever the actor returns (computed without gradients).
+
+        Raises:
+            ValueError: When ``actor_type`` is not ``"original"`` or an actor of this process.
+        """
+        key = self._parse(actor_type, allow_original=True)
+        actor = self.actor if key is None else self.actor_with_delta[key]
+        if self.normalize_state:
+            state = self._normalize(state)
+        with torch.no_grad():
+            return safe_call(actor, state)
+
+    @ignores_extra_args
+    def store_reward(self, reward: float, actor_type: str) -> None:
+        """Store the return of one episode played by a perturbed actor.
+
+        Several returns for the same actor type are averaged by :meth:`update`.
+
+        Args:
+            reward: The return (a number or a one-element tensor).
+            actor_type: One of :meth:`get_actor_types`.
+
+        Raises:
+            ValueError: When ``actor_type`` is not a perturbed actor of this process
+                (``"original"`` included), or ``reward`` is not finite.
+        """
+        index, positive = self._parse(actor_type, allow_original=False)
+        value = float(reward)
+        if not math.isfinite(value):
+            raise ValueError(f"reward must be finite, got {reward!r} for actor type {actor_type!r}")
+        self.reward[index][positive].append(value)
+
+    # -- training -------------------------------------------------------------------------
+    def update(self) -> float:
+        """Finish the round: step the actor, merge the state statistics, draw new perturbations.
+
+        Every member of ``ars_group`` must call it (it waits for all of them, within
+        the world's ``rpc_timeout``), after storing a return for each of its actor types.
+
+        Returns:
+            The mean return of all the group's perturbed actors in this round (the same
+            number in every process; Machin 0.3.4 returned nothing).
+
+        Raises:
+            RuntimeError: (also an ``AssertionError``) when an actor type of this
+                process has no stored return.
+        """
+        missing = [t for t, (r, positive) in zip(self.get_actor_types(), self.actor_with_delta)
+                   if not self.reward[r][positive]]
+        if missing:
+            raise _MissingRewards(
+                f"You must store rewards for parameters with positive noise delta and negative noise delta: "
+                f"no reward was stored for {missing}"
+            )
+        rollouts = list(self._local_rollouts)
+        result = (
+            rollouts,
+            [float(np.mean(self.reward[r][1])) for r in rollouts],
+            [float(np.mean(self.reward[r][0])) for r in rollouts],
+            [self.delta_idx[r] for r in rollouts],
+            {k: f.rs_local for k, f in self.filter.items()} if self.normalize_state else {},
+        )
+        group, me = self.ars_group, self.ars_group.get_cur_name()
+        if self._is_manager:
+            self._receive(self._round, me, result)
+        else:
+            group.registered_sync(self._service + "/submit", args=(self._round, me, result))
+        group.barrier()  # every result is in the manager's inbox
+        if self._is_manager:
+            self._published = self._learn()
+            self._push_actor()
+        group.barrier()  # the new actor and statistics are published
+        if self._is_manager:
+            mean_return, statistics = self._published
+        else:
+            mean_return, statistics = group.registered_sync(self._service + "/fetch")
+            if not self.actor_model_server.pull(self.actor):
+                raise RuntimeError("Pull failed: the model server holds no actor; did the manager push it?")
+        if self.normalize_state:
+            self._apply_statistics(statistics)
+        self._round += 1
+        self._draw_perturbations()
+        self._reset_rewards()
+        return mean_return
+
+    def _receive(self, round_index: int, member: str, result: Any) -> None:
+        """(Manager) store a member's results of a round."""
+        with self._inbox_lock:
+            self._inbox[member] = (round_index, result)
+
+    def _send(self) -> Any:
+        """(Manager) the mean return and state statistics published by the last update."""
+        return self._published
+
+    def _learn(self) -> Tuple[float, Dict[str, RunningStat]]:
+        """(Manager) one optimizer step from every member's results; returns what is published."""
+        with self._inbox_lock:
+            inbox, self._inbox = self._inbox, {}
+        late = [m for m in self.ars_group.get_group_members() if inbox.get(m, (None,))[0] != self._round]
+        if late:
+            raise RuntimeError(f"ARS round {self._round}: no results from member(s) {late}")
+        results = [inbox[m][1] for m in self.ars_group.get_group_members()]
+        order = np.argsort(np.concatenate([r[0] for r in results]), kind="stable")
+        pos = np.concatenate([r[1] for r in results])[order]
+        neg = np.concatenate([r[2] for r in results])[order]
+        idx = np.concatenate([r[3] for r in results]).astype(np.int64)[order]
+        mean_return = float(np.concatenate([pos, neg]).mean())
+
+        # keep the directions whose better return is highest
+        if self.used_rollout_num < self.rollout_num:
+            best = np.maximum(pos, neg)
+            keep = np.sort(np.argsort(-best, kind="stable")[: self.used_rollout_num])
+            pos, neg, idx = pos[keep], neg[keep], idx[keep]
+        spread = np.concatenate([pos, neg]).std()
+        weights = (neg - pos) / (spread if not np.isclose(spread, 0.0) else 1.0)
+        deltas = torch.stack([self.noise_array[i : i + self._param_num] for i in idx.tolist()])
+        # SGD subtracts the gradient: (r- - r+) * delta points against the improvement
+        direction = torch.from_numpy(weights) @ deltas / len(idx)
+        params = list(self.actor.parameters())
+        grads = [g.view_as(p).to(p.dtype) for g, p in zip(direction.split([p.numel() for p in params]), params)]
+        with torch.enable_grad():
+            # a surrogate whose gradient is the direction: the one optimizer step of the base class applies it
+            surrogate = sum((p * g.to(p.device)).sum() for p, g in zip(params, grads))
+            self._optimize(surrogate, self.actor_optim, self.actor, self.grad_max)
+
+        statistics: Dict[str, RunningStat] = {}
+        if self.normalize_state:
+            for member, result in zip(self.ars_group.get_group_members(), results):
+                if member == self._manager:
+                    continue  # its samples are already in its own filters' rs
+                for key, local in result[4].items():
+                    if key not in self.filter:
+                        self.filter[key] = MeanStdFilter(local.shape)
+                    self.filter[key].rs.update(local)
+            # a snapshot: the manager's filters go on counting while the others fetch it
+            statistics = {k: f.rs.copy() for k, f in self.filter.items()}
+        return mean_return, statistics
+
+    def _apply_statistics(self, statistics: Dict[str, RunningStat]) -> None:
+        """Adopt the merged statistics of the group and normalise with them from now on."""
+        for key, merged in statistics.items():
+            if key not in self.filter:
+                self.filter[key] = MeanStdFilter(merged.shape)
+            state_filter = self.filter[key]
+            if not self._is_manager:
+                state_filter.rs = merged.copy()
+            state_filter.clear_local()
+            state_filter.apply_stats()
+
+    def _push_actor(self) -> None:
+        if not self.actor_model_server.push(self.actor, pull_on_fail=False):
+            raise RuntimeError(
+                "Push failed: the model server refused the manager's actor because it holds a newer "
+                "version (give each ARS its own model server)"
+            )
+
+    def _sync_actor(self) -> None:
+        """Give every member the manager's actor."""
+        if self._is_manager:
+            self._push_actor()
+        self.ars_group.barrier()
+        if not self._is_manager and not self.actor_model_server.pull(self.actor):
+            raise RuntimeError("Pull failed: the model server holds no actor; did the manager push it?")
+
+    def _draw_perturbations(self, redraw: bool = True) -> None:
+        """Write ``actor + delta`` and ``actor - delta`` into the perturbed copies of each local rollout.
+
+        Args:
+            redraw: Draw new directions (a new round); ``False`` keeps the current ones.
+        """
+        params = [p.detach() for p in self.actor.parameters()]
+        sizes = [p.numel() for p in params]
+        with torch.no_grad():
+            for r in self._local_rollouts:
+                if redraw:
+                    self.delta_idx[r] = self.noise_sampler[r].sample(self._param_num)[0]
+                start = self.delta_idx[r]
+                deltas = self.noise_array[start : start + self._param_num].split(sizes)
+                for positive in (False, True):
+                    copies = self.actor_with_delta[(r, positive)].parameters()
+                    for target, base, delta in zip(copies, params, deltas):
+                        delta = delta.view_as(base).to(dtype=base.dtype, device=base.device)
+                        torch.add(base, delta, alpha=1 if positive else -1, out=target.data)
+
+    def _reset_rewards(self) -> None:
+        self.reward = {r: ([], []) for r in self._local_rollouts}
+
+    # -- checkpoints ----------------------------------------------------------------------
+    def _filter_file(self, model_dir: str, network_map: Optional[Dict[str, str]], version: int) -> str:
+        return os.path.join(model_dir, f"{self._file_names(network_map)['actor']}_state_filter_{version}.pt")
+
+    def save(self, model_dir: str, network_map: Optional[Dict[str, str]] = None, version: int = 0) -> None:
+        """Write the actor (``<model_dir>/actor_<version>.pt``) and the state statistics.
+
+        With ``normalize_state``, the statistics (the running estimate and the
+        normalisation in use) go to ``actor_state_filter_<version>.pt`` (named after
+        the actor's file), so a loaded actor normalises states as the saved one did.
+        In a group, save from one process (usually the manager).
+
+        Args:
+            model_dir: Directory to write to (created if missing).
+            network_map: ``{"actor": file name}`` to write the actor under another name.
+            version: Version number in the file names.
+        """
+        from ...utils.prepare import prep_save_state_dict
+
+        super().save(model_dir, network_map, version)
+        if self.normalize_state and self.filter:
+            state = {
+                key: {"n": torch.tensor(f.rs.n), "mean": f.rs.mean, "var_sum": torch.from_numpy(f.rs._S),
+                      "used_mean": f.mean, "used_std": f.std}
+                for key, f in self.filter.items()
+            }
+            prep_save_state_dict(self._filter_file(model_dir, network_map, version), state)
+
+    def load(self, model_dir: str, network_map: Optional[Dict[str, str]] = None, version: int = -1,
+             **kwargs: Any) -> None:
+        """Load the actor (see :meth:`TorchFramework.load`) and, when saved with it, the state statistics.
+
+        The perturbed actors are rebuilt around the loaded actor.
+        """
+        from ...utils.prepare import prep_list_model_versions
+
+        state = None
+        if self.normalize_state and os.path.isdir(model_dir):
+            versions = prep_list_model_versions(model_dir).get(self._file_names(network_map)["actor"], [])
+            if versions:
+                chosen = version if version in versions else versions[-1]
+                path = self._filter_file(model_dir, network_map, chosen)
+                if os.path.isfile(path):
+                    state = torch.load(path, map_location="cpu", weights_only=True)
+        super().load(model_dir, network_map, version, **kwargs)
+        if state is not None:
+            self.filter = {}
+            for key, saved in state.items():
+                state_filter = self.filter[key] = MeanStdFilter(saved["mean"].shape)
+                state_filter.rs._n = int(saved["n"])
+                state_filter.rs._M = saved["mean"].to(torch.float64).numpy()
+                state_filter.rs._S = saved["var_sum"].to(torch.float64).numpy()
+                state_filter.mean = saved["used_mean"].to(torch.float64)
+                state_filter.std = saved["used_std"].to(torch.float64)
+
+    def _post_load(self) -> None:
+        """Rebuild the perturbed actors around the loaded actor, with this round's directions."""
+        self._draw_perturbations(redraw=False)
