@@ -8,7 +8,8 @@ A transition has three kinds of attributes:
 * **sub** attributes are scalars or tensors (``reward``, ``terminal``), concatenated
   directly; a scalar becomes a ``[B, 1]`` tensor in a batch;
 * **custom** attributes are any other value (numbers, strings, lists...), returned
-  as lists, and never tensors.
+  as lists unless numeric ones are asked to be concatenated. A tensor may be a custom
+  attribute too, but it is never moved between devices.
 
 The first dimension of every tensor is the batch dimension. :class:`Transition`
 describes one environment step, so that dimension must be 1.
@@ -18,13 +19,15 @@ from __future__ import annotations
 
 import copy
 import numbers
-from typing import Any, Dict, Iterable, List, Union
+from typing import Any, Dict, Iterable, List, Tuple, Union
 
 import numpy as np
 import torch
 
 __all__ = [
     "Scalar",
+    "UnknownAttributeError",
+    "NewAttributeError",
     "TransitionBase",
     "Transition",
     "TransitionStorageBasic",
@@ -32,6 +35,22 @@ __all__ = [
 ]
 
 Scalar = Union[int, float, bool]
+
+
+class UnknownAttributeError(KeyError, AttributeError):
+    """Reading ``transition[name]`` for a name the transition does not have.
+
+    A :class:`KeyError` for mapping-style code and an :class:`AttributeError`, which
+    is what Machin 0.3.4 raised.
+    """
+
+
+class NewAttributeError(KeyError, RuntimeError):
+    """Assigning to an attribute name the transition was not built with.
+
+    The attribute set of a transition is fixed at construction. A :class:`KeyError`
+    for mapping-style code and a :class:`RuntimeError`, which is what Machin 0.3.4 raised.
+    """
 
 
 def _is_scalar(value: Any) -> bool:
@@ -48,15 +67,19 @@ class TransitionBase:
         custom_attr: Names of the custom attributes.
         major_data: One ``Dict[str, Tensor]`` per major attribute.
         sub_data: One scalar or tensor per sub attribute.
-        custom_data: One value per custom attribute (deep-copied; no tensors).
+        custom_data: One value per custom attribute (deep-copied).
 
     Tensors are cloned and detached, so later changes to the caller's tensors do not
-    reach the transition.
+    reach the transition. A tensor given as a custom attribute is kept as it is
+    (cloned, never moved between devices, returned in lists by the buffers); prefer a
+    major or sub attribute for tensors.
+
+    The attribute set is fixed once constructed: assigning to a name the transition
+    was not built with raises :class:`NewAttributeError`.
 
     Raises:
         ValueError: When a major value is not a dictionary of tensors, a sub value is
-            neither a scalar nor a tensor, a custom value is a tensor, or the tensors
-            disagree on the batch size.
+            neither a scalar nor a tensor, or the tensors disagree on the batch size.
     """
 
     # Number of rows every tensor must have; ``None`` accepts any common batch size.
@@ -91,13 +114,15 @@ class TransitionBase:
             self._set_sub(name, value)
         for name, value in zip(self._custom_attr, custom_data):
             self._set_custom(name, value)
+        # From now on the attribute set is closed (see __setattr__).
+        object.__setattr__(self, "_sealed", True)
 
     # -- validation ---------------------------------------------------------------
     def _check_batch(self, name: str, tensor: torch.Tensor) -> None:
         if tensor.dim() == 0:
             raise ValueError(
-                f"attribute {name!r} must have a batch dimension, got a 0-dimensional tensor; "
-                f"use shape [1, ...] or a Python scalar"
+                f"attribute {name!r} must have a batch dimension, got a 0-dimensional tensor "
+                f"(an invalid tensor); use shape [1, ...] or a Python scalar"
             )
         rows = tensor.shape[0]
         required = self._required_batch_size
@@ -111,7 +136,7 @@ class TransitionBase:
         elif rows != self._batch_size:
             raise ValueError(
                 f"attribute {name!r} has batch size {rows}, but earlier attributes have "
-                f"batch size {self._batch_size}"
+                f"batch size {self._batch_size} (invalid batch size)"
             )
 
     def _set_major(self, name: str, value: Any) -> None:
@@ -124,7 +149,7 @@ class TransitionBase:
             if not isinstance(tensor, torch.Tensor):
                 raise ValueError(
                     f"major attribute {name!r} must hold tensors, but key {key!r} holds "
-                    f"{type(tensor).__name__}"
+                    f"{type(tensor).__name__} (an invalid tensor)"
                 )
             self._check_batch(f"{name}.{key}", tensor)
             stored[key] = tensor.detach().clone()
@@ -136,41 +161,56 @@ class TransitionBase:
             value = value.detach().clone()
         elif not _is_scalar(value):
             raise ValueError(
-                f"sub attribute {name!r} must be a scalar or a tensor, got {type(value).__name__}"
+                f"sub attribute {name!r} must be a scalar or a tensor, got {type(value).__name__} "
+                f"(invalid value {value!r}, requires scalar or tensor)"
             )
         object.__setattr__(self, name, value)
 
     def _set_custom(self, name: str, value: Any) -> None:
         if isinstance(value, torch.Tensor):
-            raise ValueError(
-                f"custom attribute {name!r} must not be a tensor (custom attributes are not moved "
-                f"between devices); use a major or sub attribute, or a Python value"
-            )
-        object.__setattr__(self, name, copy.deepcopy(value))
+            value = value.detach().clone()  # (deepcopy refuses non-leaf tensors)
+        else:
+            value = copy.deepcopy(value)
+        object.__setattr__(self, name, value)
 
     # -- mapping-like access ------------------------------------------------------
     def __setattr__(self, name: str, value: Any) -> None:
-        if name in self._major_attr:
+        if not self.__dict__.get("_sealed", False):
+            # A subclass setting up its own fields before TransitionBase.__init__ ran.
+            object.__setattr__(self, name, value)
+        elif name in self._major_attr:
             self._set_major(name, value)
         elif name in self._sub_attr:
             self._set_sub(name, value)
         elif name in self._custom_attr:
             self._set_custom(name, value)
         else:
-            object.__setattr__(self, name, value)
+            raise NewAttributeError(
+                f"You cannot dynamically set new attributes in a {type(self).__name__}: it has "
+                f"no attribute {name!r}; its attributes are {self.keys()}"
+            )
 
     def __getitem__(self, item: str) -> Any:
         if item not in self.keys():
-            raise KeyError(f"{type(self).__name__} has no attribute {item!r}; it has {self.keys()}")
+            raise UnknownAttributeError(
+                f"{type(self).__name__} has no attribute {item!r}; it has {self.keys()}"
+            )
         return getattr(self, item)
 
     def __setitem__(self, key: str, value: Any) -> None:
         if key not in self.keys():
-            raise KeyError(f"{type(self).__name__} has no attribute {key!r}; it has {self.keys()}")
+            raise NewAttributeError(
+                f"You cannot dynamically set new attributes in a {type(self).__name__}: it has "
+                f"no attribute {key!r}; its attributes are {self.keys()}"
+            )
         setattr(self, key, value)
 
     def __contains__(self, key: str) -> bool:
         return key in self.keys()
+
+    def __len__(self) -> int:
+        """Number of attributes (as in Machin 0.3.4), not the batch size."""
+        return len(self._major_attr) + len(self._sub_attr) + len(self._custom_attr)
 
     @property
     def major_attr(self) -> List[str]:
@@ -196,9 +236,9 @@ class TransitionBase:
         """Attribute names: major first, then sub, then custom."""
         return self._major_attr + self._sub_attr + self._custom_attr
 
-    def items(self) -> List[Any]:
-        """Attribute values in the order of :meth:`keys`."""
-        return [getattr(self, k) for k in self.keys()]
+    def items(self) -> List[Tuple[str, Any]]:
+        """``(name, value)`` pairs in the order of :meth:`keys`, so ``dict(t.items())`` works."""
+        return [(k, getattr(self, k)) for k in self.keys()]
 
     def has_keys(self, keys: Iterable[str]) -> bool:
         """Whether every name in ``keys`` is an attribute of this transition."""
@@ -206,7 +246,10 @@ class TransitionBase:
         return all(k in own for k in keys)
 
     def to(self, device: Union[str, torch.device]) -> TransitionBase:
-        """Move every tensor to ``device`` (in place) and return ``self``."""
+        """Move every major and sub tensor to ``device`` (in place) and return ``self``.
+
+        Custom attributes are left where they are.
+        """
         device = torch.device(device)
         for name in self._major_attr:
             value = getattr(self, name)
@@ -224,15 +267,14 @@ class TransitionBase:
             a, b = getattr(self, name), getattr(other, name)
             if a.keys() != b.keys() or not all(torch.equal(a[k], b[k]) for k in a):
                 return False
-        for name in self._sub_attr:
-            a, b = getattr(self, name), getattr(other, name)
-            if isinstance(a, torch.Tensor) != isinstance(b, torch.Tensor):
+        for name in self._sub_attr + self._custom_attr:
+            if not _same_value(getattr(self, name), getattr(other, name)):
                 return False
-            if (torch.equal(a, b) if isinstance(a, torch.Tensor) else a != b):
-                return False
-        return all(getattr(self, n) == getattr(other, n) for n in self._custom_attr)
+        return True
 
-    __hash__ = None
+    # Hashed by identity, as in Machin 0.3.4 (transitions can be set members and dict keys);
+    # ``==`` compares values, so two equal transitions may still hash differently.
+    __hash__ = object.__hash__
 
     def __repr__(self) -> str:
         parts = []
@@ -242,6 +284,15 @@ class TransitionBase:
                 value = {k: _short(v) for k, v in value.items()}
             parts.append(f"{name}={_short(value)!r}")
         return f"{type(self).__name__}({', '.join(parts)})"
+
+
+def _same_value(a: Any, b: Any) -> bool:
+    if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
+        return isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and torch.equal(a, b)
+    try:
+        return bool(a == b)
+    except (TypeError, ValueError, RuntimeError):  # e.g. numpy arrays: no single truth value
+        return a is b
 
 
 def _short(value: Any) -> Any:
@@ -258,7 +309,8 @@ class Transition(TransitionBase):
         next_state: Observation after the step, ``Dict[str, Tensor[1, ...]]``.
         reward: Scalar or ``Tensor[1, ...]``.
         terminal: Whether the episode ended at this step (scalar or ``Tensor[1, ...]``).
-        **kwargs: Custom attributes (sorted by name in :meth:`keys`); not tensors.
+        **kwargs: Custom attributes (sorted by name in :meth:`keys`); tensors here are
+            kept as they are and never moved between devices.
     """
 
     _required_batch_size = 1

@@ -165,9 +165,15 @@ def test_numpy_scalars_are_accepted_as_sub_attributes():
     assert bool(t.terminal) is True
 
 
-def test_custom_attribute_must_not_be_a_tensor():
-    with pytest.raises(ValueError, match="custom attribute 'value' must not be a tensor"):
-        make(value=torch.zeros(1, 1))
+def test_custom_tensor_is_kept_as_a_detached_copy():
+    # Machin 0.3.4 accepted tensors as custom attributes (they are never moved between devices).
+    source = torch.zeros(1, 1, requires_grad=True)
+    t = make(value=source * 2)
+    assert isinstance(t.value, torch.Tensor) and not t.value.requires_grad
+    with torch.no_grad():
+        source.add_(1.0)
+    assert torch.equal(t.value, torch.zeros(1, 1))
+    assert t.to("meta").value.device.type == "cpu"
 
 
 # -- copies (items 20, 21) -------------------------------------------------------------
@@ -225,12 +231,13 @@ def test_keys_order_major_sub_then_sorted_custom():
     ]
 
 
-def test_items_follow_key_order():
+def test_items_are_name_value_pairs_in_key_order():
     t = make(2.0, zeta=1, alpha="a")
     items = t.items()
-    assert len(items) == len(t.keys())
-    assert torch.equal(items[0]["s"], torch.full((1, 5), 2.0))
-    assert items[3:] == [2.0, False, "a", 1]
+    assert [name for name, _ in items] == t.keys()
+    assert torch.equal(items[0][1]["s"], torch.full((1, 5), 2.0))
+    assert [value for _, value in items[3:]] == [2.0, False, "a", 1]
+    assert dict(items)["zeta"] == 1
 
 
 def test_has_keys_and_contains():

@@ -69,8 +69,8 @@ def _noise_adder(mode: str, noise_param: Any, ratio: float) -> Callable[[torch.T
     def add(action: torch.Tensor) -> torch.Tensor:
         try:
             return add_noise(action, noise_param, ratio)
-        except ValueError as error:  # the noise function says what it expects; add the mode
-            raise ValueError(f"act_with_noise(mode={mode!r}): {error}") from error
+        except (ValueError, TypeError) as error:  # the noise function says what it expects; add the mode
+            raise type(error)(f"act_with_noise(mode={mode!r}): {error}") from error
 
     return add
 

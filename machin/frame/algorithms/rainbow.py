@@ -167,7 +167,7 @@ class RAINBOW(DQNPer):
             return transition if "steps" in transition else {**transition, "steps": self.reward_future_steps}
         if "steps" in transition or not isinstance(transition, Transition):
             return transition
-        return Transition(**dict(zip(transition.keys(), transition.items())), steps=self.reward_future_steps)
+        return Transition(**dict(transition.items()), steps=self.reward_future_steps)
 
     def store_transition(self, transition: Union[Transition, Dict[str, Any]]) -> None:
         """Store one step that already carries its n-step return as the custom attribute ``value``.

@@ -11,19 +11,43 @@ are kept in columns too; any other custom value lives in a Python list.
 
 from __future__ import annotations
 
+import collections.abc
 import numbers
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import torch
 
+from ...utils.compat import ignores_extra_args
 from ..transition import Scalar, Transition, TransitionBase
 
-__all__ = ["Buffer", "DEFAULT_REQUIRED_ATTRS"]
+__all__ = ["Buffer", "DEFAULT_REQUIRED_ATTRS", "SampleMethodError", "TransitionTypeError", "TransitionBuildError"]
 
 DEFAULT_REQUIRED_ATTRS = ("state", "action", "next_state", "reward", "terminal")
 _INITIAL_CAPACITY = 1024
 _SCALAR_DTYPES = {bool: torch.bool, int: torch.int64, float: torch.float64}
+
+
+class SampleMethodError(ValueError, RuntimeError):
+    """``sample_method`` names no sample method of the buffer.
+
+    A :class:`ValueError`, and a :class:`RuntimeError` as Machin 0.3.4 raised.
+    """
+
+
+class TransitionTypeError(TypeError, RuntimeError):
+    """Something other than a transition or a dict was appended.
+
+    A :class:`TypeError`, and a :class:`RuntimeError` as Machin 0.3.4 raised.
+    """
+
+
+class TransitionBuildError(ValueError, TypeError):
+    """A dict appended to a buffer lacks arguments of :class:`~machin.frame.transition.Transition`.
+
+    A :class:`ValueError`, and the :class:`TypeError` that building the transition raised
+    in Machin 0.3.4.
+    """
 
 
 def _scalar_kind(value: Any) -> Optional[type]:
@@ -40,6 +64,9 @@ def _scalar_kind(value: Any) -> Optional[type]:
 class _Column:
     """Storage of one sub or custom attribute: a tensor column, or a list for other values.
 
+    Tensors given as custom attributes are kept in a list, where they are (as Machin
+    0.3.4 kept them): they are never moved, and their shapes may differ.
+
     ``scalar`` columns remember the Python kind of their values (bool < int < float,
     promoted when a wider kind arrives), so that unconcatenated samples give back
     Python scalars of the kind that was stored.
@@ -52,7 +79,7 @@ class _Column:
         # Sub attributes (rewards) keep floats in the default dtype, which is what a batch
         # needs; custom attributes keep them in float64 so that Python floats come back exactly.
         self.dtypes = _SCALAR_DTYPES if exact_floats else {**_SCALAR_DTYPES, float: torch.get_default_dtype()}
-        if isinstance(first, torch.Tensor):
+        if isinstance(first, torch.Tensor) and not allow_list:
             self.row_shape = tuple(first.shape[1:])
             self.one_row = (1, *self.row_shape)  # the shape every appended value must have
             self.tensor = torch.empty((capacity, *self.row_shape), dtype=first.dtype, device=device)
@@ -132,12 +159,15 @@ class _Column:
             values = [self.values[i] for i in index.tolist()]
             if concatenate and as_tensor:
                 try:
+                    if values and isinstance(values[0], torch.Tensor):
+                        return torch.cat([v.to(device) for v in values])
                     return torch.tensor(values, device=device).view(len(values), -1)
                 except (TypeError, ValueError, RuntimeError) as error:
                     raise ValueError(
-                        f"cannot concatenate the custom attribute {name!r} into a tensor: it holds "
-                        f"{type(values[0]).__name__} values, and only numbers (or equal-length lists of "
-                        f"numbers) can be; leave it out of additional_concat_attrs ({error})"
+                        f"Batch not concatenable: cannot concatenate the custom attribute {name!r} into a "
+                        f"tensor: it holds {type(values[0]).__name__} values, and only numbers (or "
+                        f"equal-length lists of numbers, or tensors of one trailing shape) can be; leave "
+                        f"it out of additional_concat_attrs ({error})"
                     ) from error
             return values
         block = self.tensor.index_select(0, index)
@@ -162,9 +192,18 @@ class Buffer:
         generator: Optional ``torch.Generator`` (on the CPU) used for sampling, for
             repeatable runs; the global torch generator is used otherwise.
 
+    Extra positional and keyword arguments are ignored with an
+    :class:`~machin.utils.compat.ExtraArgumentsWarning`, as Machin 0.3.4 ignored them.
+
+    The buffer is also a read-only sequence of its transitions, oldest first:
+    ``buffer[i]`` rebuilds the ``i``-th one from the columns (slowly: use
+    :meth:`sample_batch` for batches). This is what lets a sample method written for
+    Machin 0.3.4, which picked transitions from a list, run unchanged.
+
     Not thread-safe.
     """
 
+    @ignores_extra_args
     def __init__(self, buffer_size: int = 1_000_000, buffer_device: Union[str, torch.device] = "cpu", *,
                  generator: Optional[torch.Generator] = None):
         if not isinstance(buffer_size, int) or isinstance(buffer_size, bool) or buffer_size < 1:
@@ -197,6 +236,44 @@ class Buffer:
         """Attribute names of the stored transitions (``None`` before the first append)."""
         return None if self._keys is None else list(self._keys)
 
+    def __getitem__(self, position: Union[int, slice]) -> Union[TransitionBase, List[TransitionBase]]:
+        """The transition at ``position`` (0 is the oldest, -1 the newest), rebuilt from the columns.
+
+        A slice gives a list. Every call gathers from every column, so this is meant for
+        inspection and for sample methods written for Machin 0.3.4, not for batches.
+        """
+        if isinstance(position, slice):
+            return self._rebuild(range(self._size)[position])
+        if isinstance(position, bool) or not isinstance(position, (int, np.integer)):
+            raise TypeError(f"buffer positions must be integers or slices, got {type(position).__name__}")
+        p = int(position) + (self._size if position < 0 else 0)
+        if not 0 <= p < self._size:
+            raise IndexError(f"position {int(position)} is out of range for a buffer of {self._size} transitions")
+        return self._rebuild([p])[0]
+
+    def _rebuild(self, positions: Sequence[int]) -> List[TransitionBase]:
+        """Transitions at ``positions`` (counted from the oldest), rebuilt from the columns."""
+        if len(positions) == 0:
+            return []
+        index = self._storage_index(torch.tensor(list(positions), dtype=torch.long)).to(self.buffer_device)
+        major = {name: {k: c.gather(index, False, True, None) for k, c in cols.items()}
+                 for name, cols in self._major.items()}
+        sub = {name: c.gather(index, False, True, None) for name, c in self._sub.items()}
+        custom = {name: c.gather(index, False, False, None, name) for name, c in self._custom.items()}
+        standard = (list(major) == ["state", "action", "next_state"] and list(sub) == ["reward", "terminal"]
+                    and list(custom) == sorted(custom))
+        rebuilt = []
+        for i in range(len(positions)):
+            major_i = {name: {k: rows[i] for k, rows in cols.items()} for name, cols in major.items()}
+            sub_i = {name: rows[i] for name, rows in sub.items()}
+            custom_i = {name: rows[i] for name, rows in custom.items()}
+            if standard:
+                rebuilt.append(Transition(**major_i, **sub_i, **custom_i))
+            else:
+                rebuilt.append(TransitionBase(list(major_i), list(sub_i), list(custom_i), list(major_i.values()),
+                                              list(sub_i.values()), list(custom_i.values())))
+        return rebuilt
+
     def _columns(self):
         for cols in self._major.values():
             yield from cols.values()
@@ -212,9 +289,10 @@ class Buffer:
             try:
                 return Transition(**transition)
             except TypeError as error:
-                raise ValueError(f"cannot build a Transition from the dictionary: {error}") from None
-        raise TypeError(
-            f"transition must be a Transition or a dict, got {type(transition).__name__}"
+                raise TransitionBuildError(f"cannot build a Transition from the dictionary: {error}") from None
+        raise TransitionTypeError(
+            f"transition must be a Transition or a dict, got {type(transition).__name__} (a Transition "
+            f"object must be a dict or an instance of the Transition class)"
         )
 
     def _create_layout(self, t: TransitionBase) -> None:
@@ -233,14 +311,15 @@ class Buffer:
         missing = [a for a in required_attrs if a not in keys]
         if missing:
             raise ValueError(
-                f"transition is missing required attribute(s) {missing}; it has {keys}"
+                f"Transition object missing attributes: the transition is missing required "
+                f"attribute(s) {missing}; it has {keys}"
             )
         if self._keys is None:
             return
         if keys != self._keys or t.major_attr != list(self._major) or t.sub_attr != list(self._sub):
             raise ValueError(
-                f"transition attributes {t.keys()} differ from those already stored {self._keys}; "
-                f"every transition in a buffer must have the same attributes"
+                f"Transition object has different attributes: {t.keys()} differ from those already "
+                f"stored {self._keys}; every transition in a buffer must have the same attributes"
             )
         for name, cols in self._major.items():
             value = getattr(t, name)
@@ -366,12 +445,6 @@ class Buffer:
         return True
 
     # -- sampling -------------------------------------------------------------------
-    _SAMPLE_METHODS = {
-        "random_unique": "sample_method_random_unique",
-        "random": "sample_method_random",
-        "all": "sample_method_all",
-    }
-
     def _randint(self, high: int, n: int) -> torch.Tensor:
         return torch.randint(high, (n,), generator=self.generator)
 
@@ -439,6 +512,22 @@ class Buffer:
             return logical
         return (logical + self._pos) % self._capacity
 
+    def _sample_method(self, sample_method: Union[str, Callable]) -> Callable:
+        """The callable that ``sample_method`` stands for: a ``sample_method_<name>`` of the buffer, or itself."""
+        if isinstance(sample_method, str):
+            method = getattr(self, "sample_method_" + sample_method, None)
+            if not callable(method):
+                raise SampleMethodError(
+                    f"Cannot find specified sample method: sample_method must be 'random_unique', 'random', "
+                    f"'all' or a callable, got {sample_method!r} ({type(self).__name__} has no "
+                    f"sample_method_{sample_method})"
+                )
+            return method
+        if callable(sample_method):
+            return sample_method
+        raise TypeError(f"sample_method must be a string or a callable, got {type(sample_method).__name__}")
+
+    @ignores_extra_args
     def sample_batch(
         self,
         batch_size: int,
@@ -455,36 +544,41 @@ class Buffer:
             concatenate: Return tensors of shape ``[B, ...]`` (``True``) or per-sample lists.
             device: Device of the returned tensors (default: the buffer's device).
             sample_method: ``"random_unique"`` (without replacement), ``"random"`` (with
-                replacement), ``"all"`` (everything, oldest first) or a callable
+                replacement), ``"all"`` (everything, oldest first), the ``<name>`` of another
+                ``sample_method_<name>`` of the buffer, or a callable
                 ``f(buffer, batch_size) -> (size, positions)`` where ``positions`` is a
-                sequence or tensor of positions counted from the oldest stored row (0).
+                sequence or tensor of positions counted from the oldest stored row (0). A
+                callable may also return ``(size, transitions)``, a list of transitions
+                picked from ``buffer`` (a sequence of them), as Machin 0.3.4's did.
             sample_attrs: Attributes to return, in order; ``"*"`` stands for a dict of the
                 custom attributes not named otherwise; unknown names are skipped.
                 Default: every attribute.
             additional_concat_attrs: Custom attributes to return as ``[B, 1]`` tensors.
 
+        Extra positional and keyword arguments are ignored with an
+        :class:`~machin.utils.compat.ExtraArgumentsWarning`.
+
         Returns:
             ``(size, values)``, with ``values`` a tuple in ``sample_attrs`` order, or
             ``(0, None)`` when nothing was sampled.
+
+        Raises:
+            SampleMethodError: (a ``ValueError`` and a ``RuntimeError``) for an unknown
+                method name.
+            ValueError: When a callable returns positions out of range.
         """
-        if isinstance(sample_method, str):
-            method = getattr(self, self._SAMPLE_METHODS.get(sample_method, ""), None)
-            if method is None:
-                raise ValueError(
-                    f"sample_method must be 'random_unique', 'random', 'all' or a callable, "
-                    f"got {sample_method!r}"
-                )
-        elif callable(sample_method):
-            method = sample_method
-        else:
-            raise TypeError(f"sample_method must be a string or a callable, got {type(sample_method).__name__}")
+        method = self._sample_method(sample_method)
         if self._size == 0:
             return 0, None
         size, positions = method(self, batch_size)
         if size == 0:
             return 0, None
-        if not isinstance(sample_method, str):
-            # The built-in methods return in-range long tensors; a user's callable is checked.
+        if method not in _BUILT_IN_METHODS:
+            # The built-in methods return in-range long tensors; anything else is checked.
+            if isinstance(positions, (list, tuple)) and positions and isinstance(positions[0], TransitionBase):
+                device = self.buffer_device if device is None else device
+                return size, self.post_process_batch(list(positions), device, concatenate, sample_attrs,
+                                                     additional_concat_attrs)
             positions = torch.as_tensor(positions, dtype=torch.long).view(-1)
             if positions.numel() and (positions.min() < 0 or positions.max() >= self._size):
                 raise ValueError(
@@ -532,12 +626,21 @@ class Buffer:
             batch: The tensors or scalars.
             device: Device of the result (``None``: keep).
             concatenate: Whether to concatenate at all.
+
+        Raises:
+            ValueError: When scalars cannot form a tensor (e.g. strings).
         """
         if not batch or not concatenate:
             return batch
         if isinstance(batch[0], torch.Tensor):
             return torch.cat([t.to(device) for t in batch], dim=0)
-        return torch.tensor(batch, device=device).view(len(batch), -1)
+        try:
+            return torch.tensor(batch, device=device).view(len(batch), -1)
+        except (TypeError, ValueError, RuntimeError) as error:
+            raise ValueError(
+                f"Batch not concatenable: only tensors, numbers or equal-length lists of numbers can be "
+                f"joined into a tensor, got {type(batch[0]).__name__} values ({error})"
+            ) from error
 
     @classmethod
     def post_process_batch(cls, batch: List[TransitionBase], device, concatenate: bool,
@@ -576,3 +679,11 @@ class Buffer:
             elif name in first.custom_attr:
                 result.append(custom(name))
         return tuple(result)
+
+
+# Functions whose positions sample_batch trusts (static methods read through an instance are these functions).
+_BUILT_IN_METHODS = frozenset(
+    (Buffer.sample_method_random_unique, Buffer.sample_method_random, Buffer.sample_method_all)
+)
+# A sequence of transitions (``buffer[i]``, ``len(buffer)``), so that ``random.sample(buffer, n)`` works.
+collections.abc.Sequence.register(Buffer)

@@ -17,10 +17,25 @@ import torch
 
 from ...parallel.distributed.rpc_group import RpcGroup
 from ...parallel.exception import RemoteTraceback
+from ...utils.compat import ignores_extra_args
 from ..transition import TransitionBase
 from .buffer import Buffer
 
-__all__ = ["DistributedBuffer"]
+__all__ = ["DistributedBuffer", "NotGroupMemberError", "BufferNameTakenError"]
+
+
+class NotGroupMemberError(ValueError, AssertionError):
+    """A distributed buffer was built in a process outside its group.
+
+    A :class:`ValueError`, and the :class:`AssertionError` of Machin 0.3.4.
+    """
+
+
+class BufferNameTakenError(ValueError, KeyError):
+    """A distributed buffer's name is already registered in its group.
+
+    A :class:`ValueError`, and the :class:`KeyError` of Machin 0.3.4.
+    """
 
 
 def _merge(values: List[Any]) -> Any:
@@ -80,11 +95,16 @@ class DistributedPart:
     """
 
     _OPS: Tuple[str, ...] = ("size", "clear", "sample")
-    _lock: threading.Lock
+    _lock: threading.RLock
+
+    @property
+    def wr_lock(self) -> threading.RLock:
+        """The (reentrant) lock guarding the local part, as Machin 0.3.4 named it."""
+        return self._lock
 
     def _join(self, buffer_name: str, group: RpcGroup, rng: np.random.Generator) -> None:
         if not group.is_member():
-            raise ValueError(
+            raise NotGroupMemberError(
                 f"the current process must be a member of group {group.get_group_members()} to hold "
                 f"a part of buffer {buffer_name!r}"
             )
@@ -95,9 +115,9 @@ class DistributedPart:
         try:
             group.register(self._service_key(group.get_cur_name()), self._serve)
         except KeyError:
-            raise ValueError(
-                f"buffer_name {buffer_name!r} is already used in group {group.get_group_name()!r}; "
-                f"each distributed buffer needs a unique name"
+            raise BufferNameTakenError(
+                f"buffer_name {buffer_name!r} is already used in group {group.get_group_name()!r} (its "
+                f"service is already registered); each distributed buffer needs a unique name"
             ) from None
 
     def _service_key(self, member: str) -> str:
@@ -196,11 +216,16 @@ class DistributedBuffer(DistributedPart, Buffer):
         generator: Optional ``torch.Generator`` seeding the sampling, for
             repeatable runs.
 
+    Extra positional and keyword arguments (e.g. a ``buffer_device``) are ignored with an
+    :class:`~machin.utils.compat.ExtraArgumentsWarning`, as Machin 0.3.4 ignored them.
+
     Raises:
-        ValueError: If the current process is not a member of ``group``, or
-            ``buffer_name`` is already used there.
+        NotGroupMemberError: (a ``ValueError``) If the current process is not a member
+            of ``group``.
+        BufferNameTakenError: (a ``ValueError``) If ``buffer_name`` is already used there.
     """
 
+    @ignores_extra_args
     def __init__(
         self,
         buffer_name: str,
@@ -209,11 +234,12 @@ class DistributedBuffer(DistributedPart, Buffer):
         *,
         generator: Optional[torch.Generator] = None,
     ):
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()
         Buffer.__init__(self, buffer_size, "cpu", generator=generator)
         seed = None if generator is None else int(torch.randint(2**62, (1,), generator=generator))
         self._join(buffer_name, group, np.random.default_rng(seed))
 
+    @ignores_extra_args
     def sample_batch(
         self,
         batch_size: int,
@@ -227,18 +253,16 @@ class DistributedBuffer(DistributedPart, Buffer):
 
         Each member's share is drawn in proportion to its size: without replacement
         over the whole group for ``"random_unique"``, with replacement for
-        ``"random"``; ``"all"`` returns everything; a callable method is run on each
-        member's part with a share of ``batch_size`` proportional to that part's size.
+        ``"random"``; ``"all"`` returns everything; a callable method (or another
+        ``sample_method_<name>``) is run on each member's part with a share of
+        ``batch_size`` proportional to that part's size. Extra positional and keyword
+        arguments are ignored with an :class:`~machin.utils.compat.ExtraArgumentsWarning`.
+
+        Raises:
+            ~machin.frame.buffers.buffer.SampleMethodError: (a ``ValueError`` and a
+                ``RuntimeError``) for an unknown method name, before any member is asked.
         """
-        if isinstance(sample_method, str):
-            if sample_method not in self._SAMPLE_METHODS:
-                raise ValueError(
-                    f"sample_method must be 'random_unique', 'random', 'all' or a callable, got {sample_method!r}"
-                )
-        elif not callable(sample_method):
-            raise TypeError(
-                f"sample_method must be a string or a callable, got {type(sample_method).__name__}"
-            )
+        self._sample_method(sample_method)  # unknown names fail here, before any RPC
         holders = self._holders()
         if sample_method == "all":
             shares = {m: 0 for m in holders}

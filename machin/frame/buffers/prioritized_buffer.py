@@ -8,6 +8,7 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 import numpy as np
 import torch
 
+from ...utils.compat import ignores_extra_args
 from ..transition import TransitionBase
 from .buffer import DEFAULT_REQUIRED_ATTRS, Buffer
 
@@ -41,6 +42,27 @@ class WeightTree:
         # so the largest weight is read at the root instead of scanning every leaf.
         self._max_levels = [self._levels[0]] + [np.zeros(s) for s in sizes[1:]]
 
+    # -- layout, read-only (the attribute names of Machin 0.3.4) ---------------------
+    @property
+    def depth(self) -> int:
+        """Number of levels, leaves and root included."""
+        return len(self._level_sizes)
+
+    @property
+    def sizes(self) -> np.ndarray:
+        """Number of nodes of each level, leaves first."""
+        return np.array(self._level_sizes, dtype=np.int64)
+
+    @property
+    def offsets(self) -> np.ndarray:
+        """Start of each level in :attr:`weights`, leaves first, followed by the array length."""
+        return np.array(self._offsets + [self.weights.shape[0]], dtype=np.int64)
+
+    @property
+    def max_leaf(self) -> float:
+        """Largest leaf weight (same as :meth:`get_leaf_max`)."""
+        return self.get_leaf_max()
+
     # -- queries --------------------------------------------------------------------
     def get_weight_sum(self) -> float:
         """Sum of all leaf weights."""
@@ -57,7 +79,8 @@ class WeightTree:
     def _check_index(self, index: np.ndarray) -> None:
         if index.size and (index.min() < 0 or index.max() >= self.size):
             raise ValueError(
-                f"leaf index out of range [0, {self.size - 1}]: got {index.min()}..{index.max()}"
+                f"Index has elements out of boundary: leaf index out of range [0, {self.size - 1}]: "
+                f"got {index.min()}..{index.max()}"
             )
 
     def get_leaf_weight(self, index: Union[int, Sequence[int], np.ndarray]) -> Union[float, np.ndarray]:
@@ -142,7 +165,10 @@ class WeightTree:
             return
         weight, index = float(weight), int(index)
         if not 0 <= index < self.size:
-            raise ValueError(f"leaf index out of range [0, {self.size - 1}]: got {index}..{index}")
+            raise ValueError(
+                f"Index has elements out of boundary: leaf index out of range [0, {self.size - 1}]: "
+                f"got {index}..{index}"
+            )
         if not (weight >= 0 and math.isfinite(weight)):
             raise ValueError("leaf weights must be finite and non-negative")
         self._levels[0][index] = weight
@@ -159,7 +185,8 @@ class WeightTree:
         w = np.asarray(weights, dtype=np.float64).reshape(-1)
         idx = np.asarray(indexes, dtype=np.int64).reshape(-1)
         if w.shape != idx.shape:
-            raise ValueError(f"got {w.size} weights for {idx.size} indexes")
+            raise ValueError(f"Dimension of weights and indexes doesn't match: got {w.size} weights for "
+                             f"{idx.size} indexes")
         if not idx.size:
             return
         self._check_index(idx)
@@ -172,7 +199,8 @@ class WeightTree:
         """Replace the leaves with ``weights`` (length 0 to ``size``; the rest become 0) and rebuild."""
         w = np.asarray(weights, dtype=np.float64).reshape(-1)
         if w.size > self.size:
-            raise ValueError(f"got {w.size} weights for a tree of {self.size} leaves")
+            raise ValueError(f"Weights size must match tree size: got {w.size} weights for a tree of "
+                             f"{self.size} leaves (fewer are allowed; the other leaves become 0)")
         if np.any(w < 0) or not np.all(np.isfinite(w)):
             raise ValueError("leaf weights must be finite and non-negative")
         self._levels[0][:] = 0.0
@@ -200,8 +228,12 @@ class PrioritizedBuffer(Buffer):
 
     The probability of transition ``j`` is ``p_j**alpha / sum_i p_i**alpha`` with
     ``p = |priority| + epsilon``; importance-sampling weights
-    ``(N * P(j))**(-beta)`` are divided by their batch maximum, and ``beta`` grows by
-    ``beta_increment_per_sampling`` on every sample up to 1.
+    ``(N * P(j))**(-curr_beta)`` are divided by their batch maximum. ``curr_beta``
+    starts at ``beta`` and grows by ``beta_increment_per_sampling`` after every
+    sample, up to 1; :meth:`clear` sets it back to ``beta``.
+
+    Extra positional and keyword arguments of the constructor are ignored with an
+    :class:`~machin.utils.compat.ExtraArgumentsWarning`, as Machin 0.3.4 ignored them.
 
     Args:
         buffer_size: Maximum number of transitions.
@@ -214,6 +246,7 @@ class PrioritizedBuffer(Buffer):
             (default: numpy's global random state).
     """
 
+    @ignores_extra_args
     def __init__(self, buffer_size: int = 1_000_000, buffer_device: Union[str, torch.device] = "cpu",
                  epsilon: float = 1e-2, alpha: float = 0.6, beta: float = 0.4,
                  beta_increment_per_sampling: float = 1e-3, *,
@@ -227,15 +260,17 @@ class PrioritizedBuffer(Buffer):
         self.epsilon = epsilon
         self.alpha = alpha
         self.beta = beta
+        self.curr_beta = beta
         self.beta_increment_per_sampling = beta_increment_per_sampling
         self.rng = generator
         self.wt_tree = WeightTree(buffer_size)
 
     def clear(self) -> None:
-        """Remove every transition and reset all priorities to zero."""
+        """Remove every transition, reset all priorities to zero and ``curr_beta`` to ``beta``."""
         super().clear()
         if hasattr(self, "wt_tree"):
             self.wt_tree = WeightTree(self.buffer_size)
+            self.curr_beta = self.beta
 
     def _normalize_priority(self, priority: Union[float, np.ndarray]) -> np.ndarray:
         return (np.abs(np.asarray(priority, dtype=np.float64)) + self.epsilon) ** self.alpha
@@ -300,7 +335,10 @@ class PrioritizedBuffer(Buffer):
         return self.rng.random(n) if self.rng is not None else np.random.random(n)
 
     def sample_index(self, batch_size: int) -> Tuple[np.ndarray, np.ndarray]:
-        """Draw ``batch_size`` storage indexes by priority; returns them and their IS weights."""
+        """Draw ``batch_size`` storage indexes by priority; returns them and their IS weights.
+
+        The weights use the current ``curr_beta``, which then grows by ``beta_increment_per_sampling``.
+        """
         total = self.wt_tree.get_weight_sum()
         segment = total / batch_size
         targets = (np.arange(batch_size) + self._uniform(batch_size)) * segment
@@ -308,12 +346,13 @@ class PrioritizedBuffer(Buffer):
         # Leaves past the filled part have weight 0 and are never chosen unless all are 0
         # (or rounding pushes a target past the last filled leaf).
         index = np.minimum(index, self._size - 1)
-        self.beta = min(1.0, self.beta + self.beta_increment_per_sampling)
         probability = self.wt_tree.get_leaf_weight(index) / total
-        is_weights = np.power(np.maximum(probability, 1e-300) * self._size, -self.beta)
+        is_weights = np.power(np.maximum(probability, 1e-300) * self._size, -self.curr_beta)
+        self.curr_beta = min(1.0, self.curr_beta + self.beta_increment_per_sampling)
         is_weights /= is_weights.max()
         return index, is_weights
 
+    @ignores_extra_args
     def sample_batch(self, batch_size: int, concatenate: bool = True,
                      device: Union[str, torch.device, None] = None,
                      sample_attrs: Optional[List[str]] = None,
@@ -331,6 +370,10 @@ class PrioritizedBuffer(Buffer):
             device: Device of the returned tensors (default: the buffer's device).
             sample_attrs: Attributes to return, in order, as in :meth:`Buffer.sample_batch`.
             additional_concat_attrs: Custom attributes to return as ``[B, 1]`` tensors.
+
+        There is no ``sample_method``: extra positional and keyword arguments (such as a
+        ``sample_method`` meant for :class:`Buffer`) are ignored with an
+        :class:`~machin.utils.compat.ExtraArgumentsWarning`.
 
         Returns:
             ``(size, values, indexes, is_weights)``: ``values`` as in

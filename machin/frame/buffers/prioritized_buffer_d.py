@@ -24,6 +24,7 @@ import numpy as np
 import torch
 
 from ...parallel.distributed.rpc_group import RpcGroup
+from ...utils.compat import ignores_extra_args
 from .buffer_d import DistributedPart, merge_batches, move_to
 from .prioritized_buffer import PrioritizedBuffer
 
@@ -46,7 +47,13 @@ class DistributedPrioritizedBuffer(DistributedPart, PrioritizedBuffer):
     members' weights, as read at the start of the sampling (the sums may be
     slightly stale by the time members draw; with large buffers the difference is
     negligible). Importance-sampling weights use the total size of all parts and
-    this buffer's ``beta``, which grows on every :meth:`sample_batch` call.
+    this buffer's ``curr_beta``, which starts at ``beta`` and grows after every
+    :meth:`sample_batch` call.
+
+    ``epsilon``, ``alpha``, ``beta`` and ``beta_increment_per_sampling`` are
+    keyword-only (Machin 0.3.4 ignored them and always used the defaults). Other
+    extra positional and keyword arguments are ignored with an
+    :class:`~machin.utils.compat.ExtraArgumentsWarning`.
 
     Args:
         buffer_name: Name of the buffer, unique in ``group``.
@@ -60,12 +67,15 @@ class DistributedPrioritizedBuffer(DistributedPart, PrioritizedBuffer):
             (the local draws and the split between members).
 
     Raises:
-        ValueError: If the current process is not a member of ``group``, or
+        ~machin.frame.buffers.buffer_d.NotGroupMemberError: (a ``ValueError``) If the
+            current process is not a member of ``group``.
+        ~machin.frame.buffers.buffer_d.BufferNameTakenError: (a ``ValueError``) If
             ``buffer_name`` is already used there.
     """
 
     _OPS = ("size", "clear", "weight", "sample", "update")
 
+    @ignores_extra_args
     def __init__(
         self,
         buffer_name: str,
@@ -78,7 +88,7 @@ class DistributedPrioritizedBuffer(DistributedPart, PrioritizedBuffer):
         beta_increment_per_sampling: float = 1e-3,
         generator: Optional[np.random.Generator] = None,
     ):
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()
         PrioritizedBuffer.__init__(
             self,
             buffer_size,
@@ -93,6 +103,11 @@ class DistributedPrioritizedBuffer(DistributedPart, PrioritizedBuffer):
         self._join(buffer_name, group, np.random.default_rng() if generator is None else generator)
 
     # -- taint table ----------------------------------------------------------------------
+    @property
+    def buffer_version_table(self) -> np.ndarray:
+        """The write counter of every local slot (the taint table), as Machin 0.3.4 named it."""
+        return self._taint
+
     def _written(self, positions: List[int]) -> None:
         self._taint[positions] += 1
 
@@ -102,6 +117,7 @@ class DistributedPrioritizedBuffer(DistributedPart, PrioritizedBuffer):
             taint += 1
 
     # -- sampling -------------------------------------------------------------------------
+    @ignores_extra_args
     def sample_batch(
         self,
         batch_size: int,
@@ -121,6 +137,9 @@ class DistributedPrioritizedBuffer(DistributedPart, PrioritizedBuffer):
             device: Device of the returned tensors (default: the CPU, where the parts keep them).
             sample_attrs: Attributes to return, in order, as in :meth:`Buffer.sample_batch`.
             additional_concat_attrs: Custom attributes to return as ``[B, 1]`` tensors.
+
+        Extra positional and keyword arguments are ignored with an
+        :class:`~machin.utils.compat.ExtraArgumentsWarning`.
 
         Returns:
             ``(size, values, indexes, is_weights)``: ``values`` as in
@@ -158,7 +177,8 @@ class DistributedPrioritizedBuffer(DistributedPart, PrioritizedBuffer):
             return 0, None, None, None
         probability = np.concatenate(probabilities)
         with self._lock:
-            self.beta = beta = min(1.0, self.beta + self.beta_increment_per_sampling)
+            beta = self.curr_beta
+            self.curr_beta = min(1.0, beta + self.beta_increment_per_sampling)
         is_weights = np.power(np.maximum(probability, 1e-300) * total_size, -beta)
         is_weights /= is_weights.max()
         return len(probability), move_to(merge_batches(parts), device), indexes, is_weights
@@ -179,7 +199,10 @@ class DistributedPrioritizedBuffer(DistributedPart, PrioritizedBuffer):
         priorities = np.asarray(priorities, dtype=np.float64).reshape(-1)
         counts = [len(index) for index, _ in indexes.values()]
         if sum(counts) != priorities.size:
-            raise ValueError(f"got {priorities.size} priorities for {sum(counts)} sampled indexes")
+            raise ValueError(
+                f"Dimension of weights and indexes doesn't match: got {priorities.size} priorities for "
+                f"{sum(counts)} sampled indexes"
+            )
         holders = set(self._holders())
         requests: Dict[str, Tuple[Any, ...]] = {}
         offset = 0
@@ -205,10 +228,10 @@ class DistributedPrioritizedBuffer(DistributedPart, PrioritizedBuffer):
             local_sum = self.wt_tree.get_weight_sum()
             if self.size() == 0 or local_sum <= 0:
                 return 0, None, None, None, None
-            # sample_index also advances beta: that is the sampler's business, not this part's.
-            beta = self.beta
+            # sample_index also advances curr_beta: that is the sampler's business, not this part's.
+            beta = self.curr_beta
             index, _ = self.sample_index(count)
-            self.beta = beta
+            self.curr_beta = beta
             probability = self.wt_tree.get_leaf_weight(index) / local_sum
             values = self._gather(
                 torch.from_numpy(index), concatenate, None, sample_attrs, additional_concat_attrs

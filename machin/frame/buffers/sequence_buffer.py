@@ -207,7 +207,7 @@ class SequenceBuffer(PrioritizedBuffer):
         for i, t in enumerate(episode):
             if not isinstance(t, dict):
                 t = self._as_transition(t)  # a TypeError for anything but a transition or a dict
-                t = dict(zip(t.keys(), t.items()))
+                t = dict(t.items())
             fields = dict(t)
             reserved = sorted(set(fields) & set(_BOOKKEEPING))
             if reserved:

@@ -1,5 +1,6 @@
 """Exploration noise: action-space noise, noise generators, parameter-space noise."""
 
+from . import action_space_noise, generator, param_space_noise
 from .action_space_noise import (
     add_clipped_normal_noise_to_action,
     add_normal_noise_to_action,
@@ -9,6 +10,8 @@ from .action_space_noise import (
 from .generator import (
     ClippedNormalNoiseGen,
     NoiseGen,
+    NoiseParamError,
+    NoiseShapeError,
     NormalNoiseGen,
     OrnsteinUhlenbeckNoiseGen,
     UniformNoiseGen,
@@ -16,6 +19,10 @@ from .generator import (
 from .param_space_noise import AdaptiveParamNoise, ModelPerturbation, perturb_model
 
 __all__ = [
+    # the submodules, which were all that Machin 0.3.4 exported here
+    "action_space_noise",
+    "generator",
+    "param_space_noise",
     "add_uniform_noise_to_action",
     "add_normal_noise_to_action",
     "add_clipped_normal_noise_to_action",
@@ -25,6 +32,8 @@ __all__ = [
     "NormalNoiseGen",
     "ClippedNormalNoiseGen",
     "OrnsteinUhlenbeckNoiseGen",
+    "NoiseParamError",
+    "NoiseShapeError",
     "AdaptiveParamNoise",
     "ModelPerturbation",
     "perturb_model",

@@ -1,28 +1,39 @@
 """Noise added directly to actions.
 
 Each function returns a new tensor ``action + ratio * noise``; the noise has the
-action's shape, device and dtype, and the input is never modified.
+action's shape and device, and the action's dtype when that is a floating dtype
+(an integer action gets noise of torch's default dtype, and a floating result, as in
+Machin 0.3.4). The input is never modified.
 
 ``noise_param`` comes in two forms for the uniform, normal and clipped normal
 functions:
 
 * one tuple, e.g. ``(mean, sigma)``, used for every element of the action;
-* a sequence of such tuples, one per action column ``action[:, i]``; the
-  parameters are laid out as tensors along dimension 1 and broadcast, so no
+* a sequence of such tuples, one per element of the action's last dimension
+  ``action[..., i]`` (the columns of a ``[batch, action_dim]`` action); the
+  parameters are laid out as tensors along that dimension and broadcast, so no
   Python loop runs over the batch or the columns.
 
+A tuple longer than the function needs (e.g. the 4-tuple of clipped normal noise
+given to normal noise) is used for its leading values, with an
+:class:`~machin.utils.compat.ExtraArgumentsWarning`, as Machin 0.3.4 ignored the rest.
+
 Ornstein-Uhlenbeck noise has a state, so :func:`add_ou_noise_to_action` draws
-from one generator shared by every caller of this module.
+from one generator shared by every caller of this module, ``DEFAULT_OU_GEN``
+(setting it to ``None`` makes the next call build a new one).
 """
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 import torch
 
+from ...utils.compat import ExtraArgumentsWarning
 from .generator import (
+    NoiseParamError,
     OrnsteinUhlenbeckNoiseGen,
     _check_bounds,
     _check_sigma,
@@ -43,9 +54,10 @@ NoiseParam = Union[Tuple[float, ...], Iterable[Tuple[float, ...]]]
 Param = Union[float, torch.Tensor]
 
 _OU_KEYS = ("mu", "sigma", "theta", "dt", "x0", "generator")
-# The Ornstein-Uhlenbeck generator shared by all calls of add_ou_noise_to_action,
-# and the keyword arguments it was built with.
-_shared_ou: Optional[OrnsteinUhlenbeckNoiseGen] = None
+#: The Ornstein-Uhlenbeck generator shared by all calls of add_ou_noise_to_action (the name
+#: of Machin 0.3.4); ``None`` until the first call.
+DEFAULT_OU_GEN: Optional[OrnsteinUhlenbeckNoiseGen] = None
+# The keyword arguments DEFAULT_OU_GEN was built with.
 _shared_ou_kwargs: Dict[str, Any] = {}
 
 
@@ -55,25 +67,25 @@ def add_uniform_noise_to_action(
     """Add uniform noise to an action.
 
     Args:
-        action: Raw action, a floating tensor (per-column parameters need a shape
-            ``[batch, columns, ...]``).
+        action: Raw action, a real tensor (usually floating; see the module notes).
         noise_param: ``(uniform_min, uniform_max)`` for every element, or a sequence of
-            such tuples, one per column ``action[:, i]``.
+            such tuples, one per element of the last dimension ``action[..., i]``.
         ratio: The sampled noise is multiplied by this before it is added.
 
     Returns:
         A new tensor: the action plus uniform noise in ``[ratio*min, ratio*max)``.
 
     Raises:
-        TypeError: ``action`` is not a floating tensor or ``ratio`` is not a number.
+        TypeError: ``action`` is not a real tensor or ``ratio`` is not a number.
         ValueError: ``noise_param`` does not have one of the two forms, has a column count
-            different from ``action.shape[1]``, or a minimum above its maximum.
+            different from ``action.shape[-1]`` ("Noise param length doesn't match the last
+            dimension of action"), or a minimum above its maximum.
     """
     name = "add_uniform_noise_to_action"
     low, high = _parse_noise_param(
         name, action, noise_param, ratio, ("uniform_min", "uniform_max"), _check_uniform
     )
-    noise = _sample_uniform(action.shape, low, high, action.device, action.dtype, None)
+    noise = _sample_uniform(action.shape, low, high, action.device, _noise_dtype(action), None)
     return action + noise * ratio
 
 
@@ -85,7 +97,7 @@ def add_normal_noise_to_action(
     Args:
         action: Raw action, see :func:`add_uniform_noise_to_action`.
         noise_param: ``(normal_mean, normal_sigma)`` for every element, or a sequence of
-            such tuples, one per column ``action[:, i]``.
+            such tuples, one per element of the last dimension ``action[..., i]``.
         ratio: The sampled noise is multiplied by this before it is added.
 
     Returns:
@@ -100,7 +112,7 @@ def add_normal_noise_to_action(
     mean, std = _parse_noise_param(
         name, action, noise_param, ratio, ("normal_mean", "normal_sigma"), _check_normal
     )
-    noise = _sample_normal(action.shape, mean, std, action.device, action.dtype, None)
+    noise = _sample_normal(action.shape, mean, std, action.device, _noise_dtype(action), None)
     return action + noise * ratio
 
 
@@ -117,7 +129,8 @@ def add_clipped_normal_noise_to_action(
     Args:
         action: Raw action, see :func:`add_uniform_noise_to_action`.
         noise_param: ``(normal_mean, normal_sigma, clip_min, clip_max)`` for every
-            element, or a sequence of such tuples, one per column ``action[:, i]``.
+            element, or a sequence of such tuples, one per element of the last dimension
+            ``action[..., i]``.
         ratio: The clipped noise is multiplied by this before it is added.
 
     Returns:
@@ -135,7 +148,7 @@ def add_clipped_normal_noise_to_action(
         name, action, noise_param, ratio, fields, _check_clipped_normal
     )
     noise = _sample_clipped_normal(
-        action.shape, mean, std, low, high, action.device, action.dtype, None
+        action.shape, mean, std, low, high, action.device, _noise_dtype(action), None
     )
     return action + noise * ratio
 
@@ -157,7 +170,7 @@ def add_ou_noise_to_action(
     return to the defaults). The same parameters apply to every action column.
 
     Args:
-        action: Raw action, a floating tensor.
+        action: Raw action, a real tensor.
         noise_param: Keyword arguments of ``OrnsteinUhlenbeckNoiseGen`` other than
             ``shape``: any of ``mu``, ``sigma``, ``theta``, ``dt``, ``x0`` and ``generator``.
         ratio: The sampled noise is multiplied by this before it is added.
@@ -168,29 +181,34 @@ def add_ou_noise_to_action(
 
     Raises:
         TypeError: see :func:`add_uniform_noise_to_action`.
-        ValueError: ``noise_param`` is not a dict of the keys above, or holds values the
-            generator rejects.
+        NoiseParamError: (a ``TypeError`` and a ``ValueError``) ``noise_param`` is not a
+            dict of the keys above.
+        ValueError: ``noise_param`` holds values the generator rejects.
     """
-    global _shared_ou, _shared_ou_kwargs
+    global DEFAULT_OU_GEN, _shared_ou_kwargs
     name = "add_ou_noise_to_action"
     _check_action_and_ratio(name, action, ratio)
     if noise_param is not None:
         if not isinstance(noise_param, Mapping):
-            raise ValueError(
+            raise NoiseParamError(
                 f"{name}: noise_param must be None or a dict of OrnsteinUhlenbeckNoiseGen "
-                f"keyword arguments, got {noise_param!r} ({type(noise_param).__name__})"
+                f"keyword arguments, got {noise_param!r} ({type(noise_param).__name__}); "
+                f"the generator's arguments must be a mapping"
             )
         unknown = sorted(str(key) for key in noise_param if key not in _OU_KEYS)
         if unknown:
-            raise ValueError(
-                f"{name}: noise_param keys must be among {list(_OU_KEYS)}, got unknown {unknown}"
+            raise NoiseParamError(
+                f"{name}: noise_param keys must be among {list(_OU_KEYS)}, got unknown {unknown} "
+                f"(OrnsteinUhlenbeckNoiseGen got an unexpected keyword argument)"
             )
-    if reset or _shared_ou is None or _shared_ou.shape != action.shape:
+    dtype = _noise_dtype(action)
+    shared = DEFAULT_OU_GEN
+    if reset or shared is None or shared.shape != action.shape:
         kwargs = dict(noise_param) if noise_param is not None else _shared_ou_kwargs
-        _shared_ou = OrnsteinUhlenbeckNoiseGen(action.shape, dtype=action.dtype, **kwargs)
+        shared = DEFAULT_OU_GEN = OrnsteinUhlenbeckNoiseGen(action.shape, dtype=dtype, **kwargs)
         _shared_ou_kwargs = kwargs
-    noise = _shared_ou(action.device)
-    return action + noise.to(action.dtype) * ratio
+    noise = shared(action.device)
+    return action + noise.to(dtype) * ratio
 
 
 # ----------------------------------------------------------------------------------------
@@ -210,12 +228,16 @@ def _check_clipped_normal(owner: str, values: Sequence[float]) -> None:
     _check_bounds(owner, "clip_min", values[2], "clip_max", values[3])
 
 
+def _noise_dtype(action: torch.Tensor) -> torch.dtype:
+    """The action's dtype if it is a floating one, else torch's default dtype."""
+    return action.dtype if action.is_floating_point() else torch.get_default_dtype()
+
+
 def _check_action_and_ratio(name: str, action: Any, ratio: Any) -> None:
-    if not isinstance(action, torch.Tensor) or not action.is_floating_point():
+    if not isinstance(action, torch.Tensor) or action.is_complex():
         given = f"dtype {action.dtype}" if isinstance(action, torch.Tensor) else repr(action)
         raise TypeError(
-            f"{name}: action must be a floating point torch.Tensor, "
-            f"got {given} ({type(action).__name__})"
+            f"{name}: action must be a real torch.Tensor, got {given} ({type(action).__name__})"
         )
     if not (_is_real(ratio) or isinstance(ratio, torch.Tensor)):
         raise TypeError(
@@ -231,8 +253,8 @@ def _as_list(value: Any) -> Optional[List[Any]]:
 
 
 def _as_reals(items: Optional[List[Any]], arity: int) -> Optional[Tuple[float, ...]]:
-    """``items`` as ``arity`` floats, or ``None`` if they are not that many real numbers."""
-    if items is None or len(items) != arity or not all(_is_real(v) for v in items):
+    """``items`` as floats (at least ``arity`` of them), or ``None`` if they are not that many reals."""
+    if items is None or len(items) < arity or not all(_is_real(v) for v in items):
         return None
     return tuple(float(v) for v in items)
 
@@ -248,28 +270,43 @@ def _parse_noise_param(
     """Validate the arguments and return one value per field.
 
     A single tuple gives floats. Per-column tuples give tensors of shape
-    ``[1, columns, 1, ...]`` on the action's device and dtype, which broadcast along
-    ``action[:, i]``.
+    ``[1, ..., 1, columns]`` on the action's device, which broadcast along the last
+    dimension of the action. Values past ``len(fields)`` are dropped with a warning.
     """
     _check_action_and_ratio(name, action, ratio)
+    arity = len(fields)
     items = _as_list(noise_param)
-    single = _as_reals(items, len(fields))
+    single = _as_reals(items, arity)
     if single is not None:
-        check(name, single)
-        return list(single)
+        _warn_extra_values(name, fields, [single])
+        check(name, single[:arity])
+        return list(single[:arity])
 
-    columns = [_as_reals(_as_list(row), len(fields)) for row in items or ()]
+    columns = [_as_reals(_as_list(row), arity) for row in items or ()]
     if not columns or any(row is None for row in columns):
         expected = f"a tuple ({', '.join(fields)}) or a sequence of such tuples, one per column"
         raise ValueError(f"{name}: noise_param must be {expected}, got {noise_param!r}")
-    if action.dim() < 2 or action.shape[1] != len(columns):
+    if action.dim() < 1 or action.shape[-1] != len(columns):
         raise ValueError(
-            f"{name}: per-column noise_param needs one tuple per column of an action shaped "
-            f"[batch, columns, ...]; got {len(columns)} tuples for an action of shape "
-            f"{list(action.shape)}"
+            f"{name}: Noise param length doesn't match the last dimension of action: per-column "
+            f"noise_param needs one tuple per element of the action's last dimension; got "
+            f"{len(columns)} tuples for an action of shape {list(action.shape)}"
         )
+    _warn_extra_values(name, fields, columns)
+    columns = [row[:arity] for row in columns]
     for row in columns:
         check(name, row)
-    table = torch.tensor(columns, dtype=action.dtype, device=action.device)
-    view = (1, len(columns)) + (1,) * (action.dim() - 2)
-    return [table[:, i].reshape(view) for i in range(len(fields))]
+    table = torch.tensor(columns, dtype=_noise_dtype(action), device=action.device)
+    view = (1,) * (action.dim() - 1) + (len(columns),)
+    return [table[:, i].reshape(view) for i in range(arity)]
+
+
+def _warn_extra_values(name: str, fields: Tuple[str, ...], rows: List[Tuple[float, ...]]) -> None:
+    longest = max(len(row) for row in rows)
+    if longest > len(fields):
+        warnings.warn(
+            f"{name} uses the first {len(fields)} values of noise_param ({', '.join(fields)}) and "
+            f"ignores the other {longest - len(fields)} (Machin 0.3.4 ignored them too)",
+            ExtraArgumentsWarning,
+            stacklevel=4,
+        )

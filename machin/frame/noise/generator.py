@@ -8,7 +8,9 @@ tensors that broadcast against the noise instead of Python floats.
 
 Extensions over Machin 0.3.4: every generator accepts the keyword-only
 arguments ``generator`` (a :class:`torch.Generator` used for seeding) and
-``dtype`` (the floating dtype of the noise).
+``dtype`` (the floating dtype of the noise). The attribute names and the
+``repr`` of 0.3.4 are kept (e.g. ``UniformNoiseGen.min``, ``dist``,
+``OrnsteinUhlenbeckNoiseGen.x_prev``).
 """
 
 from __future__ import annotations
@@ -19,8 +21,13 @@ from abc import ABC, abstractmethod
 from typing import Any, Iterable, Optional, Union
 
 import torch
+from torch import distributions
+
+from ...utils.checker import CheckError
 
 __all__ = [
+    "NoiseParamError",
+    "NoiseShapeError",
     "NoiseGen",
     "UniformNoiseGen",
     "NormalNoiseGen",
@@ -31,6 +38,21 @@ __all__ = [
 Device = Union[str, int, torch.device, None]
 Shape = Union[int, Iterable[int], torch.Size]
 Param = Union[float, torch.Tensor]
+
+
+class NoiseParamError(TypeError, ValueError):
+    """A noise parameter of the wrong kind (not a number, an unknown keyword, not a mapping).
+
+    A :class:`TypeError`, and a :class:`ValueError` as torch's distributions raised for
+    such parameters in Machin 0.3.4.
+    """
+
+
+class NoiseShapeError(ValueError, CheckError):
+    """A tensor given to a noise generator has the wrong shape.
+
+    A :class:`ValueError`, and the :class:`~machin.utils.checker.CheckError` of Machin 0.3.4.
+    """
 
 
 class NoiseGen(ABC):
@@ -118,6 +140,24 @@ class UniformNoiseGen(_ShapedNoiseGen):
         """Draw uniform noise of ``shape`` on ``device`` (see :meth:`NoiseGen.__call__`)."""
         return _sample_uniform(self.shape, self.umin, self.umax, device, self.dtype, self.generator)
 
+    @property
+    def min(self) -> float:
+        """``umin`` (the 0.3.4 name)."""
+        return self.umin
+
+    @property
+    def max(self) -> float:
+        """``umax`` (the 0.3.4 name)."""
+        return self.umax
+
+    @property
+    def dist(self) -> distributions.Uniform:
+        """The noise distribution as a ``torch.distributions`` object (sampling uses ``generator``, not this)."""
+        return distributions.Uniform(self.umin, self.umax, validate_args=False)
+
+    def __repr__(self) -> str:
+        return f"UniformNoise(min={self.umin}, max={self.umax})"
+
 
 class NormalNoiseGen(_ShapedNoiseGen):
     """Normal (Gaussian) noise with mean ``mu`` and standard deviation ``sigma``.
@@ -157,6 +197,14 @@ class NormalNoiseGen(_ShapedNoiseGen):
     def __call__(self, device: Device = None) -> torch.Tensor:
         """Draw normal noise of ``shape`` on ``device`` (see :meth:`NoiseGen.__call__`)."""
         return _sample_normal(self.shape, self.mu, self.sigma, device, self.dtype, self.generator)
+
+    @property
+    def dist(self) -> distributions.Normal:
+        """The noise distribution as a ``torch.distributions`` object (sampling uses ``generator``, not this)."""
+        return distributions.Normal(self.mu, self.sigma, validate_args=False)
+
+    def __repr__(self) -> str:
+        return f"NormalNoise(mu={self.mu}, sigma={self.sigma})"
 
 
 class ClippedNormalNoiseGen(_ShapedNoiseGen):
@@ -214,6 +262,24 @@ class ClippedNormalNoiseGen(_ShapedNoiseGen):
             self.dtype,
             self.generator,
         )
+
+    @property
+    def min(self) -> float:
+        """``nmin`` (the 0.3.4 name)."""
+        return self.nmin
+
+    @property
+    def max(self) -> float:
+        """``nmax`` (the 0.3.4 name)."""
+        return self.nmax
+
+    @property
+    def dist(self) -> distributions.Normal:
+        """The normal distribution before clipping, as a ``torch.distributions`` object."""
+        return distributions.Normal(self.mu, self.sigma, validate_args=False)
+
+    def __repr__(self) -> str:
+        return f"ClippedNormalNoise(mu={self.mu}, sigma={self.sigma}, min={self.nmin}, max={self.nmax})"
 
 
 class OrnsteinUhlenbeckNoiseGen(_ShapedNoiseGen):
@@ -280,9 +346,9 @@ class OrnsteinUhlenbeckNoiseGen(_ShapedNoiseGen):
             raise ValueError(f"{owner}: dt must be a positive time step, got {dt!r}")
         if x0 is not None:
             if x0.shape != self.shape:
-                raise ValueError(
+                raise NoiseShapeError(
                     f"{owner}: x0 must have the generator's shape {list(self.shape)}, "
-                    f"got shape {list(x0.shape)}"
+                    f"got shape {list(x0.shape)} (tensor x0 has invalid shape)"
                 )
             x0 = x0.to(self.dtype).clone()
         self.x0 = x0
@@ -309,6 +375,29 @@ class OrnsteinUhlenbeckNoiseGen(_ShapedNoiseGen):
     def reset(self) -> None:
         """Return the process to its initial value (``x0``, or zeros)."""
         self._x = None
+
+    @property
+    def x_prev(self) -> torch.Tensor:
+        """Current value of the process (the initial value before the first call)."""
+        return self._x if self._x is not None else self._initial_state(None)
+
+    @x_prev.setter
+    def x_prev(self, value: Any) -> None:
+        value = torch.as_tensor(value, dtype=self.dtype)
+        if value.shape != self.shape:
+            raise NoiseShapeError(
+                f"OrnsteinUhlenbeckNoiseGen: x_prev must have the generator's shape {list(self.shape)}, "
+                f"got shape {list(value.shape)} (tensor x_prev has invalid shape)"
+            )
+        self._x = value
+
+    @property
+    def norm_dist(self) -> distributions.Normal:
+        """The standard normal distribution of the process's random steps."""
+        return distributions.Normal(0.0, 1.0)
+
+    def __repr__(self) -> str:
+        return f"OrnsteinUhlenbeckNoise(mu={self.mu}, sigma={self.sigma})"
 
     def _initial_state(self, device: Device) -> torch.Tensor:
         if self.x0 is not None:
@@ -347,8 +436,10 @@ def _is_real(value: Any) -> bool:
 
 
 def _real(owner: str, name: str, value: Any) -> float:
+    if isinstance(value, torch.Tensor) and value.numel() == 1 and value.dtype != torch.bool:
+        value = value.item()  # Machin 0.3.4 took tensors, e.g. ``dt=torch.tensor(0.01)``
     if not _is_real(value):
-        raise TypeError(
+        raise NoiseParamError(
             f"{owner}: {name} must be a real number, got {value!r} ({type(value).__name__})"
         )
     return float(value)

@@ -19,11 +19,13 @@ from __future__ import annotations
 
 import math
 import numbers
+import warnings
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple
 
 import torch
 from torch import nn
 
+from ...utils.compat import ExtraArgumentsWarning
 from .generator import NormalNoiseGen, _check_sigma, _real
 
 if TYPE_CHECKING:
@@ -50,6 +52,10 @@ class AdaptiveParamNoise:
             actions, not negative.
         adoption_coefficient: Factor :math:`\alpha` of each adaptation step, at least 1.
 
+    Attributes:
+        initial_stddev: The starting standard deviation.
+        current_stddev: The current standard deviation (see :meth:`get_dev`).
+
     Raises:
         TypeError: An argument is not a real number.
         ValueError: An argument is out of its range.
@@ -62,7 +68,8 @@ class AdaptiveParamNoise:
         adoption_coefficient: float = 1.01,
     ):
         owner = "AdaptiveParamNoise"
-        self.current_stddev = _real(owner, "initial_stddev", initial_stddev)
+        self.initial_stddev = _real(owner, "initial_stddev", initial_stddev)
+        self.current_stddev = self.initial_stddev
         self.desired_action_stddev = _real(owner, "desired_action_stddev", desired_action_stddev)
         self.adoption_coefficient = _real(owner, "adoption_coefficient", adoption_coefficient)
         _check_sigma(owner, "initial_stddev", self.current_stddev)
@@ -106,10 +113,10 @@ class AdaptiveParamNoise:
         return self.current_stddev
 
     def __repr__(self) -> str:
+        # The format of Machin 0.3.4: initial and desired standard deviations, coefficient.
         return (
-            f"AdaptiveParamNoise(current_stddev={self.current_stddev}, "
-            f"desired_action_stddev={self.desired_action_stddev}, "
-            f"adoption_coefficient={self.adoption_coefficient})"
+            f"AdaptiveParamNoise(i_std={self.initial_stddev}, da_std={self.desired_action_stddev}, "
+            f"adpt_coeff={self.adoption_coefficient})"
         )
 
 
@@ -393,12 +400,16 @@ def perturb_model(
         drop the current noise set, read ``adaptive_noise.get_dev()`` for the current
         standard deviation.
 
+    Warns:
+        ExtraArgumentsWarning: ``noise_generate_function`` is given together with a
+            non-default ``noise_generator`` or its arguments, which are then ignored (as in
+            Machin 0.3.4).
+        UserWarning: ``model`` has no parameters, so the perturbation does nothing.
+
     Raises:
         TypeError: ``model`` is not an ``nn.Module``, a switch has no ``get()``, or a
             function argument is not callable.
-        ValueError: ``model`` has no parameters, ``noise_generate_function`` is given with
-            a non-default ``noise_generator`` or its arguments, or
-            ``desired_action_stddev`` is negative.
+        ValueError: ``desired_action_stddev`` is negative.
         RuntimeError: ``model`` is already perturbed by a handle that was not cancelled.
     """
     name = "perturb_model"
@@ -415,7 +426,11 @@ def perturb_model(
     if not callable(distance_func):
         raise TypeError(f"{name}: distance_func must be callable, got {distance_func!r}")
     if not any(True for _ in model.parameters()):
-        raise ValueError(f"{name}: model {type(model).__name__} has no parameters to perturb")
+        warnings.warn(
+            f"{name}: model {type(model).__name__} has no parameters to perturb; its outputs stay clean",
+            UserWarning,
+            stacklevel=2,
+        )
     if any(
         isinstance(getattr(hook, "__self__", None), ModelPerturbation)
         for hook in model._forward_pre_hooks.values()
@@ -465,12 +480,14 @@ def _noise_source(
             or tuple(noise_generator_args)
             or noise_generator_kwargs
         ):
-            raise ValueError(
+            warnings.warn(
                 f"{name}: noise_generate_function excludes noise_generator, "
-                f"noise_generator_args and noise_generator_kwargs; got "
+                f"noise_generator_args and noise_generator_kwargs, which are ignored; got "
                 f"noise_generator={noise_generator!r}, "
                 f"noise_generator_args={noise_generator_args!r}, "
-                f"noise_generator_kwargs={noise_generator_kwargs!r}"
+                f"noise_generator_kwargs={noise_generator_kwargs!r}",
+                ExtraArgumentsWarning,
+                stacklevel=3,
             )
 
         def make_function_noise(_name: str, param: torch.Tensor, std: float) -> torch.Tensor:

@@ -179,7 +179,7 @@ def test_unknown_noise_mode_raises():
 @pytest.mark.parametrize(
     "mode, param, expected",
     [("clipped_normal", (0.0, 1.0), "clip_min, clip_max"),
-     ("uniform", (0.0, 1.0, 2.0), "uniform_min, uniform_max"),
+     ("uniform", (0.0,), "uniform_min, uniform_max"),
      ("normal", "wide", "normal_mean, normal_sigma"),
      ("ou", (0.0, 1.0), "dict")],
 )

@@ -2,6 +2,7 @@ import pytest
 import torch
 
 from machin.frame.algorithms import RAINBOW, DQNPer
+from machin.frame.transition import Transition
 
 from .dqn_nets import DistQNet, QNet, train_cartpole, transition
 
@@ -57,6 +58,15 @@ def test_store_transition_needs_value():
         agent.store_transition(transition([0.0] * 4, 0, [0.0] * 4, 1.0, False))
     agent.store_transition(transition([0.0] * 4, 0, [0.0] * 4, 1.0, False, value=2.5))
     assert agent.replay_buffer.size() == 1
+
+
+def test_a_transition_object_gets_the_n_step_count():
+    agent = make(reward_future_steps=3)
+    agent.store_transition(Transition(**transition([0.5] * 4, 1, [0.25] * 4, 1.0, False, value=2.5)))
+    _, (state, value, steps), *_ = agent.replay_buffer.sample_batch(
+        1, sample_attrs=["state", "value", "steps"], additional_concat_attrs=["value", "steps"])
+    assert state["state"].tolist() == [[0.5] * 4]
+    assert value.view(-1).tolist() == [2.5] and steps.view(-1).tolist() == [3]
 
 
 def test_target_distribution_is_projected_bellman_shift():

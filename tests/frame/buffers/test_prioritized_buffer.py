@@ -258,15 +258,20 @@ def test_is_weights_follow_the_formula():
     np.testing.assert_allclose(is_weights, expected / expected.max())
 
 
-def test_beta_grows_per_sample_and_stops_at_one():
+def test_curr_beta_grows_per_sample_and_stops_at_one():
+    # As in Machin 0.3.4: ``beta`` keeps the initial exponent, ``curr_beta`` is the current one.
     buffer = filled(5, beta=0.4, beta_increment_per_sampling=0.25)
+    assert buffer.curr_beta == 0.4
     buffer.sample_batch(2)
-    assert buffer.beta == pytest.approx(0.65)
+    assert buffer.curr_beta == pytest.approx(0.65)
     buffer.sample_batch(2)
-    assert buffer.beta == pytest.approx(0.9)
+    assert buffer.curr_beta == pytest.approx(0.9)
     buffer.sample_batch(2)
     buffer.sample_batch(2)
-    assert buffer.beta == 1.0
+    assert buffer.curr_beta == 1.0
+    assert buffer.beta == 0.4
+    buffer.clear()
+    assert buffer.curr_beta == 0.4
 
 
 def test_high_priority_item_is_sampled_much_more_often():

@@ -76,11 +76,13 @@ def _prioritized_checks(rank):
     group.barrier()
 
     if rank == 0:
-        # importance-sampling weights follow (N * P(j)) ** -beta, normalized to a maximum of 1
+        # importance-sampling weights follow (N * P(j)) ** -curr_beta, normalized to a maximum of 1
+        beta = buffer.curr_beta  # the exponent of this sample (it grows afterwards)
         size, (marks,), indexes, is_weights = buffer.sample_batch(64, sample_attrs=["mark"])
+        assert buffer.curr_beta == pytest.approx(beta + 1e-3) and buffer.beta == 0.4
         high = {100 + i for i in result["sampled"]["1"]}
         weights = np.array([HIGH if m in high else LOW for m in marks])
-        expected = (weights / weights.min()) ** -buffer.beta
+        expected = (weights / weights.min()) ** -beta
         assert np.allclose(is_weights, expected)
         result["high_fraction"] = float(np.mean([m in high for m in marks]))
     group.barrier()

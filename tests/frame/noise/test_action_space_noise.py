@@ -34,7 +34,7 @@ ROW = {
 @pytest.fixture(autouse=True)
 def fresh_shared_ou(monkeypatch):
     """Every test starts without a shared Ornstein-Uhlenbeck generator."""
-    monkeypatch.setattr(asn, "_shared_ou", None)
+    monkeypatch.setattr(asn, "DEFAULT_OU_GEN", None)
     monkeypatch.setattr(asn, "_shared_ou_kwargs", {})
 
 
@@ -65,9 +65,10 @@ def test_input_is_not_modified_and_result_is_new(func):
 
 @pytest.mark.parametrize("func", TUPLE_FUNCTIONS)
 def test_per_column_parameters_keep_shape_device_and_dtype(func):
-    action = torch.zeros(6, 2, 4, dtype=torch.float64, device="meta")
+    # One tuple per element of the last dimension (as in Machin 0.3.4).
+    action = torch.zeros(6, 4, 2, dtype=torch.float64, device="meta")
     out = func(action, [ROW[func], ROW[func]])
-    assert (out.shape, out.dtype, out.device.type) == ((6, 2, 4), torch.float64, "meta")
+    assert (out.shape, out.dtype, out.device.type) == ((6, 4, 2), torch.float64, "meta")
 
 
 # ------------------------------------------------------------------------ checklist 69
@@ -103,9 +104,9 @@ def test_uniform_per_column_ranges():
 def test_normal_per_column_statistics_on_a_3d_action():
     torch.manual_seed(0)
     params = [(1.0, 0.1), (-2.0, 2.0)]
-    delta = add_normal_noise_to_action(torch.zeros(N // 4, 2, 4), params)
+    delta = add_normal_noise_to_action(torch.zeros(N // 4, 4, 2), params)
     for column, (mean, sigma) in enumerate(params):
-        values = delta[:, column]
+        values = delta[..., column]
         assert values.mean().item() == pytest.approx(mean, abs=0.05)
         assert values.std().item() == pytest.approx(sigma, rel=0.03)
 
@@ -227,14 +228,13 @@ def test_ou_seeded_by_a_torch_generator():
 @pytest.mark.parametrize(
     "func, given, fields",
     [
-        (add_normal_noise_to_action, (0.0, 1.0, 2.0), "normal_mean, normal_sigma"),
         (add_uniform_noise_to_action, (0.0,), "uniform_min, uniform_max"),
         (
             add_clipped_normal_noise_to_action,
             (0.0, 1.0),
             "normal_mean, normal_sigma, clip_min, clip_max",
         ),
-        (add_normal_noise_to_action, [(0.0, 1.0), (0.0, 1.0, 2.0)], "normal_mean, normal_sigma"),
+        (add_normal_noise_to_action, [(0.0, 1.0), (0.0,)], "normal_mean, normal_sigma"),
         (add_normal_noise_to_action, [(0.0, 1.0), 2.0], "normal_mean, normal_sigma"),
         (add_normal_noise_to_action, "ab", "normal_mean, normal_sigma"),
         (add_normal_noise_to_action, 1.0, "normal_mean, normal_sigma"),
@@ -255,13 +255,18 @@ def test_wrong_noise_param_form(func, given, fields):
 @pytest.mark.parametrize("func", TUPLE_FUNCTIONS)
 def test_per_column_count_must_match_the_action(func):
     message = (
-        rf"{func.__name__}: per-column noise_param needs one tuple per column of an action "
-        r"shaped \[batch, columns, \.\.\.\]; got 2 tuples for an action of shape \[4, 3\]"
+        rf"{func.__name__}: Noise param length doesn't match the last dimension of action: "
+        r"per-column noise_param needs one tuple per element of the action's last dimension; "
+        r"got 2 tuples for an action of shape \[4, 3\]"
     )
     with pytest.raises(ValueError, match=message):
         func(torch.zeros(4, 3), [ROW[func]] * 2)
     with pytest.raises(ValueError, match=r"got 1 tuples for an action of shape \[4\]"):
         func(torch.zeros(4), [ROW[func]])
+    with pytest.raises(ValueError, match=r"got 2 tuples for an action of shape \[6, 2, 4\]"):
+        func(torch.zeros(6, 2, 4), [ROW[func]] * 2)
+    # A one-dimensional action takes one tuple per element.
+    assert func(torch.zeros(2), [ROW[func]] * 2).shape == (2,)
 
 
 @pytest.mark.parametrize(
@@ -291,16 +296,19 @@ def test_out_of_range_parameters(func, given, message):
 
 
 @pytest.mark.parametrize("func", ALL_FUNCTIONS)
-def test_action_must_be_a_floating_tensor(func):
+def test_action_must_be_a_real_tensor(func):
     name = func.__name__
+    # An integer action gets noise of the default dtype and a floating result (as in 0.3.4).
+    out = func(torch.zeros(3, 2, dtype=torch.int64))
+    assert out.shape == (3, 2) and out.dtype == torch.get_default_dtype()
     with pytest.raises(
         TypeError,
-        match=rf"{name}: action must be a floating point torch.Tensor, got dtype torch.int64 \(Tensor\)",
+        match=rf"{name}: action must be a real torch.Tensor, got dtype torch.complex64 \(Tensor\)",
     ):
-        func(torch.zeros(3, 2, dtype=torch.int64))
+        func(torch.zeros(3, 2, dtype=torch.complex64))
     with pytest.raises(
         TypeError,
-        match=rf"{name}: action must be a floating point torch.Tensor, got \[1.0, 2.0\] \(list\)",
+        match=rf"{name}: action must be a real torch.Tensor, got \[1.0, 2.0\] \(list\)",
     ):
         func([1.0, 2.0])
     with pytest.raises(TypeError, match=rf"{name}: ratio must be a real number, got '2' \(str\)"):

@@ -15,6 +15,7 @@ from machin.frame.noise.param_space_noise import (
     ModelPerturbation,
     perturb_model,
 )
+from machin.utils.compat import ExtraArgumentsWarning
 from machin.utils.helper_classes import Switch, Trigger
 
 
@@ -73,7 +74,8 @@ def test_adaptive_param_noise_defaults():
     assert noise.get_dev() == 0.1
     noise.adapt(0.1)
     assert noise.get_dev() == pytest.approx(0.101)
-    assert "desired_action_stddev=0.1" in repr(noise)
+    assert noise.initial_stddev == 0.1
+    assert repr(noise) == "AdaptiveParamNoise(i_std=0.1, da_std=0.1, adpt_coeff=1.01)"
 
 
 def test_adaptive_param_noise_bad_arguments():
@@ -380,31 +382,38 @@ def test_noise_generator_class_arguments_and_seeding(switches):
 
 
 def test_noise_generate_function_excludes_generator_arguments(switches):
+    # As in Machin 0.3.4 the function wins; the generator arguments are ignored with a warning.
     message = (
         "perturb_model: noise_generate_function excludes noise_generator, noise_generator_args "
-        "and noise_generator_kwargs; got noise_generator=.*UniformNoiseGen"
+        "and noise_generator_kwargs, which are ignored; got noise_generator=.*UniformNoiseGen"
     )
-    with pytest.raises(ValueError, match=message):
+    with pytest.warns(ExtraArgumentsWarning, match=message):
         perturb_model(
             make_model(),
             *switches,
             noise_generator=UniformNoiseGen,
             noise_generate_function=constant_noise(1.0),
         )
-    with pytest.raises(ValueError, match=r"noise_generator_args=\(0.0, 1.0\)"):
+    with pytest.warns(ExtraArgumentsWarning, match=r"noise_generator_args=\(0.0, 1.0\)"):
         perturb_model(
             make_model(),
             *switches,
             noise_generator_args=(0.0, 1.0),
             noise_generate_function=constant_noise(1.0),
         )
-    with pytest.raises(ValueError, match=r"noise_generator_kwargs=\{'sigma': 2.0\}"):
+    p_switch, r_switch = switches
+    model = make_model()
+    expected = shifted_copy(model, 0.1)(X)  # the function's noise: 1.0 * the initial std 0.1
+    with pytest.warns(ExtraArgumentsWarning, match=r"noise_generator_kwargs=\{'sigma': 2.0\}"):
         perturb_model(
-            make_model(),
-            *switches,
+            model,
+            p_switch,
+            r_switch,
             noise_generator_kwargs={"sigma": 2.0},
             noise_generate_function=constant_noise(1.0),
         )
+    p_switch.on()
+    assert torch.allclose(model(X), expected, atol=1e-6)
 
 
 # --------------------------------------------------------------------------- adaptation
@@ -640,7 +649,7 @@ def test_bad_arguments(switches):
         TypeError, match="perturb_model: noise_generator must be a class, got 'normal'"
     ):
         perturb_model(make_model(), *switches, noise_generator="normal")
-    with pytest.raises(ValueError, match="perturb_model: model ReLU has no parameters to perturb"):
+    with pytest.warns(UserWarning, match="perturb_model: model ReLU has no parameters to perturb"):
         perturb_model(nn.ReLU(), *switches)
     with pytest.raises(
         ValueError, match="AdaptiveParamNoise: desired_action_stddev must not be negative"
