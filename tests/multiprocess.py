@@ -98,7 +98,9 @@ def _live_children() -> List[psutil.Process]:
     live = []
     for child in psutil.Process().children(recursive=True):
         try:
-            if child.pid not in helpers and child.status() != psutil.STATUS_ZOMBIE:
+            # torch_shm_manager serves file_system tensor sharing for the rest of the session
+            if (child.pid not in helpers and child.status() != psutil.STATUS_ZOMBIE
+                    and child.name() != "torch_shm_manager"):
                 live.append(child)
         except psutil.NoSuchProcess:
             pass

@@ -11,6 +11,7 @@ Sizes are in mebibytes throughout: ``bytes / 2**20``.
 """
 
 import math
+import warnings
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 import psutil
@@ -90,6 +91,7 @@ def _resolve_devices(devices: Optional[Sequence[DeviceLike]]) -> List[torch.devi
     if not devices:
         raise ValueError("devices must name at least one device, got an empty list")
     resolved: List[torch.device] = []
+    unavailable = []
     for device in devices:
         try:
             parsed = torch.device(device)
@@ -101,16 +103,23 @@ def _resolve_devices(devices: Optional[Sequence[DeviceLike]]) -> List[torch.devi
             count = torch.cuda.device_count() if torch.cuda.is_available() else 0
             index = 0 if parsed.index is None else parsed.index
             if index >= count:
-                raise ValueError(
-                    f"devices holds {device!r}, but this machine has {count} CUDA device(s)"
-                )
+                unavailable.append(device)
+                continue
             parsed = torch.device("cuda", index)
         else:
             raise ValueError(f"devices may only hold cpu and cuda devices, got {device!r}")
         if parsed in resolved:
             raise ValueError(f"devices lists {parsed} more than once: {devices!r}")
         resolved.append(parsed)
-    return resolved
+    if unavailable:
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        fallback = "" if resolved else "; no device is left, so the CPU is used"
+        warnings.warn(
+            f"devices holds {', '.join(map(repr, unavailable))}, but this machine has {count} "
+            f"CUDA device(s): removed{fallback}",
+            stacklevel=3,
+        )
+    return resolved or [torch.device("cpu")]
 
 
 def _memory_mebibytes(device: torch.device) -> float:
@@ -173,8 +182,15 @@ class ModelAssigner:
     Raises:
         TypeError: If ``models`` is not a list of modules or ``devices`` not a list.
         ValueError: For an empty model list, a connection naming a missing model
-            or with a negative weight, an unknown or unavailable device, or a
-            parameter out of its range.
+            or with a negative weight, an unknown device, or a parameter out of its
+            range.
+        RuntimeError: If the models' estimated sizes exceed the memory allowed on
+            all devices together (``max_mem_ratio`` of each).
+
+    Warns:
+        UserWarning: For each CUDA device of ``devices`` that this machine does not
+            have; it is left out (as in Machin 0.3.4), and when no device is left
+            the CPU is used.
     """
 
     def __init__(
@@ -213,15 +229,22 @@ class ModelAssigner:
             raise ValueError(f"iterations must be a non-negative int, got {iterations!r}")
 
         self._devices = _resolve_devices(devices)
+        estimators = [ModelSizeEstimator(model, model_size_multiplier) for model in models]
+        model_size = torch.tensor([[e.estimate_size() for e in estimators]], dtype=torch.float64)
+        size_capacity = torch.tensor(
+            [[_memory_mebibytes(d) * max_mem_ratio for d in self._devices]], dtype=torch.float64
+        )
+        if model_size.sum() > size_capacity.sum():
+            raise RuntimeError(
+                f"Estimated model will use {model_size.sum().item():.2f} MB, but only have "
+                f"{size_capacity.sum().item():.2f} MB allowed memory in total "
+                f"(max_mem_ratio={max_mem_ratio} of the memory of {self._devices})"
+            )
+        model_size, size_capacity = model_size.float(), size_capacity.float()
         if len(self._devices) == 1:
             chosen = [0] * len(models)
         else:
-            estimators = [ModelSizeEstimator(model, model_size_multiplier) for model in models]
-            model_size = torch.tensor([[e.estimate_size() for e in estimators]])
             model_complexity = torch.tensor([[e.get_parameter_sizes() for e in estimators]])
-            size_capacity = torch.tensor(
-                [[_memory_mebibytes(d) * max_mem_ratio for d in self._devices]]
-            )
             complexity_capacity = torch.tensor(
                 [[float(cpu_weight) if d.type == "cpu" else 1.0 for d in self._devices]]
             )

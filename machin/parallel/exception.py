@@ -22,7 +22,54 @@ __all__ = [
     "rebuild_exception",
     "format_exceptions",
     "collect_exceptions",
+    "ValueRuntimeError",
+    "TypeRuntimeError",
+    "KeyRuntimeError",
+    "ValueAssertionError",
+    "RuntimeAssertionError",
 ]
+
+
+# -- errors of two types --------------------------------------------------------------------
+# Where Machin 0.3.4 raised one exception type and machin now raises a more precise one, the
+# error is an instance of a class deriving from both, so ``except`` clauses written for
+# either version keep catching it.
+
+
+class ValueRuntimeError(ValueError, RuntimeError):
+    """An invalid value that Machin 0.3.4 reported as a :class:`RuntimeError`.
+
+    Catch it as either type.
+    """
+
+
+class TypeRuntimeError(TypeError, RuntimeError):
+    """An argument of the wrong type that Machin 0.3.4 reported as a :class:`RuntimeError`.
+
+    Catch it as either type.
+    """
+
+
+class KeyRuntimeError(KeyError, RuntimeError):
+    """A key held by another process: a :class:`RuntimeError` for machin, a
+    :class:`KeyError` for Machin 0.3.4 (which only looked at the local table).
+
+    Catch it as either type.
+    """
+
+
+class ValueAssertionError(ValueError, AssertionError):
+    """An invalid value that Machin 0.3.4 rejected with an ``assert`` statement.
+
+    Catch it as either type.
+    """
+
+
+class RuntimeAssertionError(RuntimeError, AssertionError):
+    """A call from the wrong process, which Machin 0.3.4 rejected with an ``assert`` statement.
+
+    Catch it as either type.
+    """
 
 
 class RemoteTraceback(Exception):

@@ -9,9 +9,21 @@ lambdas, local functions and closures, and adds the choice of how tensors travel
   of :mod:`torch.multiprocessing`. A CPU tensor is moved into shared memory (in
   place, if it is not there already) and only a handle travels, so writes on
   either side are seen by both. CUDA tensors travel as CUDA IPC handles. Such a
-  pickle is only meaningful to another process on the same machine, and for CPU
-  tensors (with torch's default "file_descriptor" sharing strategy) the sending
-  process must still be alive when the receiver unpickles.
+  pickle is only meaningful to another process on the same machine.
+
+CPU tensors are shared the way torch's ``"file_system"`` sharing strategy does it,
+whatever strategy is set globally: the handle is the name of a shared-memory file,
+so the receiver can unpickle it after the sender has exited (Machin 0.3.4 switched
+the whole process to that strategy when imported; machin leaves the global setting
+alone). The files are reference counted and watched by torch's
+``torch_shm_manager`` helper process, which removes any that remain once every
+process using them has exited, so nothing is left in ``/dev/shm``. A tensor that
+is already in shared memory under torch's default ``"file_descriptor"`` strategy
+(``share_memory_()`` before any sending) keeps travelling as a file descriptor, so
+that other processes that have it mapped keep seeing the same memory; its sender
+must then be alive when the receiver unpickles. Call
+``torch.multiprocessing.set_sharing_strategy("file_system")`` before sharing such
+tensors to lift that restriction too.
 """
 
 import copyreg
@@ -25,17 +37,47 @@ from typing import Any, Callable, Dict, Set, Tuple
 import dill
 import torch.multiprocessing  # noqa: F401  (registers torch's reductions with ForkingPickler)
 from dill._dill import _locate_function
+from torch.multiprocessing import reductions as torch_reductions
 
 __all__ = ["Pickler", "dumps", "loads", "mark_static_module"]
 
 _STATIC_MODULES: Set[str] = set()
 
 
+def _shared_by_descriptor(storage: Any) -> bool:
+    """Whether a CPU storage already lives in shared memory reached by a file descriptor."""
+    try:
+        storage._get_shared_fd()
+    except (RuntimeError, AttributeError):
+        return False
+    return True
+
+
+def _reduce_storage_by_name(storage: Any) -> Tuple[Callable, Tuple[Any, ...]]:
+    """Reduce a CPU storage to the name of a shared-memory file (torch's "file_system" path).
+
+    CUDA and meta storages, and CPU storages already shared through a file
+    descriptor, are left to torch's own reduction.
+    """
+    if storage.device.type != "cpu" or _shared_by_descriptor(storage):
+        return torch_reductions.reduce_storage(storage)
+    manager, handle, size = storage._share_filename_cpu_()
+    # One reference for the receiver, dropped when it rebuilds the storage.
+    storage._shared_incref()
+    torch_reductions.shared_cache[handle] = torch_reductions.StorageWeakRef(storage)
+    return torch_reductions.rebuild_storage_filename, (type(storage), manager, handle, size)
+
+
 def _reducer_tables() -> Tuple[Dict[type, Callable], Dict[type, Callable]]:
-    """Split ForkingPickler's extra reducers into (generic ones, torch sharing ones)."""
+    """Split ForkingPickler's extra reducers into (generic ones, torch sharing ones).
+
+    In the sharing ones, CPU storages are reduced by :func:`_reduce_storage_by_name`.
+    """
     generic, sharing = {}, {}
     for cls, reducer in ForkingPickler._extra_reducers.items():
         is_torch = getattr(reducer, "__module__", "") == "torch.multiprocessing.reductions"
+        if reducer is torch_reductions.reduce_storage:
+            reducer = _reduce_storage_by_name
         (sharing if is_torch else generic)[cls] = reducer
     return generic, sharing
 
@@ -57,7 +99,8 @@ class Pickler(dill.Pickler):
         recurse: Save only the globals a function really refers to (needed for
             lambdas and local functions whose module globals are not picklable).
         copy_tensor: ``True`` writes tensor data into the pickle; ``False``
-            (the default here) shares tensors by reference, see the module notes.
+            (the default here) shares tensors by reference, CPU tensors as named
+            shared-memory files; see the module notes.
     """
 
     def __init__(self, file: Any, recurse: bool = False, copy_tensor: bool = False):
@@ -85,7 +128,11 @@ class Pickler(dill.Pickler):
         if isinstance(obj, ModuleType):
             if obj.__name__ in _STATIC_MODULES:
                 return importlib.import_module, (obj.__name__,)
-        elif isinstance(obj, (type, FunctionType)) and not _locate_function(obj, self) and _importable(obj):
+        elif (
+            isinstance(obj, (type, FunctionType))
+            and not _locate_function(obj, self)
+            and _importable(obj)
+        ):
             return _load_global, (obj.__module__, obj.__qualname__)
         return NotImplemented
 

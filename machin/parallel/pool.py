@@ -16,8 +16,10 @@ attached as a :class:`~machin.parallel.exception.RemoteTraceback` in ``__cause__
 Start method: ``"fork"`` on Linux and ``"spawn"`` elsewhere
 (:func:`machin.parallel.process.resolve_context`), except that
 ``share_method="cuda"`` selects ``"spawn"`` because CUDA cannot be used in a
-forked child. The keyword-only ``context`` argument (a start method name or a
-multiprocessing context) overrides the rule.
+forked child, and so does a pool that copies tensors created in a process where
+CUDA is already initialized (Machin 0.3.4 always used "spawn" for those pools, so
+its workers could use CUDA). The keyword-only ``context`` argument (a start method
+name or a multiprocessing context) overrides the rule.
 """
 
 import itertools
@@ -30,7 +32,9 @@ from multiprocessing.dummy import DummyProcess
 from multiprocessing.process import BaseProcess
 from typing import Any, Callable, Iterable, List, Optional, Sequence, Tuple, Union
 
-from .exception import ExceptionWithTraceback
+import torch
+
+from .exception import ExceptionWithTraceback, ValueRuntimeError
 from .pickle import dumps, loads
 from .process import Process, resolve_context
 from .queue import SimpleQueue
@@ -70,52 +74,73 @@ def _as_function(func: Function) -> Callable[..., Any]:
     return loads(func) if isinstance(func, (bytes, bytearray)) else func
 
 
-def proxy_caller(*input_: Any, **kwargs: Any) -> Any:
-    """Call a function, deserializing it first if it is given as bytes.
+def _call_parts(input_: Tuple[Any, ...]) -> Tuple[Callable[..., Any], Sequence[Any], dict]:
+    """``(function, args, kwargs)`` from the arguments of a proxy caller."""
+    if len(input_) == 1 and isinstance(input_[0], (list, tuple)):
+        input_ = tuple(input_[0])
+    if len(input_) != 3:
+        raise ValueError(
+            "a proxy caller takes (function, args, kwargs), as three arguments or as one "
+            f"sequence of three (an entry of proxy_dumper), got {len(input_)} value(s)"
+        )
+    func, args, kwargs = input_
+    return _as_function(func), tuple(args), dict(kwargs or {})
 
-    ``proxy_caller(func, *args, **kwargs)`` returns ``func(*args, **kwargs)``,
-    where ``func`` is a callable or bytes from :func:`proxy_dumper` /
-    :func:`~machin.parallel.pickle.dumps`. Process pools run every task through it.
+
+def proxy_caller(*input_: Any) -> Any:
+    """Call a function given with its arguments, deserializing it first if it is bytes.
+
+    ``proxy_caller(func, args, kwargs)`` and ``proxy_caller((func, args, kwargs))``
+    both return ``func(*args, **kwargs)``, where ``func`` is a callable or bytes
+    from :func:`proxy_dumper` / :func:`~machin.parallel.pickle.dumps`. The
+    one-argument form takes an entry of :func:`proxy_dumper`, so
+    ``pool.map(proxy_caller, proxy_dumper(...))`` works on any pool (the calling
+    convention of Machin 0.3.4).
 
     Args:
-        *input_: The function, then its positional arguments.
-        **kwargs: Its keyword arguments.
+        *input_: ``func, args, kwargs``, or one sequence holding them.
 
     Returns:
         What the function returns.
+
+    Raises:
+        ValueError: If the arguments are not three values (or one sequence of three).
     """
-    func, *args = input_
-    return _as_function(func)(*args, **kwargs)
+    func, args, kwargs = _call_parts(input_)
+    return func(*args, **kwargs)
 
 
-def proxy_ctx_caller(*input_: Any, **kwargs: Any) -> Any:
+def proxy_ctx_caller(*input_: Any) -> Any:
     """Like :func:`proxy_caller`, passing the worker context as the first argument.
 
-    ``proxy_ctx_caller(func, *args, **kwargs)`` returns
+    ``proxy_ctx_caller(func, args, kwargs)`` returns
     ``func(CtxPoolStorage.storage, *args, **kwargs)``.
 
     Args:
-        *input_: The function (callable or bytes), then its positional arguments.
-        **kwargs: Its keyword arguments.
+        *input_: ``func, args, kwargs``, or one sequence holding them.
 
     Returns:
         What the function returns.
+
+    Raises:
+        ValueError: If the arguments are not three values (or one sequence of three).
     """
-    func, *args = input_
-    return _as_function(func)(CtxPoolStorage.storage, *args, **kwargs)
+    func, args, kwargs = _call_parts(input_)
+    return func(CtxPoolStorage.storage, *args, **kwargs)
 
 
 def proxy_dumper(
     recurse: bool, copy_tensor: bool, func: Callable[..., Any], args_list: Iterable[Sequence[Any]]
-) -> List[Tuple[Any, ...]]:
+) -> List[List[Any]]:
     """Serialize ``func`` once and pair it with each argument tuple.
 
-    The result is ready for ``pool.starmap(proxy_caller, ...)`` on any pool,
-    including the plain :mod:`multiprocessing` ones, since the function travels
-    as bytes.
+    Each entry is ``[func_bytes, args, {}]``, which :func:`proxy_caller` accepts as
+    its only argument; so ``pool.map(proxy_caller, entries)`` runs the calls on any
+    pool, including the plain :mod:`multiprocessing` ones, since the function
+    travels as bytes.
 
-    Note that with ``copy_tensor=False`` the bytes may hold single-use handles of
-    shared CPU tensors; such a function can then be deserialized only once.
+    Note that with ``copy_tensor=False`` the bytes may hold handles of shared CPU
+    tensors, meant to be deserialized once each.
 
     Args:
         recurse: See :func:`~machin.parallel.pickle.dumps`.
@@ -124,10 +149,10 @@ def proxy_dumper(
         args_list: One sequence of positional arguments per call.
 
     Returns:
-        ``[(func_bytes, *args) for args in args_list]``.
+        ``[[func_bytes, args, {}] for args in args_list]``.
     """
     func_bytes = dumps(func, recurse=recurse, copy_tensor=copy_tensor)
-    return [(func_bytes, *args) for args in args_list]
+    return [[func_bytes, tuple(args), {}] for args in args_list]
 
 
 class _RemoteError(Exception):
@@ -141,9 +166,11 @@ class _RemoteError(Exception):
         return self.carrier.__reduce__()
 
 
-def _call_reporting_errors(caller: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+def _call_reporting_errors(
+    caller: Callable[..., Any], func: Function, *args: Any, **kwargs: Any
+) -> Any:
     try:
-        return caller(*args, **kwargs)
+        return caller(func, args, kwargs)
     except Exception as error:
         raise _RemoteError(error) from None
 
@@ -266,7 +293,10 @@ def _check_processes(processes: Optional[int]) -> int:
     if processes is None:
         return os.cpu_count() or 1
     if isinstance(processes, bool) or not isinstance(processes, int) or processes < 1:
-        raise ValueError(f"processes must be a positive int or None, got {processes!r}")
+        raise ValueError(
+            f"processes must be a positive int or None, got {processes!r} "
+            f"(Number of processes must be at least 1)"
+        )
     return processes
 
 
@@ -281,7 +311,8 @@ def _check_contexts(worker_contexts: Optional[Sequence[Any]], processes: int) ->
     if len(worker_contexts) != processes:
         raise ValueError(
             f"worker_contexts must hold one context per worker (processes={processes}), "
-            f"got {len(worker_contexts)}"
+            f"got {len(worker_contexts)}: Context number is not equal to the number of pool "
+            f"workers"
         )
     return list(worker_contexts)
 
@@ -290,11 +321,13 @@ def _choose_context(
     is_copy_tensor: bool, share_method: Optional[str], context: ContextLike
 ) -> BaseContext:
     if is_copy_tensor:
+        if context is None and torch.cuda.is_initialized():
+            return resolve_context("spawn")  # a forked worker could not use CUDA
         return resolve_context(context)
     if share_method not in ("cpu", "cuda"):
-        raise ValueError(
+        raise ValueRuntimeError(
             'share_method must be "cpu" or "cuda" when is_copy_tensor is False, '
-            f"got {share_method!r}"
+            f'got {share_method!r} (Invalid share method: "{share_method}")'
         )
     if share_method == "cuda":
         if context is None:
@@ -322,6 +355,13 @@ class _PoolAPI:
         # A constructor that rejected its arguments leaves no pool state behind.
         if "_state" in self.__dict__:
             super().__del__()
+
+    def __reduce__(self) -> None:
+        kind = "Thread" if isinstance(self, mp_pool.ThreadPool) else "Process"
+        raise RuntimeError(
+            f"{kind} pool is not reducible: a {type(self).__name__} cannot be pickled or "
+            f"copied (its workers and handler threads belong to this process)"
+        )
 
     def _wrap(self, func: Callable[..., Any]) -> Callable[..., Any]:
         return func
@@ -492,9 +532,10 @@ class Pool(_PoolAPI, mp_pool.Pool):
     caller's tensor. For CUDA tensors pass ``share_method="cuda"`` (this selects
     the "spawn" start method). Only one share method can be used by a pool.
 
-    Caveat of sharing CPU tensors (torch's "file_descriptor" strategy): the
-    process that sends a tensor must be alive when the receiver unpickles it, so
-    do not return new tensors from tasks of a pool with ``maxtasksperchild``.
+    Shared CPU tensors travel as named shared-memory files (see
+    :mod:`machin.parallel.pickle`), so a tensor returned by a worker can still be
+    read after that worker has exited (``maxtasksperchild``). A pool cannot be
+    pickled or copied (``RuntimeError``, as in Machin 0.3.4).
 
     Args:
         processes: Number of worker processes; ``None`` uses ``os.cpu_count()``.
@@ -518,8 +559,10 @@ class Pool(_PoolAPI, mp_pool.Pool):
 
     Raises:
         ValueError: For a non-positive ``processes`` or ``maxtasksperchild``, a
-            missing or unknown ``share_method`` with ``is_copy_tensor=False``, or
-            ``share_method="cuda"`` with a "fork" context.
+            missing or unknown ``share_method`` with ``is_copy_tensor=False`` (a
+            :class:`~machin.parallel.exception.ValueRuntimeError`, also the
+            ``RuntimeError`` of Machin 0.3.4), or ``share_method="cuda"`` with a
+            "fork" context.
     """
 
     # Task errors are packed by _call_reporting_errors, not by the standard worker.

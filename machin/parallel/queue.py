@@ -13,7 +13,19 @@ from typing import Any, Callable, Optional, Union
 from .pickle import dumps, loads
 from .process import resolve_context
 
-__all__ = ["SimpleQueue", "Empty"]
+__all__ = ["SimpleQueue", "Empty", "QueueTimeout"]
+
+
+class QueueTimeout(Empty, TimeoutError):
+    """Nothing arrived in a :class:`SimpleQueue` within the timeout.
+
+    It is a :class:`queue.Empty`, as for the standard queues, and a
+    :class:`TimeoutError`, which Machin 0.3.4 raised: catch it as either.
+    """
+
+
+def _timed_out(timeout: Optional[float]) -> QueueTimeout:
+    return QueueTimeout(f"Timeout: no object arrived within timeout={timeout} seconds")
 
 
 class SimpleQueue:
@@ -102,14 +114,15 @@ class SimpleQueue:
             The next object.
 
         Raises:
-            queue.Empty: If nothing arrived within ``timeout`` seconds.
+            QueueTimeout: If nothing arrived within ``timeout`` seconds (a
+                ``queue.Empty`` and a ``TimeoutError``).
         """
         deadline = None if timeout is None else time.monotonic() + timeout
         acquired = (
             self._rlock.acquire(True, timeout) if timeout is not None else self._rlock.acquire()
         )
         if not acquired:
-            raise Empty(f"no object arrived within timeout={timeout} seconds")
+            raise _timed_out(timeout)
         try:
             data = self._receive(deadline, timeout)
         finally:
@@ -129,14 +142,15 @@ class SimpleQueue:
             The next object.
 
         Raises:
-            queue.Empty: If nothing arrived within ``timeout`` seconds.
+            QueueTimeout: If nothing arrived within ``timeout`` seconds (a
+                ``queue.Empty`` and a ``TimeoutError``).
         """
         deadline = None if timeout is None else time.monotonic() + timeout
         return loads(self._receive(deadline, timeout))
 
     def _receive(self, deadline: Optional[float], timeout: Optional[float]) -> bytes:
         if deadline is not None and not self._reader.poll(max(0.0, deadline - time.monotonic())):
-            raise Empty(f"no object arrived within timeout={timeout} seconds")
+            raise _timed_out(timeout)
         return self._reader.recv_bytes()
 
     def empty(self) -> bool:

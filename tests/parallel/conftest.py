@@ -6,7 +6,7 @@ import time
 import psutil
 import pytest
 
-from tests.multiprocess import _live_children
+from tests.multiprocess import _live_children  # skips the session helpers (torch_shm_manager)
 
 GRACE_SECONDS = 5.0
 

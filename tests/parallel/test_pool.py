@@ -299,16 +299,21 @@ def test_pool_classes_extend_the_standard_ones():
 def test_proxy_functions_work_with_a_plain_multiprocessing_pool():
     calls = proxy_dumper(True, True, lambda a, b: a * b, [(2, 3), (4, 5)])
     assert [type(call[0]) for call in calls] == [bytes, bytes]
-    assert [call[1:] for call in calls] == [(2, 3), (4, 5)]
+    assert [call[1:] for call in calls] == [[(2, 3), {}], [(4, 5), {}]]
     with multiprocessing.get_context("fork").Pool(1) as pool:
-        assert pool.starmap(proxy_caller, calls) == [6, 20]
+        assert pool.map(proxy_caller, calls) == [6, 20]  # one entry per call (0.3.4's way)
+        assert pool.starmap(proxy_caller, calls) == [6, 20]  # or its three parts
 
 
 def test_proxy_callers_accept_functions_and_bytes(monkeypatch):
-    assert proxy_caller(lambda a, b=0: a + b, 1, b=2) == 3
+    assert proxy_caller(lambda a, b=0: a + b, (1,), {"b": 2}) == 3
+    assert proxy_caller([lambda a: -a, [4], None]) == -4
     monkeypatch.setattr(CtxPoolStorage, "storage", "context")
-    [(func_bytes, argument)] = proxy_dumper(False, True, lambda ctx, x: (ctx, x), [(1,)])
-    assert proxy_ctx_caller(func_bytes, argument) == ("context", 1)
+    [entry] = proxy_dumper(False, True, lambda ctx, x: (ctx, x), [(1,)])
+    assert proxy_ctx_caller(entry) == ("context", 1)
+    assert proxy_ctx_caller(*entry) == ("context", 1)
+    with pytest.raises(ValueError, match=r"takes \(function, args, kwargs\).* got 2 value"):
+        proxy_caller(len, (1,))
 
 
 @pytest.mark.parametrize(

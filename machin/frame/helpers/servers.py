@@ -46,10 +46,10 @@ def _per_model(value: Any, count: int, name: str, default: Any) -> List[Any]:
 
 def grad_server_helper(
     model_creators: List[Callable[[], nn.Module]],
-    group_name: str = "grad_server",
-    members: Union[str, List[str]] = "all",
     optimizer: Type[torch.optim.Optimizer] = torch.optim.Adam,
     learning_rate: Union[float, List[float]] = 1e-3,
+    group_name: str = "grad_server",
+    members: Union[str, List[str]] = "all",
     optimizer_kwargs: Optional[List[Dict[str, Any]]] = None,
     lr_scheduler: Optional[Callable[..., Any]] = None,
     lr_scheduler_args: Optional[List[Tuple[Any, ...]]] = None,
@@ -63,12 +63,16 @@ def grad_server_helper(
     (and scheduler ``lr_scheduler(optimizer, *lr_scheduler_args[i],
     **lr_scheduler_kwargs[i])``). Servers are named ``"grad_server_<i>"``.
 
+    The first three parameters are those of Machin 0.3.4, in its order, so a
+    positional call ``grad_server_helper(creators, Adam, 1e-3)`` binds as it did;
+    give the others by keyword.
+
     Args:
         model_creators: One function per model, returning a new model.
-        group_name: Name of the RPC group created for the servers.
-        members: Names of the reducer processes, or ``"all"`` for the whole world.
         optimizer: Optimizer class of the managed models.
         learning_rate: One learning rate for all models, or one per model.
+        group_name: Name of the RPC group created for the servers.
+        members: Names of the reducer processes, or ``"all"`` for the whole world.
         optimizer_kwargs: Extra optimizer arguments, one dict per model.
         lr_scheduler: Learning-rate scheduler class, or ``None``.
         lr_scheduler_args: Positional scheduler arguments, one tuple per model.
@@ -80,7 +84,14 @@ def grad_server_helper(
     Raises:
         RuntimeError: If no world is running.
         ValueError: If a per-model list has the wrong length.
+        TypeError: If ``optimizer`` is a string (a group name given by position).
     """
+    if isinstance(optimizer, str):
+        raise TypeError(
+            f"optimizer must be an optimizer class, got the string {optimizer!r}: the second "
+            f"positional parameter is optimizer (as in Machin 0.3.4); give group_name and "
+            f"members by keyword"
+        )
     count = len(model_creators)
     rates = (
         [learning_rate] * count

@@ -8,10 +8,11 @@ and shared values, and :class:`CollectiveGroup` s for collective communication.
 ``torchrun``, as the rank ``torchrun`` started.
 """
 
+from . import world
 from .collective_group import CollectiveGroup
 from .launcher import LaunchError, launch, run_script
 from .rpc_group import RpcGroup
-from .world import World, get_cur_name, get_cur_rank, get_world
+from .world import RpcException, World, get_cur_name, get_cur_rank, get_world
 
 __all__ = [
     "World",
@@ -20,7 +21,9 @@ __all__ = [
     "get_cur_name",
     "RpcGroup",
     "CollectiveGroup",
+    "RpcException",
     "launch",
     "run_script",
     "LaunchError",
+    "world",
 ]

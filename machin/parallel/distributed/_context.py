@@ -18,8 +18,8 @@ def require_world() -> Any:
     """
     if _world is None:
         raise RuntimeError(
-            "no distributed World is running in this process: create one with "
-            "machin.parallel.distributed.World(...) first"
+            "Distributed environment not initialized: no distributed World is running in this "
+            "process; create one with machin.parallel.distributed.World(...) first"
         )
     return _world
 

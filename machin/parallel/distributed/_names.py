@@ -22,6 +22,7 @@ import torch
 import torch.distributed.rpc as rpc
 from torch.futures import Future
 
+from ..exception import KeyRuntimeError
 from ._context import require_world
 from ._transport import DillPayload, done_future, run_wrapped, transport_error, wait_local
 
@@ -31,7 +32,12 @@ VERBS = {SERVICE: "registered", PAIRED: "paired"}
 
 # (error class name or None, message): what a table change replies.
 _Outcome = Tuple[Optional[str], str]
-_ERRORS = {"KeyError": KeyError, "RuntimeError": RuntimeError, "ValueError": ValueError}
+_ERRORS = {
+    "KeyError": KeyError,
+    "RuntimeError": RuntimeError,
+    "ValueError": ValueError,
+    "KeyRuntimeError": KeyRuntimeError,
+}
 
 
 class _GroupState:
@@ -127,7 +133,7 @@ class NameService:
         with self._lock:
             state = self._groups.get(group)
             if state is None:
-                raise RuntimeError(f"this process is not a member of RPC group {group!r}")
+                raise RuntimeError(f"this process is not a member of the group {group!r}")
             state.barrier_count += 1
             count = state.barrier_count
         self._barrier(group, members, count, timeout)
@@ -194,7 +200,8 @@ class NameService:
 
         Raises:
             KeyError: If the key is not held in the group.
-            RuntimeError: If another member holds it.
+            KeyRuntimeError: If another member holds it (a ``KeyError`` and a
+                ``RuntimeError``).
         """
         self.change(group, self._groups[group].members, kind, "remove", key)
         with self._lock:
@@ -210,7 +217,8 @@ class NameService:
             return self._held[(group, kind, key)]
         except KeyError:
             raise KeyError(
-                f"{kind} {key!r} is not {VERBS[kind]} on member {self.name!r} of group {group!r}"
+                f"{kind} {key!r} is not {VERBS[kind]} on member {self.name!r} of group {group!r} "
+                f"(not found there)"
             ) from None
 
     def lookup(self, group: str, members: Sequence[str], kind: str, key: Hashable) -> Optional[str]:
@@ -277,9 +285,10 @@ class NameService:
             if op == "remove" and current != holder:
                 return done_future(
                     (
-                        "RuntimeError",
+                        "KeyRuntimeError",
                         f"{kind} {key!r} of group {group!r} is held by member {current!r}; "
-                        f"only its holder can withdraw it, not {holder!r}",
+                        f"only its holder can withdraw it, not {holder!r} (it is not {verb} "
+                        f"by this process)",
                     )
                 )
             new_holder = holder if op == "add" else None

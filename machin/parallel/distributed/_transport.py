@@ -5,15 +5,18 @@
   sends tensors without extra copies.
 * A function run on behalf of a caller returns ``(True, result)`` or
   ``(False, exception)``; the caller re-raises the exception with the remote
-  traceback attached (see :mod:`machin.parallel.exception`). Any exception the RPC
-  call itself raises is then a transport failure (a member that died, left or did
-  not answer in time) and is reported as a :class:`RuntimeError` naming the member.
+  traceback attached (see :mod:`machin.parallel.exception`). The raised object is
+  also an :class:`RpcException`, the type Machin 0.3.4 raised for every failure of
+  a remote function. Any exception the RPC call itself raises is then a transport
+  failure (a member that died, left or did not answer in time) and is reported as a
+  :class:`RuntimeError` naming the member.
 * The one warning PyTorch prints while starting RPC over gloo is filtered here.
 """
 
 import contextlib
 import functools
 import threading
+import traceback
 import types
 import warnings
 from typing import Any, Callable, Dict, Iterator, Optional, Tuple
@@ -25,6 +28,8 @@ from ..exception import ExceptionWithTraceback
 from ..pickle import dumps, loads
 
 __all__ = [
+    "RpcException",
+    "as_rpc_exception",
     "DillPayload",
     "pack_args",
     "pack_kwargs",
@@ -37,6 +42,99 @@ __all__ = [
 ]
 
 _CALLABLE_TYPES = (types.FunctionType, functools.partial)
+
+
+class RpcException(Exception):
+    """A failure of a function that ran in another process on behalf of the caller.
+
+    Machin 0.3.4 raised this type, with the remote traceback as its message, for
+    whatever a service or an RPC-called function raised. machin raises the original
+    exception instead (with the remote traceback as its ``__cause__``), but as an
+    instance of a class deriving from both the original type and this one, so
+    ``except RpcException`` and ``except ValueError`` both catch a remote
+    ``ValueError``.
+
+    Args:
+        msg: The message, or an exception whose formatted traceback becomes the message.
+    """
+
+    def __init__(self, msg: Any):
+        if isinstance(msg, BaseException):
+            msg = "".join(traceback.format_exception(type(msg), msg, msg.__traceback__))
+        super().__init__(msg)
+
+
+_RPC_VARIANTS: Dict[type, Optional[type]] = {}
+_VARIANTS_LOCK = threading.Lock()
+
+
+def _reduce_as_original(self: BaseException) -> Any:
+    # Pickle the exception as an instance of its original class: the variant class is
+    # made at run time and cannot be found by name.
+    original = type(self).__bases__[0]
+    reduced = original.__reduce__(self)
+    if isinstance(reduced, tuple) and reduced and reduced[0] is type(self):
+        reduced = (original,) + reduced[1:]
+    return reduced
+
+
+def _rpc_variant(cls: type) -> Optional[type]:
+    """The class deriving from ``cls`` and :class:`RpcException` (``None`` if impossible)."""
+    with _VARIANTS_LOCK:
+        if cls not in _RPC_VARIANTS:
+            try:
+                _RPC_VARIANTS[cls] = type(
+                    cls.__name__,
+                    (cls, RpcException),
+                    {
+                        "__module__": cls.__module__,
+                        "__qualname__": cls.__qualname__,
+                        "__slots__": (),
+                        "__reduce__": _reduce_as_original,
+                        "__doc__": cls.__doc__,
+                    },
+                )
+            except TypeError:  # a final class, a metaclass or layout conflict
+                _RPC_VARIANTS[cls] = None
+        return _RPC_VARIANTS[cls]
+
+
+def as_rpc_exception(error: BaseException) -> BaseException:
+    """Make ``error`` an :class:`RpcException` as well, keeping its type, message and cause.
+
+    The result is an instance of a class deriving from ``type(error)`` and
+    :class:`RpcException`, named and printed like ``type(error)``: ``error`` itself
+    with its class changed, or, for built-in exception types (whose class cannot be
+    changed), a copy with the same arguments, attributes, cause and traceback.
+    Exceptions that already are ``RpcException`` s, that are not
+    :class:`Exception` s, or whose class cannot be extended come back unchanged.
+
+    Args:
+        error: An exception rebuilt from another process.
+
+    Returns:
+        The exception to raise.
+    """
+    if isinstance(error, RpcException) or not isinstance(error, Exception):
+        return error
+    variant = _rpc_variant(type(error))
+    if variant is None:
+        return error
+    try:
+        error.__class__ = variant
+        return error
+    except TypeError:  # instances of built-in types
+        pass
+    try:
+        twin = variant.__new__(variant, *error.args)
+        twin.__init__(*error.args)
+    except Exception:
+        return error
+    twin.__dict__.update(error.__dict__)
+    twin.__cause__ = error.__cause__
+    twin.__context__ = error.__context__
+    twin.__suppress_context__ = error.__suppress_context__
+    return twin.with_traceback(error.__traceback__)
 
 
 class DillPayload:
@@ -103,13 +201,16 @@ def run_wrapped(func: Callable, args: Tuple[Any, ...], kwargs: Dict[str, Any]) -
 
 
 def unwrap(reply: Tuple[bool, Any]) -> Any:
-    """Return the result of a :func:`run_wrapped` reply, or raise its exception."""
+    """Return the result of a :func:`run_wrapped` reply, or raise its exception.
+
+    The exception is raised as an :class:`RpcException` too (see :func:`as_rpc_exception`).
+    """
     ok, value = reply
     if ok:
         return value
     if isinstance(value, ExceptionWithTraceback):  # a reply that never crossed a process
         value = loads(dumps(value))
-    raise value
+    raise as_rpc_exception(value)
 
 
 def transport_error(what: str, member: str, error: BaseException) -> RuntimeError:

@@ -65,6 +65,18 @@ class CollectiveGroup:
         self.current_relative_rank = current_relative_rank
         self.destroyed = False
 
+    @property
+    def current_rank(self) -> int:
+        """Rank of the current process inside the group (Machin 0.3.4's name of
+        ``current_relative_rank``)."""
+        return self.current_relative_rank
+
+    def __reduce__(self) -> None:
+        raise RuntimeError(
+            "CollectiveGroup is not picklable: it wraps this process's process group; "
+            "create it in every member process with World.create_collective_group"
+        )
+
     def size(self) -> int:
         """Number of processes in the group."""
         return dist.get_world_size(self.group)

@@ -5,6 +5,7 @@ from typing import Any, Callable, Dict, Hashable, List, Optional, Tuple, Union
 import torch.distributed.rpc as rpc
 from torch.distributed.rpc import RRef, WorkerInfo
 
+from ..exception import TypeRuntimeError, ValueRuntimeError
 from ._context import current_world, require_world
 from ._names import PAIRED, SERVICE, VERBS, NameService, paired_value, serve, serve_raw
 from ._transport import (
@@ -37,9 +38,10 @@ class RpcGroup:
     (inside a paired value, as an argument...), where it refers to the same group.
 
     Errors raised by a remote function are raised again in the caller, with the
-    remote traceback attached as ``__cause__``. When the member that should answer
-    died, left or does not answer within the timeout, the call raises
-    :class:`RuntimeError` naming that member.
+    remote traceback attached as ``__cause__``; they are also instances of
+    :class:`~machin.parallel.distributed.world.RpcException`, the type Machin 0.3.4
+    raised for them. When the member that should answer died, left or does not answer
+    within the timeout, the call raises :class:`RuntimeError` naming that member.
 
     No consistency, availability or partition tolerance is promised beyond that:
     this is a convenience layer over :mod:`torch.distributed.rpc`.
@@ -103,14 +105,18 @@ class RpcGroup:
         if not names.has_group(self.group_name):
             raise RuntimeError(
                 f"cannot {action}: process {names.name!r} is not a member of RPC group "
-                f"{self.group_name!r} (members {self.group_members}), or has destroyed it"
+                f"{self.group_name!r} (members {self.group_members}), or has destroyed it; "
+                f"the current process is not a member of the group"
             )
         return names
 
     def _holder(self, kind: str, key: Hashable) -> str:
         holder = self._names().lookup(self.group_name, self.group_members, kind, key)
         if holder is None:
-            raise KeyError(f"{kind} {key!r} is not {VERBS[kind]} in RPC group {self.group_name!r}")
+            raise KeyError(
+                f"{kind} {key!r} is not {VERBS[kind]} in RPC group {self.group_name!r} "
+                f"(not found in the group's table)"
+            )
         return holder
 
     def _timeout(self, timeout: float) -> float:
@@ -133,8 +139,10 @@ class RpcGroup:
         """Withdraw a value this process paired.
 
         Raises:
-            KeyError: If ``key`` is not paired in this group.
-            RuntimeError: If another member paired it, or this process is not a member.
+            KeyError: If ``key`` is not paired in this group, or another member paired
+                it (then a :class:`~machin.parallel.exception.KeyRuntimeError`, also a
+                ``RuntimeError``).
+            RuntimeError: If this process is not a member.
         """
         self._own_names("unpair a value").release(self.group_name, PAIRED, key)
 
@@ -158,26 +166,34 @@ class RpcGroup:
         return rpc.remote(holder, paired_value, args=(self.group_name, key))
 
     # -- services ----------------------------------------------------------------------
-    def register(self, key: Hashable, func: Callable) -> None:
-        """Offer ``func`` as a service under ``key``; it runs in this process when called.
+    def register(self, key: Hashable, service: Callable) -> None:
+        """Offer the function ``service`` under ``key``; it runs in this process when called.
 
         Returns once every member can see the key.
 
+        Args:
+            key: Name of the service, unique in the group.
+            service: The function (or other callable) to run.
+
         Raises:
-            TypeError: If ``func`` is not callable.
+            TypeError: If ``service`` is not callable.
             KeyError: If ``key`` is already registered in this group.
             RuntimeError: If this process is not a member.
         """
-        if not callable(func):
-            raise TypeError(f"func must be callable, got {func!r} of type {type(func).__name__}")
-        self._own_names("register a service").hold(self.group_name, SERVICE, key, func)
+        if not callable(service):
+            raise TypeError(
+                f"service must be callable, got {service!r} of type {type(service).__name__}"
+            )
+        self._own_names("register a service").hold(self.group_name, SERVICE, key, service)
 
     def deregister(self, key: Hashable) -> None:
         """Withdraw a service this process registered.
 
         Raises:
-            KeyError: If ``key`` is not registered in this group.
-            RuntimeError: If another member registered it, or this process is not a member.
+            KeyError: If ``key`` is not registered in this group, or another member
+                registered it (then a :class:`~machin.parallel.exception.KeyRuntimeError`,
+                also a ``RuntimeError``).
+            RuntimeError: If this process is not a member.
         """
         self._own_names("deregister a service").release(self.group_name, SERVICE, key)
 
@@ -293,23 +309,29 @@ class RpcGroup:
 
     # -- plain RPC to members --------------------------------------------------------
     def _member(self, to: Target) -> str:
+        # ValueError/TypeError for machin, RuntimeError for Machin 0.3.4: both catch these.
         if isinstance(to, WorkerInfo):
             name = to.name
         elif isinstance(to, int) and not isinstance(to, bool):
             world = require_world()
             members = world.get_members()
             if not 0 <= to < len(members):
-                raise ValueError(f"to must be a rank in [0, {len(members) - 1}], got {to!r}")
+                raise ValueRuntimeError(
+                    f"to must be a rank in [0, {len(members) - 1}], got {to!r} "
+                    f"(the RPC target is not a member of group {self.group_name!r})"
+                )
             name = members[to]
         elif isinstance(to, str):
             name = to
         else:
-            raise TypeError(
-                f"to must be a member name, a rank or a WorkerInfo, got {to!r} of type {type(to).__name__}"
+            raise TypeRuntimeError(
+                f"to must be a member name, a rank or a WorkerInfo, got {to!r} of type "
+                f"{type(to).__name__} (the RPC target is not a member of group {self.group_name!r})"
             )
         if name not in self.group_members:
-            raise ValueError(
-                f"to must be a member of RPC group {self.group_name!r} {self.group_members}, got {name!r}"
+            raise ValueRuntimeError(
+                f"to must be a member of RPC group {self.group_name!r} {self.group_members}, "
+                f"got {name!r}: the RPC target is not a member of group {self.group_name!r}"
             )
         return name
 
@@ -336,7 +358,9 @@ class RpcGroup:
             What ``func`` returned.
 
         Raises:
-            ValueError: If ``to`` is not a member of this group.
+            ValueError: If ``to`` is not a member of this group (a
+                :class:`~machin.parallel.exception.ValueRuntimeError`, also the
+                ``RuntimeError`` of Machin 0.3.4).
             RuntimeError: If the member cannot be reached or does not answer in time.
             Exception: Whatever ``func`` raised, with the remote traceback attached.
         """

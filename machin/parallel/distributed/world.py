@@ -13,25 +13,50 @@ The world can be started from arguments or from the environment variables of
     world = World(name=str(rank), rank=rank, world_size=3, rpc_timeout=20)
     # torchrun --nproc_per_node=3 script.py
     world = World()
+
+Machin 0.3.4's names are kept here: :class:`LUTType` and :class:`RpcException`.
 """
 
+import enum
 import os
 import re
 import threading
 from datetime import timedelta
-from typing import Callable, List, Optional
+from typing import Callable, List, Optional, Union
 
 import torch
 import torch.distributed as dist
 import torch.distributed.rpc as rpc
 
+from ..exception import ValueRuntimeError
 from ._context import current_world, require_world, set_world
 from ._names import NameService
-from ._transport import quiet_rpc_startup
+from ._transport import RpcException, quiet_rpc_startup
 from .collective_group import CollectiveGroup
 from .rpc_group import RpcGroup
 
-__all__ = ["World", "get_world", "get_cur_rank", "get_cur_name", "RpcGroup", "CollectiveGroup"]
+__all__ = [
+    "World",
+    "get_world",
+    "get_cur_rank",
+    "get_cur_name",
+    "RpcGroup",
+    "CollectiveGroup",
+    "RpcException",
+    "LUTType",
+]
+
+
+class LUTType(enum.Enum):
+    """The two kinds of entries of an RPC group's table: paired values and services.
+
+    Kept from Machin 0.3.4, whose RPC functions took it as an argument; machin's
+    own table names the kinds with strings.
+    """
+
+    VALUE = 0
+    SERVICE = 1
+
 
 DEFAULT_INIT_METHOD = "tcp://localhost:9100"
 #: TensorPipe channels the RPC agent may use. RPC moves CPU tensors only, and leaving
@@ -94,14 +119,16 @@ class World:
     Args:
         name: Unique name of this process (letters, digits, ``_ : -``). Default:
             ``str(rank)``.
-        rank: Rank of this process in ``[0, world_size)``. Default: the ``RANK``
-            environment variable.
+        rank: Rank of this process in ``[0, world_size)``. The default, ``-1`` (as in
+            Machin 0.3.4; ``None`` means the same), reads the ``RANK`` environment
+            variable.
         world_size: Number of processes. Default: the ``WORLD_SIZE`` environment variable.
         init_method: Rendezvous URL, e.g. ``"tcp://10.0.0.1:9100"``. Default:
             ``"env://"`` (``MASTER_ADDR`` / ``MASTER_PORT``) when those variables
-            are set, else ``"tcp://localhost:9100"``.
+            are set, else ``"tcp://localhost:9100"`` (Machin 0.3.4's default).
         rpc_timeout: Default timeout of RPC calls and of the start-up, in seconds.
-        rpc_threads: Threads serving incoming RPC calls.
+        rpc_threads: Threads serving incoming RPC calls (TensorPipe worker threads;
+            16, TensorPipe's own default, as services may call other services).
         backend: Backend of the process groups; default ``"gloo"``, or
             ``"cpu:gloo,cuda:nccl"`` when CUDA is available.
         collective_timeout: Timeout of collective operations, in seconds;
@@ -116,7 +143,7 @@ class World:
     def __init__(
         self,
         name: Optional[str] = None,
-        rank: Optional[int] = None,
+        rank: Optional[int] = -1,
         world_size: Optional[int] = None,
         init_method: Optional[str] = None,
         rpc_timeout: float = 60,
@@ -127,9 +154,12 @@ class World:
     ):
         if current_world() is not None:
             raise RuntimeError(
-                "a World is already running in this process; stop() it before creating another"
+                "a World is already running in this process; stop() it before creating another "
+                "(World could only be initialized once at a time)"
             )
         world_size = _env_int(world_size, "WORLD_SIZE", "world_size")
+        if type(rank) is int and rank == -1:  # Machin 0.3.4's "not given"
+            rank = None
         rank = _env_int(rank, "RANK", "rank")
         if world_size < 1:
             raise ValueError(f"world_size must be at least 1, got {world_size}")
@@ -197,6 +227,12 @@ class World:
     def __repr__(self) -> str:
         return f"World(name={self.name!r}, rank={self.rank}, world_size={self.world_size})"
 
+    def __reduce__(self) -> None:
+        raise RuntimeError(
+            "World is not picklable: it holds this process's RPC agent; create one World "
+            "per process instead"
+        )
+
     def __enter__(self) -> "World":
         return self
 
@@ -223,7 +259,9 @@ class World:
         Raises:
             TypeError: If the arguments have the wrong types.
             ValueError: If a member is not a process of the world, is repeated, or
-                the current process is not among the members.
+                the current process is not among the members (that one is a
+                :class:`~machin.parallel.exception.ValueRuntimeError`, also the
+                ``RuntimeError`` of Machin 0.3.4).
             RuntimeError: If the group already exists here, or not every member
                 joined within ``rpc_timeout``.
         """
@@ -241,20 +279,26 @@ class World:
         if len(set(members)) != len(members):
             raise ValueError(f"members must not repeat a name, got {members}")
         if self.name not in members:
-            raise ValueError(
-                f"the current process {self.name!r} must be one of the members {members}: only members "
-                f"create a group (other processes can use a handle passed to them)"
+            raise ValueRuntimeError(
+                f"Creator Process {self.name!r} not in Group {group_name!r}: the current process "
+                f"must be one of the members {members}; only members create a group (other "
+                f"processes can use a handle passed to them)"
             )
         return RpcGroup(group_name, members, first_create=True)
 
     def create_collective_group(
-        self, ranks: List[int], timeout: Optional[float] = None, backend: Optional[str] = None
+        self,
+        ranks: List[int],
+        timeout: Union[float, timedelta, None] = None,
+        backend: Optional[str] = None,
     ) -> CollectiveGroup:
         """Create a collective group over some ranks; only those ranks call this.
 
         Args:
             ranks: World ranks of the members (this process among them).
-            timeout: Timeout of its operations in seconds; default as the world's.
+            timeout: Timeout of its operations, in seconds or as a
+                :class:`~datetime.timedelta` (as Machin 0.3.4 took it); default as the
+                world's.
             backend: Backend; default as the world's.
 
         Returns:
@@ -275,7 +319,9 @@ class World:
         if self.rank not in ranks:
             raise ValueError(f"the current rank {self.rank} must be one of the ranks {ranks}")
         ranks = sorted(ranks)
-        kwargs = {} if timeout is None else {"timeout": timedelta(seconds=timeout)}
+        if timeout is not None and not isinstance(timeout, timedelta):
+            timeout = timedelta(seconds=timeout)
+        kwargs = {} if timeout is None else {"timeout": timeout}
         group = dist.new_group(ranks, backend=backend, use_local_synchronization=True, **kwargs)
         return CollectiveGroup(group, ranks.index(self.rank))
 

@@ -5,7 +5,9 @@ from abc import ABC, abstractmethod
 from collections import OrderedDict
 from typing import Any, Dict, Hashable, Optional, Tuple
 
+from ...utils.compat import ignores_extra_args
 from ..distributed.rpc_group import RpcGroup
+from ..exception import RuntimeAssertionError, ValueAssertionError
 
 __all__ = ["OrderedServerBase", "OrderedServerSimple", "OrderedServerSimpleImpl"]
 
@@ -87,22 +89,36 @@ class OrderedServerSimpleImpl:
     The first push of a key always succeeds; later ones succeed only when their
     ``prev_version`` is the newest stored version, so versions form a chain.
 
+    Other arguments are accepted and ignored with a warning, as Machin 0.3.4 did
+    (its documentation named a ``server_runner`` argument that it never used).
+
     Args:
         server_name: Name of the server, unique in the group.
         group: The RPC group it serves.
         version_depth: How many versions of each key to keep (1: only the newest).
 
     Raises:
-        ValueError: If ``version_depth`` is not a positive int.
+        ValueError: If ``version_depth`` is not a positive int (also an
+            ``AssertionError``, which Machin 0.3.4 raised).
+        RuntimeError: If the current process is not a member of ``group`` (also an
+            ``AssertionError``).
     """
 
+    @ignores_extra_args
     def __init__(self, server_name: str, group: RpcGroup, version_depth: int = 1):
         if (
             isinstance(version_depth, bool)
             or not isinstance(version_depth, int)
             or version_depth < 1
         ):
-            raise ValueError(f"version_depth must be a positive int, got {version_depth!r}")
+            raise ValueAssertionError(
+                f"version_depth must be a positive int, got {version_depth!r}"
+            )
+        if not group.is_member():
+            raise RuntimeAssertionError(
+                f"OrderedServerSimpleImpl {server_name!r} must be created on a member of group "
+                f"{group.get_group_members()}: the current process is not a member of the group"
+            )
         self.server_name = server_name
         self.group = group
         self.version_depth = version_depth

@@ -1,5 +1,6 @@
 """Parameter servers: whole models with ordered versions, or gradients reduced in a tree."""
 
+import enum
 import random
 import threading
 import time
@@ -11,6 +12,7 @@ from torch import nn
 
 from ..distributed._context import current_world
 from ..distributed.rpc_group import RpcGroup
+from ..exception import RuntimeAssertionError, ValueAssertionError
 from ..thread import Thread
 from .ordered_server import OrderedServerBase, OrderedServerSimple, OrderedServerSimpleImpl
 
@@ -19,14 +21,25 @@ __all__ = [
     "PushPullModelServerImpl",
     "PushPullGradServer",
     "PushPullGradServerImpl",
+    "ReduceType",
     "REDUCE_MASTER",
     "REDUCE_SLAVE",
 ]
 
+
+class ReduceType(enum.IntEnum):
+    """Level of a gradient push (Machin 0.3.4's names; equal to the ints below)."""
+
+    #: Reduced gradients sent by a secondary reducer to the primary.
+    REDUCE_PRIMARY = 0
+    #: Gradients sent by a client to a secondary reducer.
+    REDUCE_SECONDARY = 1
+
+
 #: Level of a gradient push: reduced gradients sent by a secondary reducer to the primary.
-REDUCE_MASTER = 0
+REDUCE_MASTER = int(ReduceType.REDUCE_PRIMARY)
 #: Level of a gradient push: gradients sent by a client to a secondary reducer.
-REDUCE_SLAVE = 1
+REDUCE_SLAVE = int(ReduceType.REDUCE_SECONDARY)
 
 Grads = Dict[str, torch.Tensor]
 
@@ -55,7 +68,8 @@ class PushPullModelServer:
 
     The version of a model's parameters is kept in its ``pp_version`` attribute
     (0 when absent). A push succeeds only if that version is still the newest on
-    the server, so pushes from models that fell behind are refused.
+    the server, so pushes from models that fell behind are refused; a pull only
+    loads parameters newer than the model's own.
     ``DataParallel`` / ``DistributedDataParallel`` wrappers are looked through.
 
     Args:
@@ -80,10 +94,14 @@ class PushPullModelServer:
         Args:
             model: The model.
             pull_on_fail: When the push is refused (``model`` is not at the newest
-                version), load the newest parameters into ``model`` instead.
+                version), load the newest parameters into ``model`` instead, whatever
+                its ``pp_version``.
 
         Returns:
             Whether the push was accepted.
+
+        Raises:
+            RuntimeError: If the push was refused and the server has nothing to pull.
         """
         module = _unwrap(model)
         version = getattr(module, "pp_version", 0)
@@ -93,25 +111,40 @@ class PushPullModelServer:
         if accepted:
             module.pp_version = version + 1
         elif pull_on_fail:
-            self.pull(model)
+            result = self.o_server.pull(self.model_name)
+            if result is None:
+                raise RuntimeError(
+                    f"the push of model {self.model_name!r} was refused, then the pull of its "
+                    f"newest version found nothing (Pull failed, this should not happen)"
+                )
+            self._load(module, *result)
         return accepted
 
     def pull(self, model: nn.Module) -> bool:
-        """Load the newest parameters into ``model`` and set its ``pp_version``.
+        """Load the newest parameters into ``model`` if they are newer than its own.
 
-        Gradients are left alone.
+        Parameters are loaded, and ``pp_version`` set, when ``model`` has no
+        ``pp_version`` or an older one; a model at the newest version (or ahead of
+        the server) keeps its parameters, local changes included. Gradients are
+        left alone.
 
         Returns:
-            ``False`` (leaving ``model`` unchanged) when nothing has been pushed yet.
+            ``False`` (leaving ``model`` unchanged) when nothing has been pushed yet,
+            ``True`` otherwise.
         """
         result = self.o_server.pull(self.model_name)
         if result is None:
             return False
         state, version = result
         module = _unwrap(model)
+        if not hasattr(module, "pp_version") or module.pp_version < version:
+            self._load(module, state, version)
+        return True
+
+    @staticmethod
+    def _load(module: nn.Module, state: Dict[str, torch.Tensor], version: int) -> None:
         module.load_state_dict(state)
         module.pp_version = version
-        return True
 
 
 class PushPullModelServerImpl:
@@ -174,10 +207,16 @@ class PushPullGradServer:
         """Send the gradients of ``model`` to a random secondary reducer, then :meth:`pull`.
 
         The reduction runs asynchronously, so the parameters pulled may not include
-        these gradients yet. Gradients of ``model`` are cleared (set to ``None``).
+        these gradients yet. Gradients of ``model`` are cleared: zero-filled, as in
+        Machin 0.3.4 (parameters without a gradient are skipped and keep ``None``).
+
+        Args:
+            model: The model whose gradients are pushed.
         """
+        # Copies: the pull below zero-fills the gradients in place, and a push to this
+        # very process may not copy them.
         grads = {
-            name: p.grad.detach().to("cpu")
+            name: p.grad.detach().to("cpu", copy=True)
             for name, p in _unwrap(model).named_parameters()
             if p.grad is not None
         }
@@ -190,13 +229,19 @@ class PushPullGradServer:
     def pull(self, model: nn.Module) -> bool:
         """Load the newest parameters into ``model`` and clear its gradients.
 
+        Gradients are zero-filled, not set to ``None`` (Machin 0.3.4's
+        ``zero_grad()``); parameters that have no gradient keep ``None``.
+
+        Args:
+            model: The model to update.
+
         Returns:
             ``False`` (parameters unchanged) when the server has published nothing yet.
         """
+        model.zero_grad(set_to_none=False)
         result = self.o_server.pull(self.model_name)
         if result is not None:
             _unwrap(model).load_state_dict(result[0])
-        model.zero_grad(set_to_none=True)
         return result is not None
 
 
@@ -238,8 +283,10 @@ class PushPullGradServerImpl:
         flush_interval: Longest wait of a queued push before a partial batch is reduced.
 
     Raises:
-        ValueError: For an invalid argument.
-        RuntimeError: If the current process is neither the primary nor a secondary reducer.
+        ValueError: For an invalid argument (also an ``AssertionError``, which Machin
+            0.3.4 raised).
+        RuntimeError: If the current process is neither the primary nor a secondary
+            reducer (also an ``AssertionError``).
     """
 
     REDUCE_MASTER = REDUCE_MASTER
@@ -265,25 +312,27 @@ class PushPullGradServerImpl:
         secondaries = list(members if secondary_reducers is None else secondary_reducers)
         outsiders = [m for m in [primary, *secondaries] if m not in members]
         if outsiders or not secondaries:
-            raise ValueError(
+            raise ValueAssertionError(
                 f"primary_reducer and secondary_reducers must be members of group {members}, "
                 f"got {primary!r} and {secondaries!r}"
             )
         if reduce_method not in ("sum", "mean"):
-            raise ValueError(f"reduce_method must be 'sum' or 'mean', got {reduce_method!r}")
+            raise ValueAssertionError(
+                f"reduce_method must be 'sum' or 'mean', got {reduce_method!r}"
+            )
         for arg, value in (
             ("reduce_batch_size", reduce_batch_size),
             ("max_queue_size", max_queue_size),
         ):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{arg} must be a positive int, got {value!r}")
+                raise ValueAssertionError(f"{arg} must be a positive int, got {value!r}")
         if flush_interval <= 0:
             raise ValueError(
                 f"flush_interval must be a positive number of seconds, got {flush_interval!r}"
             )
         me = group.get_cur_name()
         if me != primary and me not in secondaries:
-            raise RuntimeError(
+            raise RuntimeAssertionError(
                 f"PushPullGradServerImpl {server_name!r} must be created on its reducers "
                 f"(primary {primary!r}, secondaries {secondaries}), not on {me!r}"
             )
@@ -345,7 +394,8 @@ class PushPullGradServerImpl:
         if not self.is_primary:
             raise RuntimeError(
                 f"manage_model must be called on the primary reducer {self.primary_reducer!r} of "
-                f"{self.server_name!r}, not on {self.group.get_cur_name()!r}"
+                f"{self.server_name!r}, not on {self.group.get_cur_name()!r} (Current worker is "
+                f"not the reduce master, and cannot manage the model)"
             )
         if self._thread is not None:
             raise RuntimeError(
@@ -356,12 +406,13 @@ class PushPullGradServerImpl:
     def start(self) -> None:
         """Start reducing (the primary first publishes its model's initial parameters).
 
+        Calling it again does nothing, as in Machin 0.3.4.
+
         Raises:
-            RuntimeError: On the primary reducer when no model is managed, or if
-                already started.
+            RuntimeError: On the primary reducer when no model is managed.
         """
         if self._thread is not None:
-            raise RuntimeError(f"{self.server_name!r} has already been started")
+            return
         if self.is_primary:
             if self.model is None:
                 raise RuntimeError(
@@ -393,6 +444,10 @@ class PushPullGradServerImpl:
 
     # -- reduction -----------------------------------------------------------------------
     def _push_service(self, grads: Grads, count: int, level: int) -> None:
+        if level not in self._queues:
+            raise ValueError(
+                f"Unknown push level: {level!r}; expected a ReduceType ({list(ReduceType)})"
+            )
         with self._cond:
             self._queues[level].append((grads, count, time.monotonic()))
             self._cond.notify()

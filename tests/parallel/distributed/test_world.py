@@ -132,7 +132,7 @@ def _rpc_group_checks(rank):
     if rank == 1:
         group.register("add", lambda a, b=0: a + b + 1)
         group.register("fail", _failing_service)
-        with pytest.raises(TypeError, match="func must be callable, got 3"):
+        with pytest.raises(TypeError, match="service must be callable, got 3"):
             group.register("x", 3)
     if rank == 2:
         group.register("apply", lambda f, x: f(x))

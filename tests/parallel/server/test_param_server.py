@@ -91,7 +91,7 @@ def _param_server_checks(rank):
     )  # the managed model's initial values
     client.weight.grad = torch.full((1, 2), rank + 1.0)
     grads.push(client)
-    assert client.weight.grad is None  # cleared by push
+    assert torch.equal(client.weight.grad, torch.zeros(1, 2))  # cleared (zero-filled) by push
     group.barrier()
 
     def applied():
@@ -101,7 +101,7 @@ def _param_server_checks(rank):
     wait_for(applied)  # SGD(lr=1) on 1 + 2 + 3
     client.weight.grad = torch.ones(1, 2)
     grads.pull(client)
-    assert client.weight.grad is None  # cleared by pull
+    assert torch.equal(client.weight.grad, torch.zeros(1, 2))  # cleared (zero-filled) by pull
     reducer.watch()
     group.barrier()
     world.stop()
