@@ -24,7 +24,7 @@ setup(
     install_requires=[
         "torch>=2.1",
         "numpy>=1.26",  # numpy 2 is supported as well; 1.26 is the first with Python 3.12 wheels
-        "gymnasium>=1.0",  # 1.0 changed the vector-env and wrapper APIs that machin.env follows
+        "gymnasium>=1.1",  # 1.1 added the vector envs' autoreset modes that machin.frame.sampler reads
         "dill>=0.3.8",
         "tensorboardX>=2.6",
         "moviepy>=2.0",  # 2.0 renamed the import path (`from moviepy import ...`)
@@ -35,7 +35,7 @@ setup(
     ],
     extras_require={
         # what the bundled examples and tests use beyond the library itself
-        "examples": ["gymnasium[classic-control,box2d]>=1.0", "mpe2>=1.1", "pettingzoo>=1.24", "ale-py>=0.9"],
+        "examples": ["gymnasium[classic-control,box2d]>=1.1", "mpe2>=1.1", "pettingzoo>=1.24", "ale-py>=0.9"],
         "test": ["pytest>=8.0", "pytest-timeout>=2.3", "pytest-xdist>=3.5"],
     },
     classifiers=[

@@ -15,6 +15,7 @@ from machin.frame.buffers import Buffer, PrioritizedBuffer
 from machin.frame.transition import Transition
 
 from .ddpg_nets import Actor, Critic, LinearActor, LinearCritic, fill, pendulum_nets, run_pendulum
+from .dqn_nets import SummingLoss
 
 
 def make_per(criterion=None, **kwargs) -> DDPGPer:
@@ -46,13 +47,6 @@ def test_default_buffer_is_prioritized_and_update_rate_is_documented():
 def test_a_plain_buffer_is_rejected():
     with pytest.raises(TypeError, match="replay_buffer of DDPGPer must be a PrioritizedBuffer, got Buffer"):
         make_per(replay_buffer=Buffer(100))
-
-
-class SummingLoss(nn.Module):
-    reduction = "none"  # claims per-sample losses, yet returns their sum
-
-    def forward(self, target, predicted):
-        return ((target - predicted) ** 2).sum()
 
 
 def test_a_criterion_returning_one_number_raises_asking_for_reduction_none():

@@ -6,7 +6,7 @@ from torch import nn
 from machin.frame.algorithms import DQN, DQNPer
 from machin.frame.buffers import PrioritizedBuffer
 
-from .dqn_nets import QNet, train_cartpole, transition
+from .dqn_nets import QNet, SummingLoss, train_cartpole, transition
 
 
 def make(criterion=None, **kwargs):
@@ -24,13 +24,6 @@ def test_is_a_dqn_with_prioritized_buffer():
     agent = make()
     assert isinstance(agent, DQN)
     assert isinstance(agent.replay_buffer, PrioritizedBuffer)
-
-
-class SummingLoss(nn.Module):
-    reduction = "none"  # claims per-sample losses, yet returns their sum
-
-    def forward(self, target, predicted):
-        return ((target - predicted) ** 2).sum()
 
 
 def test_criterion_returning_one_number_is_rejected_with_advice():

@@ -9,6 +9,7 @@ from torch import nn
 from machin.frame.algorithms import DQN, R2D1, DQNPer
 from machin.frame.algorithms.r2d1 import inverse_value_rescale, value_rescale
 from machin.frame.buffers import Buffer, SequenceBuffer
+from tests.frame.algorithms.dqn_nets import SummingLoss
 
 
 class GRUQNet(nn.Module):
@@ -313,13 +314,6 @@ def test_sequences_without_stored_hidden_states_start_from_none():
     agent.qnet.calls.clear()
     assert isinstance(agent.update(), float)
     assert agent.qnet.calls[0][1] is None
-
-
-class SummingLoss(nn.Module):
-    reduction = "none"  # claims element-wise losses, yet returns their sum
-
-    def forward(self, target, predicted):
-        return ((target - predicted) ** 2).sum()
 
 
 def test_reducing_criterion_is_rejected_with_advice():
