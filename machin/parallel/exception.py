@@ -9,6 +9,7 @@ exception in the parent therefore shows the remote stack first, followed by the
 local one.
 """
 
+import multiprocessing
 import traceback
 from types import TracebackType
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
@@ -27,6 +28,8 @@ __all__ = [
     "KeyRuntimeError",
     "ValueAssertionError",
     "RuntimeAssertionError",
+    "WorkerDiedError",
+    "TaskTimeoutError",
 ]
 
 
@@ -69,6 +72,62 @@ class RuntimeAssertionError(RuntimeError, AssertionError):
     """A call from the wrong process, which Machin 0.3.4 rejected with an ``assert`` statement.
 
     Catch it as either type.
+    """
+
+
+class WorkerDiedError(RuntimeError):
+    """A pool worker ended (killed by a signal, or exited) while it was running a task.
+
+    The task fails with this error; the pool replaces the worker and keeps serving the
+    other tasks. For ``map``/``starmap``, :attr:`partial_results` holds the results of
+    the other items (``None`` where an item was lost) once the call has finished.
+
+    Args:
+        message: Description naming the worker, how it ended and the task.
+        worker: Name of the worker process or thread.
+        pid: Process id of the worker, ``None`` for a thread.
+        exitcode: Exit code of the process; ``-N`` when killed by signal ``N``.
+        job: The pool's job number of the task.
+        index: The task (chunk) number within the job.
+
+    Attributes:
+        worker, pid, exitcode, job, index: As given.
+        partial_results: For a map, the list of results by item, else ``None``.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        worker: Optional[str] = None,
+        pid: Optional[int] = None,
+        exitcode: Optional[int] = None,
+        job: Optional[int] = None,
+        index: Optional[int] = None,
+    ):
+        super().__init__(message)
+        self.worker = worker
+        self.pid = pid
+        self.exitcode = exitcode
+        self.job = job
+        self.index = index
+        self.partial_results: Optional[List[Any]] = None
+
+    def __reduce__(self) -> Any:
+        return type(self), (
+            self.args[0],
+            self.worker,
+            self.pid,
+            self.exitcode,
+            self.job,
+            self.index,
+        )
+
+
+class TaskTimeoutError(multiprocessing.TimeoutError, TimeoutError):
+    """A pool task did not finish within the timeout given to ``get``.
+
+    It is the :class:`multiprocessing.TimeoutError` that the standard pools raise and the
+    built-in :class:`TimeoutError`; its message names the task.
     """
 
 

@@ -26,13 +26,14 @@ must then be alive when the receiver unpickles. Call
 tensors to lift that restriction too.
 """
 
+import contextlib
 import copyreg
 import importlib
 import io
 import sys
 from multiprocessing.reduction import ForkingPickler
 from types import FunctionType, ModuleType
-from typing import Any, Callable, Dict, Set, Tuple
+from typing import Any, Callable, Dict, List, Set, Tuple
 
 import dill
 import torch.multiprocessing  # noqa: F401  (registers torch's reductions with ForkingPickler)
@@ -111,6 +112,21 @@ class Pickler(dill.Pickler):
         if not copy_tensor:
             table.update(sharing)
         self.dispatch_table = table
+        self._patched_classes: List[type] = []
+
+    def dump(self, obj: Any) -> None:
+        """Write the pickle of ``obj``.
+
+        Args:
+            obj: The object to pickle.
+        """
+        try:
+            super().dump(obj)
+        finally:
+            for cls in self._patched_classes:
+                with contextlib.suppress(AttributeError, TypeError):
+                    delattr(cls, "__orig_bases__")
+            self._patched_classes.clear()
 
     def reducer_override(self, obj: Any) -> Any:
         """Save static modules, and classes and functions found in an imported module, by name.
@@ -134,6 +150,19 @@ class Pickler(dill.Pickler):
             and _importable(obj)
         ):
             return _load_global, (obj.__module__, obj.__qualname__)
+        elif (
+            isinstance(obj, type)
+            and "__orig_bases__" not in obj.__dict__
+            and hasattr(obj, "__orig_bases__")
+        ):
+            # A class saved by value (defined in __main__, say) that inherits
+            # ``__orig_bases__`` from a generic base (gymnasium.Env derives from
+            # Generic[...]): dill would rebuild it from its base's original bases,
+            # dropping the real base class. For the time of this dump, the class's own
+            # bases are given as its original bases.
+            with contextlib.suppress(AttributeError, TypeError):
+                type.__setattr__(obj, "__orig_bases__", obj.__bases__)
+                self._patched_classes.append(obj)
         return NotImplemented
 
 

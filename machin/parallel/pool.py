@@ -24,6 +24,7 @@ name or a multiprocessing context) overrides the rule.
 
 import itertools
 import os
+import signal
 import threading
 from functools import partial
 from multiprocessing import pool as mp_pool
@@ -34,7 +35,12 @@ from typing import Any, Callable, Iterable, List, Optional, Sequence, Tuple, Uni
 
 import torch
 
-from .exception import ExceptionWithTraceback, ValueRuntimeError
+from .exception import (
+    ExceptionWithTraceback,
+    TaskTimeoutError,
+    ValueRuntimeError,
+    WorkerDiedError,
+)
 from .pickle import dumps, loads
 from .process import Process, resolve_context
 from .queue import SimpleQueue
@@ -175,6 +181,21 @@ def _call_reporting_errors(
         raise _RemoteError(error) from None
 
 
+def _call_catching_exit(func: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """Run a thread pool task; a ``SystemExit`` fails the task instead of ending the thread."""
+    try:
+        return func(*args, **kwargs)
+    except SystemExit as exit_:
+        name = threading.current_thread().name
+        raise WorkerDiedError(
+            f"pool worker thread {name} would have exited (SystemExit with code "
+            f"{exit_.code!r}) while running {_function_name(func)}; the task failed and "
+            f"the thread keeps serving",
+            worker=name,
+            exitcode=exit_.code if isinstance(exit_.code, int) else None,
+        ) from exit_
+
+
 def _call_with_thread_context(func: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     return func(_thread_context.value, *args, **kwargs)
 
@@ -235,6 +256,75 @@ def _create_thread_worker(ctx: BaseContext, **kwds: Any) -> DummyProcess:
     return DummyProcess(**kwds)
 
 
+# What a process worker is doing, kept in shared memory (3 integers per slot: job, task
+# number, state) so the pool can tell which task a dead worker was running.
+_IDLE, _RUNNING, _SENDING = 0, 1, 2
+
+
+def _tracked_worker(
+    record: Any,
+    slot: int,
+    inqueue: Any,
+    outqueue: Any,
+    initializer: Optional[Callable[..., Any]] = None,
+    initargs: Tuple[Any, ...] = (),
+    maxtasks: Optional[int] = None,
+    wrap_exception: bool = False,
+) -> None:
+    """The loop of :func:`multiprocessing.pool.worker`, recording the task being run."""
+    base = 3 * slot
+    record[base + 2] = _IDLE
+    put = outqueue.put
+    get = inqueue.get
+    if hasattr(inqueue, "_writer"):
+        inqueue._writer.close()
+        outqueue._reader.close()
+    if initializer is not None:
+        initializer(*initargs)
+    completed = 0
+    while maxtasks is None or (maxtasks and completed < maxtasks):
+        try:
+            task = get()
+        except (EOFError, OSError):
+            break
+        if task is None:
+            break
+        job, i, func, args, kwds = task
+        record[base], record[base + 1], record[base + 2] = job, i, _RUNNING
+        try:
+            result = (True, func(*args, **kwds))
+        except Exception as e:
+            if wrap_exception and func is not mp_pool._helper_reraises_exception:
+                e = mp_pool.ExceptionWithTraceback(e, e.__traceback__)
+            result = (False, e)
+        record[base + 2] = _SENDING
+        try:
+            put((job, i, result))
+        except Exception as e:
+            put((job, i, (False, mp_pool.MaybeEncodingError(e, result[1]))))
+        record[base + 2] = _IDLE
+        task = job = result = func = args = kwds = None
+        completed += 1
+
+
+def _how_it_ended(exitcode: Optional[int]) -> str:
+    if exitcode is not None and exitcode < 0:
+        try:
+            name = signal.Signals(-exitcode).name
+        except ValueError:
+            name = str(-exitcode)
+        return f"was killed by signal {name} (exit code {exitcode})"
+    return f"exited with code {exitcode}"
+
+
+def _describe_task(cache: Any, job: int, index: int) -> str:
+    result = cache.get(job) if cache is not None else None
+    describe = getattr(result, "_describe_task", None)
+    if describe is not None:
+        return describe(index)
+    return f"task {index} of job {job}"
+
+
 class _WorkerFactory:
     """The ``Process`` attribute of a pool: creates its workers.
 
@@ -243,6 +333,12 @@ class _WorkerFactory:
     slot-specific arguments (a context, a task queue) survive replacement. The
     factory holds no reference to its pool, so an abandoned pool can still be
     garbage collected.
+
+    With a ``record`` (process pools), every worker runs :func:`_tracked_worker`,
+    which notes the task it is running in the record. When a worker that ended while
+    running a task is replaced, that task is failed with a
+    :class:`~machin.parallel.exception.WorkerDiedError`, sent through the result
+    queue (after anything the dead worker sent, so no result is lost or doubled).
     """
 
     def __init__(
@@ -250,23 +346,53 @@ class _WorkerFactory:
         create: Callable[..., Any],
         slot_count: int,
         adapt: Optional[Callable[[int, Tuple[Any, ...]], Tuple[Any, ...]]] = None,
+        record: Any = None,
     ):
         self._create = create
         self._adapt = adapt
+        self._record = record
         self._slots: List[Any] = [None] * slot_count
         self._lock = threading.Lock()
+        self.cache: Any = None  # the pool's job cache, to describe failed tasks
 
     def __call__(self, ctx: BaseContext, **kwds: Any) -> Any:
-        if self._adapt is None:
+        if self._adapt is None and self._record is None:
             return self._create(ctx, **kwds)
         with self._lock:
             free = [i for i, w in enumerate(self._slots) if w is None or w.exitcode is not None]
             if not free:
                 raise RuntimeError("every worker slot of the pool is taken by a live worker")
-            kwds["args"] = self._adapt(free[0], tuple(kwds["args"]))
+            slot = free[0]
+            args = tuple(kwds["args"])
+            if self._record is not None and self._slots[slot] is not None:
+                self._report_ended(slot, self._slots[slot], args[1])
+            if self._adapt is not None:
+                args = self._adapt(slot, args)
+            if self._record is not None:
+                kwds["target"] = _tracked_worker
+                args = (self._record, slot, *args)
+            kwds["args"] = args
             worker = self._create(ctx, **kwds)
-            self._slots[free[0]] = worker
+            self._slots[slot] = worker
             return worker
+
+    def _report_ended(self, slot: int, worker: Any, outqueue: Any) -> None:
+        base = 3 * slot
+        if self._record[base + 2] != _RUNNING:
+            return  # idle, or its last result was sent: nothing is lost
+        job, index = self._record[base], self._record[base + 1]
+        self._record[base + 2] = _IDLE
+        task = _describe_task(self.cache, job, index)
+        error = WorkerDiedError(
+            f"pool worker {worker.name} (pid {worker.pid}) {_how_it_ended(worker.exitcode)} "
+            f"while running {task}; the task failed and a new worker replaces it",
+            worker=worker.name,
+            pid=worker.pid,
+            exitcode=worker.exitcode,
+            job=job,
+            index=index,
+        )
+        outqueue.put((job, index, (False, error)))
 
 
 class _P2PTaskQueue:
@@ -342,6 +468,73 @@ def _choose_context(
     return resolve_context(context)
 
 
+def _function_name(func: Any) -> str:
+    """The name of the user's function inside the wrappers of the pools."""
+    while isinstance(func, partial):
+        if func.func in (_call_reporting_errors, _call_catching_exit):
+            func = func.args[-1]
+        elif func.func is _call_with_thread_context:
+            func = func.args[0]
+        else:
+            func = func.func
+    if isinstance(func, (bytes, bytearray)):
+        return "a serialized function"
+    return getattr(func, "__qualname__", None) or getattr(func, "__name__", None) or repr(func)
+
+
+class _NamedResult:
+    """Results whose timeout error names the task (:class:`TaskTimeoutError`)."""
+
+    _description = "a task"
+
+    def _whole(self) -> str:
+        return f"{self._description} (job {self._job})"
+
+    def _describe_task(self, index: int) -> str:
+        return self._whole()
+
+    def get(self, timeout: Optional[float] = None) -> Any:
+        """Wait for the result; raise :class:`TaskTimeoutError` naming the task on timeout."""
+        self.wait(timeout)
+        if not self.ready():
+            raise TaskTimeoutError(f"{self._whole()} did not finish within {timeout} s")
+        if self._success:
+            return self._value
+        raise self._value
+
+
+class _ApplyResult(_NamedResult, mp_pool.ApplyResult):
+    pass
+
+
+class _MapResult(_NamedResult, mp_pool.MapResult):
+    """A map result that keeps the other items' results when a worker dies.
+
+    As for the standard pool, the map fails once every chunk is done. When a chunk
+    was lost with its worker, its :class:`WorkerDiedError` carries in
+    ``partial_results`` the results of all items (``None`` for lost ones).
+    """
+
+    def __init__(self, pool: Any, chunksize: int, length: int, *args: Any, **kwargs: Any):
+        self._length = length
+        self._partial: List[Any] = [None] * length
+        super().__init__(pool, chunksize, length, *args, **kwargs)
+
+    def _describe_task(self, index: int) -> str:
+        first = index * self._chunksize
+        last = min(first + self._chunksize, self._length) - 1
+        items = f"item {first}" if first == last else f"items {first} to {last}"
+        return f"{items} of {self._whole()}"
+
+    def _set(self, i: int, success_result: Tuple[bool, Any]) -> None:
+        success, value = success_result
+        if success:
+            self._partial[i * self._chunksize : (i + 1) * self._chunksize] = value
+        elif isinstance(value, WorkerDiedError):
+            value.partial_results = self._partial
+        super()._set(i, success_result)
+
+
 class _PoolAPI:
     """The methods shared by every pool here.
 
@@ -409,9 +602,37 @@ class _PoolAPI:
         Returns:
             An :class:`~multiprocessing.pool.AsyncResult`.
         """
-        return super().apply_async(
-            self._wrap(func), tuple(args), kwds or {}, callback, error_callback
-        )
+        self._check_running()
+        result = _ApplyResult(self, callback, error_callback)
+        result._description = f"apply of {_function_name(func)}"
+        self._taskqueue.put(([(result._job, 0, self._wrap(func), tuple(args), kwds or {})], None))
+        return result
+
+    def _map_async(
+        self,
+        func: Callable[..., Any],
+        iterable: Iterable[Any],
+        mapper: Callable[..., Any],
+        chunksize: Optional[int] = None,
+        callback: Optional[Callable[[List[Any]], None]] = None,
+        error_callback: Optional[Callable[[BaseException], None]] = None,
+    ) -> mp_pool.MapResult:
+        # multiprocessing.pool.Pool._map_async, with a result that names its task.
+        self._check_running()
+        if not hasattr(iterable, "__len__"):
+            iterable = list(iterable)
+        if chunksize is None:
+            chunksize, extra = divmod(len(iterable), len(self._pool) * 4)
+            if extra:
+                chunksize += 1
+        if len(iterable) == 0:
+            chunksize = 0
+        batches = mp_pool.Pool._get_tasks(func, iterable, chunksize)
+        result = _MapResult(self, chunksize, len(iterable), callback, error_callback=error_callback)
+        kind = "starmap" if mapper is mp_pool.starmapstar else "map"
+        result._description = f"{kind} of {_function_name(func)} over {len(iterable)} item(s)"
+        self._taskqueue.put((self._guarded_task_generation(result._job, mapper, batches), None))
+        return result
 
     def map(
         self, func: Callable[[Any], Any], iterable: Iterable[Any], chunksize: Optional[int] = None
@@ -598,8 +819,10 @@ class Pool(_PoolAPI, mp_pool.Pool):
             partial(_create_process_worker, is_daemon),
             processes,
             self._worker_adapter(processes),
+            record=context.RawArray("q", 3 * processes),
         )
         super().__init__(processes, initializer, tuple(initargs), maxtasksperchild, context)
+        self.Process.cache = self._cache
 
     def _worker_adapter(
         self, processes: int
@@ -759,6 +982,9 @@ class ThreadPool(_PoolAPI, mp_pool.ThreadPool):
     ) -> Optional[Callable[[int, Tuple[Any, ...]], Tuple[Any, ...]]]:
         return None
 
+    def _wrap(self, func: Callable[..., Any]) -> Callable[..., Any]:
+        return partial(_call_catching_exit, func)
+
 
 class CtxThreadPool(ThreadPool):
     """A :class:`ThreadPool` whose threads each hold a context object.
@@ -795,4 +1021,4 @@ class CtxThreadPool(ThreadPool):
         return partial(_adapt_context, _set_thread_context, self._worker_contexts)
 
     def _wrap(self, func: Callable[..., Any]) -> Callable[..., Any]:
-        return partial(_call_with_thread_context, func)
+        return partial(_call_catching_exit, partial(_call_with_thread_context, func))

@@ -231,7 +231,7 @@ def test_maddpg_reads_the_0_3_4_file_names_and_layout_when_trusted(tmp_path):
 def test_maddpg_accepts_the_0_3_4_names_in_network_map(tmp_path):
     source = _maddpg()
     source.save(str(tmp_path), network_map={"all_actor_target": "actors_file", "all_critic_target": "critics_file"})
-    assert sorted(os.listdir(tmp_path)) == ["actors_file_0.pt", "critics_file_0.pt"]
+    assert sorted(os.listdir(tmp_path)) == ["actors_file_0.manifest.json", "actors_file_0.pt", "critics_file_0.pt"]
     target = _maddpg()
     with torch.no_grad():
         for p in target.actor_targets.parameters():

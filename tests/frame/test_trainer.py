@@ -263,7 +263,8 @@ def test_ddpg_on_pendulum_uses_noisy_continuous_actions_within_bounds(tmp_path):
     assert action["action"].abs().max() > 0  # noisy actions were stored, not what the env received
     scalars = read_scalars(result.paths["tensorboard"])
     assert {"train/policy_value", "train/value_loss"} <= set(scalars) and "train/loss" not in scalars
-    assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["actor_target_2.pt",
+    assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["actor_target_2.manifest.json",
+                                                                           "actor_target_2.pt",
                                                                            "critic_target_2.pt"]
 
 

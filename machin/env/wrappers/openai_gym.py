@@ -26,12 +26,14 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 import dill
 import numpy as np
 
+from ...parallel.pickle import dumps as pickle_dumps
 from ...utils.compat import ignores_extra_args
 from ..utils.openai_gym import ensure_gymnasium_env
 from .base import ParallelWrapperBase
 
 __all__ = [
     "GymTerminationError",
+    "GymTimeoutError",
     "GymWorkerError",
     "ParallelWrapperDummy",
     "ParallelWrapperSubProc",
@@ -88,6 +90,15 @@ class GymWorkerError(GymTerminationError, RuntimeError):
 
     A :class:`GymTerminationError` that is also a :class:`RuntimeError`, the type
     Machin 0.3.4 raised in these cases.
+    """
+
+
+class GymTimeoutError(GymWorkerError, TimeoutError):
+    """An environment did not answer within the ``timeout`` of :class:`ParallelWrapperSubProc`.
+
+    Its worker process is killed and reaped, and the environment is out of service, as
+    for a worker that died. A :class:`GymWorkerError` (so also a ``GymTerminationError``
+    and a ``RuntimeError``) and a built-in :class:`TimeoutError`.
     """
 
 
@@ -586,6 +597,16 @@ def _dumps(message: Any) -> bytes:
     return pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
 
 
+def _dump_creator(creator: EnvCreator) -> bytes:
+    """Serialise a creator for its worker (dill, through machin's pickler).
+
+    :func:`machin.parallel.pickle.dumps` rebuilds classes defined in ``__main__``
+    (environments defined in the user's script) with their real base classes, which
+    plain ``dill`` loses for subclasses of ``gymnasium.Env``.
+    """
+    return pickle_dumps(creator, recurse=True, copy_tensor=True)
+
+
 def _default_start_method() -> str:
     return "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
 
@@ -714,17 +735,39 @@ class ParallelWrapperSubProc(_GymParallelWrapper):
             and observation space.
         context: ``multiprocessing`` start method; ``None`` means ``"fork"`` where
             available, else ``"spawn"``.
+        timeout: Keyword only. Seconds each call (``reset``, ``step``, ``render``, and
+            the reading of the spaces at construction, which also waits for the
+            environments to be created) may wait for the replies of its environments;
+            ``None`` (the default) waits forever. An environment that has not answered in
+            time (its ``step`` hangs, or its worker was stopped) makes the call raise
+            :class:`GymTimeoutError` naming its index; its worker is killed and reaped,
+            and the environment stays out of service. The other environments still
+            complete the call.
 
     Raises:
         TypeError: If ``env_creators`` is not a list of callables, or a creator cannot be
             serialised with dill.
-        ValueError: If it is empty, ``context`` is unknown, or the spaces differ.
+        ValueError: If it is empty, ``context`` is unknown, the spaces differ, or
+            ``timeout`` is not a positive number.
         GymWorkerError: If a creator raises in its worker (a ``GymTerminationError``
             and a ``RuntimeError``).
     """
 
-    def __init__(self, env_creators: List[EnvCreator], *, context: Optional[str] = None) -> None:
+    def __init__(
+        self,
+        env_creators: List[EnvCreator],
+        *,
+        context: Optional[str] = None,
+        timeout: Optional[float] = None,
+    ) -> None:
         super().__init__(env_creators)
+        if timeout is not None and (
+            isinstance(timeout, bool) or not isinstance(timeout, numbers.Real) or not timeout > 0
+        ):
+            raise ValueError(
+                f"timeout must be a positive number of seconds or None, got {timeout!r}"
+            )
+        self._timeout = None if timeout is None else float(timeout)
         method = _default_start_method() if context is None else context
         if method not in multiprocessing.get_all_start_methods():
             raise ValueError(
@@ -733,7 +776,7 @@ class ParallelWrapperSubProc(_GymParallelWrapper):
         payloads = []
         for index, creator in enumerate(env_creators):
             try:
-                payloads.append(dill.dumps(creator, recurse=True))
+                payloads.append(_dump_creator(creator))
             except Exception as exc:
                 raise TypeError(
                     f"env_creators[{index}] cannot be serialised with dill: "
@@ -809,6 +852,7 @@ class ParallelWrapperSubProc(_GymParallelWrapper):
                     f"for its worker process: {type(exc).__name__}: {exc}"
                 ) from exc
         results: List[Any] = [None] * len(indices)
+        deadline = None if self._timeout is None else time.monotonic() + self._timeout
         pending = []
         for position, (index, message) in enumerate(zip(indices, messages)):
             try:
@@ -819,7 +863,7 @@ class ParallelWrapperSubProc(_GymParallelWrapper):
         try:
             while pending:
                 position = pending[0]
-                results[position] = self._receive(indices[position])
+                results[position] = self._receive(indices[position], command, deadline)
                 pending.pop(0)
         except BaseException:
             # Interrupted (Ctrl-C, for instance) before every reply arrived: the replies
@@ -835,10 +879,30 @@ class ParallelWrapperSubProc(_GymParallelWrapper):
             raise
         return results
 
-    def _receive(self, index: int) -> Any:
+    def _retire(self, index: int, command: str) -> _Failure:
+        """Kill and reap the worker of an environment that did not answer in time."""
+        process = self._processes[index]
+        if process.is_alive():
+            process.kill()  # SIGKILL also ends a stopped (SIGSTOP) process
+        process.join(_CLOSE_TIMEOUT)
+        state = "killed" if process.exitcode is not None else "sent SIGKILL, not yet reaped"
+        self._connections[index].close()
+        return _Failure(
+            GymTimeoutError(
+                f"environment {index} did not answer {command!r} within the timeout of "
+                f"{self._timeout} s: its worker process (pid {process.pid}) is {state}, and "
+                f"environment {index} is out of service",
+                env_index=index,
+            )
+        )
+
+    def _receive(self, index: int, command: str = "", deadline: Optional[float] = None) -> Any:
         """Wait for the reply of one worker; return its result or a :class:`_Failure`."""
+        connection = self._connections[index]
         try:
-            data = self._connections[index].recv_bytes()
+            if deadline is not None and not connection.poll(max(0.0, deadline - time.monotonic())):
+                return self._retire(index, command)
+            data = connection.recv_bytes()
         except (EOFError, OSError):
             return self._lost(index)
         try:

@@ -254,13 +254,16 @@ class A2C(TorchFramework):
         super().__init__(visualize=visualize, visualize_dir=visualize_dir)
         for name, count in (("batch_size", batch_size), ("actor_update_times", actor_update_times),
                             ("critic_update_times", critic_update_times)):
-            if not isinstance(count, int) or isinstance(count, bool) or count < 1:
+            if not isinstance(count, int) or isinstance(count, bool):
+                raise TypeError(f"{name} must be a positive integer, got {count!r} of type {type(count).__name__}")
+            if count < 1:
                 raise ValueError(f"{name} must be a positive integer, got {count!r}")
         self._check_positive(actor_learning_rate=actor_learning_rate,
                              critic_learning_rate=critic_learning_rate, gradient_max=gradient_max)
         for name, fraction in (("gae_lambda", gae_lambda), ("discount", discount)):
             if not 0 <= fraction <= 1:
                 raise ValueError(f"{name} must be in [0, 1], got {fraction!r}")
+        self._check_criterion(criterion)
         if not value_weight >= 0:
             raise ValueError(f"value_weight must be non-negative, got {value_weight!r}")
 
@@ -295,6 +298,7 @@ class A2C(TorchFramework):
         Args:
             state: State dict ``{key: [B, ...]}`` whose keys name the actor's ``forward`` arguments.
         """
+        self._check_state(state)
         with torch.no_grad():
             return safe_call(self.actor, state)
 

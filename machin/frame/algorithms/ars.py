@@ -23,7 +23,6 @@ from __future__ import annotations
 import copy
 import itertools
 import math
-import os
 import threading
 from collections import OrderedDict
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
@@ -590,6 +589,7 @@ class ARS(TorchFramework):
         Raises:
             ValueError: When ``actor_type`` is not ``"original"`` or an actor of this process.
         """
+        self._check_state(state)
         key = self._parse(actor_type, allow_original=True)
         actor = self.actor if key is None else self.actor_with_delta[key]
         if self.normalize_state:
@@ -773,59 +773,62 @@ class ARS(TorchFramework):
         self.reward = {r: ([], []) for r in self._local_rollouts}
 
     # -- checkpoints ----------------------------------------------------------------------
-    def _filter_file(self, model_dir: str, network_map: Optional[Dict[str, str]], version: int) -> str:
-        return os.path.join(model_dir, f"{self._file_names(network_map)['actor']}_state_filter_{version}.pt")
+    def _filter_name(self, network_map: Optional[Dict[str, str]]) -> str:
+        return f"{self._file_names(network_map)['actor']}_state_filter"
 
+    # The state statistics are saved with the actor, as part of the same version (one
+    # manifest), through the base class's extra-file hooks.
     def save(self, model_dir: str, network_map: Optional[Dict[str, str]] = None, version: int = 0) -> None:
         """Write the actor (``<model_dir>/actor_<version>.pt``) and the state statistics.
 
         With ``normalize_state``, the statistics (the running estimate and the
         normalisation in use) go to ``actor_state_filter_<version>.pt`` (named after
         the actor's file), so a loaded actor normalises states as the saved one did.
-        In a group, save from one process (usually the manager).
+        Both files belong to the same version (one manifest, see
+        :meth:`TorchFramework.save`). In a group, save from one process (usually the manager).
 
         Args:
             model_dir: Directory to write to (created if missing).
             network_map: ``{"actor": file name}`` to write the actor under another name.
             version: Version number in the file names.
         """
-        from ...utils.prepare import prep_save_state_dict
-
         super().save(model_dir, network_map, version)
-        if self.normalize_state and self.filter:
-            state = {
-                key: {"n": torch.tensor(f.rs.n), "mean": f.rs.mean, "var_sum": torch.from_numpy(f.rs._S),
-                      "used_mean": f.mean, "used_std": f.std}
-                for key, f in self.filter.items()
-            }
-            prep_save_state_dict(self._filter_file(model_dir, network_map, version), state)
 
     def load(self, model_dir: str, network_map: Optional[Dict[str, str]] = None, version: int = -1,
              **kwargs: Any) -> None:
         """Load the actor (see :meth:`TorchFramework.load`) and, when saved with it, the state statistics.
 
-        The perturbed actors are rebuilt around the loaded actor.
+        The statistics file is read and checked with the actor's file, before anything
+        changes. The perturbed actors are rebuilt around the loaded actor.
         """
-        from ...utils.prepare import prep_list_model_versions
-
-        state = None
-        if self.normalize_state and os.path.isdir(model_dir):
-            versions = prep_list_model_versions(model_dir).get(self._file_names(network_map)["actor"], [])
-            if versions:
-                chosen = version if version in versions else versions[-1]
-                path = self._filter_file(model_dir, network_map, chosen)
-                if os.path.isfile(path):
-                    state = torch.load(path, map_location="cpu", weights_only=True)
         super().load(model_dir, network_map, version, **kwargs)
-        if state is not None:
-            self.filter = {}
-            for key, saved in state.items():
-                state_filter = self.filter[key] = MeanStdFilter(saved["mean"].shape)
-                state_filter.rs._n = int(saved["n"])
-                state_filter.rs._M = saved["mean"].to(torch.float64).numpy()
-                state_filter.rs._S = saved["var_sum"].to(torch.float64).numpy()
-                state_filter.mean = saved["used_mean"].to(torch.float64)
-                state_filter.std = saved["used_std"].to(torch.float64)
+
+    def _extra_checkpoint_names(self, network_map: Optional[Dict[str, str]]) -> List[str]:
+        return [self._filter_name(network_map)] if self.normalize_state else []
+
+    def _extra_checkpoint_state(self, network_map: Optional[Dict[str, str]]) -> Dict[str, Any]:
+        if not (self.normalize_state and self.filter):
+            return {}
+        state = {
+            key: {"n": torch.tensor(f.rs.n), "mean": f.rs.mean, "var_sum": torch.from_numpy(f.rs._S),
+                  "used_mean": f.mean, "used_std": f.std}
+            for key, f in self.filter.items()
+        }
+        return {self._filter_name(network_map): state}
+
+    def _load_extra_checkpoint_state(self, network_map: Optional[Dict[str, str]],
+                                     states: Dict[str, Any]) -> None:
+        state = states.get(self._filter_name(network_map)) if self.normalize_state else None
+        if state is None:
+            return
+        self.filter = {}
+        for key, saved in state.items():
+            state_filter = self.filter[key] = MeanStdFilter(saved["mean"].shape)
+            state_filter.rs._n = int(saved["n"])
+            state_filter.rs._M = saved["mean"].to(torch.float64).numpy()
+            state_filter.rs._S = saved["var_sum"].to(torch.float64).numpy()
+            state_filter.mean = saved["used_mean"].to(torch.float64)
+            state_filter.std = saved["used_std"].to(torch.float64)
 
     def _post_load(self) -> None:
         """Rebuild the perturbed actors around the loaded actor, with this round's directions."""

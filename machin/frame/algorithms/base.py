@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import numbers
 import os
 import weakref
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Union
@@ -13,8 +14,17 @@ from torch import nn
 from ...utils.compat import warn_caller
 from ...utils.logging import default_logger
 from ..buffers import Buffer
+from .utils import _unwrap
 
-__all__ = ["TorchFramework", "pack_result"]
+__all__ = ["TorchFramework", "pack_result", "NetworkMismatchError"]
+
+
+class NetworkMismatchError(ValueError, RuntimeError):
+    """A target network whose parameters differ from its online network's.
+
+    A ``ValueError``, and a ``RuntimeError`` (what copying the parameters raised in Machin 0.3.4).
+    """
+
 
 _MODE_SENSITIVE_LAYERS = (nn.modules.dropout._DropoutNd, nn.modules.batchnorm._NormBase)
 _mode_sensitivity: weakref.WeakKeyDictionary[nn.Module, bool] = weakref.WeakKeyDictionary()
@@ -87,14 +97,72 @@ class TorchFramework:
         return {name: getattr(self, name) for name in names}
 
     # -- construction helpers -------------------------------------------------------
+    #: Option names that count something: ``_check_positive`` wants an ``int`` for them.
+    _COUNT_SUFFIXES: Tuple[str, ...] = ("_size", "_times", "_steps", "_num")
+
     @staticmethod
     def _check_positive(**values: float) -> None:
+        """Raise unless every value is positive.
+
+        Counts (names ending in ``_size``, ``_times``, ``_steps`` or ``_num``) must be
+        integers and everything else a real number (``bool`` is neither): a wrong type
+        raises ``TypeError``, a value that is not positive ``ValueError``.
+        """
         for name, value in values.items():
+            if name.endswith(TorchFramework._COUNT_SUFFIXES):
+                if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+                    raise TypeError(f"{name} must be a positive integer, got {value!r} "
+                                    f"of type {type(value).__name__}")
+            elif isinstance(value, bool) or not isinstance(value, numbers.Real):
+                raise TypeError(f"{name} must be a positive real number, got {value!r} "
+                                f"of type {type(value).__name__}")
             if not value > 0:
                 raise ValueError(f"{name} must be positive, got {value!r}")
 
     @staticmethod
+    def _check_criterion(criterion: Any) -> None:
+        """Raise ``TypeError`` unless ``criterion`` is callable (a loss module or function)."""
+        if not callable(criterion):
+            raise TypeError(f"criterion must be a loss callable as criterion(target, predicted), "
+                            f"e.g. nn.MSELoss(), got {criterion!r}")
+
+    @staticmethod
+    def _check_same_structure(**pairs: Tuple[nn.Module, nn.Module]) -> None:
+        """Raise :class:`NetworkMismatchError` unless each ``(online, target)`` pair has the same
+        parameter names and shapes (a target must be a copy of its online network)."""
+        for name, (online, target) in pairs.items():
+            if online is target or not isinstance(online, nn.Module) or not isinstance(target, nn.Module):
+                continue
+            # compare the networks inside DistributedDataParallel / DataParallel / torch.compile
+            mine = {k: tuple(v.shape) for k, v in _unwrap(online).named_parameters()}
+            theirs = {k: tuple(v.shape) for k, v in _unwrap(target).named_parameters()}
+            if mine != theirs:
+                diff = sorted(k for k in mine.keys() | theirs.keys() if mine.get(k) != theirs.get(k))
+                raise NetworkMismatchError(
+                    f"{name} must have the architecture of its online network (same parameter names "
+                    f"and shapes), got {type(target).__name__} differing from {type(online).__name__} "
+                    f"(online vs target) in "
+                    + ", ".join(f"{k}: {list(mine[k]) if k in mine else 'missing'} vs "
+                                f"{list(theirs[k]) if k in theirs else 'missing'}" for k in diff[:4])
+                    + (f" and {len(diff) - 4} more" if len(diff) > 4 else "")
+                )
+
+    @staticmethod
+    def _check_state(state: Any, name: str = "state") -> None:
+        """Raise ``TypeError`` unless ``state`` is a dict of network inputs."""
+        if not isinstance(state, dict):
+            got = (f"a Tensor of shape {list(state.shape)}" if isinstance(state, torch.Tensor)
+                   else f"{type(state).__name__} {state!r:.80}")
+            raise TypeError(f"{name} must be a Dict[str, Tensor] of network inputs keyed by forward "
+                            f"argument names, e.g. {{\"state\": tensor[B, ...]}}, got {got}")
+
+    @staticmethod
     def _make_optimizer(optimizer: Callable, network: Union[nn.Module, Iterable], learning_rate: float):
+        if isinstance(optimizer, torch.optim.Optimizer) or not callable(optimizer):
+            got = (f"an instance of {type(optimizer).__name__}" if isinstance(optimizer, torch.optim.Optimizer)
+                   else repr(optimizer))
+            raise TypeError(f"optimizer must be an optimizer class such as torch.optim.Adam (called as "
+                            f"optimizer(parameters, lr=learning_rate)), got {got}")
         params = network.parameters() if isinstance(network, nn.Module) else network
         return optimizer(params, lr=learning_rate)
 
@@ -123,14 +191,48 @@ class TorchFramework:
 
     # -- training plumbing ----------------------------------------------------------
     def _optimize(self, loss: torch.Tensor, optimizer: torch.optim.Optimizer,
-                  parameters: Union[nn.Module, Iterable[torch.Tensor]], gradient_max: float = math.inf) -> None:
-        """The one place where a loss becomes a step: zero grads, backward, clip, step."""
+                  parameters: Union[nn.Module, Iterable[torch.Tensor]], gradient_max: float = math.inf) -> bool:
+        """The one place where a loss becomes a step: zero grads, backward, clip, step.
+
+        A loss that is not finite (NaN or inf) takes no step: no backward pass runs, and
+        the parameters, their gradients and the optimizer state stay as they were. The
+        first such loss of an algorithm instance warns (a ``RuntimeWarning``); every one
+        is counted in ``skipped_updates``. Returns whether the step was taken.
+        """
+        # One scalar read per step (a device sync on a GPU, which ``update`` does anyway
+        # when it returns the loss as a float).
+        if isinstance(loss, torch.Tensor) and not (
+            math.isfinite(loss.item()) if loss.numel() == 1 else bool(torch.isfinite(loss).all())
+        ):
+            self._skip_non_finite_step(loss, optimizer, parameters)
+            return False
         optimizer.zero_grad(set_to_none=True)
         self._backward(loss)
         if gradient_max != math.inf:
             params = parameters.parameters() if isinstance(parameters, nn.Module) else parameters
             nn.utils.clip_grad_norm_(params, gradient_max)
         optimizer.step()
+        return True
+
+    def _skip_non_finite_step(self, loss: torch.Tensor, optimizer: torch.optim.Optimizer,
+                              parameters: Union[nn.Module, Iterable[torch.Tensor]]) -> None:
+        """Count a step skipped by :meth:`_optimize`; warn on the first of this instance."""
+        self.skipped_updates = getattr(self, "skipped_updates", 0) + 1
+        if getattr(self, "_warned_non_finite_loss", False):
+            return
+        self._warned_non_finite_loss = True
+        name = next((k for k, v in vars(self).items() if v is optimizer), None)
+        if name is None:
+            name = type(parameters).__name__ if isinstance(parameters, nn.Module) else type(optimizer).__name__
+        value = loss.item() if loss.numel() == 1 else "a non-finite element"
+        warn_caller(
+            f"{type(self).__name__}: the loss stepped by {name!r} is {value}, not finite; its optimizer "
+            f"step was skipped and the networks and optimizer state were left unchanged. Look for NaN/inf "
+            f"in the stored rewards and states (or in the network outputs), and check whether the learning "
+            f"rate is too high. This warning is given once per algorithm instance; skipped steps are "
+            f"counted in its skipped_updates attribute.",
+            RuntimeWarning,
+        )
 
     @staticmethod
     def _set_mode(training: bool, *networks: nn.Module) -> None:
@@ -201,43 +303,85 @@ class TorchFramework:
     def save(self, model_dir: str, network_map: Optional[Dict[str, str]] = None, version: int = 0) -> None:
         """Write the ``state_dict`` of every restorable network to ``<model_dir>/<name>_<version>.pt``.
 
+        The files of a version are one unit (see :func:`~machin.utils.prepare.prep_save_checkpoint`):
+        after the networks' files (and the files of :meth:`_extra_checkpoint_state`) a manifest
+        ``<first name>_<version>.manifest.json`` is written, last and atomically, so a save that
+        is killed half way never yields a version that :meth:`load` accepts. Temporary files of
+        earlier killed saves in ``model_dir`` are removed.
+
         Args:
             model_dir: Directory to write to (created if missing).
             network_map: Maps a network attribute name to the file name to use.
             version: Version number in the file names.
         """
-        from ...utils.prepare import prep_save_state_dict
+        from ...utils.prepare import prep_save_checkpoint
 
-        if not isinstance(version, int) or version < 0:
+        if isinstance(version, bool) or not isinstance(version, int) or version < 0:
             raise ValueError(f"version must be a non-negative integer, got {version!r}")
-        os.makedirs(model_dir, exist_ok=True)
-        for attr, file_name in self._file_names(network_map).items():
-            prep_save_state_dict(os.path.join(model_dir, f"{file_name}_{version}.pt"),
-                                 getattr(self, attr).state_dict())
+        states = {file_name: getattr(self, attr).state_dict()
+                  for attr, file_name in self._file_names(network_map).items()}
+        for name, state in self._extra_checkpoint_state(network_map).items():
+            if name in states:
+                raise ValueError(f"extra checkpoint file {name!r} clashes with a network's file name")
+            states[name] = state
+        prep_save_checkpoint(model_dir, states, version, logger=default_logger)
+
+    def _extra_checkpoint_names(self, network_map: Optional[Dict[str, str]]) -> List[str]:
+        """Names (without version) of the non-network files a version may hold; read by :meth:`load`."""
+        return []
+
+    def _extra_checkpoint_state(self, network_map: Optional[Dict[str, str]]) -> Dict[str, Any]:
+        """``{name: state}`` of non-network files saved with every version (in the same manifest).
+
+        Names must be among :meth:`_extra_checkpoint_names`; states are mappings of tensors
+        (and nested mappings) that ``torch.load(..., weights_only=True)`` reads back.
+        """
+        return {}
+
+    def _load_extra_checkpoint_state(self, network_map: Optional[Dict[str, str]],
+                                     states: Dict[str, Any]) -> None:
+        """Apply the extra files read by :meth:`load` (``None`` for a file the version lacks).
+
+        Called after the networks are loaded and before :meth:`_post_load`; the files were
+        read and checked together with the networks' files, before any network changed.
+        """
 
     def load(self, model_dir: str, network_map: Optional[Dict[str, str]] = None, version: int = -1,
              *, trusted: bool = False) -> None:
         """Load the restorable networks from ``model_dir`` into the existing network objects.
 
+        Only complete versions are loaded (see :func:`~machin.utils.prepare.prep_load_model`):
+        every file of the version is read and checked against its network before any network
+        changes, and a failure names the file. With ``version=-1`` a newer version that is
+        incomplete (an interrupted save) or damaged is skipped, with a warning, for the
+        newest complete one. Directories without manifests (written by Machin 0.3.4 or
+        earlier releases) load as before.
+
         Args:
             model_dir: Directory holding ``<name>_<version>.pt`` files.
             network_map: Maps a network attribute name to its file name.
-            version: Version to load; ``-1`` (or a version some network lacks) loads the
-                newest version that every network has.
+            version: Version to load; ``-1`` loads the newest complete version. A version no
+                file has (or, without a manifest, some network lacks) loads the newest
+                complete version with a warning; a version a manifest shows incomplete raises.
             trusted: Also read files that hold whole pickled modules, as Machin 0.3.4 wrote
                 them. Unpickling such a file **can run arbitrary code**: pass ``True`` only
                 for files you made yourself or otherwise trust. By default files are read
                 with ``weights_only=True`` and must hold state dicts.
 
         Raises:
-            RuntimeError: When the directory is missing or no version is common to all networks.
+            RuntimeError: When the directory is missing, no complete version is common to all
+                networks, a requested version is incomplete, or a file is damaged or does not
+                fit its network (:class:`~machin.utils.prepare.CheckpointLoadError`,
+                :class:`~machin.utils.prepare.StateDictMismatchError`, naming the file).
         """
-        from ...utils.prepare import prep_load_model
+        from ...utils.prepare import prep_load_checkpoint
 
         names = self._file_names(network_map)
         model_map = {file_name: getattr(self, attr) for attr, file_name in names.items()}
-        prep_load_model(model_dir, model_map, version=None if version == -1 else version,
-                        logger=default_logger, trusted=trusted)
+        _, extras = prep_load_checkpoint(
+            model_dir, model_map, version=None if version == -1 else version,
+            logger=default_logger, trusted=trusted, extra=self._extra_checkpoint_names(network_map))
+        self._load_extra_checkpoint_state(network_map, extras)
         self._post_load()
 
     def _post_load(self) -> None:

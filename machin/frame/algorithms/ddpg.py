@@ -167,6 +167,8 @@ class DDPG(ReplayMixin, TorchFramework):
             raise ValueError(f"discount must be in [0, 1], got {discount!r}")
         self._check_positive(batch_size=batch_size, actor_learning_rate=actor_learning_rate,
                              critic_learning_rate=critic_learning_rate, gradient_max=gradient_max)
+        self._check_criterion(criterion)
+        self._check_same_structure(actor_target=(actor, actor_target), critic_target=(critic, critic_target))
         self.batch_size = batch_size
         self.update_rate = update_rate
         self.discount = discount
@@ -194,6 +196,7 @@ class DDPG(ReplayMixin, TorchFramework):
 
     # -- acting -----------------------------------------------------------------------
     def _actor_output(self, state: Dict[str, Any], use_target: bool):
+        self._check_state(state)
         with torch.no_grad():
             return safe_call(self.actor_target if use_target else self.actor, state)
 
@@ -376,10 +379,12 @@ class DDPG(ReplayMixin, TorchFramework):
         online = [net for net, _ in self._online_target_pairs()]
         self._set_mode(True, *online)
         target = self._bellman_target(batch)
+        skipped = getattr(self, "skipped_updates", 0)
         value_loss = self._update_critics(batch, target, update_value)
         due = self._should_update_policy()
         policy_value = self._update_actor(batch, update_policy and due)
-        if update_target and due:
+        # A step skipped for a non-finite loss (see TorchFramework._optimize) moves no target either.
+        if update_target and due and getattr(self, "skipped_updates", 0) == skipped:
             self._update_targets()
         self._set_mode(False, *online)
         return policy_value, value_loss

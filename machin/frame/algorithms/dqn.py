@@ -14,7 +14,15 @@ from .base import TorchFramework, pack_result, split_output
 from .replay import REQUIRED_ATTRS, ReplayMixin, SampledBatch
 from .utils import hard_update, safe_call, soft_update
 
-__all__ = ["DQN", "SampledBatch", "REQUIRED_ATTRS"]
+__all__ = ["DQN", "SampledBatch", "REQUIRED_ATTRS", "BatchDimensionError"]
+
+
+class BatchDimensionError(ValueError, IndexError):
+    """The Q network's output has no batch dimension (a state given without one).
+
+    A ``ValueError``, and an ``IndexError`` (what picking the greedy action raised in Machin 0.3.4).
+    """
+
 
 class DQN(ReplayMixin, TorchFramework):
     """Deep Q-Network for discrete action spaces.
@@ -59,6 +67,8 @@ class DQN(ReplayMixin, TorchFramework):
     _modes = ("vanilla", "fixed_target", "double")
     #: The mode Machin 0.3.4's class always used whatever ``mode`` said (None: it honoured ``mode``).
     _mode_034: Optional[str] = None
+    #: Whether the constructor's ``criterion`` must be a callable (RAINBOW trains without one).
+    _criterion_needed: bool = True
 
     @ignores_extra_args
     def __init__(
@@ -101,13 +111,15 @@ class DQN(ReplayMixin, TorchFramework):
             )
         if update_rate is not None and not 0 < update_rate <= 1:
             raise ValueError(f"update_rate must be in (0, 1], got {update_rate!r}")
-        if update_steps is not None and (not isinstance(update_steps, int) or update_steps < 1):
-            raise ValueError(f"update_steps must be a positive integer, got {update_steps!r}")
+        if update_steps is not None:
+            self._check_positive(update_steps=update_steps)
         if not 0 < epsilon_decay <= 1:
             raise ValueError(f"epsilon_decay must be in (0, 1], got {epsilon_decay!r}")
         if not 0 <= discount <= 1:
             raise ValueError(f"discount must be in [0, 1], got {discount!r}")
         self._check_positive(batch_size=batch_size, learning_rate=learning_rate, gradient_max=gradient_max)
+        if criterion is not None or type(self)._criterion_needed:
+            self._check_criterion(criterion)
 
         self.mode = mode
         self.batch_size = batch_size
@@ -127,6 +139,7 @@ class DQN(ReplayMixin, TorchFramework):
         else:
             if qnet_target is None:
                 raise ValueError(f"mode {mode!r} needs a qnet_target network")
+            self._check_same_structure(qnet_target=(qnet, qnet_target))
             self.qnet_target = qnet_target
             hard_update(self.qnet_target, self.qnet)
         # Networks act in evaluation mode and train in training mode (matters for dropout/batch norm).
@@ -144,8 +157,16 @@ class DQN(ReplayMixin, TorchFramework):
         return q_output.argmax(dim=1, keepdim=True)
 
     def _act(self, state: Dict[str, Any], use_target: bool):
+        self._check_state(state)
         with torch.no_grad():
             output, extras = split_output(safe_call(self._q_network(use_target), state))
+        if isinstance(output, torch.Tensor) and output.dim() < 2:
+            shapes = {k: list(v.shape) for k, v in state.items() if isinstance(v, torch.Tensor)}
+            raise BatchDimensionError(
+                f"{type(self._q_network(use_target)).__name__} returned shape {list(output.shape)} for state "
+                f"{shapes}, expected [B, action_num]: every state tensor needs a leading batch "
+                f"dimension, e.g. tensor[None] or tensor.unsqueeze(0) for a single state"
+            )
         return output, extras
 
     @ignores_extra_args
@@ -190,6 +211,7 @@ class DQN(ReplayMixin, TorchFramework):
             state: State dict ``{key: [B, ...]}`` for the Q network.
             use_target: Evaluate the target network instead of the online one.
         """
+        self._check_state(state)
         with torch.no_grad():
             return safe_call(self._q_network(use_target), state)
 
@@ -255,10 +277,12 @@ class DQN(ReplayMixin, TorchFramework):
         predicted = self._predicted_value(batch)
         loss = self._value_loss(predicted, target, batch)
         self._maybe_visualize(loss, "qnet")
+        skipped = getattr(self, "skipped_updates", 0)
         if update_value:
             self._optimize(loss, self.qnet_optim, self.qnet, self.gradient_max)
             self._update_counter += 1
-        if update_target:
+        # A step skipped for a non-finite loss (see TorchFramework._optimize) moves no target either.
+        if update_target and getattr(self, "skipped_updates", 0) == skipped:
             self._update_target()
         self._set_mode(False, self.qnet)
         return loss.item()

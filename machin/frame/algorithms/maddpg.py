@@ -223,6 +223,11 @@ class MADDPG(TorchFramework):
             raise ValueError(f"discount must be in [0, 1], got {discount!r}")
         self._check_positive(batch_size=batch_size, actor_learning_rate=actor_learning_rate,
                              critic_learning_rate=critic_learning_rate, gradient_max=gradient_max)
+        self._check_criterion(criterion)
+        self._check_same_structure(**{
+            f"{kind}_targets[{i}]": (online, target)
+            for kind, onlines, targets in (("actor", actors, actor_targets), ("critic", critics, critic_targets))
+            for i, (online, target) in enumerate(zip(onlines, targets))})
         if pool_type not in _POOL_TYPES:
             raise ValueError(f"pool_type must be one of {list(_POOL_TYPES)}, got {pool_type!r}")
         if pool_size is not None and (isinstance(pool_size, bool) or not isinstance(pool_size, int)
@@ -344,6 +349,8 @@ class MADDPG(TorchFramework):
     def _actor_outputs(self, states: Sequence[Dict[str, Any]], use_target: bool) -> List[Any]:
         """Each agent's output from a random sub-policy of its (target) ensemble."""
         self._check_per_agent(states, "states")
+        for agent, state in enumerate(states):
+            self._check_state(state, f"states[{agent}]")
         ensembles = self.actor_targets if use_target else self.actors
         with torch.no_grad():
             return [safe_call(self._random_sub_policy(ensembles[agent]), state)
@@ -764,24 +771,40 @@ class MADDPG(TorchFramework):
         super().load(model_dir, network_map, version, trusted=trusted)
 
     def _load_034(self, model_dir: str, old_names: Dict[str, str], version: int, trusted: bool) -> None:
-        """Read 0.3.4's ``all_*_target`` files, renaming their keys to this layout."""
+        """Read 0.3.4's ``all_*_target`` files, renaming their keys to this layout.
+
+        Every file is read and checked against its network before any network changes.
+        """
+        from ...utils.prepare import CheckpointLoadError, StateDictMismatchError, _fit_state_dict
+
+        fitted = {}
         for attr, name in old_names.items():
             path = os.path.join(model_dir, f"{name}_{version}.pt")
             try:
                 loaded = torch.load(path, map_location="cpu", weights_only=not trusted)
             except Exception as e:  # the unpickler's error type depends on the content
-                if trusted:
-                    raise
-                raise RuntimeError(
-                    f"{path} looks like a Machin 0.3.4 checkpoint (a whole pickled module), which is "
-                    f"not read by default because unpickling it can run code. If you trust the file, "
-                    f"load it with load(..., trusted=True)."
+                if not trusted and "GLOBAL" in str(e):
+                    raise RuntimeError(
+                        f"{path} looks like a Machin 0.3.4 checkpoint (a whole pickled module), which is "
+                        f"not read by default because unpickling it can run code. If you trust the file, "
+                        f"load it with load(..., trusted=True)."
+                    ) from e
+                raise CheckpointLoadError(
+                    f"cannot read the checkpoint file {path!r}: it is damaged (truncated, empty or "
+                    f"overwritten) or is not a torch checkpoint ({type(e).__name__})"
                 ) from e
             state = loaded.state_dict() if isinstance(loaded, nn.Module) else loaded
+            if not isinstance(state, dict):
+                raise RuntimeError(f"{path!r} holds a {type(state).__name__}, not a state dict")
             pattern = _OLD_LAYOUT[attr][1]
             renamed = {pattern.sub(lambda m: ".".join(g for g in m.groups() if g) + ".", key): value
                        for key, value in state.items()}
-            getattr(self, attr).load_state_dict(renamed)
+            try:
+                fitted[attr] = _fit_state_dict(getattr(self, attr), renamed)
+            except StateDictMismatchError as e:
+                raise StateDictMismatchError(f"network {attr!r} (file {path!r}): {e}") from e
+        for attr, state in fitted.items():
+            getattr(self, attr).load_state_dict(state)
 
     def _post_load(self) -> None:
         for online, target in self._online_target_pairs():

@@ -50,6 +50,8 @@ class RAINBOW(DQNPer):
             criterion: the loss is the cross-entropy between distributions).
     """
 
+    _criterion_needed = False
+
     @ignores_extra_args
     def __init__(
         self,

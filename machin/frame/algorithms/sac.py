@@ -120,11 +120,16 @@ class SAC(ReplayMixin, TorchFramework):
         n_step: int = 1,
     ):
         super().__init__(visualize=visualize, visualize_dir=visualize_dir)
-        if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
+        if not isinstance(batch_size, int) or isinstance(batch_size, bool):
+            raise TypeError(f"batch_size must be a positive integer, got {batch_size!r} "
+                            f"of type {type(batch_size).__name__}")
+        if batch_size < 1:
             raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
         self._check_positive(initial_entropy_alpha=initial_entropy_alpha, actor_learning_rate=actor_learning_rate,
                              critic_learning_rate=critic_learning_rate, alpha_learning_rate=alpha_learning_rate,
                              gradient_max=gradient_max)
+        self._check_criterion(criterion)
+        self._check_same_structure(critic_target=(critic, critic_target), critic2_target=(critic2, critic2_target))
         if not 0 < update_rate <= 1:
             raise ValueError(f"update_rate must be in (0, 1], got {update_rate!r}")
         if not 0 <= discount <= 1:
@@ -167,6 +172,7 @@ class SAC(ReplayMixin, TorchFramework):
         Args:
             state: State dict ``{key: [B, ...]}`` for the actor.
         """
+        self._check_state(state)
         with torch.no_grad():
             output = safe_call(self.actor, state)
         self._resolve_target_entropy(split_actor_output(output, "SAC")[0])

@@ -96,6 +96,7 @@ class TD3(DDPG):
         self.noise_clip = noise_clip
         self.policy_update_delay = policy_update_delay
         self._update_count = 0
+        self._check_same_structure(critic2_target=(critic2, critic2_target))
         self.critic2, self.critic2_target = critic2, critic2_target
         hard_update(self.critic2_target, self.critic2)
         self.critic2_optim = self._make_optimizer(optimizer, self.critic2, critic_learning_rate)

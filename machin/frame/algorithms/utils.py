@@ -11,7 +11,7 @@ from __future__ import annotations
 import inspect
 import warnings
 import weakref
-from typing import Any, Callable, Dict, Iterable, Optional, Tuple, Union
+from typing import Any, Callable, Dict, Iterable, Mapping, Optional, Tuple, Union
 
 import torch
 from torch import nn
@@ -228,6 +228,10 @@ def safe_call(model: nn.Module, *named_args: Optional[Dict[str, Any]], required_
         MissingArgumentError: (a ``TypeError`` and a ``RuntimeError``) when an argument of
             ``forward`` without a default (or one listed in ``required_argument``) has no matching key. The message names the network
             class, the missing arguments and the keys that were given.
+        TypeError: When an entry of ``named_args`` is neither a mapping nor ``None``.
+        RuntimeError: Any ``RuntimeError`` of the network (e.g. a shape mismatch) is re-raised
+            as the same type, prefixed with the network class and the shapes of its inputs, and
+            chained (``from``) to the original.
     """
     signature = _signatures.get(model)
     if signature is None:
@@ -238,8 +242,12 @@ def safe_call(model: nn.Module, *named_args: Optional[Dict[str, Any]], required_
     names = signature.names
     accepts_any = signature.accepts_any
     for arg_dict in named_args:
-        if not arg_dict:
+        if arg_dict is None:
             continue
+        if type(arg_dict) is not dict and not isinstance(arg_dict, Mapping):
+            if isinstance(arg_dict, (tuple, list)) and not arg_dict:
+                continue  # 0.3.4 skipped every empty argument
+            _raise_not_a_dict(signature.class_name, arg_dict)
         for key, value in arg_dict.items():
             if accepts_any or key in names:
                 if device is not None and isinstance(value, torch.Tensor) and value.device != device:
@@ -255,7 +263,36 @@ def safe_call(model: nn.Module, *named_args: Optional[Dict[str, Any]], required_
             f"but the dictionaries passed to it have the keys {given}. "
             f"Name the dictionary keys after the forward arguments."
         )
-    return model(**kwargs)
+    try:
+        return model(**kwargs)
+    except RuntimeError as error:
+        _raise_with_input_shapes(signature.class_name, kwargs, error)
+
+
+def _describe(value: Any) -> str:
+    if isinstance(value, torch.Tensor):
+        return f"Tensor{list(value.shape)}"
+    if isinstance(value, (tuple, list)):
+        return f"{type(value).__name__}({', '.join(_describe(v) for v in value[:4])}{', ...' if len(value) > 4 else ''})"
+    return type(value).__name__
+
+
+def _raise_not_a_dict(class_name: str, value: Any) -> None:
+    raise TypeError(
+        f"the inputs of {class_name} must be given as a Dict[str, Tensor] keyed by its forward "
+        f"argument names (e.g. state={{\"state\": tensor[B, ...]}}), got {_describe(value)}"
+    )
+
+
+def _raise_with_input_shapes(class_name: str, kwargs: Dict[str, Any], error: RuntimeError) -> None:
+    """Re-raise a RuntimeError of a network call, naming the network and the shapes it was given."""
+    shapes = ", ".join(f"{key}: {_describe(value)}" for key, value in kwargs.items())
+    try:
+        new_error = type(error)(f"{class_name} failed on inputs ({shapes}); check the state/action "
+                                f"shapes against the network: {error}")
+    except Exception:  # an error type that cannot be built from a message: leave it as it is
+        raise error from None
+    raise new_error from error
 
 
 @torch.no_grad()

@@ -12,6 +12,7 @@ are kept in columns too; any other custom value lives in a Python list.
 from __future__ import annotations
 
 import collections.abc
+import math
 import numbers
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
@@ -26,6 +27,67 @@ __all__ = ["Buffer", "DEFAULT_REQUIRED_ATTRS", "SampleMethodError", "TransitionT
 DEFAULT_REQUIRED_ATTRS = ("state", "action", "next_state", "reward", "terminal")
 _INITIAL_CAPACITY = 1024
 _SCALAR_DTYPES = {bool: torch.bool, int: torch.int64, float: torch.float64}
+_BINARY = frozenset((0, 1))
+_CHECK_HINT = "(values are checked when stored; check_finite=False on the buffer turns the check off)"
+
+
+def _tensor_problem(name: Union[str, Tuple[str, str]], block: torch.Tensor) -> Optional[str]:
+    """Why the floating tensor ``block`` (one row per transition) cannot be stored, or ``None``.
+
+    The fast path is one sum: a finite sum means every element is finite. Only when the
+    sum is not finite (a NaN/inf element, or an overflow) is the exact check run. ``name``
+    is the attribute, or ``(attribute, key)`` of a major one (formatted only on a problem).
+    """
+    if not block.is_floating_point():
+        return None
+    if block.dim() == 2 and block.numel() <= 64:
+        # Small rows (e.g. CartPole states): summing Python floats costs a fraction of a torch op.
+        if math.isfinite(sum(map(sum, block.tolist()))):
+            return None
+    elif math.isfinite(block.sum().item()):
+        return None
+    bad = ~torch.isfinite(block)
+    if not bool(bad.any()):
+        return None  # the sum overflowed, every element is finite
+    row = int(bad.reshape(block.shape[0], -1).any(1).nonzero()[0])
+    name = f"attribute {name[0]}[{name[1]!r}]" if isinstance(name, tuple) else f"attribute {name!r}"
+    value = block[bad][0].item()
+    return f"{name} must hold finite values, got {value} in transition {row} {_CHECK_HINT}"
+
+
+def _scalar_problem(name: str, values: Sequence[Any]) -> Optional[str]:
+    """Why the scalars ``values`` cannot be stored in a checked sub attribute, or ``None``."""
+    try:
+        if math.isfinite(sum(values)):  # one C loop; ints and bools are always finite
+            return None
+    except (TypeError, OverflowError):
+        pass
+    for row, value in enumerate(values):
+        try:
+            finite = math.isfinite(value)
+        except (TypeError, OverflowError):
+            finite = True  # not a number: the layout check reports it
+        if not finite:
+            return f"{name} must be a finite number, got {value} in transition {row} {_CHECK_HINT}"
+    return None
+
+
+def _terminal_problem(values: Sequence[Any]) -> Optional[str]:
+    """Why ``values`` are not valid terminal flags (bools or 0/1), or ``None``."""
+    first = values[0]
+    if isinstance(first, torch.Tensor):
+        block = first if len(values) == 1 else torch.cat(values)
+        if block.dtype == torch.bool or bool(((block == 0) | (block == 1)).all()):
+            return None
+        bad = block[(block != 0) & (block != 1)][0].item()
+        return f"attribute 'terminal' must be a bool or 0/1, got {bad}"
+    try:
+        if set(values) <= _BINARY:
+            return None
+    except TypeError:  # unhashable: the layout check reports it
+        return None
+    bad = next(v for v in values if v not in _BINARY)
+    return f"attribute 'terminal' must be a bool or 0/1, got {bad!r}"
 
 
 class SampleMethodError(ValueError, RuntimeError):
@@ -121,6 +183,11 @@ class _Column:
             return f"a {self.kind.__name__} scalar, got {type(value).__name__}"
         return None
 
+    def needs_promotion(self, values: Sequence[Any]) -> bool:
+        """Whether :meth:`promote` would change this column for ``values``."""
+        kind = self.kind
+        return self.values is None and kind is not None and not all(type(v) is kind for v in values)
+
     def promote(self, values: Sequence[Any]) -> None:
         """Widen a scalar column (bool -> int -> float) or turn it into a list column."""
         kind = self.kind
@@ -140,8 +207,14 @@ class _Column:
             self.kind = widest
             self.tensor = self.tensor.to(self.dtypes[widest])
 
-    def write(self, rows: Union[slice, torch.Tensor], values: Sequence[Any], positions: List[int]) -> None:
-        if self.values is not None:
+    def write(self, rows: Union[slice, torch.Tensor], values: Sequence[Any], positions: List[int],
+              block: Optional[torch.Tensor] = None) -> None:
+        if block is not None:  # the rows, already concatenated (and checked)
+            if len(values) == 1 and isinstance(rows, slice):
+                self.tensor[rows] = block
+            else:
+                self.tensor[rows] = block.to(self.tensor.device)
+        elif self.values is not None:
             for p, v in zip(positions, values):
                 self.values[p] = v
         elif len(values) == 1 and isinstance(rows, slice):
@@ -191,6 +264,16 @@ class Buffer:
         buffer_device: Device the stored tensors live on.
         generator: Optional ``torch.Generator`` (on the CPU) used for sampling, for
             repeatable runs; the global torch generator is used otherwise.
+        check_finite: Check values when they are stored (default ``True``): every
+            floating tensor of the major attributes (states, ...) and every floating sub
+            attribute (rewards) must be finite, else a :class:`ValueError` names the
+            attribute and the bad value. One reduction per column and write (a few
+            microseconds per append); ``False`` skips it. The attribute of the same name
+            can be changed later. ``terminal`` must be a bool or 0/1 either way.
+
+    Storing is transactional: a transition that is rejected, or an append whose storage
+    cannot be allocated, leaves the buffer as it was (the first append included: the
+    attribute layout is only kept once a transition was stored).
 
     Extra positional and keyword arguments are ignored with an
     :class:`~machin.utils.compat.ExtraArgumentsWarning`, as Machin 0.3.4 ignored them.
@@ -205,12 +288,13 @@ class Buffer:
 
     @ignores_extra_args
     def __init__(self, buffer_size: int = 1_000_000, buffer_device: Union[str, torch.device] = "cpu", *,
-                 generator: Optional[torch.Generator] = None):
+                 generator: Optional[torch.Generator] = None, check_finite: bool = True):
         if not isinstance(buffer_size, int) or isinstance(buffer_size, bool) or buffer_size < 1:
             raise ValueError(f"buffer_size must be a positive integer, got {buffer_size!r}")
         self.buffer_size = buffer_size
         self.buffer_device = torch.device(buffer_device)
         self.generator = generator
+        self.check_finite = bool(check_finite)
         self.clear()
 
     # -- bookkeeping ----------------------------------------------------------------
@@ -296,15 +380,16 @@ class Buffer:
         )
 
     def _create_layout(self, t: TransitionBase) -> None:
-        self._keys = t.keys()
-        cap = self._capacity = min(self.buffer_size, _INITIAL_CAPACITY)
+        """Allocate the columns for transitions like ``t``; nothing is assigned if that fails."""
+        cap = min(self.buffer_size, _INITIAL_CAPACITY)
         dev = self.buffer_device
-        self._major = {
+        major = {
             name: {k: _Column(v, cap, dev, False, False) for k, v in getattr(t, name).items()}
             for name in t.major_attr
         }
-        self._sub = {name: _Column(getattr(t, name), cap, dev, False, False) for name in t.sub_attr}
-        self._custom = {name: _Column(getattr(t, name), cap, dev, True, True) for name in t.custom_attr}
+        sub = {name: _Column(getattr(t, name), cap, dev, False, False) for name in t.sub_attr}
+        custom = {name: _Column(getattr(t, name), cap, dev, True, True) for name in t.custom_attr}
+        self._keys, self._capacity, self._major, self._sub, self._custom = t.keys(), cap, major, sub, custom
 
     def _check(self, t: TransitionBase, required_attrs: Iterable[str]) -> None:
         keys = t.keys()
@@ -355,19 +440,62 @@ class Buffer:
         return positions, rows
 
     def _write(self, transitions: List[TransitionBase]) -> List[int]:
-        """Write already checked transitions; returns the storage positions used."""
+        """Check the values of layout-checked transitions, then write them; returns the storage positions used.
+
+        Nothing is changed when a value is rejected; when growing, promoting or writing a
+        column fails, the columns and counters are put back as they were.
+        """
         if len(transitions) > self.buffer_size:
             transitions = transitions[-self.buffer_size:]
-        scalar_like = [(col, [getattr(t, name) for t in transitions])
-                       for columns in (self._sub, self._custom) for name, col in columns.items()]
-        for col, values in scalar_like:
-            col.promote(values)
-        positions, rows = self._reserve(len(transitions))
+        n = len(transitions)
+        check = self.check_finite
+        major = []
         for name, cols in self._major.items():
             for key, col in cols.items():
-                col.write(rows, [getattr(t, name)[key] for t in transitions], positions)
-        for col, values in scalar_like:
-            col.write(rows, values, positions)
+                values = [getattr(t, name)[key] for t in transitions]
+                block = values[0] if n == 1 else torch.cat(values)
+                if check:
+                    problem = _tensor_problem((name, key), block)
+                    if problem:
+                        raise ValueError(problem)
+                major.append((col, values, block))
+        sub = [(name, col, [getattr(t, name) for t in transitions]) for name, col in self._sub.items()]
+        for name, _col, values in sub:
+            problem = None
+            if name == "terminal":
+                problem = _terminal_problem(values)
+            elif check:
+                if isinstance(values[0], torch.Tensor):
+                    problem = _tensor_problem(name, values[0] if n == 1 else torch.cat(values))
+                else:
+                    problem = _scalar_problem(f"attribute {name!r}", values)
+            if problem:
+                raise ValueError(problem)
+        scalar_like = [(col, values) for _, col, values in sub]
+        scalar_like += [(col, [getattr(t, name) for t in transitions]) for name, col in self._custom.items()]
+        # Everything below changes the buffer: remember what a failure has to put back. Columns
+        # are only replaced (not changed in place) when they grow or are promoted.
+        counters = (self._pos, self._size, self._capacity)
+        saved = None
+        grows = self._size + n > self._capacity and self._capacity < self.buffer_size
+        if grows or any(col.needs_promotion(v) for col, v in scalar_like):
+            saved = [(col, col.tensor, col.kind, col.values, None if col.values is None else len(col.values))
+                     for col in self._columns()]
+        try:
+            for col, values in scalar_like:
+                col.promote(values)
+            positions, rows = self._reserve(n)
+            for col, values, block in major:
+                col.write(rows, values, positions, block)
+            for col, values in scalar_like:
+                col.write(rows, values, positions)
+        except BaseException:
+            self._pos, self._size, self._capacity = counters
+            for col, tensor, kind, values, length in saved or ():
+                col.tensor, col.kind, col.values = tensor, kind, values
+                if values is not None:
+                    del values[length:]
+            raise
         return positions
 
     def append(self, transition: Union[TransitionBase, Dict[str, Any]],
@@ -382,8 +510,10 @@ class Buffer:
             The storage position of the new row.
 
         Raises:
-            ValueError: When a required attribute is missing, or the attributes (names,
-                keys, shapes or dtypes) differ from those already stored.
+            ValueError: When a required attribute is missing, the attributes (names,
+                keys, shapes or dtypes) differ from those already stored, a value is not
+                finite (see ``check_finite``) or ``terminal`` is not a bool or 0/1. The
+                buffer is left as it was.
         """
         return self.extend([transition], required_attrs)[0]
 
@@ -407,11 +537,11 @@ class Buffer:
             self._create_layout(ts[0])
             try:
                 self._check_all(ts, required_attrs)
-            except ValueError:
-                self.clear()  # nothing was stored: do not keep the rejected layout either
+                return self._write(ts)
+            except BaseException:
+                Buffer.clear(self)  # nothing was stored: do not keep the rejected layout either
                 raise
-        else:
-            self._check_all(ts, required_attrs)
+        self._check_all(ts, required_attrs)
         return self._write(ts)
 
     def _check_all(self, ts: List[TransitionBase], required_attrs: Tuple[str, ...]) -> None:

@@ -15,6 +15,31 @@ from .buffer import DEFAULT_REQUIRED_ATTRS, Buffer
 __all__ = ["WeightTree", "PrioritizedBuffer"]
 
 
+def _non_negative_number(name: str, value: Any) -> float:
+    """``value`` as a float, or a ValueError naming ``name`` if it is not a finite, non-negative number."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise ValueError(f"{name} must be a finite, non-negative number, got {value!r}")
+    if not (math.isfinite(value) and value >= 0):
+        raise ValueError(f"{name} must be a finite, non-negative number, got {value!r}")
+    return value
+
+
+def _priority_array(name: str, priorities: Any) -> np.ndarray:
+    """``priorities`` as a flat float64 array, or a ValueError naming ``name`` for non-numbers or non-finite ones."""
+    what = "a finite number" if name == "priority" else "finite numbers"
+    try:
+        array = np.asarray(priorities, dtype=np.float64).reshape(-1)
+    except (TypeError, ValueError) as error:
+        shown = priorities[0] if name == "priority" and isinstance(priorities, list) else priorities
+        raise ValueError(f"{name} must be {what}, got {shown!r} ({error})") from None
+    finite = np.isfinite(array)
+    if not finite.all():
+        bad = int(np.flatnonzero(~finite)[0])
+        where = "" if name == "priority" else f" at position {bad}"
+        raise ValueError(f"{name} must be {what}, got {array[bad]}{where}")
+    return array
+
+
 class WeightTree:
     """A sum tree over ``size`` non-negative leaf weights, stored in one flat array.
 
@@ -244,19 +269,23 @@ class PrioritizedBuffer(Buffer):
         beta_increment_per_sampling: Growth of ``beta`` per :meth:`sample_batch` call.
         generator: Optional ``numpy.random.Generator`` for repeatable sampling
             (default: numpy's global random state).
+        check_finite: Check stored values as :class:`~machin.frame.buffers.buffer.Buffer` does.
+
+    Raises:
+        ValueError: When ``epsilon``, ``alpha``, ``beta`` or ``beta_increment_per_sampling``
+            is not a finite, non-negative number (the message names it). Priorities must
+            be finite numbers, always.
     """
 
     @ignores_extra_args
     def __init__(self, buffer_size: int = 1_000_000, buffer_device: Union[str, torch.device] = "cpu",
                  epsilon: float = 1e-2, alpha: float = 0.6, beta: float = 0.4,
                  beta_increment_per_sampling: float = 1e-3, *,
-                 generator: Optional[np.random.Generator] = None):
-        super().__init__(buffer_size, buffer_device)
-        if epsilon < 0 or alpha < 0 or beta < 0 or beta_increment_per_sampling < 0:
-            raise ValueError(
-                f"epsilon, alpha, beta and beta_increment_per_sampling must be non-negative, got "
-                f"{epsilon}, {alpha}, {beta}, {beta_increment_per_sampling}"
-            )
+                 generator: Optional[np.random.Generator] = None, check_finite: bool = True):
+        super().__init__(buffer_size, buffer_device, check_finite=check_finite)
+        for name, value in (("epsilon", epsilon), ("alpha", alpha), ("beta", beta),
+                            ("beta_increment_per_sampling", beta_increment_per_sampling)):
+            _non_negative_number(name, value)
         self.epsilon = epsilon
         self.alpha = alpha
         self.beta = beta
@@ -313,9 +342,12 @@ class PrioritizedBuffer(Buffer):
             raise ValueError(f"got {len(priorities)} priorities for {len(transitions)} transitions")
         default = self._default_weight()
         # Checked before anything is stored, so a bad priority leaves the buffer unchanged.
-        normalized = None if priorities is None else self._normalize_priority(priorities)
-        if normalized is not None and not np.all(np.isfinite(normalized)):
-            raise ValueError(f"priorities must be finite numbers, got {list(priorities)}")
+        normalized = None
+        if priorities is not None:
+            normalized = self._normalize_priority(
+                _priority_array("priority" if len(transitions) == 1 else "priorities", priorities))
+            if not np.all(np.isfinite(normalized)):
+                raise ValueError(f"priorities must be finite after (|p| + epsilon) ** alpha, got {list(priorities)}")
         positions = super().extend(transitions, required_attrs)
         if len(positions) == 1:  # every append
             self.wt_tree.update_leaf(default if normalized is None else normalized[-1], positions[0])
@@ -326,9 +358,20 @@ class PrioritizedBuffer(Buffer):
         return positions
 
     def update_priority(self, priorities: np.ndarray, indexes: np.ndarray) -> None:
-        """Set new priorities (e.g. ``|TD error|``) for the storage ``indexes`` returned by sampling."""
-        priorities = np.asarray(priorities, dtype=np.float64).reshape(-1)
+        """Set new priorities (e.g. ``|TD error|``) for the storage ``indexes`` returned by sampling.
+
+        Raises:
+            ValueError: When a priority is not a finite number, or an index names a slot
+                that holds no transition (nothing is changed then).
+        """
+        priorities = _priority_array("priorities", priorities)
         indexes = np.asarray(indexes, dtype=np.int64).reshape(-1)
+        if indexes.size and (indexes.min() < 0 or indexes.max() >= self._size):
+            bad = indexes[(indexes < 0) | (indexes >= self._size)][0]
+            raise ValueError(
+                f"update_priority: index {bad} is out of range, it holds no transition (the buffer stores {self._size}, at "
+                f"indexes 0..{self._size - 1}); pass the indexes returned by sample_batch"
+            )
         self.wt_tree.update_leaf_batch(self._normalize_priority(priorities), indexes)
 
     def _uniform(self, n: int) -> np.ndarray:

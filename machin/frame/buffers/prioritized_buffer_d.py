@@ -26,7 +26,7 @@ import torch
 from ...parallel.distributed.rpc_group import RpcGroup
 from ...utils.compat import ignores_extra_args
 from .buffer_d import DistributedPart, merge_batches, move_to
-from .prioritized_buffer import PrioritizedBuffer
+from .prioritized_buffer import PrioritizedBuffer, _priority_array
 
 __all__ = ["DistributedPrioritizedBuffer"]
 
@@ -194,9 +194,10 @@ class DistributedPrioritizedBuffer(DistributedPart, PrioritizedBuffer):
             indexes: The ``indexes`` returned by :meth:`sample_batch`.
 
         Raises:
-            ValueError: If the number of priorities differs from the number of indexes.
+            ValueError: If the number of priorities differs from the number of indexes, or
+                a priority is not a finite number.
         """
-        priorities = np.asarray(priorities, dtype=np.float64).reshape(-1)
+        priorities = _priority_array("priorities", priorities)
         counts = [len(index) for index, _ in indexes.values()]
         if sum(counts) != priorities.size:
             raise ValueError(

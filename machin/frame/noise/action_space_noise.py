@@ -21,10 +21,15 @@ given to normal noise) is used for its leading values, with an
 Ornstein-Uhlenbeck noise has a state, so :func:`add_ou_noise_to_action` draws
 from one generator shared by every caller of this module, ``DEFAULT_OU_GEN``
 (setting it to ``None`` makes the next call build a new one).
+
+Noise parameters and ``ratio`` must be finite (clipping bounds may be infinite):
+NaN or infinite values raise a :class:`ValueError` naming the parameter instead of
+returning NaN actions.
 """
 
 from __future__ import annotations
 
+import math
 import warnings
 from collections.abc import Mapping
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Union
@@ -36,6 +41,7 @@ from .generator import (
     NoiseParamError,
     OrnsteinUhlenbeckNoiseGen,
     _check_bounds,
+    _check_finite,
     _check_sigma,
     _is_real,
     _sample_clipped_normal,
@@ -216,15 +222,24 @@ def add_ou_noise_to_action(
 
 
 def _check_uniform(owner: str, values: Sequence[float]) -> None:
+    _check_finite(owner, "uniform_min", values[0])
+    _check_finite(owner, "uniform_max", values[1])
     _check_bounds(owner, "uniform_min", values[0], "uniform_max", values[1])
 
 
 def _check_normal(owner: str, values: Sequence[float]) -> None:
+    _check_finite(owner, "normal_mean", values[0])
+    _check_finite(owner, "normal_sigma", values[1])
     _check_sigma(owner, "normal_sigma", values[1])
 
 
 def _check_clipped_normal(owner: str, values: Sequence[float]) -> None:
+    _check_finite(owner, "normal_mean", values[0])
+    _check_finite(owner, "normal_sigma", values[1])
     _check_sigma(owner, "normal_sigma", values[1])
+    # An infinite clip bound clips nothing on that side; NaN would.
+    _check_finite(owner, "clip_min", values[2], allow_inf=True)
+    _check_finite(owner, "clip_max", values[3], allow_inf=True)
     _check_bounds(owner, "clip_min", values[2], "clip_max", values[3])
 
 
@@ -243,6 +258,11 @@ def _check_action_and_ratio(name: str, action: Any, ratio: Any) -> None:
         raise TypeError(
             f"{name}: ratio must be a real number, got {ratio!r} ({type(ratio).__name__})"
         )
+    if isinstance(ratio, torch.Tensor):
+        if ratio.is_floating_point() and not bool(torch.isfinite(ratio).all()):
+            raise ValueError(f"{name}: ratio must be finite, got {ratio.tolist()} (it would make the action NaN)")
+    elif not math.isfinite(ratio):
+        raise ValueError(f"{name}: ratio must be finite, got {ratio!r} (it would make the action NaN)")
 
 
 def _as_list(value: Any) -> Optional[List[Any]]:

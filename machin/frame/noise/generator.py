@@ -11,6 +11,11 @@ arguments ``generator`` (a :class:`torch.Generator` used for seeding) and
 ``dtype`` (the floating dtype of the noise). The attribute names and the
 ``repr`` of 0.3.4 are kept (e.g. ``UniformNoiseGen.min``, ``dist``,
 ``OrnsteinUhlenbeckNoiseGen.x_prev``).
+
+Every parameter must be finite: a NaN or infinite ``mu``, ``sigma``, ``umin``, ...
+raises a :class:`ValueError` naming it (only the clipping bounds ``nmin``/``nmax``
+may be infinite, which clips nothing on that side), since it would make every
+sample NaN.
 """
 
 from __future__ import annotations
@@ -245,8 +250,8 @@ class ClippedNormalNoiseGen(_ShapedNoiseGen):
         owner = "ClippedNormalNoiseGen"
         self.mu = _real(owner, "mu", mu)
         self.sigma = _real(owner, "sigma", sigma)
-        self.nmin = _real(owner, "nmin", nmin)
-        self.nmax = _real(owner, "nmax", nmax)
+        self.nmin = _real(owner, "nmin", nmin, allow_inf=True)  # an infinite bound clips nothing
+        self.nmax = _real(owner, "nmax", nmax, allow_inf=True)
         _check_sigma(owner, "sigma", self.sigma)
         _check_bounds(owner, "nmin", self.nmin, "nmax", self.nmax)
 
@@ -351,6 +356,8 @@ class OrnsteinUhlenbeckNoiseGen(_ShapedNoiseGen):
                     f"got shape {list(x0.shape)} (tensor x0 has invalid shape)"
                 )
             x0 = x0.to(self.dtype).clone()
+            if not bool(torch.isfinite(x0).all()):
+                raise ValueError(f"{owner}: x0 must be finite, got {x0.tolist()}")
         self.x0 = x0
         self._x: Optional[torch.Tensor] = None
 
@@ -435,14 +442,24 @@ def _is_real(value: Any) -> bool:
     return isinstance(value, numbers.Real) and not isinstance(value, bool)
 
 
-def _real(owner: str, name: str, value: Any) -> float:
+def _real(owner: str, name: str, value: Any, allow_inf: bool = False) -> float:
+    """``value`` as a float; a finite one unless ``allow_inf`` (which still rejects NaN)."""
     if isinstance(value, torch.Tensor) and value.numel() == 1 and value.dtype != torch.bool:
         value = value.item()  # Machin 0.3.4 took tensors, e.g. ``dt=torch.tensor(0.01)``
     if not _is_real(value):
         raise NoiseParamError(
             f"{owner}: {name} must be a real number, got {value!r} ({type(value).__name__})"
         )
-    return float(value)
+    value = float(value)
+    _check_finite(owner, name, value, allow_inf)
+    return value
+
+
+def _check_finite(owner: str, name: str, value: float, allow_inf: bool = False) -> None:
+    """A ValueError naming ``name`` when ``value`` is NaN, or infinite unless ``allow_inf``."""
+    if math.isnan(value) or (not allow_inf and math.isinf(value)):
+        kind = "not NaN" if allow_inf else "finite"
+        raise ValueError(f"{owner}: {name} must be {kind}, got {value!r} (it would make every noise sample NaN)")
 
 
 def _check_sigma(owner: str, name: str, value: float) -> None:

@@ -409,7 +409,7 @@ def perturb_model(
     Raises:
         TypeError: ``model`` is not an ``nn.Module``, a switch has no ``get()``, or a
             function argument is not callable.
-        ValueError: ``desired_action_stddev`` is negative.
+        ValueError: ``desired_action_stddev`` is negative or not finite.
         RuntimeError: ``model`` is already perturbed by a handle that was not cancelled.
     """
     name = "perturb_model"

@@ -54,12 +54,18 @@ class _GroupState:
 
 
 class _Barrier:
-    __slots__ = ("members", "arrived", "futures")
+    __slots__ = ("members", "arrived", "futures", "timers")
 
     def __init__(self, members: Tuple[str, ...]):
         self.members = members
         self.arrived: Set[str] = set()
         self.futures: List[Future] = []
+        self.timers: List[threading.Timer] = []
+
+
+# A member waits this much longer than its barrier timeout for the manager's answer, so
+# that the manager, which knows who has not arrived, reports the timeout.
+_BARRIER_MARGIN = 2.0
 
 
 def _raise(outcome: _Outcome) -> None:
@@ -141,19 +147,54 @@ class NameService:
     def _barrier(self, group: str, members: Tuple[str, ...], count: int, timeout: float) -> None:
         manager = members[0]
         what = f"barrier {count} of RPC group {group!r}"
+        # The manager fails a member's wait after ``timeout`` naming the members that did
+        # not arrive; the member's own limit, a little longer, only catches a manager
+        # that is gone (then the manager is named).
+        wait = timeout + _BARRIER_MARGIN if timeout > 0 else timeout
         if manager == self.name:
-            outcome = wait_local(self.arrive(group, count, self.name, members), timeout, what)
+            outcome = wait_local(self.arrive(group, count, self.name, members, timeout), wait, what)
         else:
             try:
                 outcome = rpc.rpc_sync(
-                    manager, _rpc_arrive, args=(group, count, self.name, members), timeout=timeout
+                    manager,
+                    _rpc_arrive,
+                    args=(group, count, self.name, members, timeout),
+                    timeout=wait,
                 )
             except Exception as error:
                 raise transport_error(what, manager, error) from error
         _raise(outcome)
 
-    def arrive(self, group: str, count: int, member: str, members: Tuple[str, ...]) -> Future:
-        """(Manager side) record ``member`` at a barrier; the future completes when all are there."""
+    def _expire(self, group: str, count: int, member: str, future: Future, timeout: float) -> None:
+        """(Manager side) fail ``member``'s wait at a barrier that is still incomplete."""
+        with self._lock:
+            barrier = self._barriers.get((group, count))
+            if barrier is None or future not in barrier.futures:
+                return
+            barrier.futures.remove(future)
+            missing = [m for m in barrier.members if m not in barrier.arrived]
+        future.set_result(
+            (
+                "RuntimeError",
+                f"barrier {count} of RPC group {group!r} did not complete within {timeout} "
+                f"seconds for member {member!r}: member(s) {missing} did not arrive (gone, "
+                f"or late); the members {sorted(barrier.arrived)} did",
+            )
+        )
+
+    def arrive(
+        self,
+        group: str,
+        count: int,
+        member: str,
+        members: Tuple[str, ...],
+        timeout: float = -1,
+    ) -> Future:
+        """(Manager side) record ``member`` at a barrier; the future completes when all are there.
+
+        With a positive ``timeout``, the future completes with an error naming the
+        members that did not arrive if the barrier is still incomplete by then.
+        """
         with self._lock:
             barrier = self._barriers.setdefault((group, count), _Barrier(members))
             if barrier.members != members:
@@ -168,8 +209,17 @@ class NameService:
             barrier.arrived.add(member)
             barrier.futures.append(future)
             if barrier.arrived != set(members):
+                if timeout > 0:
+                    timer = threading.Timer(
+                        timeout, self._expire, args=(group, count, member, future, timeout)
+                    )
+                    timer.daemon = True
+                    barrier.timers.append(timer)
+                    timer.start()
                 return future
             del self._barriers[(group, count)]
+        for timer in barrier.timers:
+            timer.cancel()
         for waiting in barrier.futures:
             waiting.set_result((None, ""))
         return future
@@ -340,8 +390,10 @@ def _names() -> NameService:
 
 
 @rpc.functions.async_execution
-def _rpc_arrive(group: str, count: int, member: str, members: Tuple[str, ...]) -> Future:
-    return _names().arrive(group, count, member, members)
+def _rpc_arrive(
+    group: str, count: int, member: str, members: Tuple[str, ...], timeout: float = -1
+) -> Future:
+    return _names().arrive(group, count, member, members, timeout)
 
 
 @rpc.functions.async_execution

@@ -391,7 +391,7 @@ def test_save_then_load_acts_identically(tmp_path):
     agent.store_episode(episode(20))
     agent.update()
     agent.save(str(tmp_path), version=2)
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["actor_2.pt", "critic_2.pt"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["actor_2.manifest.json", "actor_2.pt", "critic_2.pt"]
     other = make(actor=CategoricalActor(), critic=ValueCritic())
     torch.manual_seed(9)
     for net in (other.actor, other.critic):  # make sure the fresh networks differ first
@@ -410,7 +410,7 @@ def test_save_then_load_acts_identically(tmp_path):
 def test_bad_options_raise_clear_errors():
     with pytest.raises(ValueError, match="batch_size must be a positive integer, got 0"):
         make(batch_size=0)
-    with pytest.raises(ValueError, match="actor_update_times must be a positive integer, got 1.5"):
+    with pytest.raises(TypeError, match="actor_update_times must be a positive integer, got 1.5"):
         make(actor_update_times=1.5)
     with pytest.raises(ValueError, match=r"gae_lambda must be in \[0, 1\], got 1.5"):
         make(gae_lambda=1.5)

@@ -324,7 +324,7 @@ def test_one_round_over_three_processes_matches_the_hand_computed_step(tmp_path)
         assert count == 15
         np.testing.assert_allclose(mean.numpy(), all_states.mean(axis=0), rtol=1e-9)
         np.testing.assert_allclose(std.numpy(), all_states.std(axis=0, ddof=1), rtol=1e-9)
-    assert sorted(os.listdir(tmp_path)) == ["actor_3.pt", "actor_state_filter_3.pt"]
+    assert sorted(os.listdir(tmp_path)) == ["actor_3.manifest.json", "actor_3.pt", "actor_state_filter_3.pt"]
 
 
 def _ars_learns(rank, max_rounds, threshold):

@@ -80,12 +80,12 @@ def test_top_and_restorable_are_readable_on_the_class():
 # -- save (items 93, 94) ----------------------------------------------------------------------
 def test_save_writes_one_file_per_restorable_network(tmp_path):
     Tiny().save(str(tmp_path))
-    assert sorted(os.listdir(tmp_path)) == ["net_a_0.pt", "net_b_0.pt"]
+    assert sorted(os.listdir(tmp_path)) == ["net_a_0.manifest.json", "net_a_0.pt", "net_b_0.pt"]
 
 
 def test_save_with_version_and_network_map(tmp_path):
     Tiny().save(str(tmp_path), network_map={"net_a": "first"}, version=1000)
-    assert sorted(os.listdir(tmp_path)) == ["first_1000.pt", "net_b_1000.pt"]
+    assert sorted(os.listdir(tmp_path)) == ["first_1000.manifest.json", "first_1000.pt", "net_b_1000.pt"]
 
 
 def test_save_creates_the_directory_and_writes_state_dicts(tmp_path):
@@ -99,7 +99,7 @@ def test_save_creates_the_directory_and_writes_state_dicts(tmp_path):
 
 def test_save_only_the_restorable_networks(tmp_path):
     OnlyA().save(str(tmp_path), version=3)
-    assert os.listdir(tmp_path) == ["net_a_3.pt"]
+    assert sorted(os.listdir(tmp_path)) == ["net_a_3.manifest.json", "net_a_3.pt"]
 
 
 def test_save_rejects_a_bad_version(tmp_path):
@@ -110,7 +110,7 @@ def test_save_rejects_a_bad_version(tmp_path):
 def test_network_map_with_unknown_name_is_ignored_with_a_warning(tmp_path):
     with pytest.warns(UserWarning, match=r"network_map names \['net_c'\], which Tiny does not save; they are ignored"):
         Tiny().save(str(tmp_path), network_map={"net_c": "c"})
-    assert sorted(os.listdir(tmp_path)) == ["net_a_0.pt", "net_b_0.pt"]
+    assert sorted(os.listdir(tmp_path)) == ["net_a_0.manifest.json", "net_a_0.pt", "net_b_0.pt"]
     with pytest.warns(UserWarning, match=r"restorable networks are \['net_a'\]"):
         OnlyA().load(str(tmp_path), network_map={"net_b": "b"})
 
@@ -163,6 +163,7 @@ def test_missing_version_falls_back_to_the_latest_common_one(tmp_path, warnings_
     v0.save(str(tmp_path), version=0)
     v100.save(str(tmp_path), version=100)
     os.remove(tmp_path / "net_b_100.pt")
+    os.remove(tmp_path / "net_a_100.manifest.json")  # as written by earlier releases (no manifest)
     loaded = Tiny(seed=3)
     loaded.load(str(tmp_path), version=100)  # net_b lacks 100: fall back to 0
     assert same_weights(loaded.net_a, v0.net_a) and same_weights(loaded.net_b, v0.net_b)

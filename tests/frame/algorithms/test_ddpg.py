@@ -398,7 +398,7 @@ def test_save_then_load_acts_identically(tmp_path):
     for _ in range(3):
         ddpg.update()
     ddpg.save(str(tmp_path), version=3)
-    assert sorted(os.listdir(tmp_path)) == ["actor_target_3.pt", "critic_target_3.pt"]
+    assert sorted(os.listdir(tmp_path)) == ["actor_target_3.manifest.json", "actor_target_3.pt", "critic_target_3.pt"]
 
     torch.manual_seed(5)
     fresh = DDPG(Actor(), Actor(), Critic(), Critic(), torch.optim.Adam, nn.MSELoss())

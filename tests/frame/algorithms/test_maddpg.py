@@ -601,7 +601,7 @@ def test_save_then_load_acts_identically(tmp_path):
     for _ in range(3):
         maddpg.update()
     maddpg.save(str(tmp_path), network_map={"critic_targets": "critics_t"}, version=3)
-    assert sorted(os.listdir(tmp_path)) == ["actor_targets_3.pt", "critics_t_3.pt"]
+    assert sorted(os.listdir(tmp_path)) == ["actor_targets_3.manifest.json", "actor_targets_3.pt", "critics_t_3.pt"]
 
     torch.manual_seed(5)
     fresh = MADDPG(*make_networks(STATE_DIMS, ACTION_DIMS, VISIBLE), VISIBLE, torch.optim.Adam, nn.MSELoss(),

@@ -171,7 +171,7 @@ def test_save_then_load_acts_identically(tmp_path):
     for _ in range(3):
         sac.update()
     sac.save(str(tmp_path))
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["actor_0.pt", "critic2_target_0.pt", "critic_target_0.pt"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["actor_0.manifest.json", "actor_0.pt", "critic2_target_0.pt", "critic_target_0.pt"]
     other = make(actor=TanhGaussianActor(hidden=16))
     with torch.no_grad():
         for p in other.actor.parameters():

@@ -173,7 +173,8 @@ def test_save_and_load_cover_the_second_critic(tmp_path):
     for _ in range(2):
         td3.update()
     td3.save(str(tmp_path))
-    assert sorted(os.listdir(tmp_path)) == ["actor_target_0.pt", "critic2_target_0.pt", "critic_target_0.pt"]
+    assert sorted(os.listdir(tmp_path)) == ["actor_target_0.manifest.json", "actor_target_0.pt", "critic2_target_0.pt",
+                                            "critic_target_0.pt"]
 
     torch.manual_seed(7)
     fresh = TD3(Actor(), Actor(), Critic(), Critic(), Critic(), Critic(), torch.optim.Adam, nn.MSELoss())

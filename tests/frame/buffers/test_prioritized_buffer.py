@@ -337,7 +337,7 @@ def test_extend_with_priorities():
 def test_invalid_priority_leaves_the_buffer_unchanged():
     buffer = filled(2)
     before = buffer.wt_tree.get_leaf_all_weights()
-    with pytest.raises(ValueError, match=r"priorities must be finite numbers, got \[nan\]"):
+    with pytest.raises(ValueError, match=r"priority must be a finite number, got nan"):
         buffer.append(make(9), priority=float("nan"))
     assert buffer.size() == 2
     np.testing.assert_array_equal(buffer.wt_tree.get_leaf_all_weights(), before)
@@ -362,12 +362,12 @@ def test_samples_never_land_beyond_the_filled_rows():
 
 def test_update_priority_out_of_range_raises():
     buffer = filled(3, size=4)
-    with pytest.raises(ValueError, match="leaf index out of range"):
+    with pytest.raises(ValueError, match="index 4 is out of range, it holds no transition"):
         buffer.update_priority(np.array([1.0]), np.array([4]))
 
 
 def test_constructor_rejects_negative_parameters():
-    with pytest.raises(ValueError, match="must be non-negative, got -0.1, 0.6, 0.4, 0.001"):
+    with pytest.raises(ValueError, match="epsilon must be a finite, non-negative number, got -0.1"):
         PrioritizedBuffer(10, epsilon=-0.1)
 
 
