@@ -389,6 +389,10 @@ class World:
                 rpc.shutdown(graceful=False)
         finally:
             if dist.is_initialized():
+                if graceful and not errors:
+                    # Rank 0 hosts the rendezvous store that the others' RPC shutdown still
+                    # talks to: nobody leaves (and exits) before everyone has shut down.
+                    self._leave_together(self.rpc_timeout if timeout is None else timeout, errors)
                 dist.destroy_process_group()
             set_world(None)
         if errors:
@@ -396,6 +400,14 @@ class World:
                 f"World {self.name!r} was shut down, but not cleanly: {errors[0]!r}"
                 + (f" (and {len(errors) - 1} more error(s))" if len(errors) > 1 else "")
             ) from errors[0]
+
+    @staticmethod
+    def _leave_together(timeout: float, errors: list) -> None:
+        """A collective barrier with a timeout, after the RPC shutdown."""
+        try:
+            dist.barrier(async_op=True).wait(timeout=timedelta(seconds=timeout))
+        except Exception as error:
+            errors.append(error)
 
     def _check_running(self) -> None:
         if self._stopped:
