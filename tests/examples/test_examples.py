@@ -57,6 +57,8 @@ def test_example_runs(script, tmp_path):
     args = ["--episodes", SMOKE_EPISODES] if in_dirs(script, TRAINING_DIRS) else []
     result = run_script(script, args, tmp_path)
     assert result.stdout or result.stderr, f"{script.name} printed nothing"
+    if in_dirs(script, {"your_first_program"}):  # a new user's first run is quiet
+        assert "Warning" not in result.stderr, result.stderr
     if in_dirs(script, CURVE_DIRS):
         pngs = sorted(tmp_path.glob("*.png"))
         assert len(pngs) == 1, f"{script.name} should write one learning-curve PNG, wrote {pngs}"

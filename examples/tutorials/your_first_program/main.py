@@ -27,6 +27,15 @@ solved_reward = 190
 solved_repeat = 5
 
 
+def make_env(**kwargs):
+    """CartPole with 200-step episodes: the task of the manual's CartPole-v0.
+
+    CartPole-v1 with ``max_episode_steps=200`` has the same dynamics and limit, without
+    the deprecation warning gymnasium prints for v0.
+    """
+    return gym.make("CartPole-v1", max_episode_steps=200, **kwargs)
+
+
 class QNet(nn.Module):
     """A small MLP; its ``forward`` argument name is the key used in the state dicts."""
 
@@ -44,7 +53,7 @@ class QNet(nn.Module):
 
 def main(max_episodes: int = 1000, seed: int = 0, plot: str = "", gif: str = "") -> bool:
     torch.manual_seed(seed)
-    env = gym.make("CartPole-v0")
+    env = make_env()
     q_net = QNet(observe_dim, action_num)
     q_net_t = QNet(observe_dim, action_num)
     dqn = DQN(q_net, q_net_t, torch.optim.Adam, nn.MSELoss(reduction="sum"))
@@ -93,7 +102,7 @@ def main(max_episodes: int = 1000, seed: int = 0, plot: str = "", gif: str = "")
     env.close()
     if plot:
         directory, stem, extension = split_path(plot)
-        written = create_learning_curve(returns, directory, stem, title="DQN on CartPole-v0",
+        written = create_learning_curve(returns, directory, stem, title="DQN on CartPole (200 steps)",
                                         extension=extension or ".png")
         logger.info(f"Learning curve written to {written}")
     if gif:
@@ -110,7 +119,7 @@ def split_path(path):
 
 def record_episode(dqn, path, seed):
     """Play one greedy episode (no exploration) and write its frames as a GIF."""
-    env = gym.make("CartPole-v0", render_mode="rgb_array")
+    env = make_env(render_mode="rgb_array")
     obs, _ = env.reset(seed=seed)
     frames, done = [env.render()], False
     while not done:
