@@ -6,7 +6,8 @@ Transitions: ``state``/``next_state`` ``[1, 4]`` float32, ``action`` ``[1, 1]`` 
 * ``append``: ``Buffer.append(transition)`` into a full ring, against writing the same
   five rows into preallocated tensors by hand. The transition objects are built
   beforehand (building one is the caller's step); ``append(dict)``, which builds the
-  transition inside, is printed for information.
+  transition inside, is printed for information, and so is the append of a buffer
+  built with ``check_finite=False``: the difference is what the non-finite checks cost.
 * ``sample``: ``Buffer.sample_batch(256)`` (distinct positions) from 100k stored
   transitions, against ``torch.randint`` plus one ``index_select`` per column. The
   floor draws with replacement; the library's default also rejects repeated draws,
@@ -174,10 +175,20 @@ def bench_append() -> None:
         i = counter["dict"] = (counter["dict"] + 1) % len(dicts)
         buffer.append(dicts[i])
 
+    unchecked = Buffer(size, check_finite=False)
+    fill(unchecked, transitions, size)
+
+    def library_unchecked():
+        i = counter["lib"] = (counter["lib"] + 1) % len(transitions)
+        unchecked.append(transitions[i])
+
     compare("buffer append (Transition)", library, floor_append, number=1000)
     compare(
         "buffer append (dict, builds the Transition; info)", library_dict, floor_append, number=1000
     )
+    # what the non-finite checks cost: the same append without them
+    compare("buffer append (Transition, check_finite=False; info)", library_unchecked, floor_append,
+            number=1000)
 
 
 def bench_sample() -> None:
