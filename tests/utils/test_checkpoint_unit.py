@@ -4,7 +4,6 @@ yields a mix of networks (issue "Reliability: no half-written checkpoint").
 
 import io
 import json
-import logging
 import multiprocessing
 import os
 import re
@@ -69,21 +68,6 @@ def same(a: nn.Module, b: nn.Module) -> bool:
 
 def same_algo(a: TwoNets, b: TwoNets) -> bool:
     return same(a.actor_target, b.actor_target) and same(a.critic_target, b.critic_target)
-
-
-@pytest.fixture
-def warnings_logged():
-    messages = []
-
-    class Collect(logging.Handler):
-        def emit(self, record):
-            messages.append(record.getMessage())
-
-    handler = Collect(level=logging.WARNING)
-    logger = logging.getLogger("default_logger")
-    logger.addHandler(handler)
-    yield messages
-    logger.removeHandler(handler)
 
 
 # -- (1) a save killed with SIGKILL in the middle of the second file ------------------------------

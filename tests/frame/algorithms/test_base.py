@@ -3,7 +3,6 @@
 Checklist 6.9 items 91, 93-99, 101, 102, 105 and the save/load contract of section 3.8.
 """
 
-import logging
 import math
 import os
 
@@ -48,22 +47,6 @@ class OnlyA(Tiny):
 
 def same_weights(a: nn.Module, b: nn.Module) -> bool:
     return all(torch.equal(x, y) for x, y in zip(a.state_dict().values(), b.state_dict().values()))
-
-
-@pytest.fixture
-def warnings_logged():
-    """Collect the messages the library's default logger emits at WARNING level."""
-    messages = []
-
-    class Collect(logging.Handler):
-        def emit(self, record):
-            messages.append(record.getMessage())
-
-    handler = Collect(level=logging.WARNING)
-    logger = logging.getLogger("default_logger")
-    logger.addHandler(handler)
-    yield messages
-    logger.removeHandler(handler)
 
 
 # -- class-level descriptions (item 91) -------------------------------------------------------
