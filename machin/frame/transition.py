@@ -32,6 +32,9 @@ __all__ = [
     "Transition",
     "TransitionStorageBasic",
     "TransitionStorageSmart",
+    "TransitionTypeError",
+    "TransitionBuildError",
+    "as_transition",
 ]
 
 Scalar = Union[int, float, bool]
@@ -338,6 +341,41 @@ class Transition(TransitionBase):
             sub_data=[reward, terminal],
             custom_data=[kwargs[k] for k in custom],
         )
+
+
+class TransitionTypeError(TypeError, RuntimeError):
+    """Something other than a transition or a dict was appended.
+
+    A :class:`TypeError`, and a :class:`RuntimeError` as Machin 0.3.4 raised.
+    """
+
+
+class TransitionBuildError(ValueError, TypeError):
+    """A dict appended to a buffer lacks arguments of :class:`~machin.frame.transition.Transition`.
+
+    A :class:`ValueError`, and the :class:`TypeError` that building the transition raised
+    in Machin 0.3.4.
+    """
+
+
+def as_transition(transition: Union[TransitionBase, Dict[str, Any]]) -> TransitionBase:
+    """Return ``transition`` itself, or a :class:`Transition` built from a dict of its attributes.
+
+    Raises:
+        TransitionBuildError: When the dict lacks arguments of :class:`Transition`.
+        TransitionTypeError: For anything but a transition or a dict.
+    """
+    if isinstance(transition, TransitionBase):
+        return transition
+    if isinstance(transition, dict):
+        try:
+            return Transition(**transition)
+        except TypeError as error:
+            raise TransitionBuildError(f"cannot build a Transition from the dictionary: {error}") from None
+    raise TransitionTypeError(
+        f"transition must be a Transition or a dict, got {type(transition).__name__} (a Transition "
+        f"object must be a dict or an instance of the Transition class)"
+    )
 
 
 class TransitionStorageBasic(list):

@@ -6,8 +6,7 @@ from typing import Any, Dict, List, Sequence, Union
 
 import torch
 
-from ..buffers import Buffer
-from ..transition import Transition, TransitionBase
+from ..transition import Transition, TransitionBase, as_transition
 
 __all__ = ["n_step_episode"]
 
@@ -40,7 +39,7 @@ def n_step_episode(episode: Sequence[Union[TransitionBase, Dict[str, Any]]], n: 
     """
     if not isinstance(n, int) or n < 1:
         raise ValueError(f"n must be a positive integer, got {n!r}")
-    steps = [Buffer._as_transition(t) for t in episode]
+    steps = [as_transition(t) for t in episode]
     rewards = [_reward(t) for t in steps]
     length = len(steps)
     rebuilt = []

@@ -20,7 +20,14 @@ import numpy as np
 import torch
 
 from ...utils.compat import ignores_extra_args
-from ..transition import Scalar, Transition, TransitionBase
+from ..transition import (
+    Scalar,
+    Transition,
+    TransitionBase,
+    TransitionBuildError,
+    TransitionTypeError,
+    as_transition,
+)
 
 __all__ = ["Buffer", "DEFAULT_REQUIRED_ATTRS", "SampleMethodError", "TransitionTypeError", "TransitionBuildError"]
 
@@ -94,21 +101,6 @@ class SampleMethodError(ValueError, RuntimeError):
     """``sample_method`` names no sample method of the buffer.
 
     A :class:`ValueError`, and a :class:`RuntimeError` as Machin 0.3.4 raised.
-    """
-
-
-class TransitionTypeError(TypeError, RuntimeError):
-    """Something other than a transition or a dict was appended.
-
-    A :class:`TypeError`, and a :class:`RuntimeError` as Machin 0.3.4 raised.
-    """
-
-
-class TransitionBuildError(ValueError, TypeError):
-    """A dict appended to a buffer lacks arguments of :class:`~machin.frame.transition.Transition`.
-
-    A :class:`ValueError`, and the :class:`TypeError` that building the transition raised
-    in Machin 0.3.4.
     """
 
 
@@ -367,17 +359,7 @@ class Buffer:
     # -- appending ------------------------------------------------------------------
     @staticmethod
     def _as_transition(transition: Union[TransitionBase, Dict[str, Any]]) -> TransitionBase:
-        if isinstance(transition, TransitionBase):
-            return transition
-        if isinstance(transition, dict):
-            try:
-                return Transition(**transition)
-            except TypeError as error:
-                raise TransitionBuildError(f"cannot build a Transition from the dictionary: {error}") from None
-        raise TransitionTypeError(
-            f"transition must be a Transition or a dict, got {type(transition).__name__} (a Transition "
-            f"object must be a dict or an instance of the Transition class)"
-        )
+        return as_transition(transition)
 
     def _create_layout(self, t: TransitionBase) -> None:
         """Allocate the columns for transitions like ``t``; nothing is assigned if that fails."""
