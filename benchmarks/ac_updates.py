@@ -164,7 +164,14 @@ class PPOCritic(nn.Module):
         return self.net(state)
 
 
-def ppo_bench():
+def ppo_setup(device="cpu", store=True):
+    """``(ppo, library, floor, name)``: PPO on a 2048-step rollout and its hand-written floor.
+
+    ``library()`` stores the rollout and calls ``ppo.update()``; the networks of both
+    sides live on ``device`` (the rollout itself is stored on the CPU, as a buffer would).
+    With ``store=False`` the floor leaves out the storage write: it trains on the rollout
+    concatenated once, beforehand.
+    """
     rollout, batch, actor_times, critic_times, clip = 2048, 256, 10, 10, 0.2
     g = torch.Generator().manual_seed(1)
     states = torch.randn(rollout, 1, 4, generator=g)
@@ -172,36 +179,45 @@ def ppo_bench():
     values, gaes = torch.randn(rollout, generator=g).tolist(), torch.randn(rollout, generator=g).tolist()
     episode = [Transition(state={"state": states[i]}, action={"action": actions[i]}, next_state={"state": states[i]},
                           reward=1.0, terminal=False, value=values[i], gae=gaes[i]) for i in range(rollout)]
-    actor, critic = PPOActor(), PPOCritic()
+    actor, critic = PPOActor().to(device), PPOCritic().to(device)
     ppo = PPO(copy.deepcopy(actor), copy.deepcopy(critic), torch.optim.Adam, nn.MSELoss(reduction="sum"),
               batch_size=batch, actor_update_times=actor_times, critic_update_times=critic_times,
               surrogate_loss_clip=clip, replay_size=rollout)
     a_opt, c_opt = torch.optim.Adam(actor.parameters(), lr=1e-3), torch.optim.Adam(critic.parameters(), lr=1e-3)
     mse = nn.MSELoss(reduction="sum")
-    value_t, gae_t = torch.tensor(values).view(-1, 1), torch.tensor(gaes).view(-1, 1)
+    value_t, gae_t = torch.tensor(values, device=device).view(-1, 1), torch.tensor(gaes, device=device).view(-1, 1)
 
     def library():
         ppo.replay_buffer.extend(episode, required_attrs=())
         ppo.update()
 
+    stored = (torch.cat(list(states)).to(device), torch.cat(list(actions)).to(device))
+
     def floor():
-        s = torch.cat([states[i] for i in range(rollout)])  # the storage write the buffer does
-        a = torch.cat([actions[i] for i in range(rollout)])
+        if store:
+            s = torch.cat([states[i] for i in range(rollout)]).to(device)  # the storage write the buffer does
+            a = torch.cat([actions[i] for i in range(rollout)]).to(device)
+        else:
+            s, a = stored
         with torch.no_grad():
             old = actor(s, a)[1]
         for _ in range(actor_times):
-            idx = torch.randperm(rollout)[:batch]
+            idx = torch.randperm(rollout, device=device)[:batch]
             adv = gae_t[idx]
             adv = (adv - adv.mean()) / (adv.std(correction=0) + 1e-8)
             _, lp, _ = actor(s[idx], a[idx])
             ratio = (lp - old[idx]).exp()
             step(-torch.min(ratio * adv, ratio.clamp(1 - clip, 1 + clip) * adv).mean(), a_opt)
         for _ in range(critic_times):
-            idx = torch.randperm(rollout)[:batch]
+            idx = torch.randperm(rollout, device=device)[:batch]
             step(0.5 * mse(value_t[idx], critic(s[idx])), c_opt)
 
-    compare(f"PPO update ({rollout}-step rollout, {actor_times}+{critic_times} steps of {batch})", library, floor,
-            number=3, repeats=9, warmup=1)
+    return ppo, library, floor, f"PPO update ({rollout}-step rollout, {actor_times}+{critic_times} steps of {batch})"
+
+
+def ppo_bench():
+    _, library, floor, name = ppo_setup()
+    compare(name, library, floor, number=3, repeats=9, warmup=1)
 
 
 def main(device: str = "cpu") -> None:

@@ -2,9 +2,12 @@
 
 Both sides do the same work per environment step on CartPole-sized data: an
 epsilon-greedy action from an MLP 4-16-16-2, storing the transition in a ring of
-preallocated tensors, sampling 100 distinct rows, a double-DQN target, an MSE loss
-(sum), an Adam step and a soft target update. The environment itself is left out
-(it costs the same on both sides); transitions come from a fixed random stream.
+preallocated tensors, sampling 100 rows, a double-DQN target, an MSE loss (sum), an
+Adam step and a soft target update. The environment itself is left out (it costs the
+same on both sides); transitions come from a fixed random stream. The floor writes its
+replay rows through numpy views of the preallocated tensors and gathers batches with
+``ndarray.take`` (see ``benchmarks/buffers.py``); it draws with replacement, the library
+draws distinct rows. ``benchmarks/loops.py`` runs whole loops on the real environment.
 """
 
 from __future__ import annotations
@@ -45,11 +48,11 @@ class Floor:
         self.q, self.q_t = qnet.to(device), copy.deepcopy(qnet).to(device)
         self.device = device
         self.opt = torch.optim.Adam(self.q.parameters(), lr=1e-3)
-        self.s = torch.empty(CAPACITY, STATE)
-        self.a = torch.empty(CAPACITY, 1, dtype=torch.long)
-        self.s2 = torch.empty(CAPACITY, STATE)
-        self.r = torch.empty(CAPACITY, 1)
-        self.d = torch.empty(CAPACITY, 1)
+        self.columns = (torch.empty(CAPACITY, STATE), torch.empty(CAPACITY, 1, dtype=torch.long),
+                        torch.empty(CAPACITY, STATE), torch.empty(CAPACITY, 1), torch.empty(CAPACITY, 1))
+        self.views = tuple(c.numpy() for c in self.columns)  # rows are written and gathered through these
+        self.s, self.a, self.s2 = self.views[:3]
+        self.r, self.d = self.views[3][:, 0], self.views[4][:, 0]
         self.size = self.pos = 0
         self.eps = 1.0
         self.loss = nn.MSELoss(reduction="sum")
@@ -61,11 +64,11 @@ class Floor:
             action = torch.where(explore, torch.randint_like(action, ACTIONS), action)
             self.eps *= 0.9999
         p = self.pos
-        self.s[p], self.a[p], self.s2[p] = state[0], action[0].cpu(), next_state[0]
-        self.r[p, 0], self.d[p, 0] = reward, float(done)
+        self.s[p], self.a[p], self.s2[p] = state.numpy(), action.cpu().numpy(), next_state.numpy()
+        self.r[p], self.d[p] = reward, done
         self.pos, self.size = (p + 1) % CAPACITY, min(self.size + 1, CAPACITY)
-        idx = torch.randint(self.size, (BATCH,))
-        s, a, s2, r, d = (x[idx].to(self.device) for x in (self.s, self.a, self.s2, self.r, self.d))
+        idx = torch.randint(self.size, (BATCH,)).numpy()
+        s, a, s2, r, d = (torch.from_numpy(v.take(idx, axis=0)).to(self.device) for v in self.views)
         with torch.no_grad():
             next_a = self.q(s2).argmax(1, keepdim=True)
             target = r + GAMMA * (1 - d) * self.q_t(s2).gather(1, next_a)

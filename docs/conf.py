@@ -18,6 +18,8 @@ napoleon_numpy_docstring = False
 autodoc_member_order = "bysource"
 autodoc_typehints = "description"
 autodoc_default_options = {"members": True, "show-inheritance": True}
+# The constructor documentation lists every keyword option with its default (see options.py).
+autoclass_content = "both"
 # Cross-references to third-party classes in signatures are not resolved here.
 nitpicky = False
 suppress_warnings = ["ref.python"]

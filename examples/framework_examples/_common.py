@@ -33,7 +33,7 @@ def script_name() -> str:
 
 
 def parse_args(description: str, *, name: Optional[str] = None, episodes: int = 500,
-               gif: bool = True) -> argparse.Namespace:
+               gif: bool = True, nproc: Optional[int] = None) -> argparse.Namespace:
     """Parse the options every example takes.
 
     Args:
@@ -41,9 +41,12 @@ def parse_args(description: str, *, name: Optional[str] = None, episodes: int = 
         name: Stem of the default output files; the script's file name by default.
         episodes: Default of ``--episodes``.
         gif: Whether the script offers ``--gif`` (single-process examples do).
+        nproc: For a distributed script, the default of ``--nproc`` (processes started on
+            this machine when not run by torchrun); ``None`` offers no ``--nproc``.
 
     Returns:
-        The namespace with ``episodes``, ``seed``, ``plot`` and (with ``gif``) ``gif``.
+        The namespace with ``episodes``, ``seed``, ``plot`` and (with ``gif``) ``gif``
+        (with ``nproc``) ``nproc``.
     """
     name = name or script_name()
     parser = argparse.ArgumentParser(description=description,
@@ -56,6 +59,9 @@ def parse_args(description: str, *, name: Optional[str] = None, episodes: int = 
         parser.add_argument("--gif", nargs="?", const=f"{name}_episode.gif", default="", metavar="PATH",
                             help="record one greedy episode of the trained agent as a GIF "
                                  f"(default path: {name}_episode.gif)")
+    if nproc is not None:
+        parser.add_argument("--nproc", type=int, default=nproc,
+                            help="processes started on this machine by 'python script.py' (torchrun sets its own)")
     return parser.parse_args()
 
 

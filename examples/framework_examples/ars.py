@@ -1,9 +1,14 @@
-"""ARS (augmented random search) on CartPole-v1 with 3 processes on this machine.
+"""ARS (augmented random search) on CartPole-v1 on any number of processes.
 
-Run it with ``python examples/framework_examples/ars.py`` (three local processes), or
-as one rank per process under torchrun::
+Run it with ``python examples/framework_examples/ars.py`` (``--nproc N`` local processes,
+3 by default), or as one rank per process under torchrun, on one node or several::
 
     torchrun --nproc_per_node 3 examples/framework_examples/ars.py --episodes 100
+    torchrun --nnodes 2 --nproc_per_node 2 --node_rank 0 --master_addr HOST --master_port 29500 \
+        examples/framework_examples/ars.py
+
+The roles come from the world (``ARS.from_roles``): process 0 manages (steps the policy
+and hosts the model server) and every process plays its share of the rollouts.
 
 The policy is linear (the action of the largest of two outputs) and starts at zero.
 Each round every process plays its share of the 6 perturbation pairs (one episode per
@@ -12,7 +17,7 @@ first process, merges the state statistics and hands both to every process. All
 processes get the same mean return from ``update()``, so they stop together, once a
 round's mean return reaches 475 (CartPole-v1 ends episodes at 500 steps).
 
-Options: ``--episodes N`` (rounds at most), ``--seed S`` and ``--plot PATH`` (default
+Options: ``--episodes N`` (rounds at most), ``--seed S``, ``--nproc N`` and ``--plot PATH`` (default
 ``ars_curve.png``, ``""`` for none): process 0 prints one line per round and writes
 the curve of the rounds' mean returns there. There is no ``--gif``: the trained
 networks live in the child processes.
@@ -26,9 +31,9 @@ from _common import parse_args, write_curve
 from torch import nn
 
 from machin.frame.algorithms import ARS
-from machin.frame.helpers import model_server_helper
 from machin.parallel.distributed import World
 from machin.parallel.distributed.launcher import run_script
+from machin.parallel.distributed.roles import Roles
 
 ENV_ID = "CartPole-v1"
 SOLVED_REWARD = 475.0
@@ -60,10 +65,9 @@ def play(ars, env, actor_type, seed):
 def main(rank, rounds=100, seed=0, plot=""):
     torch.set_num_threads(1)
     world = World(rpc_timeout=60)
-    group = world.create_rpc_group("ars", world.get_members())
-    servers = model_server_helper(model_num=1)
-    ars = ARS(LinearPolicy(), torch.optim.SGD, group, servers, learning_rate=0.5, noise_std_dev=0.1,
-              noise_size=10**6, rollout_num=6, used_rollout_num=6, noise_seed=seed, sample_seed=seed)
+    roles = Roles.from_world()  # process 0 manages; every process plays its share of the rollouts
+    ars = ARS.from_roles(roles, LinearPolicy(), torch.optim.SGD, learning_rate=0.5, noise_std_dev=0.1,
+                         noise_size=10**6, rollout_num=6, used_rollout_num=6, noise_seed=seed, sample_seed=seed)
     env = gym.make(ENV_ID)
     returns, steps, start = [], 0, time.time()
     for round_index in range(1, rounds + 1):
@@ -90,5 +94,5 @@ def main(rank, rounds=100, seed=0, plot=""):
 
 
 if __name__ == "__main__":
-    args = parse_args(__doc__, episodes=100, gif=False)
-    run_script(lambda rank: main(rank, args.episodes, args.seed, args.plot), 3, timeout=3600)
+    args = parse_args(__doc__, episodes=100, gif=False, nproc=3)
+    run_script(lambda rank: main(rank, args.episodes, args.seed, args.plot), args.nproc, timeout=3600)

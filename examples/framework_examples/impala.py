@@ -1,23 +1,27 @@
-"""IMPALA on CartPole-v0 with 3 processes on this machine, reusing the distributed tutorial.
+"""IMPALA on CartPole on any number of processes, reusing the distributed tutorial.
 
-Run it with ``python examples/framework_examples/impala.py`` (three local processes), or
-as one rank per process under torchrun::
+Run it with ``python examples/framework_examples/impala.py`` (``--nproc N`` local processes,
+3 by default), or as one rank per process under torchrun, on one node or several::
 
-    torchrun --nproc_per_node 3 examples/framework_examples/impala.py --episodes 1000
+    torchrun --nproc_per_node 5 examples/framework_examples/impala.py --episodes 1000
+    torchrun --nnodes 2 --nproc_per_node 4 --node_rank 0 --master_addr HOST --master_port 29500 \
+        examples/framework_examples/impala.py
 
-The training loop lives in examples/tutorials/unleash_distributed_power/impala.py;
-this script only loads it and starts it, so both always show the same code.
+Process 0 learns and every other process samples (``--learners K``: processes 0 .. K-1
+learn together). The training loop lives in
+examples/tutorials/unleash_distributed_power/impala.py; this script only loads it and
+starts it, so both always show the same code.
 
-Options: ``--episodes N`` (episodes per sampler at most), ``--seed S`` and ``--plot PATH``
-(default ``impala_curve.png``, ``""`` for none): the sampler that solved the environment (process 0 if none did) writes its learning curve
-there. There is no ``--gif``: the trained networks live in the child processes.
+Options: ``--episodes N`` (episodes per sampler at most), ``--seed S``, ``--nproc N``,
+``--learners K``, ``--updates N`` (stop after N learner updates), ``--checkpoint-every K``,
+``--checkpoint-dir DIR`` (default ``impala_checkpoints``), ``--resume`` (the learner
+continues from its newest checkpoint) and ``--plot PATH`` (default ``impala_curve.png``,
+``""`` for none): the sampler that solved the environment (the first sampler if none did)
+writes its learning curve there. There is no ``--gif``: the trained networks live in the
+child processes.
 """
 
-from _common import load_tutorial, parse_args
-
-from machin.parallel.distributed.launcher import run_script
+from _common import load_tutorial
 
 if __name__ == "__main__":
-    args = parse_args(__doc__, episodes=1000, gif=False)
-    tutorial = load_tutorial("impala")
-    run_script(lambda rank: tutorial.main(rank, args.episodes, args.seed, args.plot), 3, timeout=3600)
+    load_tutorial("impala").cli(__doc__)

@@ -7,6 +7,10 @@ receives its own row. Every environment's steps are kept apart and handed to the
 framework as that environment's own episodes (``store_episode``), or step by step
 (``store_transition``). Finished environments are reset by the sampler; an episode that
 is still running when :meth:`VecSampler.collect` returns goes on at the next call.
+:meth:`VecSampler.collect_rollout` collects the fixed-length rollouts of on-policy
+algorithms instead: ``n_steps`` steps of every environment, all of them stored, the
+unfinished tail of each environment marked as not terminal so that its return is
+bootstrapped from the critic.
 
 The environments are a machin parallel wrapper
 (:class:`~machin.env.wrappers.openai_gym.ParallelWrapperDummy` or
@@ -240,7 +244,9 @@ class VecSampler:
     both are never true together, and the learner bootstraps from ``next_state`` at a
     time-limit cut). The steps of one environment form its episodes: with
     ``store="episode"`` each finished episode is passed to ``framework.store_episode``
-    as one list, in order; with ``store="transition"`` every step is passed to
+    as one list, in order (and :meth:`collect_rollout` also stores the unfinished
+    tail of each environment at the end of a fixed-length rollout); with
+    ``store="transition"`` every step is passed to
     ``framework.store_transition`` as soon as it happens. Episodes that finish at the
     same step are stored in environment order. Stored state tensors are rows (views) of
     the batch tensors, so ``next_state`` of one step and ``state`` of the next hold the
@@ -658,4 +664,69 @@ class VecSampler:
                 self._update_credit -= int(self._update_credit)
             if on_step is not None:
                 on_step(count, done)
+        return finished
+
+    def collect_rollout(
+        self,
+        n_steps: int,
+        *,
+        on_step: Optional[Callable[[int, List[EpisodeInfo]], None]] = None,
+    ) -> List[EpisodeInfo]:
+        """Step every environment ``n_steps`` times and store all of it, finished episodes or not.
+
+        The fixed-length rollout of on-policy algorithms (A2C, PPO, TRPO; the ``n_steps``
+        of Stable-Baselines3). Needs ``store="episode"``. During the rollout every
+        episode that ends is passed to ``framework.store_episode`` as usual. At the end,
+        each environment's steps since its last stored piece (its *tail*, an episode
+        still running) are passed to ``store_episode`` too, environment by environment;
+        the tail's last step has ``terminal=False`` and ``truncated=False`` and its
+        ``next_state`` is the observation the environment is in, so A2C's
+        ``store_episode`` bootstraps the tail's return from the critic's value of that
+        state. The environments are not reset: the next rollout continues the same
+        episodes, from those observations, and the first piece it stores of such an
+        episode starts where the tail stopped (steps taken by an earlier
+        :meth:`collect` and not stored yet are part of it). A real terminal state is
+        stored with ``terminal=True``, a time-limit cut with ``terminal=False`` and
+        ``truncated=True``, as in :meth:`collect`.
+
+        Each environment contributes ``n_steps`` transitions, so a rollout stores
+        ``n_steps * size`` of them, except on a gymnasium ``VectorEnv`` in ``NEXT_STEP``
+        autoreset mode, where the step that resets an environment takes no transition
+        (one fewer per episode end). Call ``framework.update()`` after the rollout.
+
+        Args:
+            n_steps: Steps of every environment (vector steps), a positive integer.
+            on_step: Called after each step as ``on_step(transitions_taken, episodes_finished)``.
+
+        Returns:
+            The episodes that finished during the rollout, in the order they finished; an
+            episode that started in an earlier rollout is reported whole (its full return
+            and length).
+
+        Raises:
+            ValueError: If the sampler's ``store`` is not ``"episode"`` or ``n_steps`` is
+                not a positive integer.
+            TypeError: If ``on_step`` is given and not callable.
+        """
+        if self.store != "episode":
+            raise ValueError(
+                f'collect_rollout stores each environment\'s piece with store_episode: it needs store="episode", '
+                f"got store={self.store!r}"
+            )
+        if isinstance(n_steps, bool) or not isinstance(n_steps, int) or n_steps < 1:
+            raise ValueError(f"n_steps must be a positive integer, got {n_steps!r}")
+        if on_step is not None and not callable(on_step):
+            raise TypeError(f"on_step must be callable or None, got {on_step!r}")
+        if not self._started:
+            self.reset()
+        finished: List[EpisodeInfo] = []
+        for _ in range(n_steps):
+            count, done = self._step()
+            finished.extend(done)
+            if on_step is not None:
+                on_step(count, done)
+        for index, tail in enumerate(self._episodes):
+            if tail:  # the episode goes on: its return and length keep counting for its EpisodeInfo
+                self._episodes[index] = []
+                self._store(tail)
         return finished

@@ -3,8 +3,8 @@
 :class:`Trainer` drives a single-process algorithm on a gymnasium environment
 through its public API only (``act*``, ``store_*``, ``update``, ``save``), so a
 hand-written loop, as in the tutorials, keeps working next to it. How it acts and
-stores is looked up in :data:`FAMILY_DEFAULTS` by the algorithm's class (or its
-nearest machin base class) and every entry can be overridden:
+stores is the ``driver`` (a :class:`~machin.frame.algorithms.base.Driver`) that the
+algorithm's class declares or inherits from its family, and every entry can be overridden:
 
 =========================  ===========================  ==================  ===========  =======================
 family                     explores with                evaluates with      stores       updates
@@ -23,6 +23,15 @@ Given a group of environments (a machin parallel wrapper or a gymnasium ``Vector
 instead of one, the trainer collects with a :class:`~machin.frame.sampler.VecSampler`:
 one batched act call for all environments per step, each environment's episodes
 counted, logged and stored as its own.
+
+Beyond the family defaults, the trainer offers the schedules of tuned setups such as
+rl-baselines3-zoo: off-policy updates in bursts (``train_freq`` environment steps, then
+``gradient_steps`` updates), fixed-length rollouts for on-policy algorithms
+(``rollout_steps`` per environment, one update per rollout), evaluation every
+``eval_every_steps`` environment steps, and, when the algorithm has a
+``set_progress(progress)`` method and :meth:`Trainer.run` is given a ``steps`` limit,
+the training progress ``steps_done / steps`` after every step, so that its schedules
+(:mod:`machin.utils.schedules`) advance.
 
 MADDPG (several agents) and the distributed algorithms
 (A3C, IMPALA, DQNApex, DDPGApex) have no defaults: their loops differ, so a
@@ -46,70 +55,35 @@ from gymnasium.vector import VectorEnv
 
 from ..env.wrappers.openai_gym import ParallelWrapperDummy, ParallelWrapperSubProc
 from ..utils.save_env import SaveEnv
+from ..utils.schedules import check_progress
+from .algorithms.base import Driver
 from .algorithms.utils import Hidden
 from .sampler import VecSampler, check_hidden_options
 
-__all__ = ["FAMILY_DEFAULTS", "FamilyDefaults", "Trainer", "TrainResult"]
+__all__ = ["Trainer", "TrainResult"]
 
 EnvSource = Union[gym.Env, Callable[[], gym.Env]]
 EnvGroup = Union[ParallelWrapperDummy, ParallelWrapperSubProc, VectorEnv]
 _ENV_GROUPS = (ParallelWrapperDummy, ParallelWrapperSubProc, VectorEnv)
-_ALGORITHM_MODULES = "machin.frame.algorithms."
 _STORE_MODES = ("transition", "episode")
 _CSV_FIELDS = ["episode", "steps", "return", "smoothed", "eval_return", "seconds"]
 
 
-@dataclass(frozen=True)
-class FamilyDefaults:
-    """How the trainer drives one family of algorithms.
+@dataclass
+class _LiveEpisode:
+    """The training episode in progress between two rollouts on a single environment."""
 
-    Attributes:
-        act_method: Exploring act method used in training.
-        act_kwargs: Keyword arguments of every exploring act call.
-        eval_act_method: Act method used in evaluation (no exploration noise).
-        store: ``"transition"`` (``store_transition`` every step, updates per step) or
-            ``"episode"`` (``store_episode`` after each episode, updates per episode).
-        needs_hidden: The family's networks are recurrent: the trainer needs
-            ``hidden_key`` and ``initial_hidden``.
-    """
-
-    act_method: str
-    act_kwargs: Dict[str, Any]
-    eval_act_method: str
-    store: str
-    needs_hidden: bool = False
+    state: Dict[str, Any]
+    steps: List[Dict[str, Any]] = field(default_factory=list)
+    total: float = 0.0
 
 
-#: Defaults by the name of a class in ``machin.frame.algorithms``; subclasses inherit them.
-FAMILY_DEFAULTS: Dict[str, FamilyDefaults] = {
-    "DQN": FamilyDefaults("act_discrete_with_noise", {}, "act_discrete", "transition"),
-    "DDPG": FamilyDefaults("act_with_noise", {"noise_param": (0.0, 0.1), "mode": "normal"}, "act",
-                           "transition"),
-    "SAC": FamilyDefaults("act", {}, "act", "transition"),
-    "A2C": FamilyDefaults("act", {}, "act", "episode"),
-    "R2D1": FamilyDefaults("act_discrete_with_noise", {}, "act_discrete", "episode", needs_hidden=True),
-}
-
-# Classes whose own loop differs from a single-process episode loop (checked before their bases).
-_NO_DEFAULTS = {
-    "MADDPG": "it acts for several agents at once",
-    "A3C": "it is a distributed algorithm with its own worker loop",
-    "IMPALA": "it is a distributed algorithm with its own worker loop",
-    "DQNApex": "it is a distributed algorithm with its own worker loop",
-    "DDPGApex": "it is a distributed algorithm with its own worker loop",
-}
-
-
-def _family_defaults(framework: Any) -> Tuple[Optional[FamilyDefaults], str]:
-    """The defaults of the nearest machin algorithm class of ``framework``, or why there are none."""
-    for cls in type(framework).__mro__:
-        if not cls.__module__.startswith(_ALGORITHM_MODULES):
-            continue
-        if cls.__name__ in _NO_DEFAULTS:
-            return None, _NO_DEFAULTS[cls.__name__]
-        if cls.__name__ in FAMILY_DEFAULTS:
-            return FAMILY_DEFAULTS[cls.__name__], ""
-    return None, "it is not in the DQN, DDPG, SAC, A2C or R2D1 family"
+def _family_defaults(framework: Any) -> Tuple[Optional[Driver], str]:
+    """The driver the algorithm's class declares (inherited from its family), or why there is none."""
+    driver = getattr(type(framework), "driver", None)
+    if driver is None:
+        return None, getattr(type(framework), "driver_unavailable", "it is not a machin algorithm")
+    return driver, ""
 
 
 @dataclass
@@ -120,13 +94,16 @@ class TrainResult:
         episodes: Training episodes played.
         steps: Environment steps taken in training.
         returns: The return of every training episode.
-        eval_returns: ``(episode, mean evaluation return)`` of every evaluation.
+        eval_returns: ``(episode, mean evaluation return)`` of every evaluation, ``episode``
+            being the number of training episodes finished when it ran.
         best_eval_return: The best mean evaluation return (``-inf`` without evaluations).
-        best_version: Version of the best checkpoint (the episode it was taken at), or
-            ``None`` when none was written.
+        best_version: Version of the best checkpoint (the episode it was taken at; with
+            ``eval_every_steps``, the training step), or ``None`` when none was written.
         solved_episode: Episode at which ``solved_reward`` was reached, or ``None``.
         paths: Files and directories written, by kind: ``"csv"``, ``"tensorboard"``,
             ``"checkpoints"``, ``"curve"``, ``"gif"`` (only those written).
+        eval_steps: The training steps taken when each evaluation ran (one entry per
+            entry of ``eval_returns``).
     """
 
     episodes: int = 0
@@ -137,6 +114,7 @@ class TrainResult:
     best_version: Optional[int] = None
     solved_episode: Optional[int] = None
     paths: Dict[str, str] = field(default_factory=dict)
+    eval_steps: List[int] = field(default_factory=list)
 
 
 class Trainer:
@@ -155,7 +133,7 @@ class Trainer:
             ``env`` again when it is a function, else evaluate on ``env`` itself (an
             evaluation never interrupts a training episode). A group of environments
             is never used for evaluation: give ``eval_env`` or set ``eval_interval=0``.
-        act_method: Name of the exploring act method (default from :data:`FAMILY_DEFAULTS`).
+        act_method: Name of the exploring act method (default from the class's ``driver``).
         act_kwargs: Keyword arguments of every exploring act call (default: the family's
             when ``act_method`` is not given, else none).
         eval_act_method: Name of the act method used in evaluation.
@@ -169,6 +147,23 @@ class Trainer:
             episode mode.
         updates_per_episode: ``update()`` calls after each episode (once ``warmup_steps``
             steps were taken). Default 1 in episode mode, 0 in transition mode.
+        train_freq: Updates in bursts instead of ``updates_per_step``: a burst every
+            ``train_freq`` environment steps (counted over all environments of a group),
+            or ``(n, "step")`` / ``(n, "episode")`` for every ``n`` steps / finished
+            episodes. Bursts due before more than ``warmup_steps`` steps were taken are
+            skipped. Default 1 step when only ``gradient_steps`` is given.
+        gradient_steps: ``update()`` calls per burst; ``-1`` makes as many as
+            environment steps were taken since the previous burst. Default 1 when only
+            ``train_freq`` is given. Bursts follow the step that completes them in
+            transition mode and the next stored episode in episode mode.
+        rollout_steps: Fixed-length rollouts for on-policy algorithms (the zoo's
+            ``n_steps``): every rollout takes ``rollout_steps`` steps of the environment
+            (of each environment of a group), stores the finished episodes and the
+            unfinished tail (not terminal, so its return is bootstrapped from the
+            critic) with ``store_episode``, then calls ``update()`` once. Episodes run on
+            across rollouts. Needs episode mode and excludes ``updates_per_step``,
+            ``updates_per_episode``, ``train_freq``, ``gradient_steps`` and
+            ``warmup_steps``.
         warmup_steps: Environment steps before the first update.
         state_key: Name of the network's ``forward`` argument receiving the observation.
         obs_to_state: Maps an observation to a state tensor ``[1, ...]`` (put under
@@ -177,7 +172,12 @@ class Trainer:
             environments, whose sampler makes the state tensors itself.
         action_to_env: Maps the action tensor to what ``env.step`` takes. Default: an
             int for ``Discrete`` spaces, an array clipped to the bounds for ``Box``.
-        eval_interval: Evaluate every this many training episodes (0: never).
+        eval_interval: Evaluate every this many training episodes (0: never). Default 10,
+            or 0 when ``eval_every_steps`` is given.
+        eval_every_steps: Evaluate every this many training environment steps instead
+            (``None`` or 0: never), as soon as the step count reaches a multiple of it
+            (once when a group's step passes several); on the training environment itself
+            the evaluation waits for the end of the episode in progress.
         eval_episodes: Episodes per evaluation.
         smoothing: Weight of the past in the smoothed training return, in ``[0, 1)``.
         solved_reward: Stop once the smoothed training return is above this for
@@ -225,11 +225,15 @@ class Trainer:
         store: Optional[str] = None,
         updates_per_step: Optional[float] = None,
         updates_per_episode: Optional[int] = None,
+        train_freq: Union[int, Tuple[int, str], None] = None,
+        gradient_steps: Optional[int] = None,
+        rollout_steps: Optional[int] = None,
         warmup_steps: int = 0,
         state_key: str = "state",
         obs_to_state: Optional[Callable[[Any], Any]] = None,
         action_to_env: Optional[Callable[[torch.Tensor], Any]] = None,
-        eval_interval: int = 10,
+        eval_interval: Optional[int] = None,
+        eval_every_steps: Optional[int] = None,
         eval_episodes: int = 5,
         smoothing: float = 0.9,
         solved_reward: Optional[float] = None,
@@ -254,7 +258,7 @@ class Trainer:
                 f"(e.g. hidden_key='hidden', initial_hidden=torch.zeros(1, hidden_size))"
             )
         check_hidden_options(hidden_key, initial_hidden, None, state_key)
-        defaults = defaults or FamilyDefaults("", {}, "", "")
+        defaults = defaults or Driver("", {}, "", "")
         self.framework = framework
         self.act_method = act_method or defaults.act_method
         if act_kwargs is None:
@@ -270,14 +274,39 @@ class Trainer:
         if self.store not in _STORE_MODES:
             raise ValueError(f"store must be 'transition' or 'episode', got {self.store!r}")
         episodic = self.store == "episode"
+        _check_number("warmup_steps", warmup_steps, minimum=0, integer=True)
+        self.train_freq, self.gradient_steps = _burst_options(train_freq, gradient_steps, updates_per_step)
+        if rollout_steps is not None:
+            _check_number("rollout_steps", rollout_steps, minimum=1, integer=True)
+            given = {"updates_per_step": updates_per_step, "updates_per_episode": updates_per_episode,
+                     "train_freq": train_freq, "gradient_steps": gradient_steps, "warmup_steps": warmup_steps or None}
+            contradicting = [f"{name}={value!r}" for name, value in given.items() if value is not None]
+            if contradicting:
+                raise ValueError(
+                    f"rollout_steps makes one update per rollout: leave out updates_per_step, updates_per_episode, "
+                    f"train_freq, gradient_steps and warmup_steps, got rollout_steps={rollout_steps} with "
+                    f"{', '.join(contradicting)}"
+                )
+            if not episodic:
+                raise ValueError(f"rollout_steps stores each rollout with store_episode: it needs store='episode', "
+                                 f"got store={self.store!r}")
+            updates_per_step, updates_per_episode = 0.0, 0
         if updates_per_step is None:
-            updates_per_step = 0.0 if episodic else 1.0
+            updates_per_step = 0.0 if episodic or self.train_freq is not None else 1.0
         _check_number("updates_per_step", updates_per_step, minimum=0)
         if updates_per_episode is None:
-            updates_per_episode = 1 if episodic else 0
+            updates_per_episode = 1 if episodic and self.train_freq is None else 0
         _check_number("updates_per_episode", updates_per_episode, minimum=0, integer=True)
-        _check_number("warmup_steps", warmup_steps, minimum=0, integer=True)
+        if eval_every_steps is not None:
+            _check_number("eval_every_steps", eval_every_steps, minimum=0, integer=True)
+        if eval_interval is None:
+            eval_interval = 0 if eval_every_steps else 10
         _check_number("eval_interval", eval_interval, minimum=0, integer=True)
+        if eval_interval and eval_every_steps:
+            raise ValueError(
+                f"evaluate every eval_interval episodes or every eval_every_steps steps, not both: got "
+                f"eval_interval={eval_interval} and eval_every_steps={eval_every_steps}"
+            )
         _check_number("eval_episodes", eval_episodes, minimum=1, integer=True)
         _check_number("solved_repeat", solved_repeat, minimum=1, integer=True)
         if isinstance(smoothing, bool) or not isinstance(smoothing, (int, float)) or not 0 <= smoothing < 1:
@@ -293,6 +322,8 @@ class Trainer:
 
         self.updates_per_step = float(updates_per_step)
         self.updates_per_episode = updates_per_episode
+        self.rollout_steps = rollout_steps
+        self.eval_every_steps = eval_every_steps or 0
         self.warmup_steps = warmup_steps
         self.state_key = state_key
         self.hidden_key = hidden_key
@@ -314,10 +345,11 @@ class Trainer:
             if obs_to_state is not None:
                 raise ValueError("obs_to_state only applies to a single environment: a group's sampler "
                                  "makes the state tensors itself (see VecSampler's state_dtype)")
-            if eval_env is None and eval_interval:
+            if eval_env is None and (eval_interval or self.eval_every_steps):
                 raise ValueError(
                     f"a group of environments is not used for evaluation: give eval_env (one "
                     f"environment or a function making one) or eval_interval=0, got eval_interval={eval_interval}"
+                    + (f" and eval_every_steps={self.eval_every_steps}" if self.eval_every_steps else "")
                 )
             self.sampler = VecSampler(framework, env, act_method=self.act_method, act_kwargs=self.act_kwargs,
                                       state_key=state_key, store=self.store, seed=seed,
@@ -333,6 +365,13 @@ class Trainer:
                     f"gif_env must be made with render_mode='rgb_array', got render_mode="
                     f"{getattr(self.gif_env, 'render_mode', None)!r}"
                 )
+            if (rollout_steps is not None and self.env is not None and self.eval_env is self.env
+                    and (eval_interval or self.eval_every_steps)):
+                raise ValueError(
+                    "rollout_steps keeps episodes running between rollouts, so an evaluation on the training "
+                    "environment itself would interrupt one: give eval_env (or env as a function, which makes "
+                    "a second environment) or eval_interval=0"
+                )
             acting_env = self.env or self.eval_env or self.gif_env
             self.action_to_env = action_to_env or (
                 None if acting_env is None else _default_action_to_env(acting_env.action_space)
@@ -345,6 +384,7 @@ class Trainer:
         self._credit = 0.0
         self._update_sums: Dict[str, float] = {}
         self._updates = 0
+        self._reset_run_state(None)
 
     # -- environments -------------------------------------------------------------------
     def _make(self, name: str, source: EnvSource) -> gym.Env:
@@ -390,47 +430,162 @@ class Trainer:
                              f"with hidden_key, got {type(output).__name__}")
         return action, output[-1]
 
+    def _initial_state(self, obs: Any) -> Dict[str, Any]:
+        """The state dict of an episode's first observation (with ``initial_hidden`` for a recurrent network)."""
+        state = self._state(obs)
+        if self.hidden_key is not None:
+            state = {**state, self.hidden_key: self.initial_hidden}
+        return state
+
+    def _env_step(self, env: gym.Env, state: Dict[str, Any], method: str,
+                  kwargs: Dict[str, Any]) -> Tuple[Dict[str, Any], bool, bool]:
+        """Act on ``state`` and step ``env``: the step to store, ``terminated`` and ``truncated``."""
+        action, hidden = self._act(method, state, kwargs)
+        obs, reward, terminated, truncated, _ = env.step(self.action_to_env(action))
+        next_state = self._state(obs)
+        if self.hidden_key is not None:
+            next_state = {**next_state, self.hidden_key: hidden}
+        step = {"state": state, "action": {"action": action}, "next_state": next_state,
+                "reward": float(reward), "terminal": bool(terminated)}
+        return step, bool(terminated), bool(truncated)
+
     def _play(self, env: gym.Env, seed: Optional[int], learn: bool,
               frames: Optional[List[np.ndarray]] = None) -> Tuple[float, int]:
         """Play one episode; when ``learn``, explore, store and update. Returns (return, length)."""
         method, kwargs = ((self.act_method, self.act_kwargs) if learn
                           else (self.eval_act_method, self.eval_act_kwargs))
         obs, _ = env.reset(seed=seed)
-        state = self._state(obs)
-        if self.hidden_key is not None:
-            state = {**state, self.hidden_key: self.initial_hidden}
+        state = self._initial_state(obs)
         total, length, done, episode = 0.0, 0, False, []
         while not done:
             if frames is not None:
                 frames.append(env.render())
-            action, hidden = self._act(method, state, kwargs)
-            obs, reward, terminated, truncated, _ = env.step(self.action_to_env(action))
-            next_state = self._state(obs)
-            if self.hidden_key is not None:
-                next_state = {**next_state, self.hidden_key: hidden}
-            total, length, done = total + float(reward), length + 1, terminated or truncated
+            step, terminated, truncated = self._env_step(env, state, method, kwargs)
+            total, length, done = total + step["reward"], length + 1, terminated or truncated
             if learn:
-                step = {"state": state, "action": {"action": action}, "next_state": next_state,
-                        "reward": float(reward), "terminal": bool(terminated)}
-                self._steps += 1
-                if self._steps > self.warmup_steps:
-                    self._credit += self.updates_per_step
                 if self.store == "transition":
                     self.framework.store_transition(step)
-                    self._spend_credit()
                 else:
-                    step["truncated"] = bool(truncated and not terminated)
+                    step["truncated"] = truncated and not terminated
                     episode.append(step)
-            state = next_state
+                self._count_steps(1)
+                if self.store == "transition":
+                    self._spend_credit()
+                self._maybe_evaluate_steps(between_episodes=False)
+            state = step["next_state"]
         if frames is not None:
             frames.append(env.render())
         if learn:
             if episode:
                 self.framework.store_episode(episode)
-                self._spend_credit()
+            self._episode_done()
+            self._spend_credit()
             if self._steps > self.warmup_steps:
                 self._update(self.updates_per_episode)
         return total, length
+
+    def _single_rollout(self) -> List[float]:
+        """One rollout of ``rollout_steps`` steps on the training environment; the returns of the episodes it ended.
+
+        The episode in progress (``_live``) continues from the previous rollout; at the end
+        its steps of this rollout are stored as a tail, not terminal.
+        """
+        finished = []
+        for _ in range(self.rollout_steps):
+            live = self._live
+            if live is None:
+                self._episodes_started += 1
+                seed = None if self.seed is None else self.seed + self._episodes_started
+                obs, _ = self.env.reset(seed=seed)
+                live = self._live = _LiveEpisode(self._initial_state(obs))
+            step, terminated, truncated = self._env_step(self.env, live.state, self.act_method, self.act_kwargs)
+            step["truncated"] = truncated and not terminated
+            live.steps.append(step)
+            live.total += step["reward"]
+            live.state = step["next_state"]
+            self._count_steps(1)
+            if terminated or truncated:
+                self.framework.store_episode(live.steps)
+                finished.append(live.total)
+                self._live = None
+                self._episode_done()
+            self._maybe_evaluate_steps(between_episodes=False)
+        if self._live is not None and self._live.steps:
+            self.framework.store_episode(self._live.steps)
+            self._live.steps = []
+        return finished
+
+    # -- schedules: updates, evaluations, progress ------------------------------------
+    def _reset_run_state(self, total_steps: Optional[int]) -> None:
+        """Start the counters of a run whose step limit is ``total_steps`` (``None``: unknown)."""
+        self._steps, self._credit = 0, 0.0
+        self._total_steps = total_steps
+        self._burst_mark, self._burst_episodes = 0, 0
+        self._next_eval = self.eval_every_steps
+        self._eval_due = False
+        self._unlogged_eval: Optional[float] = None
+        self._live: Optional[_LiveEpisode] = None
+        self._episodes_started = 0
+        self._result: Optional[TrainResult] = None
+        self._files: Optional[_RunFiles] = None
+        set_progress = getattr(self.framework, "set_progress", None)
+        self._set_progress = set_progress if total_steps is not None and callable(set_progress) else None
+
+    def _count_steps(self, transitions: int) -> None:
+        """Count training steps: the updates they earn, the algorithm's progress, a due evaluation."""
+        before = self._steps
+        self._steps += transitions
+        if self.train_freq is None:
+            if self._steps > self.warmup_steps:
+                self._credit += transitions * self.updates_per_step
+        elif self.train_freq[1] == "step":
+            bursts = self._steps // self.train_freq[0] - before // self.train_freq[0]
+            if bursts:
+                self._burst(bursts)
+        if self._set_progress is not None:
+            self._set_progress(check_progress(min(1.0, self._steps / self._total_steps)))
+        if self.eval_every_steps and self._steps >= self._next_eval:
+            self._eval_due = True
+            self._next_eval = (self._steps // self.eval_every_steps + 1) * self.eval_every_steps
+
+    def _episode_done(self) -> None:
+        """Count a finished training episode (for bursts every ``n`` episodes)."""
+        if self.train_freq is not None and self.train_freq[1] == "episode":
+            self._burst_episodes += 1
+            if self._burst_episodes % self.train_freq[0] == 0:
+                self._burst(1)
+
+    def _burst(self, count: int) -> None:
+        """Owe the updates of ``count`` bursts (none before the warm-up is over)."""
+        if self._steps > self.warmup_steps:
+            if self.gradient_steps > 0:
+                self._credit += count * self.gradient_steps
+            else:  # -1: as many updates as steps since the previous burst
+                self._credit += self._steps - self._burst_mark
+        self._burst_mark = self._steps
+
+    def _maybe_evaluate_steps(self, between_episodes: bool) -> None:
+        """Run the evaluation that ``eval_every_steps`` made due, unless it would interrupt a training episode."""
+        if not self._eval_due or self._result is None:
+            return
+        if not between_episodes and self.eval_env is self.env:
+            return  # evaluating on the training environment: wait for the end of its episode
+        self._eval_due = False
+        self._unlogged_eval = self._evaluation(self._steps)
+        if self._files is not None:
+            self._files.eval_scalar(self._unlogged_eval, self._steps)
+
+    def _evaluation(self, version: int) -> float:
+        """Evaluate, record the result, checkpoint an improvement as ``version``; return the mean return."""
+        value = self.evaluate()
+        result = self._result
+        result.eval_returns.append((result.episodes, value))
+        result.eval_steps.append(self._steps)
+        if value > result.best_eval_return:
+            result.best_eval_return = value
+            if self._files is not None and self._files.checkpoint(self.framework, version):
+                result.best_version = version
+        return value
 
     def _spend_credit(self) -> None:
         """Make the per-step updates that are due (fractions carry over)."""
@@ -476,8 +631,13 @@ class Trainer:
         """Train until ``episodes`` episodes or ``steps`` steps are done, or the task is solved.
 
         An episode is never cut: with ``steps``, the run ends after the episode in which
-        the step count reaches it. Each call counts from episode 1 again and rewrites the
-        files in ``log_dir``; the framework keeps what it has learned.
+        the step count reaches it (with ``rollout_steps``, after the rollout in which it
+        does, and with ``episodes``, after the rollout's update). Each call counts from
+        episode 1 again and rewrites the files in ``log_dir``; the framework keeps what it
+        has learned. With ``steps`` and a framework that has a ``set_progress(progress)``
+        method, ``set_progress(min(1, steps_done / steps))`` is called at the start and
+        after every training step (of the whole group), before the updates and
+        evaluations that follow the step.
 
         Args:
             episodes: Maximum number of training episodes.
@@ -494,11 +654,14 @@ class Trainer:
         for name, value in (("episodes", episodes), ("steps", steps)):
             if value is not None:
                 _check_number(name, value, minimum=1, integer=True)
-        self._steps, self._credit = 0, 0.0
+        self._reset_run_state(steps)
         result = TrainResult()
         files = _RunFiles(self.log_dir, self.tensorboard, result) if self.log_dir is not None else None
+        self._result, self._files = result, files
         bar = _progress_bar(episodes, steps) if self.progress else None
         smoothed, streak, start = 0.0, 0, time.time()
+        if self._set_progress is not None:
+            self._set_progress(0.0)
         try:
             for episode, total in enumerate(self._training_episodes(episodes, steps), start=1):
                 smoothed = total if episode == 1 else self.smoothing * smoothed + (1 - self.smoothing) * total
@@ -506,15 +669,13 @@ class Trainer:
                 result.returns.append(total)
                 eval_return = None
                 if self.eval_interval and episode % self.eval_interval == 0:
-                    eval_return = self.evaluate()
-                    result.eval_returns.append((episode, eval_return))
-                    if eval_return > result.best_eval_return:
-                        result.best_eval_return = eval_return
-                        if files is not None and files.checkpoint(self.framework, episode):
-                            result.best_version = episode
+                    eval_return = self._evaluation(episode)
+                self._maybe_evaluate_steps(between_episodes=True)
+                by_steps, self._unlogged_eval = self._unlogged_eval, None
                 if files is not None:
                     losses = {k: v / self._updates for k, v in self._update_sums.items()}
-                    files.log(episode, self._steps, total, smoothed, eval_return, time.time() - start, losses)
+                    files.log(episode, self._steps, total, smoothed, eval_return, time.time() - start, losses,
+                              eval_by_steps=by_steps)
                 if bar is not None:
                     shown = {"smoothed": f"{smoothed:.1f}"}
                     if result.eval_returns:
@@ -526,11 +687,13 @@ class Trainer:
                 if above and streak >= self.solved_repeat:
                     result.solved_episode = episode
                     break
+            result.steps = self._steps
             if files is not None and self.gif_env is not None:
                 frames: List[np.ndarray] = []
                 self._play(self.gif_env, self._eval_seed(0), learn=False, frames=frames)
                 files.gif(frames)
         finally:
+            self._result = self._files = None
             if bar is not None:
                 bar.close()
             if files is not None:
@@ -550,6 +713,20 @@ class Trainer:
 
         self._update_sums, self._updates = {}, 0
         while more():
+            if self.rollout_steps is not None:
+                if self.sampler is None:
+                    returns = self._single_rollout()
+                else:
+                    infos = self.sampler.collect_rollout(self.rollout_steps, on_step=self._after_group_step)
+                    returns = [info.episode_return for info in infos]
+                self._update(1)
+                for total in returns:  # all of them with a steps limit: the rollout is over anyway
+                    count += 1
+                    yield total
+                    self._update_sums, self._updates = {}, 0
+                    if episodes is not None and count >= episodes:
+                        return
+                continue
             if self.sampler is None:
                 count += 1
                 seed = None if self.seed is None else self.seed + count
@@ -568,13 +745,14 @@ class Trainer:
                 if not more():
                     return
 
-    def _after_group_step(self, transitions: int, _finished: Any) -> None:
-        """Count the steps of a group and make the per-step updates that are due."""
-        self._steps += transitions
-        if self._steps > self.warmup_steps:
-            self._credit += transitions * self.updates_per_step
+    def _after_group_step(self, transitions: int, finished: List[Any]) -> None:
+        """Count the steps and episodes of a group, make the updates due (transition mode), evaluate when due."""
+        self._count_steps(transitions)
+        for _ in finished:
+            self._episode_done()
         if self.store == "transition":
             self._spend_credit()
+        self._maybe_evaluate_steps(between_episodes=False)
 
 
 class _RunFiles:
@@ -611,9 +789,11 @@ class _RunFiles:
             result.paths["tensorboard"] = board_dir
 
     def log(self, episode: int, steps: int, total: float, smoothed: float, eval_return: Optional[float],
-            seconds: float, losses: Dict[str, float]) -> None:
+            seconds: float, losses: Dict[str, float], eval_by_steps: Optional[float] = None) -> None:
+        """One CSV row and the episode's scalars; ``eval_by_steps``: the last step-based evaluation since the last row."""
+        shown = eval_return if eval_return is not None else eval_by_steps
         self.rows.writerow({"episode": episode, "steps": steps, "return": total, "smoothed": smoothed,
-                            "eval_return": "" if eval_return is None else eval_return,
+                            "eval_return": "" if shown is None else shown,
                             "seconds": round(seconds, 3)})
         self.handle.flush()
         if self.board is None:
@@ -624,6 +804,11 @@ class _RunFiles:
             scalars["eval/return"] = eval_return
         for tag, value in scalars.items():
             self.board.writer.add_scalar(tag, value, episode)
+
+    def eval_scalar(self, value: float, steps: int) -> None:
+        """A step-based evaluation's ``eval/return`` scalar, at the training step count."""
+        if self.board is not None:
+            self.board.writer.add_scalar("eval/return", value, steps)
 
     def checkpoint(self, framework: Any, episode: int) -> bool:
         """Save the framework as version ``episode``; False when it cannot be saved."""
@@ -656,6 +841,36 @@ def _check_number(name: str, value: Any, minimum: Optional[float] = None, intege
         kind = "an integer" if integer else "a number"
         bound = "" if minimum is None else f" >= {minimum}"
         raise ValueError(f"{name} must be {kind}{bound}, got {value!r}")
+
+
+def _burst_options(train_freq: Any, gradient_steps: Any,
+                   updates_per_step: Any) -> Tuple[Optional[Tuple[int, str]], Optional[int]]:
+    """``(train_freq as (n, unit), gradient_steps)``, or ``(None, None)`` without bursts."""
+    if train_freq is None and gradient_steps is None:
+        return None, None
+    if updates_per_step is not None:
+        raise ValueError(
+            f"give updates_per_step (even updates) or train_freq / gradient_steps (bursts), not both: got "
+            f"updates_per_step={updates_per_step!r}, train_freq={train_freq!r}, gradient_steps={gradient_steps!r}"
+        )
+    if train_freq is None:
+        train_freq = 1
+    if isinstance(train_freq, (tuple, list)) and len(train_freq) == 2 and train_freq[1] in ("step", "episode"):
+        count, unit = train_freq
+    else:
+        count, unit = train_freq, "step"
+    if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+        raise ValueError(
+            f"train_freq must be a positive integer (environment steps) or a pair (n, 'step') or "
+            f"(n, 'episode') with n a positive integer, got {train_freq!r}"
+        )
+    if gradient_steps is None:
+        gradient_steps = 1
+    if (isinstance(gradient_steps, bool) or not isinstance(gradient_steps, int)
+            or not (gradient_steps >= 1 or gradient_steps == -1)):
+        raise ValueError(f"gradient_steps must be a positive integer or -1 (as many as steps taken), "
+                         f"got {gradient_steps!r}")
+    return (count, unit), gradient_steps
 
 
 def _update_names(count: int) -> Tuple[str, ...]:

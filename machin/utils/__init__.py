@@ -1,8 +1,8 @@
 """Reading, writing and checking helpers shared by the whole library.
 
 Submodules: ``checker``, ``compat``, ``conf``, ``helper_classes``, ``learning_rate``,
-``logging``, ``media``, ``prepare``, ``save_env``, ``tensor_board`` and
-``visualize``; ``seed`` (from ``seeding``) seeds every random generator. They are imported on first access (``machin.utils.conf``) or
+``logging``, ``media``, ``prepare``, ``save_env``, ``schedules``, ``tensor_board``
+and ``visualize``; ``seed`` (from ``seeding``) seeds every random generator. They are imported on first access (``machin.utils.conf``) or
 explicitly (``from machin.utils.conf import Config``), so importing
 ``machin.utils`` itself is cheap and has no side effects.
 """
@@ -20,6 +20,7 @@ __all__ = [
     "media",
     "prepare",
     "save_env",
+    "schedules",
     "tensor_board",
     "visualize",
     "seeding",

@@ -27,6 +27,9 @@ TRAINING_DIRS = {"framework_examples", "your_first_program", "unleash_distribute
 # Directories whose scripts write a learning-curve PNG into the working directory by default.
 CURVE_DIRS = {"framework_examples", "your_first_program", "unleash_distributed_power"}
 SMOKE_EPISODES = "2"
+# Distributed tutorials whose smoke run uses another number of local processes than the default 3:
+# their learner and samplers come from the world size, so any size must work.
+NPROC = {"unleash_distributed_power/dqn_apex.py": 5, "unleash_distributed_power/impala.py": 4}
 HARD_TIMEOUT = 240  # seconds: a hung script fails the test instead of stalling the suite
 
 
@@ -55,8 +58,15 @@ def read_png(path: Path):
 @pytest.mark.parametrize("script", EXAMPLES, ids=[str(p.relative_to(EXAMPLES_DIR)) for p in EXAMPLES])
 def test_example_runs(script, tmp_path):
     args = ["--episodes", SMOKE_EPISODES] if in_dirs(script, TRAINING_DIRS) else []
+    nproc = NPROC.get(f"{script.parent.name}/{script.name}")
+    if nproc:
+        args += ["--nproc", str(nproc)]
     result = run_script(script, args, tmp_path)
     assert result.stdout or result.stderr, f"{script.name} printed nothing"
+    if nproc:  # rank 0 learned; every other process sampled and reported its steps to it
+        reported = re.search(r"environment steps reported \{([^}]*)\}", result.stdout)
+        assert reported and sorted(int(k) for k in re.findall(r"(\d+):", reported.group(1))) == list(
+            range(1, nproc)), result.stdout[-2000:]
     if in_dirs(script, {"your_first_program"}):  # a new user's first run is quiet
         assert "Warning" not in result.stderr, result.stderr
     if in_dirs(script, CURVE_DIRS):

@@ -769,3 +769,165 @@ def test_a_bad_new_hidden_state_is_reported(dummy_envs, output, message):
     sampler = VecSampler(Agent(), dummy_envs, hidden_key="hidden", initial_hidden=torch.zeros(1, 2))
     with pytest.raises(ValueError, match=message):
         sampler.collect(steps=3)
+
+
+# -- fixed-length rollouts ----------------------------------------------------------------
+
+
+def pieces_by_env(episodes):
+    """The stored pieces of each environment, in order."""
+    pieces = {}
+    for episode in episodes:
+        pieces.setdefault(int(episode[0]["state"]["state"][0, 0]), []).append(episode)
+    return pieces
+
+
+def test_rollout_stores_n_steps_per_environment_and_the_tail_as_not_terminal():
+    agent = Recorder()
+    calls = []
+    with ParallelWrapperDummy(creators(3)) as envs:  # episodes of 2, 3 and 4 steps
+        sampler = VecSampler(agent, envs, seed=SEED)
+        infos = sampler.collect_rollout(5, on_step=lambda count, done: calls.append((count, len(done))))
+    assert agent.act_rows == [3] * 5 and calls == [(3, 0), (3, 1), (3, 1), (3, 2), (3, 0)]
+    # finished episodes as they end (steps 2, 3, 4, 4), then each environment's tail
+    assert [(e[0]["state"]["state"][0, 0].item(), len(e)) for e in agent.episodes] == [
+        (0, 2), (1, 3), (0, 2), (2, 4), (0, 1), (1, 2), (2, 1)]
+    assert [e[-1]["terminal"] for e in agent.episodes] == [True] * 4 + [False] * 3
+    assert not any(step["truncated"] for e in agent.episodes for step in e)
+    assert not any(step["terminal"] for e in agent.episodes for step in e[:-1])
+    for pieces in pieces_by_env(agent.episodes).values():
+        assert sum(len(p) for p in pieces) == 5  # n_steps transitions from every environment
+    # the tails end in the observation each environment is in: [index, t, episode, seed]
+    tails = agent.episodes[4:]
+    assert [t[-1]["next_state"]["state"][0, :3].tolist() for t in tails] == [[0, 1, 3], [1, 2, 2], [2, 1, 2]]
+    for index, tail in enumerate(tails):
+        assert torch.equal(tail[-1]["next_state"]["state"][0], sampler._obs[index])
+    assert [(i.env_index, i.length, i.terminated) for i in infos] == [(0, 2, True), (1, 3, True), (0, 2, True),
+                                                                    (2, 4, True)]
+    assert sampler.total_steps == 15 and sampler._episodes == [[], [], []]
+
+
+def test_the_next_rollout_continues_the_same_episodes():
+    agent, whole = Recorder(), Recorder()
+    with ParallelWrapperDummy(creators(3)) as envs, ParallelWrapperDummy(creators(3)) as reference_envs:
+        sampler = VecSampler(agent, envs, seed=SEED)
+        first = sampler.collect_rollout(5)
+        tails = agent.episodes[-3:]
+        count = len(agent.episodes)
+        second = sampler.collect_rollout(4)
+        reference = VecSampler(whole, reference_envs, seed=SEED)
+        reference.collect(steps=27)  # the same 9 vector steps in one call
+    # the first piece of every environment in the second rollout starts where its tail stopped
+    following = pieces_by_env(agent.episodes[count:])
+    for index, tail in enumerate(tails):
+        start = following[index][0][0]["state"]["state"]
+        assert torch.equal(start, tail[-1]["next_state"]["state"])
+        assert start[0, :3].tolist() == tail[-1]["next_state"]["state"][0, :3].tolist()
+    # an episode that spans both rollouts is reported whole, once
+    assert [(i.env_index, i.length) for i in second] == [(0, 2), (1, 3), (0, 2), (2, 4), (1, 3)]
+    assert second[3].episode_return == pytest.approx(sum(t + 1 + ((2 + t) % 3) / 10 for t in range(4)))
+    assert len(first) + len(second) == len(whole.episodes)
+    # joined at the cuts, the pieces are exactly the episodes collect stores, plus the running ones
+    for index, pieces in pieces_by_env(agent.episodes).items():
+        joined, current = [], []
+        for piece in pieces:
+            current += piece
+            if piece[-1]["terminal"] or piece[-1]["truncated"]:
+                joined.append(current)
+                current = []
+        ours = [numbers(e) for e in joined] + [numbers(current)]
+        theirs = [numbers(e) for e in whole.episodes if e[0]["state"]["state"][0, 0] == index]
+        assert ours == theirs + [numbers(reference._episodes[index])]
+
+
+def timed_counting_env(index):
+    """Env 0 terminates after 2 steps, env 1 never terminates but is cut by a time limit after 3."""
+    if index == 0:
+        return CountingEnv(0)
+    return gym.wrappers.TimeLimit(CountingEnv(1, horizon=100), max_episode_steps=3)
+
+
+@pytest.mark.parametrize("kind", ["dummy", "same_step"])
+def test_rollout_keeps_termination_truncation_and_the_cut_apart(kind):
+    agent = Recorder()
+    if kind == "dummy":
+        envs = ParallelWrapperDummy([timed_counting_env] * 2)
+    else:
+        envs = SyncVectorEnv([lambda: timed_counting_env(0), lambda: timed_counting_env(1)],
+                             autoreset_mode=AutoresetMode.SAME_STEP)
+    infos = VecSampler(agent, envs).collect_rollout(4)
+    envs.close()
+    flags = [(e[0]["state"]["state"][0, 0].item(), len(e), e[-1]["terminal"], e[-1]["truncated"])
+             for e in agent.episodes]
+    assert flags == [
+        (0, 2, True, False),   # terminated
+        (1, 3, False, True),   # time limit: not terminal, truncated
+        (0, 2, True, False),
+        (1, 1, False, False),  # the rollout's cut: neither
+    ]
+    assert [(i.env_index, i.terminated, i.truncated) for i in infos] == [(0, True, False), (1, False, True),
+                                                                        (0, True, False)]
+    # a truncated episode's last next_state is its final observation, not the reset one
+    assert agent.episodes[1][-1]["next_state"]["state"][0, 1].item() == 3
+
+
+def test_rollout_on_a_next_step_vector_env_loses_one_transition_per_reset():
+    agent = Recorder()
+    envs = SyncVectorEnv([lambda: CountingEnv(0, horizon=2)])
+    sampler = VecSampler(agent, envs)
+    infos = sampler.collect_rollout(5)  # steps 1, 2 (end), 3 (reset), 4, 5 (end)
+    envs.close()
+    assert [len(e) for e in agent.episodes] == [2, 2] and len(infos) == 2 and sampler.total_steps == 4
+
+
+def test_rollout_argument_errors(dummy_envs):
+    with pytest.raises(ValueError, match='collect_rollout .* needs store="episode", got store=\'transition\''):
+        VecSampler(Recorder(), dummy_envs, store="transition").collect_rollout(4)
+    sampler = VecSampler(Recorder(), dummy_envs)
+    for bad in (0, -3, 2.5, True, None):
+        with pytest.raises(ValueError, match=f"n_steps must be a positive integer, got {bad!r}"):
+            sampler.collect_rollout(bad)
+    with pytest.raises(TypeError, match="on_step must be callable or None, got 3"):
+        sampler.collect_rollout(2, on_step=3)
+    assert sampler.total_steps == 0
+
+
+class StoringPPO(PPO):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.stored = []
+
+    def store_episode(self, episode):
+        self.stored.append(episode)
+        super().store_episode(episode)
+
+
+def test_ppo_learns_from_rollouts_with_bootstrapped_tails():
+    torch.manual_seed(0)
+    ppo = StoringPPO(CategoricalActor(), ValueCritic(), torch.optim.Adam, nn.MSELoss(), batch_size=32,
+                     actor_update_times=2, critic_update_times=2, discount=0.9, gae_lambda=1.0)
+    with ParallelWrapperDummy([lambda i: gym.make("CartPole-v1", max_episode_steps=10)] * 4) as envs:
+        sampler = VecSampler(ppo, envs, seed=0)
+        for _ in range(2):
+            ppo.stored.clear()
+            sampler.collect_rollout(16)
+            assert ppo.replay_buffer.size() == 64  # 16 steps of each of 4 environments
+            _, (value,) = ppo.replay_buffer.sample_batch(
+                0, sample_method="all", sample_attrs=["value"], additional_concat_attrs=["value"])
+            ends = np.cumsum([len(e) for e in ppo.stored]) - 1
+            kinds = set()
+            for episode, end in zip(ppo.stored, ends):
+                last = episode[-1]
+                if last["terminal"]:
+                    expected, kind = last["reward"], "terminated"
+                else:  # truncated by the time limit or cut by the rollout: bootstrapped from V(next_state)
+                    expected = last["reward"] + 0.9 * ppo.criticize(last["next_state"]).item()
+                    kind = "truncated" if last["truncated"] else "cut"
+                kinds.add(kind)
+                assert value[end].item() == pytest.approx(expected, rel=1e-5)
+            assert "cut" in kinds and "truncated" in kinds
+            before = [p.clone() for p in ppo.actor.parameters()]
+            policy_value, value_loss = ppo.update()
+            assert isinstance(policy_value, float) and isinstance(value_loss, float)
+            assert ppo.replay_buffer.size() == 0
+            assert any(not torch.equal(a, b) for a, b in zip(before, ppo.actor.parameters()))

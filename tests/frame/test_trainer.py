@@ -17,7 +17,7 @@ from torch import nn
 from machin.env.wrappers import ParallelWrapperDummy
 from machin.frame import algorithms
 from machin.frame.algorithms import DDPG, DQN, PPO
-from machin.frame.trainer import FAMILY_DEFAULTS, Trainer
+from machin.frame.trainer import Trainer
 from machin.utils.save_env import SaveEnv
 from tests.frame.algorithms.ddpg_nets import Actor, Critic
 from tests.frame.algorithms.dqn_nets import QNet
@@ -87,7 +87,8 @@ def read_scalars(directory):
 def test_defaults_come_from_the_nearest_family(name, family):
     cls = getattr(algorithms, name)
     trainer = Trainer(cls.__new__(cls), cartpole, progress=False)  # the trainer only looks up methods
-    expected = FAMILY_DEFAULTS[family]
+    expected = getattr(algorithms, family).driver
+    assert cls.driver is expected  # inherited from the family
     assert (trainer.act_method, trainer.act_kwargs, trainer.eval_act_method, trainer.store) == (
         expected.act_method, expected.act_kwargs, expected.eval_act_method, expected.store)
     assert trainer.act_kwargs is not expected.act_kwargs  # a copy: the table cannot be changed by accident
@@ -635,3 +636,304 @@ def test_r2d1_learns_masked_cartpole_through_the_trainer():
           f"{result.solved_episode} ({result.steps} steps, {time.time() - start:.1f} s wall, "
           f"{time.process_time() - cpu:.1f} s CPU)")
     assert result.solved_episode is not None
+
+
+# -- bursts of updates ------------------------------------------------------------------------
+class TimedDQN(DQN):
+    """Records the number of stored steps at each update (in transition mode: the trainer's step count)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.update_at = []
+
+    def update(self, *args, **kwargs):
+        self.update_at.append(self.replay_buffer.size())
+        return super().update(*args, **kwargs)
+
+
+def timed_dqn():
+    torch.manual_seed(0)
+    return TimedDQN(QNet(hidden=8), QNet(hidden=8), torch.optim.Adam, nn.MSELoss(), batch_size=8)
+
+
+def test_bursts_every_train_freq_steps_after_the_warmup():
+    dqn = timed_dqn()
+    trainer = Trainer(dqn, cartpole, train_freq=4, gradient_steps=3, warmup_steps=10, eval_interval=0, seed=0,
+                      progress=False)
+    assert (trainer.updates_per_step, trainer.updates_per_episode) == (0.0, 0)
+    result = trainer.run(steps=60)
+    expected = [step for step in range(12, result.steps + 1, 4) for _ in range(3)]  # 12 is the first burst > 10
+    assert dqn.update_at == expected and len(expected) >= 36
+
+
+def test_burst_defaults_and_as_many_updates_as_steps():
+    dqn = timed_dqn()
+    trainer = Trainer(dqn, cartpole, gradient_steps=2, eval_interval=0, seed=0, progress=False)
+    assert trainer.train_freq == (1, "step") and trainer.gradient_steps == 2
+    result = trainer.run(steps=10)
+    assert dqn.update_at == [step for step in range(1, result.steps + 1) for _ in range(2)]
+    trainer = Trainer(timed_dqn(), cartpole, train_freq=5, eval_interval=0, progress=False)
+    assert trainer.train_freq == (5, "step") and trainer.gradient_steps == 1
+    # every second episode: as many updates as steps taken since the previous burst
+    dqn = timed_dqn()
+    result = Trainer(dqn, cartpole, train_freq=[2, "episode"], gradient_steps=-1, warmup_steps=5, eval_interval=0,
+                     seed=0, progress=False).run(6)
+    ends = np.cumsum([int(r) for r in result.returns])  # CartPole: one reward per step
+    expected, mark = [], 0
+    for end in ends[1::2]:
+        expected += [int(end)] * int(end - mark)
+        mark = end
+    assert dqn.update_at == expected
+
+
+def test_bursts_on_a_group_count_the_steps_of_all_environments():
+    dqn = timed_dqn()
+    with cartpoles(3) as envs:
+        result = Trainer(dqn, envs, train_freq=5, gradient_steps=2, warmup_steps=9, eval_interval=0, seed=0,
+                         progress=False).run(steps=60)
+    expected = []
+    for step in range(3, result.steps + 1, 3):  # a group step takes 3 transitions
+        crossed = step // 5 - (step - 3) // 5
+        if step > 9:
+            expected += [step] * (2 * crossed)
+    assert dqn.update_at == expected and 15 in expected and 12 in expected
+
+
+def test_bursts_in_episode_mode_follow_each_stored_episode():
+    ppo = counting_ppo()
+    env = gym.make("CartPole-v0", max_episode_steps=12)
+    updates_after_episode = []
+    original = ppo.store_episode
+    ppo.store_episode = lambda episode: (original(episode), updates_after_episode.append(ppo.updates))
+    trainer = Trainer(ppo, env, train_freq=5, gradient_steps=2, eval_interval=0, seed=0, progress=False)
+    assert trainer.updates_per_episode == 0  # bursts replace the family's update per episode
+    result = trainer.run(4)
+    due = [2 * (int(steps) // 5) for steps in np.cumsum([int(r) for r in result.returns])]
+    assert ppo.updates == due[-1] and updates_after_episode == [0] + due[:-1]
+
+
+# -- evaluation every N steps -----------------------------------------------------------------
+def test_evaluation_every_n_steps_on_a_separate_environment(tmp_path):
+    dqn = make_dqn()
+    trainer = Trainer(dqn, cartpole, eval_every_steps=25, eval_episodes=1, log_dir=tmp_path, seed=0, progress=False)
+    assert trainer.eval_interval == 0
+    at, values = [], iter([5.0, 9.0, 7.0, 12.0, 3.0])
+    trainer.evaluate = lambda: at.append(trainer._steps) or next(values)
+    result = trainer.run(steps=100)
+    assert at == result.eval_steps == [25, 50, 75, 100][: len(at)] and len(at) == result.steps // 25
+    assert [v for _, v in result.eval_returns] == [5.0, 9.0, 7.0, 12.0][: len(at)]
+    ends = np.cumsum([int(r) for r in result.returns])
+    assert [e for e, _ in result.eval_returns] == [int(np.sum(ends < s)) for s in at]  # episodes finished by then
+    assert result.best_version == 100 and result.best_eval_return == 12.0  # checkpoints named by the step
+    assert sorted(p.name for p in (tmp_path / "checkpoints").glob("qnet_target_*.pt")) == [
+        "qnet_target_100.pt", "qnet_target_25.pt", "qnet_target_50.pt"]
+    assert read_scalars(result.paths["tensorboard"])["eval/return"] == [(25, 5.0), (50, 9.0), (75, 7.0),
+                                                                      (100, 12.0)]
+    rows = read_csv(result.paths["csv"])  # each row shows the last evaluation made during its episode
+    shown = [(int(r["steps"]), float(r["eval_return"])) for r in rows if r["eval_return"]]
+    expected = {}
+    for step, (_, value) in zip(at, result.eval_returns):
+        expected[int(ends[np.searchsorted(ends, step)])] = value
+    assert shown == sorted(expected.items())
+
+
+def test_evaluation_every_n_steps_on_the_training_environment_waits_for_the_episode_end():
+    env = cartpole()
+    trainer = Trainer(make_dqn(), env, eval_every_steps=15, eval_episodes=1, seed=0, progress=False)
+    assert trainer.eval_env is env
+    at = []
+    trainer.evaluate = lambda: at.append(trainer._steps) or 1.0
+    result = trainer.run(6)
+    ends = [0] + [int(e) for e in np.cumsum([int(r) for r in result.returns])]
+    expected = [end for start, end in zip(ends, ends[1:]) if end // 15 > start // 15]  # a multiple inside
+    assert at == result.eval_steps == expected and expected
+
+
+def test_evaluation_every_n_steps_on_a_group():
+    with cartpoles(3) as envs:
+        trainer = Trainer(make_dqn(), envs, eval_env=cartpole, eval_every_steps=10, eval_episodes=1, seed=0,
+                          progress=False)
+        result = trainer.run(steps=61)
+    # a group step takes 3 transitions: one evaluation at the step that reaches or passes each multiple of 10
+    expected = [step for step in range(3, result.steps + 1, 3) if step // 10 > (step - 3) // 10]
+    assert result.eval_steps == expected and expected[:4] == [12, 21, 30, 42]
+    assert len(result.eval_returns) == len(result.eval_steps) and result.steps >= 61
+
+
+def test_episode_evaluations_record_their_steps_too():
+    result = Trainer(make_dqn(), cartpole, eval_interval=2, eval_episodes=1, seed=0, progress=False).run(4)
+    ends = np.cumsum([int(r) for r in result.returns])
+    assert result.eval_steps == [int(ends[1]), int(ends[3])]
+
+
+# -- rollouts ---------------------------------------------------------------------------------
+class RolloutPPO(CountingPPO):
+    """Also records the number of stored steps at each update."""
+
+    def update(self, *args, **kwargs):
+        self.sizes = getattr(self, "sizes", []) + [self.replay_buffer.size()]
+        return super().update(*args, **kwargs)
+
+
+def rollout_ppo():
+    torch.manual_seed(0)
+    return RolloutPPO(CategoricalActor(4, 2), ValueCritic(4), torch.optim.Adam, nn.MSELoss(), batch_size=8,
+                      actor_update_times=1, critic_update_times=1)
+
+
+def test_rollouts_on_one_environment_continue_episodes_and_update_once_each():
+    ppo = rollout_ppo()
+    trainer = Trainer(ppo, lambda: gym.make("CartPole-v0", max_episode_steps=12), rollout_steps=16,
+                      eval_interval=0, seed=0, progress=False)
+    assert (trainer.updates_per_step, trainer.updates_per_episode) == (0.0, 0)
+    result = trainer.run(steps=40)
+    assert result.steps == 48 and ppo.updates == 3 and ppo.sizes == [16, 16, 16]  # ends after the third rollout
+    episodes = ppo.episodes
+    assert sum(len(e) for e in episodes) == 48
+    cuts = [e for e in episodes if not e[-1]["terminal"] and not e[-1]["truncated"]]
+    assert 1 <= len(cuts) <= 3  # at most one tail per rollout
+    # joined at the cuts, the pieces make whole episodes; the finished ones are the logged returns
+    joined, current = [], []
+    for piece in episodes:
+        if current:
+            assert torch.equal(piece[0]["state"]["state"], current[-1]["next_state"]["state"])  # continues
+        current += piece
+        if piece[-1]["terminal"] or piece[-1]["truncated"]:
+            joined.append(current)
+            current = []
+    assert [sum(t["reward"] for t in e) for e in joined] == result.returns  # all that ended, the last rollout's too
+    assert all(len(e) <= 12 for e in joined) and any(e[-1]["truncated"] for e in joined)
+    first = cartpole().reset(seed=1)[0]  # training episode i starts from seed + i
+    assert np.allclose(episodes[0][0]["state"]["state"][0].numpy(), first)
+
+
+def test_rollouts_on_a_group_and_the_episodes_limit():
+    ppo = rollout_ppo()
+    with cartpoles(2, max_episode_steps=10) as envs:
+        result = Trainer(ppo, envs, rollout_steps=8, eval_interval=0, seed=0, progress=False).run(5)
+    # both environments end an episode at steps 10, 20 and 30: the fifth ends in the fourth rollout
+    assert result.returns == [10.0] * 5 and result.episodes == 5
+    assert ppo.updates == 4 and ppo.sizes == [16] * 4 and result.steps == 64
+    assert ppo.replay_buffer.size() == 0  # the last rollout was trained on before the run ended
+
+
+def test_rollouts_with_step_evaluation_and_the_shared_environment_rule():
+    ppo = rollout_ppo()
+    trainer = Trainer(ppo, lambda: gym.make("CartPole-v0", max_episode_steps=20), rollout_steps=10,
+                      eval_every_steps=15, eval_episodes=1, seed=0, progress=False)
+    result = trainer.run(steps=45)
+    assert result.eval_steps == [15, 30, 45] and ppo.updates == 5
+    with pytest.raises(ValueError, match="rollout_steps keeps episodes running .* give eval_env"):
+        Trainer(rollout_ppo(), cartpole(), rollout_steps=10)
+    Trainer(rollout_ppo(), cartpole(), rollout_steps=10, eval_interval=0)  # no evaluation: fine
+
+
+# -- progress of the algorithm's schedules ----------------------------------------------------
+class ScheduledDQN(TimedDQN):
+    """Anneals epsilon from 1 to 0.04 over 16 % of training, and records every call in order."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.events = []
+
+    def set_progress(self, progress):
+        from machin.utils.schedules import LinearSchedule, apply_schedules
+
+        self.events.append(("progress", progress))
+        apply_schedules(self, progress, {"epsilon": LinearSchedule(1.0, 0.04, 0.16)})
+
+    def act_discrete_with_noise(self, state, **kwargs):
+        self.events.append(("act", self.epsilon))
+        return super().act_discrete_with_noise(state, **kwargs)
+
+    def update(self, *args, **kwargs):
+        self.events.append(("update",))
+        return super().update(*args, **kwargs)
+
+
+def test_set_progress_follows_every_step_when_the_total_is_known():
+    torch.manual_seed(0)
+    dqn = ScheduledDQN(QNet(hidden=8), QNet(hidden=8), torch.optim.Adam, nn.MSELoss(), batch_size=8)
+    result = Trainer(dqn, cartpole, eval_interval=0, seed=0, progress=False).run(steps=50)
+    progress = [e[1] for e in dqn.events if e[0] == "progress"]
+    assert progress == [min(1.0, k / 50) for k in range(result.steps + 1)]
+    assert result.steps > 50 and progress[-1] == 1.0
+    # each step: act with the current epsilon, then the progress of the step, then its update
+    assert dqn.events[:7] == [("progress", 0.0), ("act", 1.0), ("progress", 0.02), ("update",),
+                              ("act", pytest.approx(1 - 0.96 * 0.02 / 0.16)), ("progress", 0.04), ("update",)]
+    acts = [e[1] for e in dqn.events if e[0] == "act"]
+    assert acts[8] == pytest.approx(0.04) and acts[-1] == pytest.approx(0.04)  # 8 steps of 50 = 16 %
+    dqn.events.clear()
+    Trainer(dqn, cartpole, eval_interval=0, seed=0, progress=False).run(2)  # no step limit: no progress
+    assert not [e for e in dqn.events if e[0] == "progress"]
+
+
+def test_set_progress_on_a_group_and_in_rollouts():
+    torch.manual_seed(0)
+    dqn = ScheduledDQN(QNet(hidden=8), QNet(hidden=8), torch.optim.Adam, nn.MSELoss(), batch_size=8)
+    with cartpoles(3) as envs:
+        Trainer(dqn, envs, eval_interval=0, seed=0, progress=False).run(steps=30)
+    progress = [e[1] for e in dqn.events if e[0] == "progress"]
+    assert progress[:4] == pytest.approx([0.0, 0.1, 0.2, 0.3]) and progress[-1] == 1.0
+
+    seen = []
+
+    class ProgressPPO(RolloutPPO):
+        def set_progress(self, progress):
+            seen.append(progress)
+
+    torch.manual_seed(0)
+    ppo = ProgressPPO(CategoricalActor(4, 2), ValueCritic(4), torch.optim.Adam, nn.MSELoss(), batch_size=8)
+    Trainer(ppo, cartpole, rollout_steps=10, eval_interval=0, seed=0, progress=False).run(steps=20)
+    assert seen == pytest.approx([k / 20 for k in range(21)])
+
+
+# -- option errors of the schedules -----------------------------------------------------------
+@pytest.mark.parametrize("kwargs, message", [
+    ({"updates_per_step": 1, "train_freq": 4}, "give updates_per_step .* or train_freq / gradient_steps .*, "
+                                               "not both: got updates_per_step=1, train_freq=4"),
+    ({"updates_per_step": 0.5, "gradient_steps": 2}, "not both"),
+    ({"train_freq": 0}, r"train_freq must be a positive integer \(environment steps\) or a pair .* got 0"),
+    ({"train_freq": (4, "minute")}, r"train_freq must be .* got \(4, 'minute'\)"),
+    ({"train_freq": (0, "episode")}, r"got \(0, 'episode'\)"),
+    ({"gradient_steps": 0}, r"gradient_steps must be a positive integer or -1 \(as many as steps taken\), got 0"),
+    ({"gradient_steps": -2}, "got -2"),
+    ({"rollout_steps": 0}, "rollout_steps must be an integer >= 1, got 0"),
+    ({"rollout_steps": 8}, "rollout_steps stores each rollout with store_episode: it needs store='episode', "
+                           "got store='transition'"),
+    ({"rollout_steps": 8, "store": "episode", "updates_per_episode": 1},
+     "rollout_steps makes one update per rollout: leave out .* got rollout_steps=8 with updates_per_episode=1"),
+    ({"rollout_steps": 8, "store": "episode", "warmup_steps": 100, "train_freq": 2},
+     "got rollout_steps=8 with train_freq=2, warmup_steps=100"),
+    ({"eval_interval": 5, "eval_every_steps": 100},
+     "evaluate every eval_interval episodes or every eval_every_steps steps, not both: got eval_interval=5 "
+     "and eval_every_steps=100"),
+    ({"eval_every_steps": -1}, "eval_every_steps must be an integer >= 0, got -1"),
+])
+def test_contradictory_or_bad_schedule_options(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        Trainer(make_dqn(), cartpole, **kwargs)
+
+
+def test_a_group_without_evaluation_environment_refuses_step_evaluations():
+    with cartpoles(2) as envs, pytest.raises(
+            ValueError, match="give eval_env .* or eval_interval=0, got eval_interval=0 and eval_every_steps=50"):
+        Trainer(make_dqn(), envs, eval_every_steps=50)
+
+
+@pytest.mark.learning
+def test_ppo_learns_cartpole_from_fixed_length_rollouts_of_four_environments():
+    torch.manual_seed(0)
+    np.random.seed(0)
+    ppo = PPO(CategoricalActor(4, 2), ValueCritic(4), torch.optim.Adam, nn.MSELoss(), batch_size=128,
+              actor_update_times=20, critic_update_times=20, actor_learning_rate=0.003, critic_learning_rate=0.005,
+              gae_lambda=0.95)
+    start, cpu = time.time(), time.process_time()
+    with cartpoles(4) as envs:
+        result = Trainer(ppo, envs, rollout_steps=128, eval_interval=0, solved_reward=150, seed=0,
+                         progress=False).run(steps=30000)
+    print(f"PPO through the Trainer, rollouts of 128 steps on 4 environments: solved at episode "
+          f"{result.solved_episode} ({result.steps} steps, {time.time() - start:.1f} s wall, "
+          f"{time.process_time() - cpu:.1f} s CPU)")
+    assert result.solved_episode is not None
+    assert result.steps % 512 == 0  # whole rollouts only

@@ -1,20 +1,95 @@
-"""What the three distributed tutorials share: progress, stopping, keeping pace, the curve.
+"""What the three distributed tutorials share: options, launching, progress, the end of a run.
 
-* :class:`Progress` keeps a process's returns, prints a line per episode and, once
-  the process has solved CartPole-v0, registers ``solved_<rank>`` in the group, which
-  tells the other processes to stop.
-* :func:`pull_until` makes a sampler wait for the learner.
-* :func:`finish_run` lets exactly one process write the learning curve: the first
-  sampler that solved the environment, or the first sampler if none did.
+* :func:`parse_args` reads the options every tutorial takes (``--nproc``, ``--learners``,
+  checkpoints and ``--resume`` among them) and :func:`start` runs ``main(rank, args)`` on
+  ``--nproc`` local processes, or as the one rank ``torchrun`` started.
+* :class:`Progress` keeps a process's returns, prints a line per episode and says when
+  the process has solved CartPole.
+* :func:`stop_if_learner_lost` ends a sampler with a clear message when the learner is gone.
+* :func:`finish_run` ends the run in every process and lets exactly one write the learning
+  curve: the sampler that solved the environment, or the first sampler left if none did.
 """
 
+import argparse
+import contextlib
 import os
+import sys
 import time
-from typing import List, Sequence
+from typing import Callable, List, Sequence
 
+import gymnasium as gym
+
+from machin.parallel.distributed.launcher import run_script
+from machin.parallel.distributed.roles import LearnerLostError, Roles
 from machin.utils.media import create_learning_curve
 
 SOLVED_REWARD, SOLVED_REPEAT = 190.0, 5
+RPC_TIMEOUT = 60  # seconds: how long a process waits for an answer before it gives the other up
+
+
+def make_env():
+    """CartPole with 200-step episodes: CartPole-v0's task, without gymnasium's deprecation warning."""
+    return gym.make("CartPole-v1", max_episode_steps=200)
+
+
+def parse_args(description: str, name: str, episodes: int = 1000, roles: bool = True) -> argparse.Namespace:
+    """The options of a distributed tutorial (``name`` is the stem of its output files).
+
+    With ``roles`` (learners and samplers) also ``--learners``, ``--updates`` and the
+    checkpoint options.
+    """
+    parser = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--episodes", type=int, default=episodes, help="episodes per playing process at most")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--plot", default=f"{name}_curve.png", help="learning-curve PNG ('' for none)")
+    parser.add_argument("--nproc", type=int, default=3,
+                        help="processes started on this machine by 'python script.py' (torchrun sets its own)")
+    if roles:
+        parser.add_argument("--learners", type=int, default=1,
+                            help="learners (ranks 0 .. K-1, trained together with DistributedDataParallel)")
+        parser.add_argument("--updates", type=int, default=0,
+                            help="stop after this many learner updates (0: no limit)")
+        parser.add_argument("--checkpoint-every", type=int, default=1000, metavar="K",
+                            help="the learner writes a checkpoint every K updates (0: never)")
+        parser.add_argument("--checkpoint-dir", default=f"{name}_checkpoints", metavar="DIR")
+        parser.add_argument("--resume", action="store_true",
+                            help="the learner continues from the newest checkpoint in --checkpoint-dir, if any")
+    return parser.parse_args()
+
+
+def start(main: Callable, args: argparse.Namespace) -> None:
+    """Run ``main(rank, args)``: as one rank under torchrun, else on ``--nproc`` local processes.
+
+    With learners and samplers, a sampler that is killed does not end a local run (the
+    others go on without it); a learner that dies does, once the samplers have noticed it
+    and said so.
+    """
+    learners = getattr(args, "learners", None)
+    samplers = () if learners is None else Roles.from_world(args.nproc, 0, learners=learners).samplers
+    run_script(lambda rank: main(rank, args), args.nproc, timeout=24 * 3600, allow_exit=samplers,
+               failure_grace=RPC_TIMEOUT + 10)
+
+
+@contextlib.contextmanager
+def stop_if_learner_lost(world, control):
+    """Around a process's work: if the learner is gone, say so, stop the world here and exit(1).
+
+    A failed call to the learner's model server (or replay) may come first; the run
+    control then tells whether the learner is really gone.
+    """
+    try:
+        yield
+    except RuntimeError as error:
+        if not isinstance(error, LearnerLostError):
+            try:
+                control.status()
+            except LearnerLostError as lost:
+                error = lost
+            else:
+                raise
+        print(error, file=sys.stderr, flush=True)
+        world.stop(graceful=False)
+        sys.exit(1)
 
 
 class Progress:
@@ -25,18 +100,16 @@ class Progress:
     ``SOLVED_REPEAT`` episodes in a row.
 
     Args:
-        group: The RPC group in which ``solved_<rank>`` is registered.
         rank: This process's rank.
-        players: Names of every process that plays episodes (this one included).
     """
 
-    def __init__(self, group, rank: int, players: Sequence[str]):
-        self.group, self.rank, self.players = group, rank, list(players)
+    def __init__(self, rank: int):
+        self.rank = rank
         self.returns: List[float] = []
         self.smoothed, self.streak, self.start = 0.0, 0, time.time()
 
     def record(self, episode: int, total: float) -> bool:
-        """Note one episode's return; ``True`` when this process should stop playing."""
+        """Note one episode's return; ``True`` once this process has solved the environment."""
         self.returns.append(total)
         self.smoothed = 0.9 * self.smoothed + 0.1 * total
         print(f"process {self.rank} episode {episode:4d}  return {total:6.1f}  smoothed {self.smoothed:6.1f}  "
@@ -44,21 +117,8 @@ class Progress:
         self.streak = self.streak + 1 if self.smoothed > SOLVED_REWARD else 0
         if self.streak >= SOLVED_REPEAT:
             print(f"process {self.rank}: environment solved at episode {episode}!", flush=True)
-            self.group.register(f"solved_{self.rank}", print)  # any registered name would do
             return True
-        return self.someone_solved()
-
-    def someone_solved(self) -> bool:
-        """Whether any playing process has registered ``solved_<name>``."""
-        return any(self.group.is_registered(f"solved_{name}") for name in self.players)
-
-
-def pull_until(agent, network, version: int) -> None:
-    """Pull the shared network until the learner has made ``version`` updates (one push each)."""
-    agent.manual_sync()
-    while getattr(network, "pp_version", 0) < version:
-        time.sleep(0.01)
-        agent.manual_sync()
+        return False
 
 
 def write_curve(returns: Sequence[float], path: str, title: str) -> None:
@@ -71,20 +131,30 @@ def write_curve(returns: Sequence[float], path: str, title: str) -> None:
     print(f"learning curve written to {written}", flush=True)
 
 
-def finish_run(world, group, samplers: Sequence[str], rank, returns, path: str, title: str) -> None:
-    """Called by every process after its loop, before ``world.stop()``: one of them writes the curve.
+def learner_summary(updates: int, sampled_from, control) -> None:
+    """Print what reached the learner: its updates, and the samples it drew from each node."""
+    by_node = {}
+    for name, count in sampled_from.items():
+        node = control.nodes.get(control.rank_of(name), 0)
+        by_node[node] = by_node.get(node, 0) + count
+    by_sampler = {name: count for name, count in sorted(sampled_from.items())}
+    print(f"learner: {updates} updates; samples drawn by node {dict(sorted(by_node.items()))}, "
+          f"by process {by_sampler}; environment steps reported {control.steps}", flush=True)
+
+
+def finish_run(world, control, rank: int, returns, path: str, title: str) -> None:
+    """Called by every process after its loop: end the run, then one process writes the curve.
 
     Args:
-        world: The running world.
-        group: The RPC group in which samplers register ``solved_<name>``.
-        samplers: Names of the processes that play episodes, in order of preference.
+        world: The running world (stopped here).
+        control: The run's :class:`~machin.parallel.distributed.roles.RunControl`.
         rank: This process's rank.
         returns: This process's per-episode returns (ignored unless it writes).
         path: File to write (``""``: none).
         title: Title of the plot.
     """
-    world.barrier()  # every process has left its loop: the "solved" registrations are final
-    writer = next((name for name in samplers if group.is_registered(f"solved_{name}")), samplers[0])
-    world.barrier()  # no process starts stopping the world while another still asks the group
-    if str(rank) == writer:
+    status = control.finish(world)  # waits for the learner's verdict, then stops the world
+    samplers = [r for r in control.roles.samplers if r not in status.gone]
+    writer = status.solved_by if status.solved_by is not None else (samplers or [None])[0]
+    if rank == writer:
         write_curve(returns, path, title)

@@ -1,28 +1,25 @@
-"""A3C on CartPole-v0 with 3 local processes: ``python a3c.py [--episodes N] [--seed S]``.
+"""A3C on CartPole on any number of processes: ``python a3c.py [--nproc N] [--episodes E]``.
 
 Every process is a sampler and a trainer: it plays its own episodes, computes the
 A2C losses on them and pushes the gradients to two gradient servers (actor and
 critic), which every process also helps to reduce. The run stops in every process
 as soon as one of them has solved the environment (or has played ``--episodes``).
-Started by ``torchrun --nproc_per_node=3 a3c.py`` each process is one rank instead.
+``python a3c.py`` starts ``--nproc`` processes (3 by default) on this machine; under
+``torchrun --nproc_per_node=N a3c.py`` each process is one rank instead.
 
 At the end the process that solved the environment (process 0 if none did) writes
 its per-episode returns as a learning curve to ``--plot`` (default
 ``a3c_curve.png``; ``--plot ""`` writes none).
 """
 
-import argparse
-
-import gymnasium as gym
 import torch
-from _shared import Progress, finish_run
+from _shared import Progress, make_env, parse_args, start, write_curve
 from torch import nn
 from torch.distributions import Categorical
 
 from machin.frame.algorithms import A3C
 from machin.frame.helpers import grad_server_helper
 from machin.parallel.distributed import World
-from machin.parallel.distributed.launcher import run_script
 
 
 class Actor(nn.Module):
@@ -66,35 +63,41 @@ def play_episode(a3c, env, seed):
     return stored, total
 
 
-def main(rank, episodes=1000, seed=0, plot=""):
+def main(rank, args):
     torch.set_num_threads(1)
     world = World(rpc_timeout=60)
-    group = world.create_rpc_group("a3c_control", world.get_members())
-    torch.manual_seed(seed)
+    players = world.get_members()
+    group = world.create_rpc_group("a3c_control", players)
+    torch.manual_seed(args.seed)
     servers = grad_server_helper([Actor, Critic], learning_rate=0.003)
-    torch.manual_seed(seed + rank)
+    torch.manual_seed(args.seed + rank)
     a3c = A3C(Actor(), Critic(), nn.MSELoss(), servers, batch_size=1000, update_times=3, gae_lambda=0.95)
     a3c.set_sync(False)  # pull once per episode, not on every act
-    env = gym.make("CartPole-v0")
-    progress = Progress(group, rank, world.get_members())
-    for episode in range(1, episodes + 1):
+    env = make_env()
+    progress = Progress(rank)
+    for episode in range(1, args.episodes + 1):
         a3c.manual_sync()
-        stored, total = play_episode(a3c, env, seed * 1000 + rank * 100000 + episode)
+        stored, total = play_episode(a3c, env, args.seed * 1000 + rank * 100000 + episode)
         a3c.store_episode(stored)
         a3c.update()
-        if progress.record(episode, total):  # solved here, or another process has
+        if progress.record(episode, total):
+            group.register(f"solved_{rank}", print)  # any registered name tells the others
+        if any(group.is_registered(f"solved_{name}") for name in players):  # solved here or elsewhere
             break
     env.close()
-    # Waits for every process; then the one that solved (or process 0) writes its curve.
-    finish_run(world, group, world.get_members(), rank, progress.returns, plot, "A3C on CartPole-v0")
+    world.barrier()  # every process has left its loop: the "solved" registrations are final
+    writer = next((name for name in players if group.is_registered(f"solved_{name}")), players[0])
+    world.barrier()  # nobody stops the world while another still asks the group
     world.stop()
+    if str(rank) == writer:
+        write_curve(progress.returns, args.plot, "A3C on CartPole")
     return progress.returns
 
 
+def cli(description=__doc__, name="a3c"):
+    """Parse the options and start the run (what ``python a3c.py`` does)."""
+    start(main, parse_args(description, name, roles=False))
+
+
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--episodes", type=int, default=1000, help="episodes per process at most")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--plot", default="a3c_curve.png", help="learning-curve PNG ('' for none)")
-    args = parser.parse_args()
-    run_script(lambda rank: main(rank, args.episodes, args.seed, args.plot), 3, timeout=3600)
+    cli()

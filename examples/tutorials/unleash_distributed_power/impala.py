@@ -1,32 +1,46 @@
-"""IMPALA on CartPole-v0 with 3 local processes: ``python impala.py [--episodes N] [--seed S]``.
+"""IMPALA on CartPole on any number of processes: ``python impala.py [--nproc N] [--episodes E]``.
 
-Processes 0 and 1 are samplers: they play whole episodes with the newest actor
-(pulled once per episode) and store each one, with the log-probability of every
-action taken, as a single entry of the distributed episode buffer. Process 2 is the
-learner: it samples episodes from both samplers, corrects for the policy lag with
-V-trace and pushes its actor to the model server after every update. Everything
-stops once a sampler has solved the environment or both have played ``--episodes``.
+The roles come from the world: process 0 is the learner and every other process a
+sampler (``--learners K``: processes 0 .. K-1 learn together with
+DistributedDataParallel). Samplers play whole episodes with the newest actor (pulled
+once per episode) and store each one, with the log-probability of every action taken,
+as a single entry of the distributed episode buffer. The learner samples episodes from
+every sampler, corrects for the policy lag with V-trace, pushes its actor to the model
+server after every update and writes a checkpoint every ``--checkpoint-every`` updates.
+Everything stops once a sampler has solved the environment, every sampler has played
+``--episodes`` episodes, or the learner has made ``--updates`` updates.
 
-At the end the sampler that solved the environment (process 0 if none did) writes
-its per-episode returns as a learning curve to ``--plot`` (default
+``python impala.py`` starts ``--nproc`` processes (3 by default) on this machine; under
+``torchrun`` each process is one rank (``torchrun --nproc_per_node 5 impala.py``). If the
+learner dies, the samplers stop with a message; ``--resume`` continues from the newest
+checkpoint.
+
+At the end the sampler that solved the environment (the first sampler if none did)
+writes its per-episode returns as a learning curve to ``--plot`` (default
 ``impala_curve.png``; ``--plot ""`` writes none).
 """
 
-import argparse
 import time
 
-import gymnasium as gym
 import torch
-from _shared import Progress, finish_run, pull_until
+from _shared import (
+    RPC_TIMEOUT,
+    Progress,
+    finish_run,
+    learner_summary,
+    make_env,
+    parse_args,
+    start,
+    stop_if_learner_lost,
+)
 from torch import nn
 from torch.distributions import Categorical
 
 from machin.frame.algorithms import IMPALA
-from machin.frame.helpers import model_server_helper
 from machin.parallel.distributed import World
-from machin.parallel.distributed.launcher import run_script
+from machin.parallel.distributed.checkpoint import LearnerCheckpoint
+from machin.parallel.distributed.roles import Roles, RunControl
 
-SAMPLERS, LEARNER = ("0", "1"), "2"
 WARMUP = 4  # episodes stored by all samplers before the learner starts
 
 
@@ -56,15 +70,16 @@ class Critic(nn.Module):
         return self.net(state)
 
 
-def sample(impala, group, rank, episodes, seed):
+def sample(impala, control, rank, args):
     """Play and store episodes; returns the return of every episode played."""
-    env = gym.make("CartPole-v0")
-    progress = Progress(group, rank, SAMPLERS)
-    for episode in range(1, episodes + 1):
-        # Keep about one learner update per episode of each sampler: wait for the
-        # model server's version (one per update) to catch up.
-        pull_until(impala, impala.actor, episode - WARMUP)
-        obs, _ = env.reset(seed=seed * 1000 + rank * 100000 + episode)
+    env = make_env()
+    progress = Progress(rank)
+    for episode in range(1, args.episodes + 1):
+        # Keep about one learner update per episode of each sampler.
+        if control.wait_for_updates(episode - WARMUP).stop:
+            break
+        impala.manual_sync()  # the newest actor
+        obs, _ = env.reset(seed=args.seed * 1000 + rank * 100000 + episode)
         state = torch.tensor(obs, dtype=torch.float32).view(1, -1)
         done, total, stored = False, 0.0, []
         while not done:
@@ -76,46 +91,60 @@ def sample(impala, group, rank, episodes, seed):
                            "terminal": terminated, "action_log_prob": log_prob.item()})
             state, total, done = next_state, total + reward, terminated or truncated
         impala.store_episode(stored)
-        if progress.record(episode, total):  # solved here, or the other sampler has
+        solved = progress.record(episode, total)
+        if control.report(steps=len(stored), episodes=1, solved=solved).stop:  # solved here or elsewhere
             break
     env.close()
-    group.register(f"done_{rank}", print)  # tells the learner this sampler has finished
     return progress.returns
 
 
-def learn(impala, group):
-    """Update until every sampler has finished; returns the number of updates."""
-    updates = 0
-    while not all(group.is_registered(f"done_{s}") for s in SAMPLERS):
-        if impala.replay_buffer.all_size() < WARMUP:
+def learn(impala, control, args):
+    """Update until the run stops, with a checkpoint every ``--checkpoint-every`` updates."""
+    checkpoint = LearnerCheckpoint(impala, args.checkpoint_dir, every=args.checkpoint_every)
+    updates = (checkpoint.resume() or 0) if args.resume else 0
+    if updates:
+        print(f"learner: resumed from the checkpoint of update {updates}", flush=True)
+        impala.publish()  # the samplers pull the resumed actor at once
+    control.set_updates(updates)
+    started = False
+    while not control.learner_should_stop():
+        # once (not again when a sampler's part is lost): wait until the group holds enough
+        started = started or control.learners_agree(impala.replay_buffer.all_size() >= WARMUP)
+        if not started:
             time.sleep(0.05)
             continue
         impala.update()
         updates += 1
+        control.set_updates(updates)
+        if control.is_coordinator:
+            checkpoint.step(updates)
+        if args.updates and updates >= args.updates:
+            control.request_stop(f"{updates} updates made")
+    if control.is_coordinator:
+        learner_summary(updates, impala.sampled_from, control)
     return updates
 
 
-def main(rank, episodes=1000, seed=0, plot=""):
+def main(rank, args):
     torch.set_num_threads(1)
-    world = World(rpc_timeout=60)
-    group = world.create_rpc_group("impala", [*SAMPLERS, LEARNER])
-    servers = model_server_helper(model_num=1)
-    torch.manual_seed(seed)
-    impala = IMPALA(Actor(), Critic(), torch.optim.Adam, nn.MSELoss(), group, servers, batch_size=2,
-                    learning_rate=0.003, replay_size=50)
-    group.barrier()  # every part of the buffer exists
+    world = World(rpc_timeout=RPC_TIMEOUT)
+    roles = Roles.from_world(learners=args.learners)  # learners 0 .. K-1, samplers the rest
+    torch.manual_seed(args.seed)
+    impala = IMPALA.from_roles(roles, Actor(), Critic(), torch.optim.Adam, nn.MSELoss(), batch_size=2,
+                               learning_rate=0.003, replay_size=50)
     impala.set_sync(False)  # samplers pull once per episode
-    result = learn(impala, group) if str(rank) == LEARNER else sample(impala, group, rank, episodes, seed)
-    # Waits for every process; then the one that solved (or process 0) writes its curve.
-    finish_run(world, group, SAMPLERS, rank, result, plot, "IMPALA on CartPole-v0")
-    world.stop()
+    control = RunControl(impala.impala_group, roles, learner_group=impala.learner_group)
+    with stop_if_learner_lost(world, control):
+        result = learn(impala, control, args) if roles.is_learner else sample(impala, control, rank, args)
+        # Ends the run everywhere; then the sampler that solved (or the first) writes its curve.
+        finish_run(world, control, rank, result, args.plot, "IMPALA on CartPole")
     return result
 
 
+def cli(description=__doc__, name="impala"):
+    """Parse the options and start the run (what ``python impala.py`` does)."""
+    start(main, parse_args(description, name))
+
+
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--episodes", type=int, default=1000, help="episodes per sampler at most")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--plot", default="impala_curve.png", help="learning-curve PNG ('' for none)")
-    args = parser.parse_args()
-    run_script(lambda rank: main(rank, args.episodes, args.seed, args.plot), 3, timeout=3600)
+    cli()

@@ -13,9 +13,8 @@ surrogate) and :meth:`A2C._update_actor` (TRPO's natural-gradient step).
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass, replace
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
+from dataclasses import replace
+from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
 import torch
 from torch import nn
@@ -23,87 +22,29 @@ from torch import nn
 from ...utils.compat import ignores_extra_args
 from ..buffers import Buffer
 from ..buffers.buffer import DEFAULT_REQUIRED_ATTRS
+from ..returns import returns_and_advantages
 from ..transition import Transition, TransitionBase
-from .base import TorchFramework, split_output
-from .utils import as_column, safe_call  # noqa: F401 (as_column is also imported from here)
+from .base import Driver, TorchFramework, UpdateResult, split_output
+from .compiled import compilable
+from .options import (
+    ActorCriticOptions,
+    BufferOptions,
+    Option,
+    non_negative,
+    one_of,
+    optional,
+    positive_int,
+    probability,
+    real,
+)
+from .policy import PolicyBatch, _take, split_actor_output  # noqa: F401 (_take: its old import path)
+from .utils import as_column, safe_call
 
-__all__ = ["A2C", "PolicyBatch", "returns_and_advantages"]
+# PolicyBatch, split_actor_output and returns_and_advantages live in .policy and
+# machin.frame.returns; they stay importable from here (documented at their homes).
+__all__ = ["A2C"]
 
 A2C_REQUIRED_ATTRS = DEFAULT_REQUIRED_ATTRS + ("value", "gae")
-
-
-# -- helpers shared by the stochastic-policy family -------------------------------------
-def split_actor_output(output: Any, owner: str, need_entropy: bool = False) -> Tuple[Any, ...]:
-    """Check that a stochastic actor returned ``(action, log_prob, <entropy>, ...)``.
-
-    Returns ``(action, log_prob, entropy_or_None)``.
-
-    Args:
-        output: What the actor returned.
-        owner: Name of the algorithm, for the error message.
-        need_entropy: Whether the entropy (third output) is required.
-
-    Raises:
-        ValueError: When the output is not a tuple of at least two values (three
-            when ``need_entropy``).
-    """
-    needed = 3 if need_entropy else 2
-    if not isinstance(output, tuple) or len(output) < needed:
-        got = f"a tuple of {len(output)} values" if isinstance(output, tuple) else type(output).__name__
-        wanted = "(action, log_prob, entropy, ...)" if need_entropy else "(action, log_prob, ...)"
-        reason = " because entropy_weight is set" if need_entropy else ""
-        raise ValueError(f"the actor of {owner} must return {wanted}{reason}, got {got}")
-    return output[0], output[1], output[2] if len(output) > 2 else None
-
-
-def returns_and_advantages(
-    reward: Sequence[float], value: Sequence[float], next_value: Sequence[float],
-    terminal: Sequence[bool], truncated: Sequence[bool], discount: float, gae_lambda: float,
-) -> Tuple[List[float], List[float]]:
-    """Discounted returns and GAE advantages of consecutive steps, in one reverse pass.
-
-    Step ``t`` ends a chain of steps when it is terminal, truncated, or the last one.
-    A terminal step that is not truncated has no future value (``terminal_t`` below
-    is 1 only for those); any other step bootstraps from the value of its next
-    state, so a chain cut short by truncation still sees the value of where it
-    stopped::
-
-        delta_t  = r_t + discount * (1 - terminal_t) * V(s'_t) - V(s_t)
-        A_t      = delta_t + discount * gae_lambda * A_{t+1}          (A = 0 past a chain end)
-        G_t      = r_t + discount * G_{t+1}                           inside a chain
-        G_t      = r_t + discount * (1 - terminal_t) * V(s'_t)       at a chain end
-
-    With ``gae_lambda == 1`` the advantage is ``G_t - V(s_t)`` (the Monte-Carlo
-    advantage, bootstrapped at truncation).
-
-    Args:
-        reward: Reward of each step.
-        value: Critic value of each step's state.
-        next_value: Critic value of each step's next state.
-        terminal: Whether the episode terminated at the step.
-        truncated: Whether the episode was cut off (time limit) at the step.
-        discount: Discount factor gamma.
-        gae_lambda: GAE lambda.
-
-    Returns:
-        ``(returns, advantages)``, two lists of floats.
-    """
-    steps = len(reward)
-    returns, advantages = [0.0] * steps, [0.0] * steps
-    future_return = future_advantage = 0.0
-    for t in reversed(range(steps)):
-        terminated = terminal[t] and not truncated[t]
-        bootstrap = 0.0 if terminated else discount * next_value[t]
-        if terminated or truncated[t] or t == steps - 1:
-            future_return = bootstrap
-            future_advantage = 0.0
-        else:
-            future_return *= discount
-            future_advantage *= discount * gae_lambda
-        delta = reward[t] + bootstrap - value[t]
-        future_advantage = advantages[t] = delta + future_advantage
-        future_return = returns[t] = reward[t] + future_return
-    return returns, advantages
 
 
 def _with_custom(transition: Union[TransitionBase, Dict[str, Any]], values: Dict[str, Any]):
@@ -127,48 +68,22 @@ def _with_custom(transition: Union[TransitionBase, Dict[str, Any]], values: Dict
     )
 
 
-def _take(data: Any, index: torch.Tensor, index_list: List[int]) -> Any:
-    """Rows ``index`` of a tensor, a list, or a dict of either."""
-    if isinstance(data, dict):
-        return {k: _take(v, index, index_list) for k, v in data.items()}
-    if isinstance(data, torch.Tensor):
-        return data[index.to(data.device)]
-    return [data[i] for i in index_list]
+class _Joint:
+    """Several optimizers stepped as one (a joint loss over networks with their own optimizers)."""
+
+    def __init__(self, optimizers: List[torch.optim.Optimizer]):
+        self.optimizers = optimizers
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        for optimizer in self.optimizers:
+            optimizer.zero_grad(set_to_none=set_to_none)
+
+    def step(self) -> None:
+        for optimizer in self.optimizers:
+            optimizer.step()
 
 
-@dataclass
-class PolicyBatch:
-    """Samples for one on-policy training step.
-
-    ``target_value`` (the discounted return) and ``advantage`` are ``[B, 1]`` float
-    tensors; ``old_log_prob`` is the ``[B, 1]`` log-probability of each action under
-    the policy as it was when :meth:`A2C.update` started (``None`` for algorithms
-    that do not need it).
-
-    Attributes:
-        size: Number of samples ``B``.
-        state: State dict of the samples, ``{key: [B, ...]}``.
-        action: Action dict of the samples.
-    """
-
-    size: int
-    state: Dict[str, Any]
-    action: Dict[str, Any]
-    target_value: torch.Tensor
-    advantage: torch.Tensor
-    old_log_prob: Optional[torch.Tensor] = None
-
-    def subset(self, index: torch.Tensor) -> PolicyBatch:
-        """The samples at positions ``index``."""
-        index_list = index.tolist()
-        old = None if self.old_log_prob is None else _take(self.old_log_prob, index, index_list)
-        return PolicyBatch(
-            len(index_list), _take(self.state, index, index_list), _take(self.action, index, index_list),
-            _take(self.target_value, index, index_list), _take(self.advantage, index, index_list), old,
-        )
-
-
-class A2C(TorchFramework):
+class A2C(BufferOptions, ActorCriticOptions, TorchFramework):
     """Advantage actor-critic with generalized advantage estimation.
 
     The actor is called as ``actor(<state keys>, action=None)`` and returns
@@ -189,29 +104,9 @@ class A2C(TorchFramework):
         optimizer: Optimizer class, called as ``optimizer(params, lr=...)`` once for
             the actor and once for the critic.
         criterion: Value loss, called as ``criterion(target[B, 1], predicted[B, 1])``.
-        lr_scheduler: Scheduler class, called once per optimizer (actor, then critic) as
-            ``lr_scheduler(optimizer, *lr_scheduler_args[i], **lr_scheduler_kwargs[i])``.
-        lr_scheduler_args: One tuple of positional arguments per optimizer.
-        lr_scheduler_kwargs: One dict of keyword arguments per optimizer.
-        batch_size: Samples per training step (all stored samples when fewer).
-        actor_update_times: Actor steps per :meth:`update`.
-        critic_update_times: Critic steps per :meth:`update`.
-        actor_learning_rate: Learning rate of the actor optimizer.
-        critic_learning_rate: Learning rate of the critic optimizer.
-        entropy_weight: Weight of the mean entropy in the actor loss; ``None`` ignores
-            the entropy output. Negative values reward exploration (the usual choice).
-        value_weight: Factor on the critic loss.
-        gradient_max: Maximum gradient norm of each network (``inf``: no clipping).
-        gae_lambda: GAE lambda in ``[0, 1]``: 1 gives Monte-Carlo advantages, 0
-            one-step temporal differences.
-        discount: Discount factor gamma in ``[0, 1]``.
-        normalize_advantage: Standardize the advantages of each training batch to
-            mean 0 and standard deviation 1.
-        replay_size: Capacity of the default buffer.
-        replay_device: Device of the default buffer.
-        replay_buffer: A buffer to use instead of the default one.
-        visualize: Draw each loss graph on the first update.
-        visualize_dir: Where to write the drawings.
+
+    The keyword options are listed with their defaults in the constructor's
+    documentation below; the schedulers take one entry per optimizer (actor, then critic).
 
     Raises:
         ValueError: When an option is out of range.
@@ -219,72 +114,47 @@ class A2C(TorchFramework):
 
     _is_top = ["actor", "critic"]
     _is_restorable = ["actor", "critic"]
+    driver = Driver("act", {}, "act", "episode")
     # Whether the policy loss needs the log-probabilities of the stored actions under
     # the policy as it was before the update (PPO's ratio, TRPO's KL).
     _needs_old_log_prob = False
 
-    @ignores_extra_args
-    def __init__(
-        self,
-        actor: nn.Module,
-        critic: nn.Module,
-        optimizer: Callable,
-        criterion: Callable,
-        *,
-        lr_scheduler: Optional[Callable] = None,
-        lr_scheduler_args: Optional[Tuple[Tuple, ...]] = None,
-        lr_scheduler_kwargs: Optional[Tuple[Dict, ...]] = None,
-        batch_size: int = 100,
-        actor_update_times: int = 5,
-        critic_update_times: int = 10,
-        actor_learning_rate: float = 0.001,
-        critic_learning_rate: float = 0.001,
-        entropy_weight: Optional[float] = None,
-        value_weight: float = 0.5,
-        gradient_max: float = math.inf,
-        gae_lambda: float = 1.0,
-        discount: float = 0.99,
-        normalize_advantage: bool = True,
-        replay_size: int = 500000,
-        replay_device: Union[str, torch.device] = "cpu",
-        replay_buffer: Optional[Buffer] = None,
-        visualize: bool = False,
-        visualize_dir: str = "",
-    ):
-        super().__init__(visualize=visualize, visualize_dir=visualize_dir)
-        for name, count in (("batch_size", batch_size), ("actor_update_times", actor_update_times),
-                            ("critic_update_times", critic_update_times)):
-            if not isinstance(count, int) or isinstance(count, bool):
-                raise TypeError(f"{name} must be a positive integer, got {count!r} of type {type(count).__name__}")
-            if count < 1:
-                raise ValueError(f"{name} must be a positive integer, got {count!r}")
-        self._check_positive(actor_learning_rate=actor_learning_rate,
-                             critic_learning_rate=critic_learning_rate, gradient_max=gradient_max)
-        for name, fraction in (("gae_lambda", gae_lambda), ("discount", discount)):
-            if not 0 <= fraction <= 1:
-                raise ValueError(f"{name} must be in [0, 1], got {fraction!r}")
+    actor_update_times = Option(5, positive_int, "Actor steps per :meth:`update`.")
+    critic_update_times = Option(10, positive_int, "Critic steps per :meth:`update`.")
+    actor_learning_rate = ActorCriticOptions.actor_learning_rate.but(default=0.001)
+    entropy_weight = Option(None, optional(real),
+                            "Weight of the mean entropy in the actor loss (or a schedule); ``None`` ignores the "
+                            "entropy output. Negative values reward exploration (the usual choice).", schedulable=True)
+    value_weight = Option(0.5, non_negative, "Factor on the critic loss.")
+    gae_lambda = Option(1.0, probability, "GAE lambda in ``[0, 1]``: 1 gives Monte-Carlo advantages, 0 one-step "
+                        "temporal differences.")
+    normalize_advantage = Option(True, doc="Standardize the advantages of each training batch to mean 0 and "
+                                 "standard deviation 1.")
+    value_target = Option("return", one_of("return", "lambda_return"),
+                          '``"return"``: the critic regresses on the discounted return (bootstrapped only at a '
+                          'cut end; as Machin 0.3.4); ``"lambda_return"``: on the GAE lambda-return '
+                          "``advantage + V(s)``, the usual target with ``gae_lambda < 1``.")
+    joint_update = Option(False, doc="Train both networks on one joint loss (policy loss + ``value_weight`` x "
+                          "value loss + entropy term) for ``actor_update_times`` epochs over shuffled minibatches "
+                          "of ``batch_size`` covering every stored sample, with advantages standardized per "
+                          "minibatch and one gradient clip over both networks, as PPO is usually run; "
+                          "``False``: 0.3.4's separate actor and critic loops on random minibatches.")
+
+    def __init__(self, actor: nn.Module, critic: nn.Module, optimizer: Callable, criterion: Callable):
+        super().__init__()
         self._check_criterion(criterion)
-        if not value_weight >= 0:
-            raise ValueError(f"value_weight must be non-negative, got {value_weight!r}")
-
-        self.batch_size = batch_size
-        self.actor_update_times = actor_update_times
-        self.critic_update_times = critic_update_times
-        self.entropy_weight = entropy_weight
-        self.value_weight = value_weight
-        self.gradient_max = gradient_max
-        self.gae_lambda = gae_lambda
-        self.discount = discount
-        self.normalize_advantage = normalize_advantage
         self.criterion = criterion
-
         self.actor = actor
         self.critic = critic
-        self.actor_optim = self._make_actor_optimizer(optimizer, actor_learning_rate)
-        self.critic_optim = self._make_optimizer(optimizer, critic, critic_learning_rate)
-        optimizers = [opt for opt in (self.actor_optim, self.critic_optim) if opt is not None]
-        self._init_lr_schedulers(lr_scheduler, lr_scheduler_args, lr_scheduler_kwargs, optimizers)
-        self.replay_buffer = self._make_buffer(replay_buffer, lambda: Buffer(replay_size, replay_device))
+        self.actor_optim = self._make_actor_optimizer(optimizer, self.actor_learning_rate)
+        self.critic_optim = self._make_optimizer(optimizer, critic, self.critic_learning_rate)
+        self.replay_buffer = self._make_buffer(self._default_buffer)
+
+    def _default_buffer(self) -> Buffer:
+        return Buffer(self.replay_size, self.replay_device)
+
+    def _optimizers(self):
+        return [opt for opt in (self.actor_optim, self.critic_optim) if opt is not None]
 
     def _make_actor_optimizer(self, optimizer: Callable, learning_rate: float) -> Optional[torch.optim.Optimizer]:
         """The actor's optimizer (``None`` for an algorithm that steps the actor itself)."""
@@ -306,14 +176,14 @@ class A2C(TorchFramework):
         """Actor output for given actions (the actor must return them unchanged), with gradient."""
         return safe_call(self.actor, state, action)
 
-    def _criticize(self, state: Dict[str, Any]) -> Any:
+    def _critic_value(self, state: Dict[str, Any]) -> Any:
         """Critic output for ``state``, with gradient."""
         return safe_call(self.critic, state)
 
     def criticize(self, state: Dict[str, Any]) -> Any:
         """State values ``[B, 1]`` (and any extra critic outputs) for ``state``."""
         with torch.no_grad():
-            return self._criticize(state)
+            return self._critic_value(state)
 
     # -- storing ----------------------------------------------------------------------
     def store_transition(self, transition: Union[Transition, Dict[str, Any]]) -> None:
@@ -342,7 +212,8 @@ class A2C(TorchFramework):
         """Compute ``"value"`` and ``"gae"`` for every step of an episode, then store it.
 
         All states and next states go through the critic in one batched call; returns
-        and advantages follow in one reverse pass (:func:`returns_and_advantages`).
+        and advantages follow in one reverse pass
+        (:func:`~machin.frame.returns.returns_and_advantages`).
 
         Terminated or truncated: a last step with ``terminal=True`` ends the episode
         (no value after it); a last step with ``terminal=False`` means the episode was
@@ -389,13 +260,16 @@ class A2C(TorchFramework):
         states = {k: torch.cat([t["state"][k] for t in episode] + [t["next_state"][k] for t in episode])
                   for k in keys}
         with torch.no_grad():
-            values = split_output(self._criticize(states))[0]
+            values = split_output(self._critic_value(states))[0]
         values = as_column(values, 2 * steps, "the critic output").view(-1).tolist()
-        return returns_and_advantages(
+        returns, advantages = returns_and_advantages(
             [float(t["reward"]) for t in episode], values[:steps], values[steps:],
             [bool(t["terminal"]) for t in episode], [bool(t["truncated"]) if "truncated" in t else False for t in episode],
             self.discount, self.gae_lambda,
         )
+        if self.value_target == "lambda_return":
+            returns = [a + v for a, v in zip(advantages, values[:steps])]
+        return returns, advantages
 
     # -- update -----------------------------------------------------------------------
     def _sample_all(self, concatenate: bool) -> Optional[PolicyBatch]:
@@ -422,8 +296,10 @@ class A2C(TorchFramework):
 
     def _actor_minibatch(self, batch: PolicyBatch) -> PolicyBatch:
         """A minibatch whose advantages are standardized when ``normalize_advantage`` is set."""
-        batch = self._minibatch(batch)
-        if not self.normalize_advantage:
+        return self._normalized(self._minibatch(batch))
+
+    def _normalized(self, batch: PolicyBatch) -> PolicyBatch:
+        if not self.normalize_advantage or batch.size < 2:
             return batch
         advantage = batch.advantage
         return replace(batch, advantage=(advantage - advantage.mean()) / (advantage.std(correction=0) + 1e-8))
@@ -456,15 +332,21 @@ class A2C(TorchFramework):
             return policy_loss, policy_loss
         return policy_loss + self.entropy_weight * entropy.mean(), policy_loss
 
+    @compilable(("actor",))
+    def _actor_objective(self, batch: PolicyBatch) -> Tuple[torch.Tensor, torch.Tensor]:
+        """``(actor loss, policy loss)`` on ``batch`` (one compiled step after :meth:`compile`)."""
+        return self._actor_loss(batch, *self._evaluate_policy(batch))
+
     def _update_actor(self, batch: PolicyBatch) -> float:
         """One actor step on ``batch``; returns the policy value (minus the policy loss)."""
-        loss, policy_loss = self._actor_loss(batch, *self._evaluate_policy(batch))
+        loss, policy_loss = self._actor_objective(batch)
         self._maybe_visualize(loss, "actor")
         self._optimize(loss, self.actor_optim, self.actor, self.gradient_max)
         return -policy_loss.item()
 
+    @compilable(("critic",))
     def _critic_loss(self, batch: PolicyBatch) -> torch.Tensor:
-        value = as_column(split_output(self._criticize(batch.state))[0], batch.size, "the critic output")
+        value = as_column(split_output(self._critic_value(batch.state))[0], batch.size, "the critic output")
         target = batch.target_value.to(device=value.device, dtype=value.dtype)
         return self.value_weight * self.criterion(target, value)
 
@@ -478,16 +360,36 @@ class A2C(TorchFramework):
     def _evaluate_actor(self, batch: PolicyBatch) -> float:
         """Policy value of ``batch`` without a step (``update_policy=False``)."""
         with torch.no_grad():
-            return -self._actor_loss(batch, *self._evaluate_policy(batch))[1].item()
+            return -self._actor_objective(batch)[1].item()
 
     def _evaluate_critic(self, batch: PolicyBatch) -> float:
         """Value loss of ``batch`` without a step (``update_value=False``)."""
         with torch.no_grad():
             return self._critic_loss(batch).item()
 
+    def _joint_epochs(self, batch: PolicyBatch, update_policy: bool, update_value: bool) -> Tuple[float, float]:
+        """``actor_update_times`` epochs of joint steps over shuffled minibatches of ``batch``."""
+        generator = getattr(self.replay_buffer, "generator", None)
+        networks = [net for net, on in ((self.actor, update_policy), (self.critic, update_value)) if on]
+        optimizer = _Joint([opt for opt, on in ((self.actor_optim, update_policy), (self.critic_optim, update_value))
+                            if on and opt is not None])
+        parameters = [p for net in networks for p in net.parameters()]
+        policy_values, value_losses = [], []
+        for _ in range(self.actor_update_times):
+            order = torch.randperm(batch.size, generator=generator)
+            for start in range(0, batch.size, self.batch_size):
+                minibatch = self._normalized(batch.subset(order[start:start + self.batch_size]))
+                loss, policy_loss = self._actor_objective(minibatch)
+                value_loss = self._critic_loss(minibatch)
+                if networks:
+                    self._optimize(loss + value_loss, optimizer, parameters, self.gradient_max)
+                policy_values.append(-policy_loss.item())
+                value_losses.append(value_loss.item())
+        return UpdateResult(sum(policy_values) / len(policy_values), sum(value_losses) / len(value_losses))
+
     @ignores_extra_args
     def update(self, update_value: bool = True, update_policy: bool = True,
-               concatenate_samples: bool = True) -> Optional[Tuple[float, float]]:
+               concatenate_samples: bool = True) -> Optional[UpdateResult]:
         """Train on the stored samples, then clear the buffer.
 
         Runs ``actor_update_times`` actor steps, then ``critic_update_times`` critic
@@ -508,10 +410,15 @@ class A2C(TorchFramework):
         batch = self._sample_all(concatenate_samples)  # old log-probs in training mode too
         if batch is None:
             return None
+        if self.joint_update:
+            result = self._joint_epochs(batch, update_policy, update_value)
+            self.replay_buffer.clear()
+            self._set_mode(False, self.actor, self.critic)
+            return result
         actor_step = self._update_actor if update_policy else self._evaluate_actor
         critic_step = self._update_critic if update_value else self._evaluate_critic
         policy_value = sum(actor_step(self._actor_minibatch(batch)) for _ in range(self.actor_update_times))
         value_loss = sum(critic_step(self._minibatch(batch)) for _ in range(self.critic_update_times))
         self.replay_buffer.clear()
         self._set_mode(False, self.actor, self.critic)
-        return policy_value / self.actor_update_times, value_loss / self.critic_update_times
+        return UpdateResult(policy_value / self.actor_update_times, value_loss / self.critic_update_times)

@@ -9,16 +9,14 @@ each model and publish the new parameters, which every process pulls back.
 
 from __future__ import annotations
 
-import math
-from typing import Any, Callable, Dict, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, Sequence, Tuple
 
-import torch
 from torch import nn
 
 from ...parallel.server import PushPullGradServer
 from ...utils.compat import ignores_extra_args
-from ..buffers import Buffer
 from .a2c import A2C
+from .options import Option, positive_int
 
 __all__ = ["A3C", "GradPushOptimizer"]
 
@@ -70,46 +68,32 @@ class A3C(A2C):
         critic: State-value network.
         criterion: Value loss, called as ``criterion(target[B, 1], predicted[B, 1])``.
         grad_server: ``(actor_server, critic_server)``, two gradient-server accessors.
-        batch_size: Samples per training step (all stored samples when fewer).
-        entropy_weight: See :class:`~machin.frame.algorithms.a2c.A2C`.
-        value_weight: Factor on the critic loss.
-        gradient_max: Maximum gradient norm before a push (``inf``: no clipping).
-        gae_lambda: GAE lambda in ``[0, 1]``.
-        discount: Discount factor in ``[0, 1]``.
-        update_times: Actor steps and critic steps per :meth:`update`.
-        normalize_advantage: Standardize the advantages of each training batch.
-        replay_size: Capacity of the default (local) buffer.
-        replay_device: Device of the default buffer.
-        replay_buffer: A buffer to use instead of the default one.
-        visualize: Draw each loss graph on the first update.
-        visualize_dir: Where to write the drawings.
+
+    The keyword options are A2C's, without the optimizer settings (learning rates and
+    schedulers belong to the gradient servers), with ``update_times`` for both step counts.
 
     Raises:
         ValueError: When ``grad_server`` is not a pair of accessors or an option is out of range.
     """
 
-    @ignores_extra_args
-    def __init__(
-        self,
-        actor: nn.Module,
-        critic: nn.Module,
-        criterion: Callable,
-        grad_server: Tuple[PushPullGradServer, PushPullGradServer],
-        *,
-        batch_size: int = 100,
-        entropy_weight: Optional[float] = None,
-        value_weight: float = 0.5,
-        gradient_max: float = math.inf,
-        gae_lambda: float = 1.0,
-        discount: float = 0.99,
-        update_times: int = 50,
-        normalize_advantage: bool = True,
-        replay_size: int = 500000,
-        replay_device: Union[str, torch.device] = "cpu",
-        replay_buffer: Optional[Buffer] = None,
-        visualize: bool = False,
-        visualize_dir: str = "",
-    ):
+    lr_scheduler = lr_scheduler_args = lr_scheduler_kwargs = None
+    driver = None
+    driver_unavailable = "it is a distributed algorithm with its own worker loop"
+    actor_learning_rate = critic_learning_rate = None
+    update_times = Option(50, positive_int, "Actor steps and critic steps per :meth:`update`.")
+
+    @property
+    def actor_update_times(self) -> int:
+        """Actor steps per update: ``update_times``."""
+        return self.update_times
+
+    @property
+    def critic_update_times(self) -> int:
+        """Critic steps per update: ``update_times``."""
+        return self.update_times
+
+    def __init__(self, actor: nn.Module, critic: nn.Module, criterion: Callable,
+                 grad_server: Tuple[PushPullGradServer, PushPullGradServer]):
         if not isinstance(grad_server, Sequence) or len(grad_server) != 2:
             raise ValueError(
                 f"grad_server must be a pair (actor_server, critic_server) of PushPullGradServer "
@@ -117,14 +101,7 @@ class A3C(A2C):
             )
         self.grad_server = tuple(grad_server)
         self.is_syncing = True
-        super().__init__(
-            actor, critic, None, criterion,
-            batch_size=batch_size, actor_update_times=update_times, critic_update_times=update_times,
-            entropy_weight=entropy_weight, value_weight=value_weight, gradient_max=gradient_max,
-            gae_lambda=gae_lambda, discount=discount, normalize_advantage=normalize_advantage,
-            replay_size=replay_size, replay_device=replay_device, replay_buffer=replay_buffer,
-            visualize=visualize, visualize_dir=visualize_dir,
-        )
+        super().__init__(actor, critic, None, criterion)
 
     def _make_optimizer(self, optimizer: Any, network: nn.Module, learning_rate: float) -> GradPushOptimizer:
         """A push-to-server "optimizer" for the actor or the critic (``optimizer`` is unused)."""

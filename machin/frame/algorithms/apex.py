@@ -10,47 +10,107 @@ from, and push the trained network to a
 :class:`DDPGApex` extends :class:`~machin.frame.algorithms.ddpg_per.DDPGPer`; both
 only add the distributed buffer, the pull before acting and the push after
 updating (:class:`ApexMixin`).
+
+``DQNApex.from_roles(roles, ...)`` and ``DDPGApex.from_roles(roles, ...)`` build the
+algorithm, its group and its model server from a
+:class:`~machin.parallel.distributed.roles.Roles` (learners, samplers and servers derived
+from the world's size and rank), so one script runs on any number of processes.
 """
 
 from __future__ import annotations
 
-import math
-from typing import Any, Callable, Dict, Optional, Sequence, Tuple, Union
+from collections import Counter
+from typing import Any, Callable, Dict, Optional, Tuple
 
-import torch
 from torch import nn
 
+from ...parallel.distributed.roles import Roles
 from ...parallel.distributed.rpc_group import RpcGroup
 from ...parallel.server import PushPullModelServer
 from ...utils.compat import ignores_extra_args, warn_caller
 from ..buffers.prioritized_buffer_d import DistributedPrioritizedBuffer
+from ..helpers.servers import build_from_roles
+from .base import TorchFramework, UpdateResult
 from .ddpg_per import DDPGPer
 from .dqn_per import DQNPer
+from .options import ActorCriticOptions, BufferOptions
 from .utils import first_model_server
 
 __all__ = ["ApexMixin", "DQNApex", "DDPGApex"]
 
 
+def _cpu_only(name: str, value: Any) -> Any:
+    # Distributed buffers keep their transitions on the CPU (they travel over RPC);
+    # Machin 0.3.4 ignored replay_device here as well.
+    if str(value) != "cpu":
+        warn_caller(f"Apex ignores {name}={str(value)!r}: its distributed buffer always stores transitions "
+                    f"on the CPU (as in Machin 0.3.4).")
+    return value
+
+
 class ApexMixin:
     """Distributed buffer, model pushes and pulls shared by the Ape-X algorithms.
 
-    The host names the network it shares in ``_shared_network`` (an attribute name).
+    The host names the network it shares in ``_shared_network`` (an attribute name) and
+    the constructor parameters of the networks that several learners train together in
+    ``_ddp_networks``.
     """
 
     _shared_network = ""
+    _ddp_networks: Tuple[str, ...] = ()
+    lr_scheduler_args = TorchFramework.lr_scheduler_args.but(default=())
+    lr_scheduler_kwargs = TorchFramework.lr_scheduler_kwargs.but(default=())
+    batch_size = BufferOptions.batch_size.but(doc="Transitions per update, sampled across the group.")
+    replay_size = BufferOptions.replay_size.but(doc="Capacity of this process's part of the buffer.")
+    replay_device = BufferOptions.replay_device.but(
+        check=_cpu_only, doc='Ignored (with a warning unless ``"cpu"``): the distributed buffer always stores its '
+                             "transitions on the CPU.")
+    replay_buffer = None  # always this group's distributed buffer
+    driver = None
+    driver_unavailable = "it is a distributed algorithm with its own worker loop"
 
-    def _apex_buffer(self, apex_group: RpcGroup, replay_size: int) -> DistributedPrioritizedBuffer:
+    @classmethod
+    def from_roles(cls, roles: Roles, *args: Any, group_name: Optional[str] = None,
+                   replay_chunk: int = 32, **kwargs: Any) -> Any:
+        """Build the algorithm, its group and its model server from the roles of the processes.
+
+        Every process of the world calls it, after starting its
+        :class:`~machin.parallel.distributed.World`, with the same arguments (and its own
+        ``roles``): the constructor's arguments without ``apex_group`` and ``model_server``.
+        It creates the RPC group of the whole world (named ``group_name``, by default the
+        class name in lower case), the model server on ``roles.model_server`` and, with
+        several learners, their collective group, in which the learners' trained networks
+        are wrapped in ``DistributedDataParallel``. The replay buffer's parts stay where
+        ``roles.replay`` puts them: on each sampler by default; with ``"learners"`` or
+        ``"servers"``, samplers send their transitions there, ``replay_chunk`` at a time
+        (at once after a terminal one). It returns once every part exists.
+
+        The result also has the attributes ``roles``, ``learner_group`` (the learners'
+        :class:`~machin.parallel.distributed.CollectiveGroup` or ``None``) and
+        ``model_servers``. The old way, a group and model servers passed to the
+        constructor, works as before.
+
+        Args:
+            roles: This process's :class:`~machin.parallel.distributed.roles.Roles`, e.g.
+                ``Roles.from_world()``.
+            args: The constructor's positional arguments up to the criterion.
+            group_name: Name of the RPC group.
+            replay_chunk: Transitions a sampler sends at once to a replay held elsewhere.
+            kwargs: The constructor's keyword options.
+
+        Raises:
+            ValueError: When ``roles`` does not describe the running world.
+            TypeError: When ``roles`` is not a ``Roles``.
+        """
+        return build_from_roles(cls, roles, args, kwargs, group_name=group_name or cls.__name__.lower(),
+                                ddp_networks=cls._ddp_networks, replay_chunk=replay_chunk)
+
+    def _default_buffer(self) -> DistributedPrioritizedBuffer:
         """This process's part of the group-wide prioritized buffer."""
-        return DistributedPrioritizedBuffer(type(self).__name__.lower() + "_buffer", apex_group, replay_size)
+        return DistributedPrioritizedBuffer(type(self).__name__.lower() + "_buffer", self.apex_group,
+                                            self.replay_size)
 
-    def _init_apex(self, apex_group: RpcGroup, model_server: Any, replay_device: Any) -> None:
-        # Distributed buffers keep their transitions on the CPU (they travel over RPC);
-        # Machin 0.3.4 ignored replay_device here as well.
-        if str(replay_device) != "cpu":
-            warn_caller(
-                f"{type(self).__name__} ignores replay_device={str(replay_device)!r}: its distributed "
-                f"buffer always stores transitions on the CPU (as in Machin 0.3.4)."
-            )
+    def _init_apex(self, apex_group: RpcGroup, model_server: Any) -> None:
         self.apex_group = apex_group
         self.model_server = (first_model_server(model_server, type(self).__name__),)
         self.is_syncing = True
@@ -79,6 +139,31 @@ class ApexMixin:
         """Publish the shared network (a learner calls it after each update)."""
         self.model_server[0].push(getattr(self, self._shared_network))
 
+    def publish(self) -> bool:
+        """Push the shared network to the model server now, e.g. after loading a checkpoint.
+
+        :meth:`update` pushes after every update; this lets samplers pull a resumed learner's
+        network before its first update.
+
+        Returns:
+            Whether the model server took it (``False``: it held a newer version, which was
+            loaded instead).
+        """
+        return self.model_server[0].push(getattr(self, self._shared_network))
+
+    def _sample(self, *args: Any, **kwargs: Any) -> Any:
+        batch = super()._sample(*args, **kwargs)
+        if batch is not None and isinstance(batch.index, dict):
+            counts = self.__dict__.setdefault("_sampled_from", Counter())
+            for member, (index, _) in batch.index.items():
+                counts[member] += len(index)
+        return batch
+
+    @property
+    def sampled_from(self) -> Counter:
+        """Transitions this learner has sampled so far, by name of the member that held them."""
+        return Counter(self.__dict__.get("_sampled_from", {}))
+
 
 class DQNApex(ApexMixin, DQNPer):
     """Double DQN with prioritized replay spread over an RPC group (Ape-X DQN).
@@ -101,23 +186,9 @@ class DQNApex(ApexMixin, DQNPer):
         apex_group: RPC group of every sampler and learner.
         model_server: Tuple whose first element is the :class:`PushPullModelServer`
             accessor of ``qnet`` (further elements are ignored).
-        lr_scheduler: See :class:`~machin.frame.algorithms.dqn.DQN`.
-        lr_scheduler_args: See :class:`~machin.frame.algorithms.dqn.DQN`.
-        lr_scheduler_kwargs: See :class:`~machin.frame.algorithms.dqn.DQN`.
-        batch_size: Transitions per update, sampled across the group.
-        epsilon_decay: See :class:`~machin.frame.algorithms.dqn.DQN`.
-        update_rate: Soft-update rate of the target network.
-        update_steps: Hard-update period (with ``update_rate=None``).
-        learning_rate: Learning rate.
-        discount: Discount factor.
-        gradient_max: Maximum gradient norm.
-        replay_size: Capacity of this process's part of the buffer.
-        replay_device: Ignored (with a warning unless ``"cpu"``): the distributed buffer
-            always stores its transitions on the CPU.
-        mode: See :class:`~machin.frame.algorithms.dqn.DQN`.
-        n_step: See :class:`~machin.frame.algorithms.dqn.DQN`.
-        visualize: Draw the loss graph on the first update.
-        visualize_dir: Where to write the drawing.
+
+    The keyword options are :class:`~machin.frame.algorithms.dqn.DQN`'s, without
+    ``replay_buffer`` (the group's distributed buffer is always used).
 
     Raises:
         ValueError: When ``model_server`` holds no accessor, the process is not a
@@ -125,44 +196,12 @@ class DQNApex(ApexMixin, DQNPer):
     """
 
     _shared_network = "qnet"
+    _ddp_networks = ("qnet",)
 
-    @ignores_extra_args
-    def __init__(
-        self,
-        qnet: nn.Module,
-        qnet_target: nn.Module,
-        optimizer: Callable,
-        criterion: Callable,
-        apex_group: RpcGroup,
-        model_server: Tuple[PushPullModelServer],
-        *,
-        lr_scheduler: Optional[Callable] = None,
-        lr_scheduler_args: tuple = (),
-        lr_scheduler_kwargs: tuple = (),
-        batch_size: int = 100,
-        epsilon_decay: float = 0.9999,
-        update_rate: Optional[float] = 0.005,
-        update_steps: Optional[int] = None,
-        learning_rate: float = 0.001,
-        discount: float = 0.99,
-        gradient_max: float = math.inf,
-        replay_size: int = 500000,
-        replay_device: Union[str, torch.device] = "cpu",
-        mode: str = "double",
-        n_step: int = 1,
-        visualize: bool = False,
-        visualize_dir: str = "",
-    ):
-        self._init_apex(apex_group, model_server, replay_device)
-        super().__init__(
-            qnet, qnet_target, optimizer, criterion,
-            lr_scheduler=lr_scheduler, lr_scheduler_args=lr_scheduler_args,
-            lr_scheduler_kwargs=lr_scheduler_kwargs, batch_size=batch_size, epsilon_decay=epsilon_decay,
-            update_rate=update_rate, update_steps=update_steps, learning_rate=learning_rate,
-            discount=discount, gradient_max=gradient_max, replay_size=replay_size,
-            replay_buffer=self._apex_buffer(apex_group, replay_size), mode=mode, n_step=n_step,
-            visualize=visualize, visualize_dir=visualize_dir,
-        )
+    def __init__(self, qnet: nn.Module, qnet_target: nn.Module, optimizer: Callable, criterion: Callable,
+                 apex_group: RpcGroup, model_server: Tuple[PushPullModelServer]):
+        self._init_apex(apex_group, model_server)
+        super().__init__(qnet, qnet_target, optimizer, criterion)
 
     def _act(self, state: Dict[str, Any], use_target: bool):
         self._maybe_sync()
@@ -219,19 +258,10 @@ class DDPGApex(ApexMixin, DDPGPer):
         apex_group: RPC group of every sampler and learner.
         model_server: Tuple whose first element is the :class:`PushPullModelServer`
             accessor of the actor (further elements are ignored).
-        lr_scheduler: See :class:`~machin.frame.algorithms.ddpg.DDPG`.
-        lr_scheduler_args: See :class:`~machin.frame.algorithms.ddpg.DDPG`.
-        lr_scheduler_kwargs: See :class:`~machin.frame.algorithms.ddpg.DDPG`.
-        batch_size: Transitions per update, sampled across the group.
-        update_rate: Soft-update rate of the target networks.
-        learning_rate: Learning rate of the actor and of the critic.
-        discount: Discount factor.
-        gradient_max: Maximum gradient norm.
-        replay_size: Capacity of this process's part of the buffer.
-        replay_device: Ignored (with a warning unless ``"cpu"``): the distributed buffer
-            always stores its transitions on the CPU.
-        visualize: Draw the loss graphs on the first update.
-        visualize_dir: Where to write the drawings.
+
+    The keyword options are :class:`~machin.frame.algorithms.ddpg.DDPG`'s, with one
+    ``learning_rate`` instead of the actor's and the critic's, and without ``n_step`` and
+    ``replay_buffer`` (the group's distributed buffer is always used).
 
     Raises:
         ValueError: When ``model_server`` holds no accessor, the process is not a
@@ -239,42 +269,28 @@ class DDPGApex(ApexMixin, DDPGPer):
     """
 
     _shared_network = "actor"
+    _ddp_networks = ("actor", "critic")
 
-    @ignores_extra_args
-    def __init__(
-        self,
-        actor: nn.Module,
-        actor_target: nn.Module,
-        critic: nn.Module,
-        critic_target: nn.Module,
-        optimizer: Callable,
-        criterion: Callable,
-        apex_group: RpcGroup,
-        model_server: Tuple[PushPullModelServer],
-        *,
-        lr_scheduler: Optional[Callable] = None,
-        lr_scheduler_args: Sequence[Sequence] = (),
-        lr_scheduler_kwargs: Sequence[Dict[str, Any]] = (),
-        batch_size: int = 100,
-        update_rate: float = 0.005,
-        learning_rate: float = 0.001,
-        discount: float = 0.99,
-        gradient_max: float = math.inf,
-        replay_size: int = 500000,
-        replay_device: Union[str, torch.device] = "cpu",
-        visualize: bool = False,
-        visualize_dir: str = "",
-    ):
-        self._init_apex(apex_group, model_server, replay_device)
-        super().__init__(
-            actor, actor_target, critic, critic_target, optimizer, criterion,
-            lr_scheduler=lr_scheduler, lr_scheduler_args=lr_scheduler_args,
-            lr_scheduler_kwargs=lr_scheduler_kwargs, batch_size=batch_size, update_rate=update_rate,
-            actor_learning_rate=learning_rate, critic_learning_rate=learning_rate, discount=discount,
-            gradient_max=gradient_max, replay_size=replay_size,
-            replay_buffer=self._apex_buffer(apex_group, replay_size),
-            visualize=visualize, visualize_dir=visualize_dir,
-        )
+    n_step = 1
+    learning_rate = ActorCriticOptions.critic_learning_rate.but(doc="Learning rate of the actor and of the critic "
+                                                                "(or a schedule).")
+    _learning_rate_of = {"learning_rate": ("actor_optim", "critic_optim")}
+
+    @property
+    def actor_learning_rate(self) -> float:
+        """``learning_rate`` (one rate serves both networks)."""
+        return self.learning_rate
+
+    @property
+    def critic_learning_rate(self) -> float:
+        """``learning_rate`` (one rate serves both networks)."""
+        return self.learning_rate
+
+    def __init__(self, actor: nn.Module, actor_target: nn.Module, critic: nn.Module, critic_target: nn.Module,
+                 optimizer: Callable, criterion: Callable, apex_group: RpcGroup,
+                 model_server: Tuple[PushPullModelServer]):
+        self._init_apex(apex_group, model_server)
+        super().__init__(actor, actor_target, critic, critic_target, optimizer, criterion)
 
     def _actor_output(self, state: Dict[str, Any], use_target: bool):
         self._maybe_sync()
@@ -293,7 +309,7 @@ class DDPGApex(ApexMixin, DDPGPer):
 
     @ignores_extra_args
     def update(self, update_value: bool = True, update_policy: bool = True, update_target: bool = True,
-               concatenate_samples: bool = True) -> Optional[Tuple[float, float]]:
+               concatenate_samples: bool = True) -> Optional[UpdateResult]:
         """One DDPGPer update on a batch sampled across the group, then push the actor.
 
         Priorities of the sampled transitions are updated in the processes that hold them.

@@ -31,10 +31,14 @@ import numpy as np
 import torch
 from torch import nn
 
+from ...parallel.distributed.roles import Roles
 from ...parallel.distributed.rpc_group import RpcGroup
 from ...parallel.server import PushPullModelServer
 from ...utils.compat import ignores_extra_args, warn_caller
+from ..helpers.servers import build_from_roles
+from . import options as _o
 from .base import TorchFramework
+from .options import Option, non_negative, non_negative_int, positive_int
 from .utils import first_model_server, safe_call
 
 __all__ = ["ARS", "RunningStat", "MeanStdFilter", "SharedNoiseSampler", "NoiseTable"]
@@ -415,18 +419,9 @@ class ARS(TorchFramework):
             actor from the manager to the others (from
             :func:`~machin.frame.helpers.servers.model_server_helper`; further elements are
             ignored, as in Machin 0.3.4).
-        lr_scheduler: Learning-rate scheduler class for the optimizer.
-        lr_scheduler_args: ``(args,)``: positional arguments of the scheduler.
-        lr_scheduler_kwargs: ``(kwargs,)``: keyword arguments of the scheduler.
-        learning_rate: Learning rate of the optimizer.
-        gradient_max: Maximum norm of the update direction (``inf``: no clipping).
-        noise_std_dev: Standard deviation of the perturbations.
-        noise_size: Length of the shared noise table (at least the actor's parameter count).
-        rollout_num: Directions drawn per round, over the whole group.
-        used_rollout_num: Directions used for the step: those with the best return.
-        normalize_state: Normalise every floating-point state tensor with running statistics.
-        noise_seed: Seed of the noise table.
-        sample_seed: Base seed of the start indices (rollout ``i`` uses ``sample_seed + i``).
+
+    The keyword options are listed with their defaults in the constructor's
+    documentation below (the scheduler takes one entry, for the actor's optimizer).
 
     Raises:
         ValueError: When an option is out of range (``used_rollout_num > rollout_num``
@@ -439,40 +434,30 @@ class ARS(TorchFramework):
     _is_top = ["actor"]
     _is_restorable = ["actor"]
 
-    @ignores_extra_args
-    def __init__(
-        self,
-        actor: nn.Module,
-        optimizer: Callable,
-        ars_group: RpcGroup,
-        model_server: Tuple[PushPullModelServer],
-        *,
-        lr_scheduler: Optional[Callable] = None,
-        lr_scheduler_args: Optional[Tuple[Tuple, ...]] = None,
-        lr_scheduler_kwargs: Optional[Tuple[Dict, ...]] = None,
-        learning_rate: float = 0.01,
-        gradient_max: float = math.inf,
-        noise_std_dev: float = 0.02,
-        noise_size: int = 250000000,
-        rollout_num: int = 32,
-        used_rollout_num: int = 32,
-        normalize_state: bool = True,
-        noise_seed: int = 12345,
-        sample_seed: int = 123,
-    ):
-        for name, value in (("rollout_num", rollout_num), ("used_rollout_num", used_rollout_num),
-                            ("noise_size", noise_size)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be a positive int, got {value!r}")
+    learning_rate = Option(0.01, _o.positive, "Learning rate of the optimizer (or a schedule).", schedulable=True,
+                           schedule_check=non_negative)
+    _learning_rate_of = {"learning_rate": ("actor_optim",)}
+    gradient_max = TorchFramework.gradient_max.but(doc="Maximum norm of the update direction (``inf``: no "
+                                                   "clipping).")
+    noise_std_dev = Option(0.02, _o.positive, "Standard deviation of the perturbations.")
+    noise_size = Option(250000000, positive_int, "Length of the shared noise table (at least the actor's "
+                        "parameter count).")
+    rollout_num = Option(32, positive_int, "Directions drawn per round, over the whole group.")
+    used_rollout_num = Option(32, positive_int, "Directions used for the step: those with the best return.")
+    normalize_state = Option(True, lambda _, v: bool(v), "Normalise every floating-point state tensor with "
+                             "running statistics.")
+    noise_seed = Option(12345, non_negative_int, "Seed of the noise table.")
+    sample_seed = Option(123, non_negative_int, "Base seed of the start indices (rollout ``i`` uses "
+                         "``sample_seed + i``).")
+
+    def __init__(self, actor: nn.Module, optimizer: Callable, ars_group: RpcGroup,
+                 model_server: Tuple[PushPullModelServer]):
+        rollout_num, used_rollout_num, noise_size = self.rollout_num, self.used_rollout_num, self.noise_size
         if used_rollout_num > rollout_num:
             raise _InvalidInput(
                 f"used_rollout_num must be at most rollout_num, got used_rollout_num={used_rollout_num} "
                 f"and rollout_num={rollout_num}"
             )
-        for name, value in (("noise_seed", noise_seed), ("sample_seed", sample_seed)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise ValueError(f"{name} must be a non-negative int, got {value!r}")
-        self._check_positive(learning_rate=learning_rate, gradient_max=gradient_max, noise_std_dev=noise_std_dev)
         param_num = sum(p.numel() for p in actor.parameters())
         if param_num > noise_size:
             raise ValueError(
@@ -491,15 +476,11 @@ class ARS(TorchFramework):
         super().__init__()
 
         self.actor = actor
-        self.actor_optim = self._make_optimizer(optimizer, actor, learning_rate)
-        self._init_lr_schedulers(lr_scheduler, lr_scheduler_args, lr_scheduler_kwargs, [self.actor_optim])
+        self.actor_optim = self._make_optimizer(optimizer, actor, self.learning_rate)
         self.ars_group = ars_group
         self.model_server = (server,)
         self.actor_model_server = server
-        self.grad_max = gradient_max
-        self.rollout_num = rollout_num
-        self.used_rollout_num = used_rollout_num
-        self.normalize_state = bool(normalize_state)
+        self.grad_max = self.gradient_max
         self.filter: Dict[str, MeanStdFilter] = {}
 
         # Rollouts [local_rollout_min, local_rollout_min + local_rollout_num) are played here.
@@ -511,8 +492,8 @@ class ARS(TorchFramework):
         self._is_manager = me == self._manager
 
         self._param_num = param_num
-        self.noise_array = NoiseTable(noise_size, noise_std_dev, noise_seed)
-        self.noise_sampler = {r: SharedNoiseSampler(self.noise_array, sample_seed + r) for r in self._local_rollouts}
+        self.noise_array = NoiseTable(noise_size, self.noise_std_dev, self.noise_seed)
+        self.noise_sampler = {r: SharedNoiseSampler(self.noise_array, self.sample_seed + r) for r in self._local_rollouts}
         # One perturbed copy of the actor per local rollout and sign, made once, rewritten every round.
         self.actor_with_delta: Dict[Tuple[int, bool], nn.Module] = {}
         for r, positive in itertools.product(self._local_rollouts, (False, True)):
@@ -536,6 +517,30 @@ class ARS(TorchFramework):
         self._sync_actor()
         self._draw_perturbations()
         self._reset_rewards()
+
+
+    def _optimizers(self):
+        return [self.actor_optim]
+
+    @classmethod
+    def from_roles(cls, roles: Roles, *args: Any, group_name: str = "ars", **kwargs: Any) -> ARS:
+        """Build ARS, its group and its model server from the roles of the processes.
+
+        Every process of the world calls it with the same arguments (and its own
+        ``roles``): the constructor's arguments without ``ars_group`` and
+        ``model_server``. ARS has no learner/sampler split: **every** process plays its
+        share of the rollouts, and the group (the whole world) is ordered so that
+        ``roles.coordinator`` (the first learner) is the manager that takes the optimizer
+        steps; the model server lives on ``roles.model_server``. Every process must call
+        :meth:`update` each round, so a run cannot lose a process.
+
+        Args:
+            roles: This process's :class:`~machin.parallel.distributed.roles.Roles`.
+            args: The constructor's positional arguments (the actor and the optimizer).
+            group_name: Name of the RPC group.
+            kwargs: The constructor's keyword options.
+        """
+        return build_from_roles(cls, roles, args, kwargs, group_name=group_name)
 
     # -- acting ---------------------------------------------------------------------------
     def get_actor_types(self) -> List[str]:

@@ -6,17 +6,32 @@ import math
 import numbers
 import os
 import weakref
-from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Union
+from dataclasses import dataclass
+from typing import (
+    Any,
+    Callable,
+    Dict,
+    Iterable,
+    List,
+    Mapping,
+    NamedTuple,
+    Optional,
+    Sequence,
+    Tuple,
+    Union,
+)
 
 import torch
 from torch import nn
 
 from ...utils.compat import warn_caller
 from ...utils.logging import default_logger
+from ...utils.schedules import check_progress
 from ..buffers import Buffer
+from .options import Option, install_options, positive
 from .utils import _unwrap
 
-__all__ = ["TorchFramework", "pack_result", "NetworkMismatchError"]
+__all__ = ["TorchFramework", "Driver", "UpdateResult", "pack_result", "NetworkMismatchError"]
 
 
 class NetworkMismatchError(ValueError, RuntimeError):
@@ -58,29 +73,122 @@ def split_output(output: Any) -> Tuple[Any, Tuple[Any, ...]]:
     return output, ()
 
 
+class UpdateResult(NamedTuple):
+    """What ``update()`` of an actor-critic algorithm returns.
+
+    A named tuple: it unpacks as Machin 0.3.4's ``(policy value, value loss)`` pair
+    (``policy_value, value_loss = ddpg.update()``) and also reads by name.
+
+    Attributes:
+        policy_value: Mean value of the policy's objective (minus its loss).
+        value_loss: Mean loss of the critic(s).
+    """
+
+    policy_value: float
+    value_loss: float
+
+
+@dataclass(frozen=True)
+class Driver:
+    """How a generic single-process loop (the :class:`~machin.frame.trainer.Trainer`) drives an algorithm.
+
+    Declared by each algorithm family as its ``driver`` class attribute and inherited.
+
+    Attributes:
+        act_method: Exploring act method used in training.
+        act_kwargs: Keyword arguments of every exploring act call (copied on use).
+        eval_act_method: Act method used in evaluation (no exploration noise).
+        store: ``"transition"`` (``store_transition`` every step, updates per step) or
+            ``"episode"`` (``store_episode`` after each episode, updates per episode).
+        needs_hidden: The family's networks are recurrent: the loop feeds the hidden state back.
+    """
+
+    act_method: str
+    act_kwargs: Mapping[str, Any]
+    eval_act_method: str
+    store: str
+    needs_hidden: bool = False
+
+
 class TorchFramework:
     """Base class of all algorithms.
 
     Subclasses list their networks in two class attributes: ``_is_top`` (every
     network the algorithm holds) and ``_is_restorable`` (the networks written by
-    :meth:`save` and read by :meth:`load`). The base class owns the single place
-    where a loss becomes an optimizer step (:meth:`_optimize`), the learning-rate
+    :meth:`save` and read by :meth:`load`), and their keyword options as
+    :class:`~machin.frame.algorithms.options.Option` class attributes (inherited, so a
+    subclass declares only what it adds or changes). The base class owns the single
+    place where a loss becomes an optimizer step (:meth:`_optimize`), the learning-rate
     schedulers, checkpoint files and the optional autograd-graph drawings.
-
-    Args:
-        visualize: Draw the autograd graph of each loss on its first update.
-        visualize_dir: Directory the drawings are written to.
     """
 
     _is_top: List[str] = []
     _is_restorable: List[str] = []
+    #: The compiled steps after :meth:`compile` (see :mod:`machin.frame.algorithms.compiled`).
+    _compiled_steps: Optional[Any] = None
+    #: How a single-process loop drives the algorithm; ``None`` when it needs a loop of its own.
+    driver: Optional[Driver] = None
+    #: Why there is no ``driver`` (shown by the trainer).
+    driver_unavailable: str = "it declares no driver (the class attribute driver)"
 
-    def __init__(self, *, visualize: bool = False, visualize_dir: str = ""):
-        self.visualize = visualize
-        self.visualize_dir = visualize_dir
+    visualize = Option(False, doc="Draw the autograd graph of each loss on its first update.")
+    visualize_dir = Option("", doc="Directory the drawings are written to.")
+    gradient_max = Option(math.inf, positive, "Maximum gradient norm of each network (``inf``: no clipping).")
+    lr_scheduler = Option(None, doc="Learning-rate scheduler class, called once per optimizer as "
+                                    "``lr_scheduler(optimizer, *lr_scheduler_args[i], **lr_scheduler_kwargs[i])``.")
+    lr_scheduler_args = Option(None, doc="One tuple of positional scheduler arguments per optimizer, "
+                                         "e.g. ``((lr_func,),)``.")
+    lr_scheduler_kwargs = Option(None, doc="One dict of keyword scheduler arguments per optimizer.")
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        install_options(cls)
+
+    def __init__(self):
         self._visualized: set = set()
         self._lr_schedulers: List[Any] = []
         self._backward: Callable[[torch.Tensor], None] = torch.autograd.backward
+
+    #: Learning-rate option -> the optimizer attributes it sets (a later change of the
+    #: option, by assignment or by a schedule, sets their learning rate).
+    _learning_rate_of: Dict[str, Tuple[str, ...]] = {}
+
+    def _option_changed(self, name: str, value: Any) -> None:
+        """Called after every (checked) change of an option attribute."""
+        for attr in self._learning_rate_of.get(name, ()):
+            optimizer = self.__dict__.get(attr)
+            if optimizer is not None and value is not None:
+                for group in optimizer.param_groups:
+                    group["lr"] = value
+
+    def set_progress(self, progress: float) -> None:
+        """Move every scheduled option to its value at ``progress`` (0: start, 1: end of training).
+
+        Options given a schedule (see :mod:`machin.utils.schedules`; e.g.
+        ``DQN(..., epsilon=LinearSchedule(1.0, 0.04, 0.16))``) take the schedule's value,
+        checked like any assignment; a scheduled learning rate is written into its
+        optimizer. The :class:`~machin.frame.trainer.Trainer` calls this after every step
+        of ``run(steps=...)``; a hand-written loop calls it with ``step / total_steps``.
+
+        Args:
+            progress: Fraction of training done, in ``[0, 1]``.
+
+        Raises:
+            ValueError: When ``progress`` is outside ``[0, 1]``, or a scheduled value fails its check.
+        """
+        progress = check_progress(progress)
+        self.__dict__["_progress"] = progress
+        specs = type(self)._option_specs
+        for name, schedule in list(self.__dict__.get("_schedules", {}).items()):
+            specs[name].assign(self, schedule(progress), scheduled=True)
+
+    def _optimizers(self) -> List[torch.optim.Optimizer]:
+        """Every optimizer, in the order of ``lr_scheduler_args`` / ``lr_scheduler_kwargs``."""
+        return []
+
+    def _after_init(self) -> None:
+        """Run once after the whole constructor (every subclass's part): creates the schedulers."""
+        self._init_lr_schedulers(self._optimizers())
 
     # -- class-level descriptions ---------------------------------------------------
     @classmethod
@@ -166,9 +274,10 @@ class TorchFramework:
         params = network.parameters() if isinstance(network, nn.Module) else network
         return optimizer(params, lr=learning_rate)
 
-    def _init_lr_schedulers(self, lr_scheduler: Optional[Callable], lr_scheduler_args: Optional[Sequence],
-                            lr_scheduler_kwargs: Optional[Sequence], optimizers: Sequence[Any]) -> None:
+    def _init_lr_schedulers(self, optimizers: Sequence[Any]) -> None:
         """Create one scheduler per optimizer: ``lr_scheduler(opt_i, *args[i], **kwargs[i])``."""
+        lr_scheduler, lr_scheduler_args, lr_scheduler_kwargs = (
+            self.lr_scheduler, self.lr_scheduler_args, self.lr_scheduler_kwargs)
         count = len(optimizers)
         if lr_scheduler is None:
             return
@@ -185,9 +294,10 @@ class TorchFramework:
             )
         self._lr_schedulers = [lr_scheduler(opt, *a, **k) for opt, a, k in zip(optimizers, args, kwargs)]
 
-    @staticmethod
-    def _make_buffer(replay_buffer: Optional[Buffer], factory: Callable[[], Buffer]) -> Buffer:
-        return factory() if replay_buffer is None else replay_buffer
+    def _make_buffer(self, factory: Callable[[], Buffer]) -> Buffer:
+        """The ``replay_buffer`` option, or ``factory()`` when it was not given."""
+        given = self._option_values.get("replay_buffer")
+        return factory() if given is None else given
 
     # -- training plumbing ----------------------------------------------------------
     def _optimize(self, loss: torch.Tensor, optimizer: torch.optim.Optimizer,
@@ -206,6 +316,8 @@ class TorchFramework:
         ):
             self._skip_non_finite_step(loss, optimizer, parameters)
             return False
+        if self._compiled_steps is not None:
+            return self._compiled_steps.optimize(self, loss, optimizer, parameters, gradient_max)
         optimizer.zero_grad(set_to_none=True)
         self._backward(loss)
         if gradient_max != math.inf:
@@ -246,6 +358,37 @@ class TorchFramework:
         for network in networks:
             if network.training != training and _mode_sensitive(network):
                 network.train(training)
+
+    def compile(self, *, backend: Union[str, Callable] = "inductor", mode: Optional[str] = None,
+                options: Optional[Dict[str, Any]] = None, dynamic: Optional[bool] = None,
+                fullgraph: bool = True) -> TorchFramework:
+        """Compile the update with ``torch.compile`` (opt-in); returns the framework itself.
+
+        ``dqn = DQN(...).compile()``. Each step of :meth:`update` that computes losses (with
+        its backward pass), a Bellman target or the target networks' soft update becomes one
+        compiled call, and so does every optimizer step with its gradient clipping. The
+        networks themselves are not changed (checkpoints and ``act*`` are as before), and
+        the results equal eager training within float tolerance. Compiling happens on the
+        first updates; a step that cannot be compiled runs eagerly after one
+        :class:`~machin.frame.algorithms.compiled.CompileFallbackWarning`. The documentation's
+        page "Compiled updates" says what is compiled and when it pays off.
+
+        Args:
+            backend: The ``torch.compile`` backend; ``"aot_eager"`` compiles fast but runs at
+                eager speed (for checking).
+            mode: The ``torch.compile`` mode. With the networks on a GPU, ``None`` means
+                ``"reduce-overhead"`` (CUDA graphs) unless ``options`` are given.
+            options: Inductor options, e.g. ``{"fallback_random": True}`` for eager's random numbers.
+            dynamic: ``torch.compile``'s ``dynamic``; ``None`` compiles one shape-generic
+                version when a batch of another size (a partial batch) comes.
+            fullgraph: Compile each step whole (``False``: let torch.compile split a step
+                around code it cannot trace instead of falling back to eager).
+        """
+        from .compiled import CompiledSteps
+
+        self._compiled_steps = CompiledSteps(self, backend=backend, mode=mode, options=options, dynamic=dynamic,
+                                             fullgraph=fullgraph)
+        return self
 
     def set_backward_function(self, backward_func: Callable[[torch.Tensor], None]) -> None:
         """Replace ``torch.autograd.backward`` (e.g. with a gradient scaler's or accelerator's).
@@ -386,3 +529,6 @@ class TorchFramework:
 
     def _post_load(self) -> None:
         """Hook run after :meth:`load` (e.g. to copy loaded targets into online networks)."""
+
+
+install_options(TorchFramework)

@@ -10,81 +10,43 @@ is a small method, so :class:`~machin.frame.algorithms.ddpg_per.DDPGPer`,
 
 from __future__ import annotations
 
-import math
-from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch
 from torch import nn
 
 from ...utils.compat import ignores_extra_args
-from ..buffers import Buffer
-from ..noise.action_space_noise import (
-    add_clipped_normal_noise_to_action,
-    add_normal_noise_to_action,
-    add_ou_noise_to_action,
-    add_uniform_noise_to_action,
+from ..noise.dispatch import DEFAULT_NOISE_PARAM as _DEFAULT_NOISE_PARAM
+from ..noise.dispatch import NOISE_DEFAULTS as _NOISE_DEFAULTS  # noqa: F401 (old name, kept importable)
+from ..noise.dispatch import NOISE_MODES, resolve_noise_mode
+from ..noise.dispatch import noise_adder as _noise_adder
+from .base import Driver, TorchFramework, UpdateResult, pack_result, split_output
+from .compiled import compilable
+from .critics import (
+    CriticSet,
+    critic_action_input,
+    restore_online,
+    soft_update_targets,
+    value_column,
 )
-from .base import TorchFramework, pack_result, split_output
+from .options import ActorCriticOptions, Option, SoftTargetOptions, optional
 from .replay import ReplayMixin, SampledBatch
-from .utils import as_column, assert_output_is_probs, hard_update, safe_call, soft_update
+from .utils import assert_output_is_probs, hard_update, safe_call
 
+# NOISE_MODES and resolve_noise_mode live in machin.frame.noise.dispatch, CriticSet in
+# .critics; they stay importable from here.
 __all__ = ["DDPG", "NOISE_MODES", "resolve_noise_mode"]
 
-# The documented default of ``act_with_noise(noise_param=...)``. It fits the
-# "uniform" and "normal" modes; left untouched, the other modes use their own
-# defaults instead (``_NOISE_DEFAULTS``).
-_DEFAULT_NOISE_PARAM = (0.0, 1.0)
-_NOISE_DEFAULTS = {"clipped_normal": (0.0, 1.0, -1.0, 1.0), "ou": None}
-
-#: ``act_with_noise`` mode -> the function of :mod:`machin.frame.noise.action_space_noise` it uses.
-NOISE_MODES: Dict[str, Callable[..., torch.Tensor]] = {
-    "uniform": add_uniform_noise_to_action,
-    "normal": add_normal_noise_to_action,
-    "clipped_normal": add_clipped_normal_noise_to_action,
-    "ou": add_ou_noise_to_action,
-}
+def _action_range(name: str, value: Any) -> Tuple[Any, Any]:
+    if not isinstance(value, (tuple, list)) or len(value) != 2:
+        raise TypeError(f"{name} must be a (low, high) pair, got {value!r}")
+    low, high = (torch.as_tensor(v, dtype=torch.get_default_dtype()) for v in value)
+    if not bool((low < high).all()):
+        raise ValueError(f"{name} must have low < high in every column, got {value!r}")
+    return tuple(value)
 
 
-def resolve_noise_mode(mode: str, noise_param: Any) -> Tuple[Callable[..., torch.Tensor], Any]:
-    """Return the noise function of an ``act_with_noise`` mode and the parameters to pass it.
-
-    A ``noise_param`` left at the documented default ``(0.0, 1.0)`` becomes the mode's
-    own default (``(0, 1, -1, 1)`` for ``"clipped_normal"``, ``None`` for ``"ou"``).
-
-    Raises:
-        ValueError: When ``mode`` is not one of :data:`NOISE_MODES`.
-    """
-    add_noise = NOISE_MODES.get(mode)
-    if add_noise is None:
-        raise ValueError(f"Unknown noise type: {mode!r}; mode must be one of {list(NOISE_MODES)}")
-    if noise_param is _DEFAULT_NOISE_PARAM:
-        noise_param = _NOISE_DEFAULTS.get(mode, noise_param)
-    return add_noise, noise_param
-
-
-def _noise_adder(mode: str, noise_param: Any, ratio: float) -> Callable[[torch.Tensor], torch.Tensor]:
-    """``f(action) -> noisy action`` for one ``act_with_noise`` call; its errors name the mode."""
-    add_noise, noise_param = resolve_noise_mode(mode, noise_param)
-
-    def add(action: torch.Tensor) -> torch.Tensor:
-        try:
-            return add_noise(action, noise_param, ratio)
-        except (ValueError, TypeError) as error:  # the noise function says what it expects; add the mode
-            raise type(error)(f"act_with_noise(mode={mode!r}): {error}") from error
-
-    return add
-
-
-class CriticSet(NamedTuple):
-    """One trained critic: its attribute name, the network, its target and its optimizer."""
-
-    name: str
-    net: nn.Module
-    target: nn.Module
-    optimizer: torch.optim.Optimizer
-
-
-class DDPG(ReplayMixin, TorchFramework):
+class DDPG(ReplayMixin, SoftTargetOptions, ActorCriticOptions, TorchFramework):
     """Deep Deterministic Policy Gradient for continuous (or probability-vector) actions.
 
     The actor maps states to actions; the critic maps states and actions to a value
@@ -107,25 +69,10 @@ class DDPG(ReplayMixin, TorchFramework):
             for the actor and once for every critic.
         criterion: Value loss, called as ``criterion(target[B, 1], predicted[B, 1])``,
             e.g. ``nn.MSELoss()``.
-        lr_scheduler: Scheduler class, called once per optimizer (actor first, then the
-            critics) as ``lr_scheduler(optimizer_i, *lr_scheduler_args[i], **lr_scheduler_kwargs[i])``.
-        lr_scheduler_args: One tuple of positional arguments per optimizer,
-            e.g. ``((actor_lr_func,), (critic_lr_func,))``.
-        lr_scheduler_kwargs: One dict of keyword arguments per optimizer.
-        batch_size: Transitions sampled per update.
-        update_rate: Soft update rate tau: ``target = tau * online + (1 - tau) * target``.
-        actor_learning_rate: Learning rate of the actor optimizer.
-        critic_learning_rate: Learning rate of the critic optimizer(s).
-        discount: Discount factor gamma.
-        gradient_max: Maximum gradient norm of each network (``inf``: no clipping).
-        replay_size: Capacity of the default replay buffer.
-        replay_device: Device of the default replay buffer.
-        replay_buffer: A buffer to use instead of the default one (``replay_size`` and
-            ``replay_device`` are then ignored).
-        visualize: Draw the graph of each loss on the first update.
-        visualize_dir: Directory for those drawings.
-        n_step: Learn from n-step returns; ``n_step > 1`` needs whole episodes
-            (:meth:`store_episode`), see :func:`~machin.frame.algorithms.returns.n_step_episode`.
+
+    The keyword options (``batch_size``, ``discount``, ``update_rate``, ...) are listed
+    with their defaults in the constructor's documentation below; the schedulers take
+    one entry per optimizer, the actor's first, then the critics'.
 
     Raises:
         ValueError: On an out-of-range option.
@@ -133,59 +80,33 @@ class DDPG(ReplayMixin, TorchFramework):
 
     _is_top = ["actor", "critic", "actor_target", "critic_target"]
     _is_restorable = ["actor_target", "critic_target"]
+    driver = Driver("act_with_noise", {"noise_param": (0.0, 0.1), "mode": "normal"}, "act", "transition")
 
-    @ignores_extra_args
-    def __init__(
-        self,
-        actor: nn.Module,
-        actor_target: nn.Module,
-        critic: nn.Module,
-        critic_target: nn.Module,
-        optimizer: Callable,
-        criterion: Callable,
-        *,
-        lr_scheduler: Optional[Callable] = None,
-        lr_scheduler_args: Optional[Sequence[Sequence]] = None,
-        lr_scheduler_kwargs: Optional[Sequence[Dict[str, Any]]] = None,
-        batch_size: int = 100,
-        update_rate: float = 0.001,
-        actor_learning_rate: float = 0.0005,
-        critic_learning_rate: float = 0.001,
-        discount: float = 0.99,
-        gradient_max: float = math.inf,
-        replay_size: int = 500000,
-        replay_device: Union[str, torch.device] = "cpu",
-        replay_buffer: Optional[Buffer] = None,
-        visualize: bool = False,
-        visualize_dir: str = "",
-        n_step: int = 1,
-    ):
-        super().__init__(visualize=visualize, visualize_dir=visualize_dir)
-        if not 0 < update_rate <= 1:
-            raise ValueError(f"update_rate must be in (0, 1], got {update_rate!r}")
-        if not 0 <= discount <= 1:
-            raise ValueError(f"discount must be in [0, 1], got {discount!r}")
-        self._check_positive(batch_size=batch_size, actor_learning_rate=actor_learning_rate,
-                             critic_learning_rate=critic_learning_rate, gradient_max=gradient_max)
+    update_rate = SoftTargetOptions.update_rate.but(default=0.001)
+    action_range = Option(None, optional(_action_range), "``(low, high)`` bounds of the action (numbers, or "
+                          "tensors broadcast over the action columns): noisy actions of :meth:`act_with_noise` "
+                          "and TD3's smoothed target actions are clamped to them; ``None``: not clamped (as "
+                          "Machin 0.3.4).")
+
+    def __init__(self, actor: nn.Module, actor_target: nn.Module, critic: nn.Module, critic_target: nn.Module,
+                 optimizer: Callable, criterion: Callable):
+        super().__init__()
         self._check_criterion(criterion)
         self._check_same_structure(actor_target=(actor, actor_target), critic_target=(critic, critic_target))
-        self.batch_size = batch_size
-        self.update_rate = update_rate
-        self.discount = discount
-        self.n_step = self._check_n_step(n_step)
-        self.gradient_max = gradient_max
         self.criterion = criterion
 
         self.actor, self.actor_target = actor, actor_target
         self.critic, self.critic_target = critic, critic_target
         hard_update(self.actor_target, self.actor)
         hard_update(self.critic_target, self.critic)
-        self.actor_optim = self._make_optimizer(optimizer, self.actor, actor_learning_rate)
-        self.critic_optim = self._make_optimizer(optimizer, self.critic, critic_learning_rate)
-        self._init_lr_schedulers(lr_scheduler, lr_scheduler_args, lr_scheduler_kwargs,
-                                 [self.actor_optim, self.critic_optim])
-        self.replay_buffer = self._make_buffer(
-            replay_buffer, lambda: self._default_buffer(replay_size, replay_device))
+        self.actor_optim = self._make_optimizer(optimizer, self.actor, self.actor_learning_rate)
+        self.critic_optim = self._make_optimizer(optimizer, self.critic, self.critic_learning_rate)
+        self.replay_buffer = self._make_buffer(self._default_buffer)
+        #: Calls of :meth:`update` that sampled a batch.
+        self.updates_done = 0
+
+    def _optimizers(self):
+        return [self.actor_optim] + [c.optimizer for c in self._critics()]
 
     def _critics(self) -> List[CriticSet]:
         """Every critic the algorithm trains (TD3 adds its second one)."""
@@ -239,7 +160,15 @@ class DDPG(ReplayMixin, TorchFramework):
         """
         add_noise = _noise_adder(mode, noise_param, ratio)
         action, extras = split_output(self._actor_output(state, use_target))
-        return pack_result(add_noise(action), extras)
+        return pack_result(self._clamp_action(add_noise(action)), extras)
+
+    def _clamp_action(self, action: torch.Tensor) -> torch.Tensor:
+        """``action`` clamped to ``action_range`` (unchanged without one)."""
+        if self.action_range is None:
+            return action
+        low, high = self.action_range
+        return torch.clamp(action, torch.as_tensor(low, dtype=action.dtype, device=action.device),
+                           torch.as_tensor(high, dtype=action.dtype, device=action.device))
 
     def _probabilities(self, state: Dict[str, Any], use_target: bool):
         probs, extras = split_output(self._actor_output(state, use_target))
@@ -298,14 +227,12 @@ class DDPG(ReplayMixin, TorchFramework):
         Args:
             raw_output_action: The actor's action output.
         """
-        return {"action": raw_output_action}
+        return critic_action_input(raw_output_action)
 
     # -- update steps -------------------------------------------------------------------
-    @staticmethod
-    def _value_column(output: Any, size: int, network: str) -> torch.Tensor:
-        return as_column(split_output(output)[0], size, f"{network} output")
+    _value_column = staticmethod(value_column)
 
-    def _q(self, critic: nn.Module, state: Dict[str, Any], action: Dict[str, Any], size: int,
+    def _critic_value(self, critic: nn.Module, state: Dict[str, Any], action: Dict[str, Any], size: int,
            name: str = "critic") -> torch.Tensor:
         return self._value_column(safe_call(critic, state, action), size, name)
 
@@ -313,54 +240,65 @@ class DDPG(ReplayMixin, TorchFramework):
         """The target actor's raw action in the next states (TD3 smooths it with noise)."""
         return split_output(safe_call(self.actor_target, batch.next_state))[0]
 
-    def _target_value(self, batch: SampledBatch, next_action: Dict[str, Any]) -> torch.Tensor:
+    def _next_value(self, batch: SampledBatch, next_action: Dict[str, Any]) -> torch.Tensor:
         """Value ``[B, 1]`` of the next state (TD3 takes the minimum of two target critics)."""
-        return self._q(self.critic_target, batch.next_state, next_action, batch.size, "critic_target")
+        return self._critic_value(self.critic_target, batch.next_state, next_action, batch.size, "critic_target")
 
+    @compilable()
     def _bellman_target(self, batch: SampledBatch) -> torch.Tensor:
         with torch.no_grad():
             next_action = self.action_transform_function(self._target_action(batch), batch.next_state,
                                                          batch.others)
-            next_value = self._target_value(batch, next_action)
+            next_value = self._next_value(batch, next_action)
             device = next_value.device
             return self.reward_function(batch.reward.to(device), self._discount(batch, device), next_value,
                                         batch.terminal.to(device), batch.others)
 
+    @compilable(lambda self: [critic.net for critic in self._critics()], after="_after_value_loss")
+    def _critic_losses(self, batch: SampledBatch, target: torch.Tensor) -> List[torch.Tensor]:
+        """The value loss of every critic against ``target`` (one compiled step after :meth:`compile`)."""
+        return [self._value_loss(self._critic_value(critic.net, batch.state, batch.action, batch.size, critic.name), target, batch)
+                for critic in self._critics()]
+
     def _update_critics(self, batch: SampledBatch, target: torch.Tensor, step: bool) -> float:
         """Regress every critic onto ``target``; returns their mean loss."""
-        losses = []
-        for critic in self._critics():
-            value = self._q(critic.net, batch.state, batch.action, batch.size, critic.name)
-            loss = self._value_loss(value, target, batch)
+        losses = self._critic_losses(batch, target)
+        for critic, loss in zip(self._critics(), losses):
             self._maybe_visualize(loss, critic.name)
             if step:
                 self._optimize(loss, critic.optimizer, critic.net, self.gradient_max)
-            losses.append(loss.item())
-        return sum(losses) / len(losses)
+        return sum(loss.item() for loss in losses) / len(losses)
 
-    def _should_update_policy(self) -> bool:
-        """Whether this update moves the actor and the targets (TD3 delays them)."""
+    def _policy_step_due(self) -> bool:
+        """Whether the current update (number ``updates_done``) moves the actor and the targets.
+
+        A question only (TD3 answers it from ``policy_update_delay``).
+        """
         return True
+
+    @compilable(("actor",))
+    def _actor_loss(self, batch: SampledBatch) -> torch.Tensor:
+        """Minus the mean of ``Q(s, mu(s))`` over ``batch`` (one compiled step after :meth:`compile`)."""
+        raw, _ = split_output(safe_call(self.actor, batch.state))
+        action = self.action_transform_function(raw, batch.state, batch.others)
+        return -self._critic_value(self.critic, batch.state, action, batch.size).mean()
 
     def _update_actor(self, batch: SampledBatch, step: bool) -> float:
         """Ascend ``Q(s, mu(s))`` when ``step``; returns that mean value either way."""
         with torch.set_grad_enabled(step):
-            raw, _ = split_output(safe_call(self.actor, batch.state))
-            action = self.action_transform_function(raw, batch.state, batch.others)
-            policy_value = self._q(self.critic, batch.state, action, batch.size).mean()
+            loss = self._actor_loss(batch)
         if step:
-            loss = -policy_value
             self._maybe_visualize(loss, "actor")
             self._optimize(loss, self.actor_optim, self.actor, self.gradient_max)
-        return policy_value.item()
+        return -loss.item()
 
+    @compilable()
     def _update_targets(self) -> None:
-        for online, target in self._online_target_pairs():
-            soft_update(target, online, self.update_rate)
+        soft_update_targets(self._online_target_pairs(), self.update_rate)
 
     @ignores_extra_args
     def update(self, update_value: bool = True, update_policy: bool = True, update_target: bool = True,
-               concatenate_samples: bool = True) -> Optional[Tuple[float, float]]:
+               concatenate_samples: bool = True) -> Optional[UpdateResult]:
         """Sample a batch and take one training step.
 
         Args:
@@ -381,14 +319,14 @@ class DDPG(ReplayMixin, TorchFramework):
         target = self._bellman_target(batch)
         skipped = getattr(self, "skipped_updates", 0)
         value_loss = self._update_critics(batch, target, update_value)
-        due = self._should_update_policy()
+        self.updates_done += 1
+        due = self._policy_step_due()
         policy_value = self._update_actor(batch, update_policy and due)
         # A step skipped for a non-finite loss (see TorchFramework._optimize) moves no target either.
         if update_target and due and getattr(self, "skipped_updates", 0) == skipped:
             self._update_targets()
         self._set_mode(False, *online)
-        return policy_value, value_loss
+        return UpdateResult(policy_value, value_loss)
 
     def _post_load(self) -> None:
-        for online, target in self._online_target_pairs():
-            hard_update(online, target)
+        restore_online(self._online_target_pairs())

@@ -2,15 +2,23 @@
 
 from __future__ import annotations
 
-import math
-from typing import Any, Callable, Dict, Optional, Union
+from typing import Any, Callable, Dict, Optional
 
 import torch
 from torch import nn
 
 from ...utils.compat import ignores_extra_args, warn_caller
-from ..buffers import Buffer
-from .base import TorchFramework, pack_result, split_output
+from .base import Driver, TorchFramework, pack_result, split_output
+from .compiled import compilable
+from .options import (
+    Option,
+    non_negative,
+    optional,
+    positive,
+    positive_int,
+    probability,
+    unit_interval,
+)
 from .replay import REQUIRED_ATTRS, ReplayMixin, SampledBatch
 from .utils import hard_update, safe_call, soft_update
 
@@ -38,65 +46,39 @@ class DQN(ReplayMixin, TorchFramework):
         qnet_target: Target Q network of the same structure (ignored in vanilla mode).
         optimizer: Optimizer class, called as ``optimizer(qnet.parameters(), lr=learning_rate)``.
         criterion: Loss, called as ``criterion(target[B, 1], predicted[B, 1])``.
-        lr_scheduler: Scheduler class, called as
-            ``lr_scheduler(optimizer, *lr_scheduler_args[0], **lr_scheduler_kwargs[0])``.
-        lr_scheduler_args: One tuple of positional arguments, e.g. ``((lr_func,),)``.
-        lr_scheduler_kwargs: One dict of keyword arguments, e.g. ``({},)``.
-        batch_size: Transitions per update.
-        epsilon_decay: Factor applied to epsilon after each exploring action.
-        update_rate: Soft target update rate tau (``target = tau * online + (1 - tau) * target``);
-            set it to ``None`` and use ``update_steps`` for periodic hard copies.
-        update_steps: Copy the online network into the target every this many updates
-            (only when ``update_rate`` is ``None``).
-        learning_rate: Learning rate of the optimizer.
-        discount: Discount factor gamma.
-        gradient_max: Maximum gradient norm (``inf``: no clipping).
-        replay_size: Capacity of the default replay buffer.
-        replay_device: Device of the default replay buffer.
-        replay_buffer: A buffer to use instead of the default one.
-        mode: ``"vanilla"``, ``"fixed_target"`` or ``"double"``.
-        n_step: Learn from n-step returns (``n_step > 1`` needs whole episodes: use
-            :meth:`store_episode`, which computes them; see
-            :func:`~machin.frame.algorithms.returns.n_step_episode`).
-        visualize: Draw the loss graph on the first update.
-        visualize_dir: Where to write the drawing.
+
+    The keyword options (``batch_size``, ``discount``, ``mode``, ...) are listed with
+    their defaults in the constructor's documentation below.
     """
 
     _is_top = ["qnet", "qnet_target"]
     _is_restorable = ["qnet_target"]
+    driver = Driver("act_discrete_with_noise", {}, "act_discrete", "transition")
     _modes = ("vanilla", "fixed_target", "double")
     #: The mode Machin 0.3.4's class always used whatever ``mode`` said (None: it honoured ``mode``).
     _mode_034: Optional[str] = None
     #: Whether the constructor's ``criterion`` must be a callable (RAINBOW trains without one).
     _criterion_needed: bool = True
 
-    @ignores_extra_args
-    def __init__(
-        self,
-        qnet: nn.Module,
-        qnet_target: Optional[nn.Module],
-        optimizer: Callable,
-        criterion: Callable,
-        *,
-        lr_scheduler: Optional[Callable] = None,
-        lr_scheduler_args: Optional[tuple] = None,
-        lr_scheduler_kwargs: Optional[tuple] = None,
-        batch_size: int = 100,
-        epsilon_decay: float = 0.9999,
-        update_rate: Optional[float] = 0.005,
-        update_steps: Optional[int] = None,
-        learning_rate: float = 0.001,
-        discount: float = 0.99,
-        gradient_max: float = math.inf,
-        replay_size: int = 500000,
-        replay_device: Union[str, torch.device] = "cpu",
-        replay_buffer: Optional[Buffer] = None,
-        mode: str = "double",
-        n_step: int = 1,
-        visualize: bool = False,
-        visualize_dir: str = "",
-    ):
-        super().__init__(visualize=visualize, visualize_dir=visualize_dir)
+    epsilon = Option(1.0, probability, "Exploration rate of :meth:`act_discrete_with_noise`: a number, multiplied "
+                     "by ``epsilon_decay`` after each exploring call (never below ``epsilon_min``), or a schedule "
+                     "of the training progress (e.g. ``LinearSchedule(1.0, 0.04, 0.16)``, see "
+                     ":meth:`set_progress`), which replaces the multiplicative decay.", schedulable=True)
+    epsilon_decay = Option(0.9999, unit_interval, "Factor applied to epsilon after each exploring action.")
+    epsilon_min = Option(0.0, probability, "Floor of the multiplicative epsilon decay.")
+    update_rate = Option(0.005, optional(unit_interval),
+                         "Soft target update rate tau (``target = tau * online + (1 - tau) * target``); "
+                         "``None`` with ``update_steps`` for periodic hard copies.")
+    update_steps = Option(None, optional(positive_int), "Copy the online network into the target every this "
+                          "many updates (only when ``update_rate`` is ``None``).")
+    learning_rate = Option(0.001, positive, "Learning rate of the optimizer (or a schedule).", schedulable=True,
+                           schedule_check=non_negative)
+    _learning_rate_of = {"learning_rate": ("qnet_optim",)}
+    mode = Option("double", doc='``"vanilla"``, ``"fixed_target"`` or ``"double"``.')
+
+    def __init__(self, qnet: nn.Module, qnet_target: Optional[nn.Module], optimizer: Callable, criterion: Callable):
+        super().__init__()
+        mode = self.mode
         if mode not in self._modes:
             raise ValueError(f"Unknown DQN mode: {mode!r}; choose one of {self._modes}")
         if self._mode_034 is not None and mode != self._mode_034:
@@ -104,32 +86,14 @@ class DQN(ReplayMixin, TorchFramework):
                 f"{type(self).__name__} trains in mode={mode!r} as asked; note that Machin 0.3.4's "
                 f"{type(self).__name__} ignored `mode` and always trained in {self._mode_034!r} mode."
             )
-        if (update_rate is None) == (update_steps is None):
+        if (self.update_rate is None) == (self.update_steps is None):
             raise ValueError(
                 f"give exactly one of update_rate (soft updates) and update_steps (hard copies), "
-                f"got update_rate={update_rate!r}, update_steps={update_steps!r}"
+                f"got update_rate={self.update_rate!r}, update_steps={self.update_steps!r}"
             )
-        if update_rate is not None and not 0 < update_rate <= 1:
-            raise ValueError(f"update_rate must be in (0, 1], got {update_rate!r}")
-        if update_steps is not None:
-            self._check_positive(update_steps=update_steps)
-        if not 0 < epsilon_decay <= 1:
-            raise ValueError(f"epsilon_decay must be in (0, 1], got {epsilon_decay!r}")
-        if not 0 <= discount <= 1:
-            raise ValueError(f"discount must be in [0, 1], got {discount!r}")
-        self._check_positive(batch_size=batch_size, learning_rate=learning_rate, gradient_max=gradient_max)
         if criterion is not None or type(self)._criterion_needed:
             self._check_criterion(criterion)
 
-        self.mode = mode
-        self.batch_size = batch_size
-        self.epsilon = 1.0
-        self.epsilon_decay = epsilon_decay
-        self.update_rate = update_rate
-        self.update_steps = update_steps
-        self.discount = discount
-        self.n_step = self._check_n_step(n_step)
-        self.gradient_max = gradient_max
         self.criterion = criterion
         self._update_counter = 0
 
@@ -144,9 +108,11 @@ class DQN(ReplayMixin, TorchFramework):
             hard_update(self.qnet_target, self.qnet)
         # Networks act in evaluation mode and train in training mode (matters for dropout/batch norm).
         self._set_mode(False, self.qnet, self.qnet_target)
-        self.qnet_optim = self._make_optimizer(optimizer, self.qnet, learning_rate)
-        self._init_lr_schedulers(lr_scheduler, lr_scheduler_args, lr_scheduler_kwargs, [self.qnet_optim])
-        self.replay_buffer = self._make_buffer(replay_buffer, lambda: self._default_buffer(replay_size, replay_device))
+        self.qnet_optim = self._make_optimizer(optimizer, self.qnet, self.learning_rate)
+        self.replay_buffer = self._make_buffer(self._default_buffer)
+
+    def _optimizers(self):
+        return [self.qnet_optim]
 
     # -- acting -----------------------------------------------------------------------
     def _q_network(self, use_target: bool) -> nn.Module:
@@ -200,8 +166,8 @@ class DQN(ReplayMixin, TorchFramework):
         if explore.any():
             random_action = torch.randint_like(action, action_num)
             action = torch.where(explore, random_action, action)
-        if decay_epsilon:
-            self.epsilon *= self.epsilon_decay
+        if decay_epsilon and "epsilon" not in self._schedules:
+            self.epsilon = max(self.epsilon * self.epsilon_decay, self.epsilon_min)
         return pack_result(action, extras)
 
     def criticize(self, state: Dict[str, Any], use_target: bool = False):
@@ -235,7 +201,7 @@ class DQN(ReplayMixin, TorchFramework):
             return target_q.gather(1, next_action)
         return target_q.max(dim=1, keepdim=True).values
 
-    def _target_value(self, batch: SampledBatch) -> torch.Tensor:
+    def _bellman_target(self, batch: SampledBatch) -> torch.Tensor:
         with torch.no_grad():
             next_value = self._next_value(batch)
             device = next_value.device
@@ -247,7 +213,14 @@ class DQN(ReplayMixin, TorchFramework):
         action = self.action_get_function(batch.action).to(device=q.device, dtype=torch.long)
         return q.gather(1, action.view(batch.size, 1))
 
-    def _update_target(self) -> None:
+    @compilable(("qnet",), after="_after_value_loss")
+    def _td_loss(self, batch: SampledBatch) -> torch.Tensor:
+        """The value loss of ``qnet`` on ``batch`` (one compiled step after :meth:`compile`)."""
+        target = self._bellman_target(batch)
+        return self._value_loss(self._predicted_value(batch), target, batch)
+
+    @compilable()
+    def _update_targets(self) -> None:
         if self.mode == "vanilla":
             return
         if self.update_rate is not None:
@@ -273,9 +246,7 @@ class DQN(ReplayMixin, TorchFramework):
         if batch is None:
             return None
         self._set_mode(True, self.qnet)
-        target = self._target_value(batch)
-        predicted = self._predicted_value(batch)
-        loss = self._value_loss(predicted, target, batch)
+        loss = self._td_loss(batch)
         self._maybe_visualize(loss, "qnet")
         skipped = getattr(self, "skipped_updates", 0)
         if update_value:
@@ -283,7 +254,7 @@ class DQN(ReplayMixin, TorchFramework):
             self._update_counter += 1
         # A step skipped for a non-finite loss (see TorchFramework._optimize) moves no target either.
         if update_target and getattr(self, "skipped_updates", 0) == skipped:
-            self._update_target()
+            self._update_targets()
         self._set_mode(False, self.qnet)
         return loss.item()
 

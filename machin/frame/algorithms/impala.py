@@ -7,216 +7,39 @@ the policy that chose it (``"action_log_prob"``). Learners sample whole episodes
 across the group, compute V-trace targets (:func:`vtrace`) with truncated
 importance weights, take one actor and one critic step and push the actor to the
 model server, from which the samplers pull it.
+
+``IMPALA.from_roles(roles, ...)`` builds the algorithm, its group and its model server
+from a :class:`~machin.parallel.distributed.roles.Roles` (learners, samplers and servers
+derived from the world's size and rank).
 """
 
 from __future__ import annotations
 
-import math
-from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Union
+from collections import Counter
+from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
 import torch
 from torch import nn
 
+from ...parallel.distributed.roles import Roles
 from ...parallel.distributed.rpc_group import RpcGroup
 from ...parallel.server import PushPullModelServer
 from ...utils.compat import ignores_extra_args
-from ..buffers.buffer_d import DistributedBuffer
-from ..transition import Transition, TransitionBase
-from .a2c import A2C, PolicyBatch, as_column, split_actor_output
-from .base import split_output
-from .utils import first_model_server
+from ..buffers.episode_buffer_d import (  # noqa: F401 (EPISODE_REQUIRED_ATTRS: its old import path)
+    EPISODE_REQUIRED_ATTRS,
+    EpisodeDistributedBuffer,
+    EpisodeTransition,
+)
+from ..helpers.servers import build_from_roles
+from ..returns import vtrace
+from ..transition import Transition
+from .a2c import A2C
+from .base import UpdateResult, split_output
+from .options import Option, positive
+from .policy import PolicyBatch, split_actor_output
+from .utils import as_column, first_model_server
 
 __all__ = ["EpisodeTransition", "EpisodeDistributedBuffer", "IMPALA", "vtrace"]
-
-EPISODE_REQUIRED_ATTRS = ("state", "action", "next_state", "reward", "terminal", "action_log_prob")
-
-
-class EpisodeTransition(Transition):
-    """A whole episode in one record: the first dimension of every tensor counts the steps.
-
-    Built like a :class:`~machin.frame.transition.Transition`, but tensors may have
-    any common number of rows; or from a list of steps with :meth:`from_episode`.
-    Custom attributes are never tensors (per-step values are kept as lists).
-    """
-
-    _required_batch_size = None
-
-    @classmethod
-    def from_episode(cls, episode: Sequence[Union[TransitionBase, Dict[str, Any]]]) -> EpisodeTransition:
-        """Join the steps of an episode (``Transition`` objects or dicts) into one record.
-
-        State, action and next-state tensors are concatenated key by key; rewards and
-        terminals become ``[T, 1]`` tensors; each custom attribute becomes the list of
-        its per-step values.
-
-        Raises:
-            ValueError: When the episode is empty or its steps have different attributes.
-        """
-        episode = list(episode)
-        if not episode:
-            raise ValueError("episode must hold at least one transition, got an empty list")
-        keys = sorted(episode[0].keys())
-        for step, t in enumerate(episode):
-            if sorted(t.keys()) != keys:
-                raise ValueError(
-                    f"every step of an episode must have the same attributes: step 0 has {keys}, "
-                    f"step {step} has {sorted(t.keys())}"
-                )
-        missing = [name for name in ("state", "action", "next_state", "reward", "terminal") if name not in keys]
-        if missing:
-            raise ValueError(f"the steps of the episode are missing required attribute(s) {missing}; they have {keys}")
-
-        def major(name: str) -> Dict[str, torch.Tensor]:
-            return {k: torch.cat([t[name][k] for t in episode]) for k in episode[0][name]}
-
-        def sub(name: str) -> torch.Tensor:
-            values = [t[name] for t in episode]
-            if isinstance(values[0], torch.Tensor):
-                return torch.cat([v.reshape(1, -1) for v in values])
-            dtype = torch.bool if name == "terminal" else torch.get_default_dtype()
-            return torch.tensor([[float(v)] for v in values], dtype=dtype)
-
-        custom = {name: [t[name] for t in episode] for name in keys
-                  if name not in ("state", "action", "next_state", "reward", "terminal")}
-        return cls(major("state"), major("action"), major("next_state"), sub("reward"), sub("terminal"), **custom)
-
-
-class EpisodeDistributedBuffer(DistributedBuffer):
-    """A distributed buffer whose entries are whole episodes (:class:`EpisodeTransition`).
-
-    Each member keeps up to ``buffer_size`` episodes (the oldest are overwritten);
-    appending is local, so a sampler must be a member of ``group``. Sampling picks
-    episodes across the group, without replacement, in proportion to each member's
-    number of episodes (every episode with ``sample_method="all"``), and returns
-    ``(count, ([episodes],))``. Data stays on the CPU.
-
-    Args:
-        buffer_name: Name of the buffer, unique in ``group``.
-        group: The RPC group whose members hold the parts.
-        buffer_size: Maximum number of episodes of the **local** part.
-        generator: Optional ``torch.Generator`` seeding the sampling.
-    """
-
-    def __init__(self, buffer_name: str, group: RpcGroup, buffer_size: int, *,
-                 generator: Optional[torch.Generator] = None):
-        self._episodes: List[EpisodeTransition] = []
-        self._next = 0
-        super().__init__(buffer_name, group, buffer_size, generator=generator)
-
-    def append(self, transition: Union[EpisodeTransition, List[Any]],
-               required_attrs: Iterable[str] = EPISODE_REQUIRED_ATTRS) -> int:
-        """Store one episode (an :class:`EpisodeTransition` or a list of steps) locally.
-
-        When the local part is full, the oldest episode is overwritten.
-
-        Args:
-            transition: The episode; a list of steps (``Transition`` objects or dicts)
-                is joined with :meth:`EpisodeTransition.from_episode`.
-            required_attrs: Attributes the episode must have (by default the standard
-                ones and ``action_log_prob``); ``()`` disables the check.
-
-        Returns:
-            Its position in the local part.
-
-        Raises:
-            ValueError: When a required attribute is missing, or the episode's
-                attributes differ from those already stored.
-        """
-        episode = transition if isinstance(transition, EpisodeTransition) else EpisodeTransition.from_episode(transition)
-        missing = [name for name in required_attrs if name not in episode]
-        if missing:
-            raise ValueError(
-                f"the episode is missing required attribute(s) {missing}; it has {episode.keys()}"
-            )
-        with self._lock:
-            if self._episodes and self._episodes[0].keys() != episode.keys():
-                raise ValueError(
-                    f"the episode has attributes {episode.keys()}, but the stored episodes have "
-                    f"{self._episodes[0].keys()}"
-                )
-            episode.to("cpu")
-            position = self._next
-            if position == len(self._episodes):
-                self._episodes.append(episode)
-            else:
-                self._episodes[position] = episode
-            self._next = (position + 1) % self.buffer_size
-            return position
-
-    def extend(self, transitions: Iterable[Any], required_attrs: Iterable[str] = EPISODE_REQUIRED_ATTRS) -> List[int]:
-        """Store several episodes locally.
-
-        Args:
-            transitions: The episodes (:class:`EpisodeTransition` objects).
-            required_attrs: Attributes every episode must have.
-        """
-        return [self.append(t, required_attrs) for t in transitions]
-
-    def size(self) -> int:
-        """Number of episodes in the local part."""
-        return len(self._episodes)
-
-    def clear(self) -> None:
-        """Remove every episode from the local part."""
-        with self._lock:
-            self._episodes, self._next = [], 0
-
-    def _op_sample(self, count: int, _concatenate: bool = True, method: Any = "random_unique",
-                   *_: Any) -> Tuple[int, Optional[Tuple[List[EpisodeTransition]]]]:
-        with self._lock:
-            if method == "all":
-                chosen = range(len(self._episodes))
-            else:
-                count = min(count, len(self._episodes))
-                chosen = self._rng.choice(len(self._episodes), size=count, replace=False) if count > 0 else []
-            if len(chosen) == 0:
-                return 0, None
-            return len(chosen), ([self._episodes[i] for i in chosen],)
-
-
-def vtrace(reward: torch.Tensor, value: torch.Tensor, next_value: torch.Tensor, terminal: torch.Tensor,
-           log_ratio: torch.Tensor, discount: float, clip_rho: float, clip_c: float
-           ) -> Tuple[torch.Tensor, torch.Tensor]:
-    """V-trace value targets and policy-gradient advantages of one episode (1-D tensors of length T).
-
-    With ``rho_t = min(clip_rho, pi/mu)``, ``c_t = min(clip_c, pi/mu)`` (``pi/mu`` is
-    ``exp(log_ratio_t)``) and ``g_t = discount * (1 - terminal_t)``::
-
-        delta_t = rho_t * (r_t + g_t * V(x_{t+1}) - V(x_t))
-        v_t     = V(x_t) + delta_t + g_t * c_t * (v_{t+1} - V(x_{t+1}))     (v_T = V(x_T))
-        A_t     = rho_t * (r_t + g_t * v_{t+1} - V(x_t))
-
-    which unrolls to ``v_s = V(x_s) + sum_t discount^(t-s) (prod_{i<t} c_i) delta_t``.
-    ``next_value[t]`` is ``V(x_{t+1})``; after the last step nothing is corrected.
-
-    Args:
-        reward: Rewards ``r_t``.
-        value: ``V(x_t)``.
-        next_value: ``V(x_{t+1})`` (the value of each step's next state).
-        terminal: 1 where the episode terminated at the step (no value after it).
-        log_ratio: ``log pi(a_t|x_t) - log mu(a_t|x_t)``.
-        discount: Discount factor.
-        clip_rho: Truncation of the importance weights in ``delta_t`` and ``A_t``.
-        clip_c: Truncation of the trace coefficients ``c_t``.
-
-    Returns:
-        ``(v, A)``: the value targets and the advantages, both of length T.
-    """
-    ratio = log_ratio.exp()
-    rho = ratio.clamp(max=clip_rho)
-    c = ratio.clamp(max=clip_c)
-    gamma = discount * (1.0 - terminal.to(value.dtype))
-    delta = rho * (reward + gamma * next_value - value)
-    correction = torch.zeros_like(value)  # v_t - V(x_t)
-    carried = torch.zeros((), dtype=value.dtype, device=value.device)
-    for t in reversed(range(value.shape[0])):
-        carried = delta[t] + gamma[t] * c[t] * carried
-        correction[t] = carried
-    targets = value + correction
-    next_targets = torch.cat([targets[1:], next_value[-1:]])
-    advantage = rho * (reward + gamma * next_targets - value)
-    return targets, advantage
-
 
 class IMPALA(A2C):
     """Importance-weighted actor-learner architecture over an RPC group.
@@ -237,73 +60,84 @@ class IMPALA(A2C):
         impala_group: RPC group of every sampler and learner.
         model_server: Tuple whose first element is the :class:`PushPullModelServer` accessor
             of the actor (further elements are ignored, as in Machin 0.3.4).
-        lr_scheduler: See :class:`~machin.frame.algorithms.a2c.A2C`.
-        lr_scheduler_args: See :class:`~machin.frame.algorithms.a2c.A2C`.
-        lr_scheduler_kwargs: See :class:`~machin.frame.algorithms.a2c.A2C`.
-        batch_size: Episodes per update.
-        learning_rate: Learning rate of both optimizers.
-        isw_clip_c: Truncation of the trace coefficients ``c``.
-        isw_clip_rho: Truncation of the importance weights ``rho``; at least ``isw_clip_c``.
-        entropy_weight: Weight of the mean entropy in the actor loss (``None``: unused).
-        value_weight: Factor on the critic loss.
-        gradient_max: Maximum gradient norm.
-        discount: Discount factor.
-        replay_size: Episodes kept by each member's part of the buffer.
-        visualize: Draw the loss graphs on the first update.
-        visualize_dir: Where to write the drawings.
+
+    The keyword options are listed with their defaults in the constructor's
+    documentation below.
 
     Raises:
         ValueError: When ``isw_clip_rho < isw_clip_c``, ``model_server`` holds no
             accessor, or an option is out of range.
     """
 
-    @ignores_extra_args
-    def __init__(
-        self,
-        actor: nn.Module,
-        critic: nn.Module,
-        optimizer: Callable,
-        criterion: Callable,
-        impala_group: RpcGroup,
-        model_server: Tuple[PushPullModelServer],
-        *,
-        lr_scheduler: Optional[Callable] = None,
-        lr_scheduler_args: Tuple[Tuple, ...] = (),
-        lr_scheduler_kwargs: Tuple[Dict, ...] = (),
-        batch_size: int = 5,
-        learning_rate: float = 0.001,
-        isw_clip_c: float = 1.0,
-        isw_clip_rho: float = 1.0,
-        entropy_weight: Optional[float] = None,
-        value_weight: float = 0.5,
-        gradient_max: float = math.inf,
-        discount: float = 0.99,
-        replay_size: int = 500,
-        visualize: bool = False,
-        visualize_dir: str = "",
-    ):
-        self._check_positive(isw_clip_c=isw_clip_c, isw_clip_rho=isw_clip_rho)
-        if isw_clip_rho < isw_clip_c:
+    driver = None
+    driver_unavailable = "it is a distributed algorithm with its own worker loop"
+
+    lr_scheduler_args = A2C.lr_scheduler_args.but(default=())
+    lr_scheduler_kwargs = A2C.lr_scheduler_kwargs.but(default=())
+    batch_size = A2C.batch_size.but(default=5, doc="Episodes per update.")
+    replay_size = A2C.replay_size.but(default=500, doc="Episodes kept by each member's part of the buffer.")
+    learning_rate = A2C.critic_learning_rate.but(doc="Learning rate of both optimizers (or a schedule).")
+    _learning_rate_of = {"learning_rate": ("actor_optim", "critic_optim")}
+    isw_clip_c = Option(1.0, positive, "Truncation of the trace coefficients ``c``.")
+    isw_clip_rho = Option(1.0, positive, "Truncation of the importance weights ``rho``; at least ``isw_clip_c``.")
+    # Fixed by V-trace (one actor and one critic step per update, no GAE, raw advantages):
+    actor_update_times = critic_update_times = 1
+    gae_lambda = 1.0
+    normalize_advantage = False
+    replay_device = "cpu"
+    replay_buffer = None
+
+    @property
+    def actor_learning_rate(self) -> float:
+        """``learning_rate`` (one rate serves both networks)."""
+        return self.learning_rate
+
+    @property
+    def critic_learning_rate(self) -> float:
+        """``learning_rate`` (one rate serves both networks)."""
+        return self.learning_rate
+
+    def __init__(self, actor: nn.Module, critic: nn.Module, optimizer: Callable, criterion: Callable,
+                 impala_group: RpcGroup, model_server: Tuple[PushPullModelServer]):
+        if self.isw_clip_rho < self.isw_clip_c:
             raise ValueError(
-                f"isw_clip_rho must be at least isw_clip_c, got isw_clip_rho={isw_clip_rho} and "
-                f"isw_clip_c={isw_clip_c}"
+                f"isw_clip_rho must be at least isw_clip_c, got isw_clip_rho={self.isw_clip_rho} and "
+                f"isw_clip_c={self.isw_clip_c}"
             )
-        server = first_model_server(model_server, "IMPALA")
-        self.isw_clip_c = isw_clip_c
-        self.isw_clip_rho = isw_clip_rho
         self.impala_group = impala_group
-        self.model_server = (server,)
+        self.model_server = (first_model_server(model_server, "IMPALA"),)
         self.is_syncing = True
-        super().__init__(
-            actor, critic, optimizer, criterion,
-            lr_scheduler=lr_scheduler, lr_scheduler_args=lr_scheduler_args,
-            lr_scheduler_kwargs=lr_scheduler_kwargs, batch_size=batch_size, actor_update_times=1,
-            critic_update_times=1, actor_learning_rate=learning_rate, critic_learning_rate=learning_rate,
-            entropy_weight=entropy_weight, value_weight=value_weight, gradient_max=gradient_max,
-            discount=discount, normalize_advantage=False,
-            replay_buffer=EpisodeDistributedBuffer("impala_buffer", impala_group, replay_size),
-            visualize=visualize, visualize_dir=visualize_dir,
-        )
+        super().__init__(actor, critic, optimizer, criterion)
+
+    def _default_buffer(self) -> EpisodeDistributedBuffer:
+        return EpisodeDistributedBuffer("impala_buffer", self.impala_group, self.replay_size)
+
+    @classmethod
+    def from_roles(cls, roles: Roles, *args: Any, group_name: str = "impala", **kwargs: Any) -> IMPALA:
+        """Build IMPALA, its group and its model server from the roles of the processes.
+
+        Every process of the world calls it with the same arguments (and its own
+        ``roles``): the constructor's arguments without ``impala_group`` and
+        ``model_server``. As :meth:`DQNApex.from_roles
+        <machin.frame.algorithms.apex.ApexMixin.from_roles>`: one RPC group over the whole
+        world, the model server on ``roles.model_server``, several learners training the
+        actor and the critic in ``DistributedDataParallel``, and the episode buffer's parts
+        where ``roles.replay`` puts them (samplers send each episode there at once). The
+        result also has the attributes ``roles``, ``learner_group`` and ``model_servers``.
+
+        Args:
+            roles: This process's :class:`~machin.parallel.distributed.roles.Roles`.
+            args: The constructor's positional arguments up to the criterion.
+            group_name: Name of the RPC group.
+            kwargs: The constructor's keyword options.
+        """
+        return build_from_roles(cls, roles, args, kwargs, group_name=group_name,
+                                ddp_networks=("actor", "critic"), replay_chunk=1)
+
+    @property
+    def sampled_from(self) -> Counter:
+        """Episodes this learner has sampled so far, by name of the member that held them."""
+        return Counter(getattr(self.replay_buffer, "sampled_from", {}))
 
     # -- syncing ------------------------------------------------------------------------
     def set_sync(self, is_syncing: bool) -> None:
@@ -317,6 +151,18 @@ class IMPALA(A2C):
     def manual_sync(self) -> bool:
         """Load the newest actor from the model server (``False`` when none was pushed yet)."""
         return self.model_server[0].pull(self.actor)
+
+    def publish(self) -> bool:
+        """Push the actor to the model server now, e.g. after loading a checkpoint.
+
+        :meth:`update` pushes after every update; this lets samplers pull a resumed learner's
+        actor before its first update.
+
+        Returns:
+            Whether the model server took it (``False``: it held a newer version, which was
+            loaded instead).
+        """
+        return self.model_server[0].push(self.actor)
 
     @ignores_extra_args
     def act(self, state: Dict[str, Any]) -> Any:
@@ -360,7 +206,7 @@ class IMPALA(A2C):
             log_prob = split_actor_output(self._eval_act(episode.state, episode.action), "IMPALA")[1]
             log_prob = as_column(log_prob, steps, "the actor's log_prob output").view(-1)
             both = {k: torch.cat([episode.state[k], episode.next_state[k]]) for k in episode.state}
-            values = as_column(split_output(self._criticize(both))[0], 2 * steps, "the critic output").view(-1)
+            values = as_column(split_output(self._critic_value(both))[0], 2 * steps, "the critic output").view(-1)
         device = values.device
         behaviour = torch.tensor(episode.action_log_prob, dtype=values.dtype, device=device)
         targets, advantage = vtrace(
@@ -381,7 +227,7 @@ class IMPALA(A2C):
         )
 
     @ignores_extra_args
-    def update(self, update_value: bool = True, update_policy: bool = True) -> Optional[Tuple[float, float]]:
+    def update(self, update_value: bool = True, update_policy: bool = True) -> Optional[UpdateResult]:
         """Sample ``batch_size`` episodes across the group, take one actor and one critic step, push the actor.
 
         Args:
@@ -401,5 +247,5 @@ class IMPALA(A2C):
         value_loss = (self._update_critic if update_value else self._evaluate_critic)(batch)
         self._set_mode(False, self.actor, self.critic)
         self.model_server[0].push(self.actor)
-        return policy_value, value_loss
+        return UpdateResult(policy_value, value_loss)
 

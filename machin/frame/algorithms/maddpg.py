@@ -22,11 +22,10 @@ from __future__ import annotations
 
 import copy
 import importlib
-import math
 import os
 import re
 from collections.abc import Mapping
-from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import torch
 from torch import nn
@@ -34,55 +33,32 @@ from torch import nn
 from ...parallel.pool import CtxPool, ThreadPool
 from ...utils.compat import ignores_extra_args
 from ..buffers import Buffer, PrioritizedBuffer
-from ..buffers.buffer import DEFAULT_REQUIRED_ATTRS
+from ..buffers.shm_buffer import SHMBuffer, TransitionLike
+from ..noise.dispatch import DEFAULT_NOISE_PARAM, noise_adder, resolve_noise_mode
 from ..noise.generator import OrnsteinUhlenbeckNoiseGen
-from ..transition import TransitionBase
-from .base import TorchFramework, pack_result, split_output
-from .ddpg import _DEFAULT_NOISE_PARAM, DDPG, _noise_adder, resolve_noise_mode
-from .dqn import DQN, REQUIRED_ATTRS, SampledBatch
-from .utils import assert_output_is_probs, hard_update, safe_call, soft_update
+from ..transition import as_transition
+from .base import TorchFramework, UpdateResult, pack_result, split_output
+from .critics import critic_action_input, restore_online, soft_update_targets, value_column
+from .options import (
+    ActorCriticOptions,
+    BufferOptions,
+    Option,
+    SoftTargetOptions,
+    non_negative_int,
+    one_of,
+    optional,
+    positive_int,
+)
+from .replay import REQUIRED_ATTRS, SampledBatch, bellman_target, make_batch, value_loss
+from .utils import assert_output_is_probs, hard_update, safe_call
 
+# SHMBuffer lives in machin.frame.buffers.shm_buffer; it stays importable from here.
 __all__ = ["MADDPG", "SHMBuffer"]
 
 _SAMPLE_ATTRS = ["state", "action", "reward", "next_state", "terminal", "*"]
 _POOL_TYPES = ("thread", "process")
 # ``(size, positions)`` of the rows one sub-policy trains on, shared by all agents.
 Rows = Tuple[int, torch.Tensor]
-TransitionLike = Union[TransitionBase, Dict[str, Any]]
-
-
-class SHMBuffer(Buffer):
-    """A :class:`~machin.frame.buffers.buffer.Buffer` whose storage lives in shared memory.
-
-    After every write the column tensors of the buffer are moved to shared memory
-    (``share_memory_()``; columns already there, and CUDA columns, are left as they
-    are). Pickling the buffer for a worker of a
-    :class:`~machin.parallel.pool.Pool` built with ``is_copy_tensor=False`` then
-    sends handles instead of copies, so the worker samples the very storage the
-    owner writes. Custom attributes that are not numbers live in Python lists and
-    are copied when the buffer is pickled. :class:`MADDPG` uses this buffer when
-    its pool is a process pool.
-
-    Takes the arguments of :class:`~machin.frame.buffers.buffer.Buffer`. Not
-    thread-safe.
-    """
-
-    def extend(self, transitions: Iterable[TransitionLike],
-               required_attrs: Iterable[str] = DEFAULT_REQUIRED_ATTRS) -> List[int]:
-        """Store several transitions (see :meth:`Buffer.extend`), then share new storage.
-
-        Args:
-            transitions: The transitions (or dicts) to store.
-            required_attrs: Attributes every transition must have.
-
-        Returns:
-            The storage positions used.
-        """
-        positions = super().extend(transitions, required_attrs)
-        for column in self._columns():
-            if column.tensor is not None and not column.tensor.is_shared():
-                column.tensor.share_memory_()
-        return positions
 
 
 #: 0.3.4's file name and child-name pattern of each restorable attribute.
@@ -103,7 +79,16 @@ def _versions(model_dir: str, name: str) -> set:
 
 
 
-class MADDPG(TorchFramework):
+def _plain_buffer(name: str, value: Any) -> Buffer:
+    if not isinstance(value, Buffer):
+        raise TypeError(f"{name} must be a Buffer, got {type(value).__name__}")
+    if isinstance(value, PrioritizedBuffer):
+        raise ValueError(f"{name} must be a Buffer without priorities: MADDPG reads every agent's "
+                         f"buffer at the same rows, got a {type(value).__name__}")
+    return value
+
+
+class MADDPG(BufferOptions, SoftTargetOptions, ActorCriticOptions, TorchFramework):
     """Multi-agent DDPG with centralised critics and optional policy ensembles.
 
     Agent ``i`` has ``sub_policy_num + 1`` actors (``actors[i][k]``; the replicas
@@ -137,39 +122,11 @@ class MADDPG(TorchFramework):
         optimizer: Optimizer class, called as ``optimizer(net.parameters(), lr=...)``
             once per actor replica and once per critic.
         criterion: Value loss, called as ``criterion(target[B, 1], predicted[B, 1])``.
-        sub_policy_num: Extra replicas per actor (ensemble size minus one).
-        lr_scheduler: Scheduler class, applied to every optimizer as
-            ``lr_scheduler(optimizer, *args, **kwargs)``.
-        lr_scheduler_args: Two tuples of positional arguments: the first for every
-            actor optimizer, the second for every critic optimizer.
-        lr_scheduler_kwargs: Two dicts of keyword arguments, in the same order.
-        batch_size: Rows sampled per sub-policy and update.
-        update_rate: Soft update rate tau: ``target = tau * online + (1 - tau) * target``.
-        actor_learning_rate: Learning rate of the actor optimizers.
-        critic_learning_rate: Learning rate of the critic optimizers.
-        discount: Discount factor gamma.
-        gradient_max: Maximum gradient norm of each network (``inf``: no clipping).
-        replay_size: Capacity of each agent's default replay buffer.
-        replay_device: Device of the default replay buffers.
-        replay_buffer: A :class:`~machin.frame.buffers.buffer.Buffer` (without
-            priorities) to use instead of the default ones: the first agent stores
-            into it and every other agent into a deep copy of it (``replay_size``
-            and ``replay_device`` are then ignored).
-        visualize: Draw the graph of each loss on the first update.
-        visualize_dir: Directory for those drawings.
-        use_jit: Accepted for compatibility with Machin 0.3.4, where it selected
-            TorchScript forward passes; it changes nothing here (TorchScript is
-            deprecated in PyTorch 2). Networks that are already scripted or
-            compiled can be passed in as they are.
-        pool_type: ``"thread"`` or ``"process"``: how the agents' updates run in
-            parallel. Process workers are started at the first update after the
-            networks are moved to shared memory; worker ``i % pool_size`` trains
-            agent ``i`` and keeps its optimizer state (see :meth:`close`), and the
-            default buffers become :class:`SHMBuffer`. It needs every network on
-            ``"cpu"`` or ``"cuda"``.
-        pool_size: Number of pool workers; ``None`` uses one per agent, at most
-            ``os.cpu_count()``. A thread "pool" of size 1 runs the agents in the
-            calling thread.
+
+    The keyword options are listed with their defaults in the constructor's
+    documentation below. The schedulers apply to every optimizer, with two entries in
+    ``lr_scheduler_args`` / ``lr_scheduler_kwargs``: the first for every actor
+    optimizer, the second for every critic optimizer.
 
     Raises:
         ValueError: On inconsistent network lists, a bad ``critic_visible_actors``,
@@ -179,108 +136,82 @@ class MADDPG(TorchFramework):
 
     _is_top = ["actors", "actor_targets", "critics", "critic_targets"]
     _is_restorable = ["actor_targets", "critic_targets"]
+    driver = None
+    driver_unavailable = "it acts for several agents at once"
     _restorable_aliases = {old: new for new, (old, _) in _OLD_LAYOUT.items()}
 
-    @ignores_extra_args
-    def __init__(
-        self,
-        actors: Sequence[nn.Module],
-        actor_targets: Sequence[nn.Module],
-        critics: Sequence[nn.Module],
-        critic_targets: Sequence[nn.Module],
-        critic_visible_actors: Sequence[Sequence[int]],
-        optimizer: Callable,
-        criterion: Callable,
-        *,
-        sub_policy_num: int = 0,
-        lr_scheduler: Optional[Callable] = None,
-        lr_scheduler_args: Optional[Sequence[Sequence]] = None,
-        lr_scheduler_kwargs: Optional[Sequence[Dict[str, Any]]] = None,
-        batch_size: int = 100,
-        update_rate: float = 0.001,
-        actor_learning_rate: float = 0.0005,
-        critic_learning_rate: float = 0.001,
-        discount: float = 0.99,
-        gradient_max: float = math.inf,
-        replay_size: int = 500000,
-        replay_device: Union[str, torch.device] = "cpu",
-        replay_buffer: Optional[Buffer] = None,
-        visualize: bool = False,
-        visualize_dir: str = "",
-        use_jit: bool = True,
-        pool_type: str = "thread",
-        pool_size: Optional[int] = None,
-    ):
-        super().__init__(visualize=visualize, visualize_dir=visualize_dir)
+    sub_policy_num = Option(0, non_negative_int, "Extra replicas per actor (ensemble size minus one).")
+    update_rate = SoftTargetOptions.update_rate.but(default=0.001)
+    batch_size = BufferOptions.batch_size.but(doc="Rows sampled per sub-policy and update.")
+    replay_buffer = BufferOptions.replay_buffer.but(
+        check=optional(_plain_buffer),
+        doc="A Buffer (without priorities) to use instead of the default ones: the first agent stores into it "
+            "and every other agent into a deep copy of it.")
+    use_jit = Option(True, doc="Accepted for compatibility with Machin 0.3.4, where it selected TorchScript forward "
+                     "passes; it changes nothing here (TorchScript is deprecated in PyTorch 2).")
+    pool_type = Option("thread", one_of(*_POOL_TYPES), '``"thread"`` or ``"process"``: how the agents\' updates run '
+                       "in parallel. Process workers are started at the first update after the networks are moved "
+                       "to shared memory; worker ``i % pool_size`` trains agent ``i`` and keeps its optimizer state "
+                       '(see :meth:`close`), and the default buffers become :class:`SHMBuffer`. It needs every '
+                       'network on ``"cpu"`` or ``"cuda"``.')
+    pool_size = Option(None, optional(positive_int), "Number of pool workers; ``None`` uses one per agent, at most "
+                       "``os.cpu_count()``. A thread pool of size 1 runs the agents in the calling thread.")
+
+    def __init__(self, actors: Sequence[nn.Module], actor_targets: Sequence[nn.Module], critics: Sequence[nn.Module],
+                 critic_targets: Sequence[nn.Module], critic_visible_actors: Sequence[Sequence[int]],
+                 optimizer: Callable, criterion: Callable):
+        super().__init__()
         agent_num = self._check_networks(actors=actors, actor_targets=actor_targets, critics=critics,
                                          critic_targets=critic_targets)
         self.critic_visible_actors = self._check_visibility(critic_visible_actors, agent_num)
-        if isinstance(sub_policy_num, bool) or not isinstance(sub_policy_num, int) or sub_policy_num < 0:
-            raise ValueError(f"sub_policy_num must be a non-negative integer, got {sub_policy_num!r}")
-        if not 0 < update_rate <= 1:
-            raise ValueError(f"update_rate must be in (0, 1], got {update_rate!r}")
-        if not 0 <= discount <= 1:
-            raise ValueError(f"discount must be in [0, 1], got {discount!r}")
-        self._check_positive(batch_size=batch_size, actor_learning_rate=actor_learning_rate,
-                             critic_learning_rate=critic_learning_rate, gradient_max=gradient_max)
         self._check_criterion(criterion)
         self._check_same_structure(**{
             f"{kind}_targets[{i}]": (online, target)
             for kind, onlines, targets in (("actor", actors, actor_targets), ("critic", critics, critic_targets))
             for i, (online, target) in enumerate(zip(onlines, targets))})
-        if pool_type not in _POOL_TYPES:
-            raise ValueError(f"pool_type must be one of {list(_POOL_TYPES)}, got {pool_type!r}")
-        if pool_size is not None and (isinstance(pool_size, bool) or not isinstance(pool_size, int)
-                                      or pool_size < 1):
-            raise ValueError(f"pool_size must be a positive integer or None, got {pool_size!r}")
-        if replay_buffer is not None and not isinstance(replay_buffer, Buffer):
-            raise TypeError(f"replay_buffer must be a Buffer, got {type(replay_buffer).__name__}")
-        if isinstance(replay_buffer, PrioritizedBuffer):
-            raise ValueError("replay_buffer must be a Buffer without priorities: MADDPG reads every agent's "
-                             f"buffer at the same rows, got a {type(replay_buffer).__name__}")
 
         self.agent_num = agent_num
-        self.sub_policy_num = sub_policy_num
-        self.batch_size = batch_size
-        self.update_rate = update_rate
-        self.discount = discount
-        self.gradient_max = gradient_max
         self.criterion = criterion
-        self.use_jit = use_jit
-        self.pool_type = pool_type
-        self.pool_size = pool_size or min(agent_num, os.cpu_count() or 1)
+        self.pool_size = self.pool_size or min(agent_num, os.cpu_count() or 1)
         self._pool: Optional[Union[ThreadPool, List[CtxPool]]] = None
         self._ou_noise: Dict[int, OrnsteinUhlenbeckNoiseGen] = {}
 
         def ensemble(network: nn.Module) -> nn.ModuleList:
-            return nn.ModuleList([network] + [copy.deepcopy(network) for _ in range(sub_policy_num)])
+            return nn.ModuleList([network] + [copy.deepcopy(network) for _ in range(self.sub_policy_num)])
 
         self.actors = nn.ModuleList(ensemble(actor) for actor in actors)
         self.actor_targets = nn.ModuleList(ensemble(target) for target in actor_targets)
         self.critics = nn.ModuleList(critics)
         self.critic_targets = nn.ModuleList(critic_targets)
-        if pool_type == "process":
+        if self.pool_type == "process":
             self._check_shareable_devices()
         for online, target in self._online_target_pairs():
             hard_update(target, online)
         self._train_mode(False)
 
-        self.actor_optims = [[self._make_optimizer(optimizer, actor, actor_learning_rate) for actor in agent]
+        self.actor_optims = [[self._make_optimizer(optimizer, actor, self.actor_learning_rate) for actor in agent]
                              for agent in self.actors]
-        self.critic_optims = [self._make_optimizer(optimizer, critic, critic_learning_rate)
+        self.critic_optims = [self._make_optimizer(optimizer, critic, self.critic_learning_rate)
                               for critic in self.critics]
-        actor_optims = [optim for agent in self.actor_optims for optim in agent]
-        self._init_lr_schedulers(
-            lr_scheduler,
-            self._per_optimizer("lr_scheduler_args", lr_scheduler_args),
-            self._per_optimizer("lr_scheduler_kwargs", lr_scheduler_kwargs),
-            actor_optims + self.critic_optims,
-        )
+        replay_buffer = self._option_values["replay_buffer"]
         if replay_buffer is None:
-            buffer_class = SHMBuffer if pool_type == "process" else Buffer
-            self.replay_buffers = [buffer_class(replay_size, replay_device) for _ in range(agent_num)]
+            buffer_class = SHMBuffer if self.pool_type == "process" else Buffer
+            self.replay_buffers = [buffer_class(self.replay_size, self.replay_device) for _ in range(agent_num)]
         else:
             self.replay_buffers = [replay_buffer] + [copy.deepcopy(replay_buffer) for _ in range(agent_num - 1)]
+
+    def _optimizers(self):
+        return [optim for agent in self.actor_optims for optim in agent] + self.critic_optims
+
+    def _init_lr_schedulers(self, optimizers):
+        # One (actor entry, critic entry) pair spread over all optimizers.
+        args, kwargs = self.lr_scheduler_args, self.lr_scheduler_kwargs
+        self.lr_scheduler_args = self._per_optimizer("lr_scheduler_args", args)
+        self.lr_scheduler_kwargs = self._per_optimizer("lr_scheduler_kwargs", kwargs)
+        try:
+            super()._init_lr_schedulers(optimizers)
+        finally:
+            self.lr_scheduler_args, self.lr_scheduler_kwargs = args, kwargs
 
     # -- construction checks --------------------------------------------------------------
     @staticmethod
@@ -379,7 +310,7 @@ class MADDPG(TorchFramework):
         return self._actor_outputs(states, use_target)
 
     @ignores_extra_args
-    def act_with_noise(self, states: Sequence[Dict[str, Any]], noise_param: Any = _DEFAULT_NOISE_PARAM,
+    def act_with_noise(self, states: Sequence[Dict[str, Any]], noise_param: Any = DEFAULT_NOISE_PARAM,
                        ratio: float = 1.0, mode: str = "uniform", use_target: bool = False) -> List[Any]:
         """Return every agent's action plus exploration noise, from a random sub-policy.
 
@@ -419,7 +350,7 @@ class MADDPG(TorchFramework):
                 raise ValueError(f"act_with_noise(mode='ou'): noise_param must be None or a dict of "
                                  f"OrnsteinUhlenbeckNoiseGen keyword arguments, got {noise_param!r}")
             return lambda agent, action: action + ratio * self._ou_process(agent, action, noise_param)
-        add_noise = _noise_adder(mode, noise_param, ratio)
+        add_noise = noise_adder(mode, noise_param, ratio)
         return lambda _agent, action: add_noise(action)
 
     def _ou_process(self, agent: int, action: torch.Tensor, noise_param: Optional[Mapping]) -> torch.Tensor:
@@ -507,7 +438,7 @@ class MADDPG(TorchFramework):
         converted = []
         for agent, (buffer, transitions) in enumerate(zip(self.replay_buffers, per_agent)):
             try:
-                converted.append([buffer._as_transition(t) for t in transitions])
+                converted.append([as_transition(t) for t in transitions])
                 for transition in converted[-1]:
                     buffer._check(transition, REQUIRED_ATTRS)  # before any buffer is written
             except (TypeError, ValueError) as error:
@@ -558,13 +489,28 @@ class MADDPG(TorchFramework):
         """
         return MADDPG._concat(actions, "action")
 
-    action_transform_function = staticmethod(DDPG.action_transform_function)
-    # 0.3.4's MADDPG.reward_function ended in ``*_``; DDPG's takes ``others`` as its fifth argument.
-    reward_function = staticmethod(ignores_extra_args(DDPG.reward_function))
+    action_transform_function = staticmethod(critic_action_input)
+
+    @staticmethod
+    @ignores_extra_args  # 0.3.4's MADDPG.reward_function ended in ``*_``
+    def reward_function(reward: torch.Tensor, discount: Union[float, torch.Tensor], next_value: torch.Tensor,
+                        terminal: torch.Tensor, others: Optional[Dict[str, Any]] = None) -> torch.Tensor:
+        """Bellman target of an agent's critic: ``reward + discount * (1 - terminal) * next_value``.
+
+        Args:
+            reward: The agent's rewards ``[B, 1]``.
+            discount: The discount factor.
+            next_value: Value of the next states under the target critic ``[B, 1]``.
+            terminal: 1 where the agent's episode terminated, ``[B, 1]``.
+            others: The agent's custom attributes of the batch, for overrides that need them.
+        """
+        return bellman_target(reward, discount, next_value, terminal, others)
 
     # -- update steps -----------------------------------------------------------------------
-    _make_batch = staticmethod(DQN._make_batch)
-    _value_loss = DQN._value_loss
+    _make_batch = staticmethod(make_batch)
+
+    def _value_loss(self, predicted: torch.Tensor, target: torch.Tensor, batch: SampledBatch) -> torch.Tensor:
+        return value_loss(self.criterion, predicted, target, batch.size)
 
     def _sample_rows(self) -> Optional[List[Rows]]:
         """One random set of rows per sub-policy (``None`` while the buffers are empty)."""
@@ -590,7 +536,7 @@ class MADDPG(TorchFramework):
         output = safe_call(critic, self.state_concat_function([getattr(b, states) for b in batches]),
                            self.action_concat_function(actions))
         name = f"critic_targets[{agent}]" if use_target else f"critics[{agent}]"
-        return DDPG._value_column(output, batches[0].size, name)
+        return value_column(output, batches[0].size, name)
 
     def _bellman_target(self, agent: int, policy: int, batches: List[SampledBatch], own: int) -> torch.Tensor:
         """``r + discount * (1 - terminal) * Q'(s', mu'(s'))`` with sub-policy ``policy``'s target actors."""
@@ -667,11 +613,10 @@ class MADDPG(TorchFramework):
         return results
 
     def _update_targets(self) -> None:
-        for online, target in self._online_target_pairs():
-            soft_update(target, online, self.update_rate)
+        soft_update_targets(self._online_target_pairs(), self.update_rate)
 
     def update(self, update_value: bool = True, update_policy: bool = True, update_target: bool = True,
-               concatenate_samples: bool = True) -> Optional[Tuple[float, float]]:
+               concatenate_samples: bool = True) -> Optional[UpdateResult]:
         """Sample the same rows from every agent's buffer and train every agent on them.
 
         Args:
@@ -700,7 +645,7 @@ class MADDPG(TorchFramework):
         if update_target:
             self._update_targets()
         policy_values, value_losses = zip(*results)
-        return sum(policy_values) / self.agent_num, sum(value_losses) / self.agent_num
+        return UpdateResult(sum(policy_values) / self.agent_num, sum(value_losses) / self.agent_num)
 
     # -- pool and checkpoints -------------------------------------------------------------------
     def _get_pool(self) -> Union[ThreadPool, List[CtxPool]]:
@@ -807,8 +752,7 @@ class MADDPG(TorchFramework):
             getattr(self, attr).load_state_dict(state)
 
     def _post_load(self) -> None:
-        for online, target in self._online_target_pairs():
-            hard_update(online, target)
+        restore_online(self._online_target_pairs())
 
 
 # -- process-pool plumbing ------------------------------------------------------------------------

@@ -2,15 +2,10 @@
 
 from __future__ import annotations
 
-import math
-from typing import Callable, Dict, Optional, Tuple, Union
-
 import torch
-from torch import nn
 
-from ...utils.compat import ignores_extra_args
-from ..buffers import Buffer
 from .a2c import A2C
+from .options import Option, non_negative, positive
 
 __all__ = ["PPO"]
 
@@ -26,57 +21,17 @@ class PPO(A2C):
     ``ratio = exp(log_prob - old_log_prob)``, so the ``actor_update_times`` steps
     of one update cannot push the policy far from where it started.
 
-    Args:
-        surrogate_loss_clip: The clipping range ``eps`` (positive).
-
     Raises:
         ValueError: When ``surrogate_loss_clip`` is not positive, or an A2C option is invalid.
     """
 
     _needs_old_log_prob = True
 
-    @ignores_extra_args
-    def __init__(
-        self,
-        actor: nn.Module,
-        critic: nn.Module,
-        optimizer: Callable,
-        criterion: Callable,
-        *,
-        lr_scheduler: Optional[Callable] = None,
-        lr_scheduler_args: Tuple[Tuple, ...] = (),
-        lr_scheduler_kwargs: Tuple[Dict, ...] = (),
-        batch_size: int = 100,
-        actor_update_times: int = 5,
-        critic_update_times: int = 10,
-        actor_learning_rate: float = 0.001,
-        critic_learning_rate: float = 0.001,
-        entropy_weight: Optional[float] = None,
-        value_weight: float = 0.5,
-        surrogate_loss_clip: float = 0.2,
-        gradient_max: float = math.inf,
-        gae_lambda: float = 1.0,
-        discount: float = 0.99,
-        normalize_advantage: bool = True,
-        replay_size: int = 500000,
-        replay_device: Union[str, torch.device] = "cpu",
-        replay_buffer: Optional[Buffer] = None,
-        visualize: bool = False,
-        visualize_dir: str = "",
-    ):
-        super().__init__(
-            actor, critic, optimizer, criterion, lr_scheduler=lr_scheduler,
-            lr_scheduler_args=lr_scheduler_args, lr_scheduler_kwargs=lr_scheduler_kwargs,
-            batch_size=batch_size, actor_update_times=actor_update_times,
-            critic_update_times=critic_update_times, actor_learning_rate=actor_learning_rate,
-            critic_learning_rate=critic_learning_rate, entropy_weight=entropy_weight,
-            value_weight=value_weight, gradient_max=gradient_max, gae_lambda=gae_lambda,
-            discount=discount, normalize_advantage=normalize_advantage, replay_size=replay_size,
-            replay_device=replay_device, replay_buffer=replay_buffer, visualize=visualize,
-            visualize_dir=visualize_dir,
-        )
-        self._check_positive(surrogate_loss_clip=surrogate_loss_clip)
-        self.surrogate_loss_clip = surrogate_loss_clip
+    lr_scheduler_args = A2C.lr_scheduler_args.but(default=())
+    lr_scheduler_kwargs = A2C.lr_scheduler_kwargs.but(default=())
+    surrogate_loss_clip = Option(0.2, positive, "The clipping range ``eps`` of the surrogate objective (or a "
+                                 "schedule, e.g. ``LinearSchedule(0.2, 0.0)``).", schedulable=True,
+                                 schedule_check=non_negative)
 
     def _policy_loss(self, log_prob: torch.Tensor, old_log_prob: torch.Tensor,
                      advantage: torch.Tensor) -> torch.Tensor:

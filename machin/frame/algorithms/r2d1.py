@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
 import numpy as np
@@ -11,7 +10,10 @@ from torch import nn
 
 from ..buffers import Buffer, SequenceBatch, SequenceBuffer
 from ..transition import Transition
+from .base import Driver
+from .dqn import DQN
 from .dqn_per import DQNPer
+from .options import Option, non_negative_int, positive, positive_int, probability
 from .utils import Hidden, map_hidden, safe_call
 
 __all__ = ["R2D1", "value_rescale", "inverse_value_rescale"]
@@ -68,88 +70,50 @@ class R2D1(DQNPer):
         optimizer: Optimizer class, as in :class:`~machin.frame.algorithms.dqn.DQN`.
         criterion: Element-wise loss, called as ``criterion(target[B, T], predicted[B, T])``;
             it must not reduce, e.g. ``nn.MSELoss(reduction="none")``.
-        sequence_length: Training steps per sequence.
-        burn_in: Steps before the training part that only warm up the hidden state.
-        n_step: Horizon of the n-step returns.
-        sequence_stride: Only every ``sequence_stride``-th step of an episode starts a
-            sequence (1: every step does).
-        priority_eta: Weight of the maximum TD error in a sequence priority.
-        hidden_key: Name of the hidden-state argument of ``forward`` and of its key in
-            the stored state dicts.
-        value_rescaling: Learn rescaled values ``h(Q)`` (see :func:`value_rescale`).
-        rescaling_epsilon: The ``epsilon`` of ``h``.
-        priority_on_store: Give the sequences of a newly stored episode priorities
-            computed from their TD errors under the current networks (one unroll of
-            both networks over the new sequences, without gradient), as R2D2 does,
-            instead of the largest stored priority.
-        Other arguments: as :class:`~machin.frame.algorithms.dqn.DQN` (the mode is
-            always ``"double"``). A ``replay_buffer`` must be a
-            :class:`~machin.frame.buffers.SequenceBuffer` with the same sequence options.
+
+    The keyword options are :class:`~machin.frame.algorithms.dqn.DQN`'s (the mode is
+    always ``"double"``) and the sequence options below. A ``replay_buffer`` must be a
+    :class:`~machin.frame.buffers.SequenceBuffer` with the same sequence options.
 
     Raises:
         ValueError: When an option is out of range or ``replay_buffer`` does not match.
     """
 
-    def __init__(
-        self,
-        qnet: nn.Module,
-        qnet_target: nn.Module,
-        optimizer: Callable,
-        criterion: Callable,
-        *,
-        lr_scheduler: Optional[Callable] = None,
-        lr_scheduler_args: Optional[tuple] = None,
-        lr_scheduler_kwargs: Optional[tuple] = None,
-        batch_size: int = 32,
-        epsilon_decay: float = 0.9999,
-        update_rate: Optional[float] = 0.005,
-        update_steps: Optional[int] = None,
-        learning_rate: float = 0.001,
-        discount: float = 0.99,
-        gradient_max: float = math.inf,
-        replay_size: int = 100000,
-        replay_device: Union[str, torch.device] = "cpu",
-        replay_buffer: Optional[Buffer] = None,
-        sequence_length: int = 8,
-        burn_in: int = 4,
-        n_step: int = 3,
-        sequence_stride: int = 1,
-        priority_eta: float = 0.9,
-        hidden_key: str = "hidden",
-        value_rescaling: bool = True,
-        rescaling_epsilon: float = 1e-3,
-        priority_on_store: bool = False,
-        visualize: bool = False,
-        visualize_dir: str = "",
-    ):
-        if not rescaling_epsilon > 0:
-            raise ValueError(f"rescaling_epsilon must be positive, got {rescaling_epsilon!r}")
-        # Read by _default_buffer, which the parent's constructor calls.
-        self._sequence_options = {
-            "sequence_length": sequence_length, "burn_in": burn_in, "n_step": n_step, "discount": discount,
-            "sequence_stride": sequence_stride, "priority_eta": priority_eta, "hidden_key": hidden_key,
-        }
-        super().__init__(
-            qnet, qnet_target, optimizer, criterion,
-            lr_scheduler=lr_scheduler, lr_scheduler_args=lr_scheduler_args,
-            lr_scheduler_kwargs=lr_scheduler_kwargs, batch_size=batch_size,
-            epsilon_decay=epsilon_decay, update_rate=update_rate, update_steps=update_steps,
-            learning_rate=learning_rate, discount=discount, gradient_max=gradient_max,
-            replay_size=replay_size, replay_device=replay_device, replay_buffer=replay_buffer,
-            mode="double", n_step=n_step, visualize=visualize, visualize_dir=visualize_dir,
-        )
+    mode = "double"
+    driver = Driver("act_discrete_with_noise", {}, "act_discrete", "episode", needs_hidden=True)
+    batch_size = DQN.batch_size.but(default=32)
+    replay_size = DQN.replay_size.but(default=100000)
+    replay_buffer = DQN.replay_buffer.but(doc="A SequenceBuffer with the sequence options below, to use instead "
+                                          "of the default one.")
+    sequence_length = Option(8, positive_int, "Training steps per sequence.")
+    burn_in = Option(4, non_negative_int, "Steps before the training part that only warm up the hidden state.")
+    n_step = DQN.n_step.but(default=3, doc="Horizon of the n-step returns.")
+    sequence_stride = Option(1, positive_int, "Only every ``sequence_stride``-th step of an episode starts a "
+                             "sequence (1: every step does).")
+    priority_eta = Option(0.9, probability, "Weight of the maximum TD error in a sequence priority.")
+    hidden_key = Option("hidden", doc="Name of the hidden-state argument of ``forward`` and of its key in the "
+                        "stored state dicts.")
+    value_rescaling = Option(True, doc="Learn rescaled values ``h(Q)`` (see :func:`value_rescale`).")
+    rescaling_epsilon = Option(1e-3, positive, "The ``epsilon`` of ``h``.")
+    priority_on_store = Option(False, lambda _, v: bool(v), "Give the sequences of a newly stored episode "
+                               "priorities computed from their TD errors under the current networks (one unroll "
+                               "of both networks over the new sequences, without gradient), as R2D2 does, instead "
+                               "of the largest stored priority.")
+    _SEQUENCE_OPTIONS = ("sequence_length", "burn_in", "n_step", "discount", "sequence_stride", "priority_eta",
+                         "hidden_key")
+
+    def __init__(self, qnet: nn.Module, qnet_target: nn.Module, optimizer: Callable, criterion: Callable):
+        super().__init__(qnet, qnet_target, optimizer, criterion)
         self._check_buffer(self.replay_buffer)
-        self.sequence_length = sequence_length
-        self.burn_in = burn_in
-        self.hidden_key = hidden_key
-        self.value_rescaling = value_rescaling
-        self.rescaling_epsilon = rescaling_epsilon
-        self.priority_on_store = bool(priority_on_store)
         self._hidden_parts = 0  # > 0 once tuple hidden states (of that many tensors) were stored
         self._online_run: Optional[Tuple[SequenceBatch, torch.Tensor]] = None
 
-    def _default_buffer(self, replay_size: int, replay_device) -> SequenceBuffer:
-        return SequenceBuffer(replay_size, replay_device, **self._sequence_options)
+    @property
+    def _sequence_options(self) -> Dict[str, Any]:
+        return {name: getattr(self, name) for name in self._SEQUENCE_OPTIONS}
+
+    def _default_buffer(self) -> SequenceBuffer:
+        return SequenceBuffer(self.replay_size, self.replay_device, **self._sequence_options)
 
     def _check_buffer(self, buffer: Buffer) -> None:
         if not isinstance(buffer, SequenceBuffer):
@@ -215,9 +179,9 @@ class R2D1(DQNPer):
         """Set the priorities of the sequences starting at ``starts`` from their current TD errors."""
         batch = self.replay_buffer.read_sequences(starts)
         with torch.no_grad():
-            # The online run is cached for _target_value and _predicted_value, here without gradient.
+            # The online run is cached for _bellman_target and _predicted_value, here without gradient.
             self._online_run = (batch, self._unroll(self.qnet, batch, batch.reward.shape[1]))
-            target = self._target_value(batch)
+            target = self._bellman_target(batch)
             predicted = self._predicted_value(batch)
         self.replay_buffer.update_sequence_priority(predicted - target.to(predicted.device),
                                                     batch.train_mask, batch.index)
@@ -288,7 +252,7 @@ class R2D1(DQNPer):
         return values[:, self.burn_in:self.burn_in + self.sequence_length]
 
     # -- update hooks -----------------------------------------------------------------
-    def _target_value(self, batch: SequenceBatch) -> torch.Tensor:
+    def _bellman_target(self, batch: SequenceBatch) -> torch.Tensor:
         """Double-DQN n-step targets ``[B, sequence_length]`` of the training part (no gradient)."""
         with torch.no_grad():
             width = batch.reward.shape[1]

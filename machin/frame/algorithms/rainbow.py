@@ -2,18 +2,17 @@
 
 from __future__ import annotations
 
-import math
 from typing import Any, Callable, Dict, List, Optional, Union
 
 import torch
 from torch import nn
 
-from ...utils.compat import ignores_extra_args
-from ..buffers import Buffer
+from ..returns import n_step_episode
 from ..transition import Transition, TransitionBase
+from .dqn import DQN
 from .dqn_per import DQNPer
+from .options import Option, positive_int
 from .replay import REQUIRED_ATTRS, SampledBatch
-from .returns import n_step_episode
 from .utils import safe_call
 
 __all__ = ["RAINBOW"]
@@ -45,55 +44,25 @@ class RAINBOW(DQNPer):
         optimizer: Optimizer class.
         value_min: Smallest atom value.
         value_max: Largest atom value.
-        reward_future_steps: n of the n-step return.
-        Other arguments: as :class:`~machin.frame.algorithms.dqn.DQN` (there is no
-            criterion: the loss is the cross-entropy between distributions).
+
+    The keyword options are :class:`~machin.frame.algorithms.dqn.DQN`'s, without
+    ``criterion`` (the loss is the cross-entropy between distributions), ``mode``
+    (always double) and ``n_step`` (``reward_future_steps`` instead).
     """
 
     _criterion_needed = False
+    mode = "double"
+    n_step = 1
+    update_rate = DQN.update_rate.but(default=0.001)
+    reward_future_steps = Option(3, positive_int, "n of the n-step return.")
 
-    @ignores_extra_args
-    def __init__(
-        self,
-        qnet: nn.Module,
-        qnet_target: nn.Module,
-        optimizer: Callable,
-        value_min: float,
-        value_max: float,
-        *,
-        lr_scheduler: Optional[Callable] = None,
-        lr_scheduler_args: Optional[tuple] = None,
-        lr_scheduler_kwargs: Optional[tuple] = None,
-        batch_size: int = 100,
-        epsilon_decay: float = 0.9999,
-        update_rate: Optional[float] = 0.001,
-        update_steps: Optional[int] = None,
-        learning_rate: float = 0.001,
-        discount: float = 0.99,
-        gradient_max: float = math.inf,
-        reward_future_steps: int = 3,
-        replay_size: int = 500000,
-        replay_device: Union[str, torch.device] = "cpu",
-        replay_buffer: Optional[Buffer] = None,
-        visualize: bool = False,
-        visualize_dir: str = "",
-    ):
+    def __init__(self, qnet: nn.Module, qnet_target: nn.Module, optimizer: Callable, value_min: float,
+                 value_max: float):
         if not value_min < value_max:
             raise ValueError(f"value_min must be below value_max, got {value_min!r} and {value_max!r}")
-        if not isinstance(reward_future_steps, int) or reward_future_steps < 1:
-            raise ValueError(f"reward_future_steps must be a positive integer, got {reward_future_steps!r}")
-        super().__init__(
-            qnet, qnet_target, optimizer, None,
-            lr_scheduler=lr_scheduler, lr_scheduler_args=lr_scheduler_args,
-            lr_scheduler_kwargs=lr_scheduler_kwargs, batch_size=batch_size,
-            epsilon_decay=epsilon_decay, update_rate=update_rate, update_steps=update_steps,
-            learning_rate=learning_rate, discount=discount, gradient_max=gradient_max,
-            replay_size=replay_size, replay_device=replay_device, replay_buffer=replay_buffer,
-            mode="double", visualize=visualize, visualize_dir=visualize_dir,
-        )
+        super().__init__(qnet, qnet_target, optimizer, None)
         self.value_min = value_min
         self.value_max = value_max
-        self.reward_future_steps = reward_future_steps
 
     # -- distributions ----------------------------------------------------------------
     def _support(self, dist: torch.Tensor) -> torch.Tensor:
@@ -111,7 +80,7 @@ class RAINBOW(DQNPer):
         expected = (q_output * self._support(q_output)).sum(dim=-1)
         return expected.argmax(dim=1, keepdim=True)
 
-    def _target_value(self, batch: SampledBatch) -> torch.Tensor:
+    def _bellman_target(self, batch: SampledBatch) -> torch.Tensor:
         """The target distribution ``[B, atom_num]``: Bellman-shifted atoms projected back onto the support."""
         with torch.no_grad():
             target_dist = safe_call(self.qnet_target, batch.next_state)

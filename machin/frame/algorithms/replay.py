@@ -17,10 +17,12 @@ import torch
 
 from ...utils.compat import warn_caller
 from ..buffers import Buffer, PrioritizedBuffer
+from ..returns import n_step_episode
 from ..transition import Transition
-from .returns import n_step_episode
+from .options import BufferOptions, Option, optional, positive_int
 
-__all__ = ["REQUIRED_ATTRS", "SampledBatch", "ReplayMixin", "PrioritizedReplayMixin"]
+__all__ = ["REQUIRED_ATTRS", "SampledBatch", "make_batch", "bellman_target", "value_loss", "ReplayMixin",
+           "PrioritizedReplayMixin"]
 
 REQUIRED_ATTRS = ("state", "action", "next_state", "reward", "terminal")
 SAMPLE_ATTRS = ["state", "action", "reward", "next_state", "terminal", "*"]
@@ -31,7 +33,8 @@ class SampledBatch:
     """One sampled training batch, as the update hooks of replay-based algorithms see it.
 
     ``reward`` and ``terminal`` are ``[B, 1]`` float tensors; ``others`` holds the
-    custom attributes; ``index`` and ``weight`` are set by prioritized replay.
+    custom attributes; ``index`` and ``weight`` are set by prioritized replay, and
+    ``priority`` holds the new priorities a compiled loss step computed until they are pushed.
 
     Attributes:
         size: Number of samples ``B``.
@@ -49,25 +52,68 @@ class SampledBatch:
     others: Dict[str, Any] = field(default_factory=dict)
     index: Optional[np.ndarray] = None
     weight: Optional[torch.Tensor] = None
+    priority: Optional[torch.Tensor] = None
 
 
-class ReplayMixin:
+def make_batch(size: int, batch: tuple, **extra: Any) -> SampledBatch:
+    """A :class:`SampledBatch` from what a buffer's ``sample_batch`` returned.
+
+    Rewards and terminals become ``[B, 1]`` float tensors (of the default dtype
+    unless the rewards are floats already).
+
+    Args:
+        size: Number of samples ``B``.
+        batch: The sampled ``(state, action, reward, next_state, terminal, others)``,
+            i.e. the attributes ``["state", "action", "reward", "next_state", "terminal", "*"]``.
+        extra: Further fields of the batch (``index`` and ``weight`` for prioritized replay).
+    """
+    state, action, reward, next_state, terminal, others = batch
+    if not isinstance(reward, torch.Tensor):
+        reward = Buffer.make_tensor_from_batch(reward, None, True)
+        terminal = Buffer.make_tensor_from_batch(terminal, None, True)
+    dtype = reward.dtype if reward.is_floating_point() else torch.get_default_dtype()
+    return SampledBatch(size, state, action, reward.to(dtype).view(size, -1), next_state,
+                        terminal.to(dtype).view(size, -1), others, **extra)
+
+
+def bellman_target(reward: torch.Tensor, discount: Union[float, torch.Tensor], next_value: torch.Tensor,
+                   terminal: torch.Tensor, others: Optional[Dict[str, Any]] = None) -> torch.Tensor:
+    """Bellman target ``reward + discount * (1 - terminal) * next_value`` (terminal as 0/1 floats).
+
+    Args:
+        reward: Rewards ``[B, 1]``.
+        discount: The discount factor, or ``[B, 1]`` discounts for n-step samples.
+        next_value: Value of the next states ``[B, 1]``.
+        terminal: 1 where the episode terminated, ``[B, 1]``.
+        others: The custom attributes of the batch, for overrides that need them.
+    """
+    return reward + discount * (1.0 - terminal) * next_value
+
+
+def value_loss(criterion: Callable, predicted: torch.Tensor, target: torch.Tensor, size: int) -> torch.Tensor:
+    """``criterion(target[B, 1], predicted[B, 1])``, the target moved to the prediction's device.
+
+    Args:
+        criterion: The value loss.
+        predicted: Predicted values (``B`` of them).
+        target: Their regression targets (``B`` of them).
+        size: Number of samples ``B``.
+    """
+    return criterion(target.view(size, 1).to(predicted.device), predicted.view(size, 1))
+
+
+class ReplayMixin(BufferOptions):
     """Storing and sampling for algorithms that learn from a replay buffer.
 
-    The host class sets ``replay_buffer``, ``batch_size``, ``discount``, ``criterion``
-    and ``n_step`` (1 unless it supports n-step returns).
+    The host class sets ``replay_buffer`` and ``criterion``; the buffer options and
+    ``n_step`` are declared here.
     """
 
-    n_step = 1
+    n_step = Option(1, positive_int, "Learn from n-step returns; ``n_step > 1`` needs whole episodes "
+                    "(``store_episode``), see :func:`~machin.frame.returns.n_step_episode`.")
 
-    @staticmethod
-    def _check_n_step(n_step: int) -> int:
-        if isinstance(n_step, bool) or not isinstance(n_step, int) or n_step < 1:
-            raise ValueError(f"n_step must be a positive integer, got {n_step!r}")
-        return n_step
-
-    def _default_buffer(self, replay_size: int, replay_device) -> Buffer:
-        return Buffer(replay_size, replay_device)
+    def _default_buffer(self) -> Buffer:
+        return Buffer(self.replay_size, self.replay_device)
 
     # -- storing ----------------------------------------------------------------------
     def store_transition(self, transition: Union[Transition, Dict[str, Any]]) -> None:
@@ -105,15 +151,7 @@ class ReplayMixin:
             return None
         return self._make_batch(size, batch)
 
-    @staticmethod
-    def _make_batch(size: int, batch: tuple, **extra: Any) -> SampledBatch:
-        state, action, reward, next_state, terminal, others = batch
-        if not isinstance(reward, torch.Tensor):
-            reward = Buffer.make_tensor_from_batch(reward, None, True)
-            terminal = Buffer.make_tensor_from_batch(terminal, None, True)
-        dtype = reward.dtype if reward.is_floating_point() else torch.get_default_dtype()
-        return SampledBatch(size, state, action, reward.to(dtype).view(size, -1), next_state,
-                            terminal.to(dtype).view(size, -1), others, **extra)
+    _make_batch = staticmethod(make_batch)
 
     # -- Bellman pieces ---------------------------------------------------------------
     @staticmethod
@@ -128,7 +166,7 @@ class ReplayMixin:
             terminal: 1 where the episode terminated, ``[B, 1]``.
             others: The custom attributes of the batch, for overrides that need them.
         """
-        return reward + discount * (1.0 - terminal) * next_value
+        return bellman_target(reward, discount, next_value, terminal, others)
 
     def _discount(self, batch: SampledBatch, device: torch.device) -> Union[float, torch.Tensor]:
         """``discount``, or ``discount ** steps`` per sample for n-step transitions."""
@@ -140,8 +178,16 @@ class ReplayMixin:
 
     def _value_loss(self, predicted: torch.Tensor, target: torch.Tensor, batch: SampledBatch) -> torch.Tensor:
         """``criterion(target[B, 1], predicted[B, 1])``."""
-        size = batch.size
-        return self.criterion(target.view(size, 1).to(predicted.device), predicted.view(size, 1))
+        return value_loss(self.criterion, predicted, target, batch.size)
+
+    def _after_value_loss(self, batch: SampledBatch, *_: Any, **__: Any) -> None:
+        """Run after a compiled loss step on ``batch`` (prioritized replay pushes priorities here)."""
+
+
+def _prioritized_buffer(name: str, value: Any) -> PrioritizedBuffer:
+    if not isinstance(value, PrioritizedBuffer):
+        raise TypeError(f"{name} must be a PrioritizedBuffer, got {type(value).__name__}")
+    return value
 
 
 class PrioritizedReplayMixin(ReplayMixin):
@@ -152,8 +198,11 @@ class PrioritizedReplayMixin(ReplayMixin):
     importance-sampling weight before averaging.
     """
 
-    def _default_buffer(self, replay_size: int, replay_device) -> PrioritizedBuffer:
-        return PrioritizedBuffer(replay_size, replay_device)
+    replay_buffer = BufferOptions.replay_buffer.but(
+        check=optional(_prioritized_buffer), doc="A PrioritizedBuffer to use instead of the default one.")
+
+    def _default_buffer(self) -> PrioritizedBuffer:
+        return PrioritizedBuffer(self.replay_size, self.replay_device)
 
     @property
     def criterion(self) -> Optional[Callable]:
@@ -204,6 +253,14 @@ class PrioritizedReplayMixin(ReplayMixin):
         size = batch.size
         target = target.view(size, 1).to(predicted.device)
         loss = self._per_sample_loss(self.criterion(target, predicted.view(size, 1)), batch)
-        priority = (predicted.detach().view(size, 1) - target).abs().view(-1).cpu().numpy()
-        self.replay_buffer.update_priority(priority, batch.index)
+        priority = (predicted.detach().view(size, 1) - target).abs().view(-1)
+        if torch.compiler.is_compiling():  # a compiled loss step: pushed by _after_value_loss once it ran
+            batch.priority = priority
+        else:
+            self.replay_buffer.update_priority(priority.cpu().numpy(), batch.index)
         return loss
+
+    def _after_value_loss(self, batch: SampledBatch, *_: Any, **__: Any) -> None:
+        if batch.priority is not None:
+            self.replay_buffer.update_priority(batch.priority.cpu().numpy(), batch.index)
+            batch.priority = None

@@ -3,23 +3,30 @@
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, Dict, List, Optional, Tuple, Union
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch
 from torch import nn
 
 from ...utils.compat import ignores_extra_args
-from ..buffers import Buffer
-from .a2c import as_column, split_actor_output
-from .base import TorchFramework, split_output
-from .ddpg import DDPG
+from .base import Driver, TorchFramework, UpdateResult
+from .compiled import compilable
+from .critics import critic_action_input, restore_online, value_column
+from .options import ActorCriticOptions, Option, SoftTargetOptions, non_negative, optional, positive
+from .policy import split_actor_output
 from .replay import ReplayMixin, SampledBatch
-from .utils import hard_update, safe_call, soft_update
+from .utils import as_column, hard_update, safe_call, soft_update
 
 __all__ = ["SAC"]
 
 
-class SAC(ReplayMixin, TorchFramework):
+def _number(name: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"{name} must be a number, got {value!r}")
+    return float(value)
+
+
+class SAC(ReplayMixin, SoftTargetOptions, ActorCriticOptions, TorchFramework):
     """Soft actor-critic (off-policy, maximum entropy) with a learned temperature alpha.
 
     The actor is called as ``actor(<state keys>, action=None)`` and returns
@@ -59,28 +66,10 @@ class SAC(ReplayMixin, TorchFramework):
         optimizer: Optimizer class, called as ``optimizer(params, lr=...)`` for the actor,
             each critic and ``log(alpha)``.
         criterion: Value loss, called as ``criterion(target[B, 1], predicted[B, 1])``.
-        lr_scheduler: Scheduler class, called for the actor, critic and critic2
-            optimizers (in that order; alpha's optimizer is not scheduled) as
-            ``lr_scheduler(optimizer, *lr_scheduler_args[i], **lr_scheduler_kwargs[i])``.
-        lr_scheduler_args: Three tuples of positional arguments.
-        lr_scheduler_kwargs: Three dicts of keyword arguments.
-        target_entropy: Entropy the temperature tuning aims at; ``None`` uses minus the
-            action dimension, read from the first action the actor returns.
-        initial_entropy_alpha: Starting temperature alpha (positive).
-        batch_size: Transitions per update.
-        update_rate: Soft target update rate tau: ``target = tau * online + (1 - tau) * target``.
-        actor_learning_rate: Learning rate of the actor optimizer.
-        critic_learning_rate: Learning rate of both critic optimizers.
-        alpha_learning_rate: Learning rate of the temperature optimizer.
-        discount: Discount factor gamma.
-        gradient_max: Maximum gradient norm of each network (``inf``: no clipping).
-        replay_size: Capacity of the default buffer.
-        replay_device: Device of the default buffer.
-        replay_buffer: A buffer to use instead of the default one.
-        visualize: Draw each loss graph on the first update.
-        visualize_dir: Where to write the drawings.
-        n_step: Learn from n-step returns; ``n_step > 1`` needs whole episodes
-            (:meth:`store_episode`), see :func:`~machin.frame.algorithms.returns.n_step_episode`.
+
+    The keyword options are listed with their defaults in the constructor's
+    documentation below; the schedulers take three entries (the actor, critic and
+    critic2 optimizers; alpha's optimizer is not scheduled).
 
     Raises:
         ValueError: When an option is out of range.
@@ -88,61 +77,20 @@ class SAC(ReplayMixin, TorchFramework):
 
     _is_top = ["actor", "critic", "critic2", "critic_target", "critic2_target"]
     _is_restorable = ["actor", "critic_target", "critic2_target"]
+    driver = Driver("act", {}, "act", "transition")
 
-    @ignores_extra_args
-    def __init__(
-        self,
-        actor: nn.Module,
-        critic: nn.Module,
-        critic_target: nn.Module,
-        critic2: nn.Module,
-        critic2_target: nn.Module,
-        optimizer: Callable,
-        criterion: Callable,
-        *,
-        lr_scheduler: Optional[Callable] = None,
-        lr_scheduler_args: Optional[Tuple[Tuple, ...]] = None,
-        lr_scheduler_kwargs: Optional[Tuple[Dict, ...]] = None,
-        target_entropy: Optional[float] = None,
-        initial_entropy_alpha: float = 1.0,
-        batch_size: int = 100,
-        update_rate: float = 0.005,
-        actor_learning_rate: float = 0.0005,
-        critic_learning_rate: float = 0.001,
-        alpha_learning_rate: float = 0.001,
-        discount: float = 0.99,
-        gradient_max: float = math.inf,
-        replay_size: int = 500000,
-        replay_device: Union[str, torch.device] = "cpu",
-        replay_buffer: Optional[Buffer] = None,
-        visualize: bool = False,
-        visualize_dir: str = "",
-        n_step: int = 1,
-    ):
-        super().__init__(visualize=visualize, visualize_dir=visualize_dir)
-        if not isinstance(batch_size, int) or isinstance(batch_size, bool):
-            raise TypeError(f"batch_size must be a positive integer, got {batch_size!r} "
-                            f"of type {type(batch_size).__name__}")
-        if batch_size < 1:
-            raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
-        self._check_positive(initial_entropy_alpha=initial_entropy_alpha, actor_learning_rate=actor_learning_rate,
-                             critic_learning_rate=critic_learning_rate, alpha_learning_rate=alpha_learning_rate,
-                             gradient_max=gradient_max)
+    target_entropy = Option(None, optional(_number), "Entropy the temperature tuning aims at; ``None`` uses minus "
+                            "the action dimension, read from the first action the actor returns.")
+    initial_entropy_alpha = Option(1.0, positive, "Starting temperature alpha.")
+    alpha_learning_rate = Option(0.001, positive, "Learning rate of the temperature optimizer (or a schedule).",
+                                 schedulable=True, schedule_check=non_negative)
+    _learning_rate_of = {**ActorCriticOptions._learning_rate_of, "alpha_learning_rate": ("alpha_optim",)}
+
+    def __init__(self, actor: nn.Module, critic: nn.Module, critic_target: nn.Module, critic2: nn.Module,
+                 critic2_target: nn.Module, optimizer: Callable, criterion: Callable):
+        super().__init__()
         self._check_criterion(criterion)
         self._check_same_structure(critic_target=(critic, critic_target), critic2_target=(critic2, critic2_target))
-        if not 0 < update_rate <= 1:
-            raise ValueError(f"update_rate must be in (0, 1], got {update_rate!r}")
-        if not 0 <= discount <= 1:
-            raise ValueError(f"discount must be in [0, 1], got {discount!r}")
-        if target_entropy is not None and not isinstance(target_entropy, (int, float)):
-            raise ValueError(f"target_entropy must be a number or None, got {target_entropy!r}")
-
-        self.target_entropy = None if target_entropy is None else float(target_entropy)
-        self.batch_size = batch_size
-        self.update_rate = update_rate
-        self.discount = discount
-        self.n_step = self._check_n_step(n_step)
-        self.gradient_max = gradient_max
         self.criterion = criterion
 
         self.actor = actor
@@ -150,14 +98,15 @@ class SAC(ReplayMixin, TorchFramework):
         self.critic2, self.critic2_target = critic2, critic2_target
         hard_update(self.critic_target, self.critic)
         hard_update(self.critic2_target, self.critic2)
-        self.log_alpha = torch.tensor(math.log(initial_entropy_alpha), requires_grad=True)
-        self.actor_optim = self._make_optimizer(optimizer, actor, actor_learning_rate)
-        self.critic_optim = self._make_optimizer(optimizer, critic, critic_learning_rate)
-        self.critic2_optim = self._make_optimizer(optimizer, critic2, critic_learning_rate)
-        self.alpha_optim = self._make_optimizer(optimizer, [self.log_alpha], alpha_learning_rate)
-        self._init_lr_schedulers(lr_scheduler, lr_scheduler_args, lr_scheduler_kwargs,
-                                 [self.actor_optim, self.critic_optim, self.critic2_optim])
-        self.replay_buffer = self._make_buffer(replay_buffer, lambda: self._default_buffer(replay_size, replay_device))
+        self.log_alpha = torch.tensor(math.log(self.initial_entropy_alpha), requires_grad=True)
+        self.actor_optim = self._make_optimizer(optimizer, actor, self.actor_learning_rate)
+        self.critic_optim = self._make_optimizer(optimizer, critic, self.critic_learning_rate)
+        self.critic2_optim = self._make_optimizer(optimizer, critic2, self.critic_learning_rate)
+        self.alpha_optim = self._make_optimizer(optimizer, [self.log_alpha], self.alpha_learning_rate)
+        self.replay_buffer = self._make_buffer(self._default_buffer)
+
+    def _optimizers(self):
+        return [self.actor_optim, self.critic_optim, self.critic2_optim]
 
     @property
     def entropy_alpha(self) -> float:
@@ -195,19 +144,20 @@ class SAC(ReplayMixin, TorchFramework):
         self._resolve_target_entropy(action)
         return action, as_column(log_prob, size, "the actor's log_prob output")
 
-    def _criticize(self, critic: nn.Module, state: Dict[str, Any], action: Dict[str, Any],
+    def _critic_value(self, critic: nn.Module, state: Dict[str, Any], action: Dict[str, Any],
                    size: int) -> torch.Tensor:
-        return as_column(split_output(safe_call(critic, state, action))[0], size, "the critic output")
+        return value_column(safe_call(critic, state, action), size, "the critic")
 
     def _min_q(self, critics: Tuple[nn.Module, nn.Module], state: Dict[str, Any], action: Dict[str, Any],
                size: int) -> torch.Tensor:
-        return torch.min(*(self._criticize(c, state, action, size) for c in critics))
+        return torch.min(*(self._critic_value(c, state, action, size) for c in critics))
 
-    # -- hooks a user may override (see DDPG; reward_function comes from ReplayMixin) ----
-    action_transform_function = staticmethod(DDPG.action_transform_function)
+    # -- hooks a user may override (as in DDPG; reward_function comes from ReplayMixin) --
+    action_transform_function = staticmethod(critic_action_input)
 
     # -- update -----------------------------------------------------------------------
-    def _target_value(self, batch: SampledBatch, alpha: torch.Tensor) -> torch.Tensor:
+    @compilable()
+    def _bellman_target(self, batch: SampledBatch, alpha: torch.Tensor) -> torch.Tensor:
         """Soft Bellman target ``[B, 1]`` (no gradient)."""
         with torch.no_grad():
             next_action, next_log_prob = self._sample_action(batch.next_state, batch.size)
@@ -218,12 +168,13 @@ class SAC(ReplayMixin, TorchFramework):
             return self.reward_function(batch.reward.to(device), self._discount(batch, device), next_value,
                                         batch.terminal.to(device), batch.others)
 
+    @compilable(("critic", "critic2"), after="_after_value_loss")
     def _critic_losses(self, batch: SampledBatch, target: torch.Tensor) -> List[torch.Tensor]:
-        return [self._value_loss(self._criticize(critic, batch.state, batch.action, batch.size), target, batch)
+        return [self._value_loss(self._critic_value(critic, batch.state, batch.action, batch.size), target, batch)
                 for critic in (self.critic, self.critic2)]
 
     def _actor_loss(self, batch: SampledBatch, action: torch.Tensor, log_prob: torch.Tensor,
-                    alpha: torch.Tensor) -> Tuple[torch.Tensor, float]:
+                    alpha: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
         """``(actor loss, policy value)``: reparameterised, or score-function for non-differentiable actions."""
         q = self._min_q((self.critic, self.critic2), batch.state,
                         self.action_transform_function(action, batch.state, batch.others), batch.size)
@@ -233,12 +184,26 @@ class SAC(ReplayMixin, TorchFramework):
         else:
             weight = soft_q.detach()
             loss = -(log_prob.to(q.device) * (weight - weight.mean())).mean()
-        return loss, soft_q.mean().item()
+        return loss, soft_q.detach().mean()
+
+    @compilable(lambda self: (self.actor, [self.log_alpha]))
+    def _actor_and_alpha_losses(self, batch: SampledBatch,
+                                alpha: torch.Tensor) -> Tuple[List[torch.Tensor], torch.Tensor]:
+        """``([actor loss, alpha loss], policy value)`` on freshly drawn actions (one compiled step)."""
+        action, log_prob = self._sample_action(batch.state, batch.size)
+        actor_loss, policy_value = self._actor_loss(batch, action, log_prob, alpha)
+        entropy_gap = (log_prob.detach() + self.target_entropy).mean().to(self.log_alpha.device)
+        return [actor_loss, -self.log_alpha * entropy_gap], policy_value
+
+    @compilable()
+    def _update_targets(self) -> None:
+        soft_update(self.critic_target, self.critic, self.update_rate)
+        soft_update(self.critic2_target, self.critic2, self.update_rate)
 
     @ignores_extra_args
     def update(self, update_value: bool = True, update_policy: bool = True, update_target: bool = True,
                update_entropy_alpha: bool = True,
-               concatenate_samples: bool = True) -> Optional[Tuple[float, float]]:
+               concatenate_samples: bool = True) -> Optional[UpdateResult]:
         """Sample a batch; step the critics, the actor and alpha; soft-update the targets.
 
         Args:
@@ -261,7 +226,7 @@ class SAC(ReplayMixin, TorchFramework):
         self._set_mode(True, *networks)
         alpha = self.log_alpha.detach().exp()
 
-        target = self._target_value(batch, alpha)
+        target = self._bellman_target(batch, alpha)
         critic_losses = self._critic_losses(batch, target)
         if update_value:
             for loss, critic, optim, name in zip(critic_losses, (self.critic, self.critic2),
@@ -269,22 +234,18 @@ class SAC(ReplayMixin, TorchFramework):
                 self._maybe_visualize(loss, name)
                 self._optimize(loss, optim, critic, self.gradient_max)
 
-        action, log_prob = self._sample_action(batch.state, batch.size)
-        actor_loss, policy_value = self._actor_loss(batch, action, log_prob, alpha)
+        (actor_loss, alpha_loss), policy_value = self._actor_and_alpha_losses(batch, alpha)
         if update_policy:
             self._maybe_visualize(actor_loss, "actor")
             self._optimize(actor_loss, self.actor_optim, self.actor, self.gradient_max)
 
         if update_entropy_alpha:
-            entropy_gap = (log_prob.detach() + self.target_entropy).mean().to(self.log_alpha.device)
-            self._optimize(-self.log_alpha * entropy_gap, self.alpha_optim, [self.log_alpha])
+            self._optimize(alpha_loss, self.alpha_optim, [self.log_alpha])
 
         if update_target:
-            soft_update(self.critic_target, self.critic, self.update_rate)
-            soft_update(self.critic2_target, self.critic2, self.update_rate)
+            self._update_targets()
         self._set_mode(False, *networks)
-        return policy_value, sum(loss.item() for loss in critic_losses) / 2
+        return UpdateResult(float(policy_value), sum(loss.item() for loss in critic_losses) / 2)
 
     def _post_load(self) -> None:
-        hard_update(self.critic, self.critic_target)
-        hard_update(self.critic2, self.critic2_target)
+        restore_online([(self.critic, self.critic_target), (self.critic2, self.critic2_target)])

@@ -15,14 +15,13 @@ stays within ``kl_max_delta`` and the surrogate loss improves.
 
 from __future__ import annotations
 
-import math
-from typing import Callable, Dict, List, Optional, Tuple, Union
+from typing import Callable, List
 
 import torch
-from torch import nn
 
-from ..buffers import Buffer
-from .a2c import A2C, PolicyBatch
+from .a2c import A2C
+from .options import Option, non_negative, positive, positive_int
+from .policy import PolicyBatch
 
 __all__ = ["TRPO", "conjugate_gradient", "kl_from_log_probs"]
 
@@ -90,16 +89,9 @@ class TRPO(A2C):
     updates to use all of them. The policy loss is the importance-weighted surrogate
     ``-mean(exp(log_prob - old_log_prob) * advantage)`` (plus the entropy term when
     ``entropy_weight`` is set). ``gradient_max`` and the learning-rate scheduler
-    apply to the critic only (one scheduler slot).
-
-    Args:
-        kl_max_delta: Largest allowed KL divergence between the policies before and
-            after a step (positive).
-        damping: Added to the Fisher matrix's diagonal (non-negative).
-        line_search_backtracks: Step halvings tried before the step is abandoned.
-        conjugate_eps: Guard against division by zero in conjugate gradient.
-        conjugate_iterations: Conjugate-gradient iterations.
-        conjugate_res_threshold: Conjugate gradient stops below this squared residual.
+    apply to the critic only (one scheduler slot). Its own options (``kl_max_delta``,
+    ``damping``, the line search and conjugate-gradient settings) are listed in the
+    constructor's documentation.
 
     Raises:
         ValueError: When an option is out of range.
@@ -107,61 +99,15 @@ class TRPO(A2C):
 
     _needs_old_log_prob = True
 
-    def __init__(
-        self,
-        actor: nn.Module,
-        critic: nn.Module,
-        optimizer: Callable,
-        criterion: Callable,
-        *,
-        lr_scheduler: Optional[Callable] = None,
-        lr_scheduler_args: Optional[Tuple[Tuple, ...]] = None,
-        lr_scheduler_kwargs: Optional[Tuple[Dict, ...]] = None,
-        batch_size: int = 100,
-        critic_update_times: int = 10,
-        critic_learning_rate: float = 0.001,
-        entropy_weight: Optional[float] = None,
-        value_weight: float = 0.5,
-        gradient_max: float = math.inf,
-        gae_lambda: float = 1.0,
-        discount: float = 0.99,
-        normalize_advantage: bool = True,
-        kl_max_delta: float = 0.01,
-        damping: float = 0.1,
-        line_search_backtracks: int = 10,
-        conjugate_eps: float = 1e-8,
-        conjugate_iterations: int = 10,
-        conjugate_res_threshold: float = 1e-10,
-        replay_size: int = 500000,
-        replay_device: Union[str, torch.device] = "cpu",
-        replay_buffer: Optional[Buffer] = None,
-        visualize: bool = False,
-        visualize_dir: str = "",
-    ):
-        super().__init__(
-            actor, critic, optimizer, criterion, lr_scheduler=lr_scheduler,
-            lr_scheduler_args=lr_scheduler_args, lr_scheduler_kwargs=lr_scheduler_kwargs,
-            batch_size=batch_size, actor_update_times=1, critic_update_times=critic_update_times,
-            critic_learning_rate=critic_learning_rate, entropy_weight=entropy_weight,
-            value_weight=value_weight, gradient_max=gradient_max, gae_lambda=gae_lambda,
-            discount=discount, normalize_advantage=normalize_advantage, replay_size=replay_size,
-            replay_device=replay_device, replay_buffer=replay_buffer, visualize=visualize,
-            visualize_dir=visualize_dir,
-        )
-        self._check_positive(kl_max_delta=kl_max_delta, conjugate_eps=conjugate_eps)
-        for name, count in (("line_search_backtracks", line_search_backtracks),
-                            ("conjugate_iterations", conjugate_iterations)):
-            if not isinstance(count, int) or isinstance(count, bool) or count < 1:
-                raise ValueError(f"{name} must be a positive integer, got {count!r}")
-        for name, value in (("damping", damping), ("conjugate_res_threshold", conjugate_res_threshold)):
-            if not value >= 0:
-                raise ValueError(f"{name} must be non-negative, got {value!r}")
-        self.kl_max_delta = kl_max_delta
-        self.damping = damping
-        self.line_search_backtracks = line_search_backtracks
-        self.conjugate_eps = conjugate_eps
-        self.conjugate_iterations = conjugate_iterations
-        self.conjugate_res_threshold = conjugate_res_threshold
+    actor_update_times = 1
+    actor_learning_rate = None
+    kl_max_delta = Option(0.01, positive, "Largest allowed KL divergence between the policies before and after "
+                          "a step.")
+    damping = Option(0.1, non_negative, "Added to the Fisher matrix's diagonal.")
+    line_search_backtracks = Option(10, positive_int, "Step halvings tried before the step is abandoned.")
+    conjugate_eps = Option(1e-8, positive, "Guard against division by zero in conjugate gradient.")
+    conjugate_iterations = Option(10, positive_int, "Conjugate-gradient iterations.")
+    conjugate_res_threshold = Option(1e-10, non_negative, "Conjugate gradient stops below this squared residual.")
 
     def _make_actor_optimizer(self, optimizer: Callable, learning_rate: float) -> None:
         return None

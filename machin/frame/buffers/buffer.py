@@ -12,6 +12,7 @@ are kept in columns too; any other custom value lives in a Python list.
 from __future__ import annotations
 
 import collections.abc
+import copy
 import math
 import numbers
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Union
@@ -97,6 +98,105 @@ def _terminal_problem(values: Sequence[Any]) -> Optional[str]:
     return f"attribute 'terminal' must be a bool or 0/1, got {bad!r}"
 
 
+# -- the fast storing path ---------------------------------------------------------------
+# Python and numpy scalar types a scalar column of each kind takes on the fast path: exactly
+# those that the full path stores unchanged (anything else, e.g. an int into a float column,
+# goes the full way, which converts or promotes).
+_FAST_SCALARS = {
+    bool: frozenset((bool, np.bool_)),
+    int: frozenset((int, np.int64)),
+    float: frozenset((float, np.float64, np.float32)),
+}
+_INT64 = (-(2**63), 2**63 - 1)
+# How the fast path checks that a floating value is finite (see _FastLayout).
+_NO_CHECK, _CHECK_ROW, _CHECK_FLAT, _CHECK_BLOCK = 0, 1, 2, 3
+_STANDARD_MAJOR = ["state", "action", "next_state"]
+_STANDARD_SUB = ["reward", "terminal"]
+
+
+def _finite_mode(column: _Column) -> int:
+    """How the fast path checks the values of a tensor ``column`` (rows of one transition)."""
+    if not column.tensor.is_floating_point():
+        return _NO_CHECK
+    if len(column.row_shape) == 1 and column.row_shape[0] <= 64:
+        return _CHECK_ROW  # summing a short row of Python floats beats any numpy reduction
+    return _CHECK_FLAT if not column.row_shape else _CHECK_BLOCK
+
+
+def _block_is_finite(array: np.ndarray) -> bool:
+    """Whether the sum of ``array`` is finite (then every element is; an overflow is left to the full path)."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        return math.isfinite(array.sum(dtype=np.float64))
+
+
+class _FastLayout:
+    """The stored layout, cached for storing transition dicts (and :class:`Transition` objects) quickly.
+
+    Only built for a buffer on the CPU whose layout is the one a dict builds (the major
+    attributes state, action, next_state; the sub attributes reward, terminal; sorted custom
+    ones) and whose columns numpy can view. ``targets`` are numpy views of the columns (and
+    the lists of list columns), so one row is written with one ``target[i] = value`` each.
+    The buffer drops it whenever a column is replaced (growth, promotion, clear, pickling).
+
+    The values of a transition are read in three groups, in the order of ``targets``:
+
+    * ``tensors``: ``(attribute, number of keys, key, [1, ...] shape, numpy dtype, finite
+      mode)`` for every key of every major attribute;
+    * ``scalars``: ``(attribute, accepted types, is an int column, checked for being finite,
+      must be 0/1)`` for every scalar sub or custom column;
+    * ``others``: ``(attribute, code, spec)`` for the rest: code 0 a tensor sub attribute
+      (``spec``: shape, numpy dtype, finite mode, must hold 0/1), 2 a list column.
+    """
+
+    __slots__ = ("nkeys", "keys", "custom_names", "tensors", "scalars", "others", "targets", "required")
+
+    def __init__(self, buffer: Buffer):
+        self.keys = frozenset(buffer._keys)
+        self.nkeys = len(buffer._keys)
+        self.custom_names = list(buffer._custom)
+        self.required = DEFAULT_REQUIRED_ATTRS if set(DEFAULT_REQUIRED_ATTRS) <= self.keys else None
+        tensors, scalars, others = [], [], []
+        tensor_targets, scalar_targets, other_targets = [], [], []
+        for name, cols in buffer._major.items():
+            for key, col in cols.items():
+                view = col.tensor.numpy()  # a TypeError for dtypes numpy lacks (bfloat16)
+                tensors.append((name, len(cols), key, col.one_row, view.dtype, _finite_mode(col)))
+                tensor_targets.append(view if col.row_shape else view[:, None])
+        for name, col, is_sub in [(n, c, True) for n, c in buffer._sub.items()] + [
+                (n, c, False) for n, c in buffer._custom.items()]:
+            binary = name == "terminal" and is_sub
+            if col.values is not None:  # a list column (custom attributes only)
+                others.append((name, 2, None))
+                other_targets.append(col.values)
+                continue
+            view = col.tensor.numpy()
+            if col.kind is None:  # a tensor sub attribute (one row per transition)
+                mode = _finite_mode(col) if is_sub and not binary else _NO_CHECK
+                others.append((name, 0, (col.one_row, view.dtype, mode, binary and view.dtype != np.bool_)))
+                other_targets.append(view if col.row_shape else view[:, None])
+            else:
+                scalars.append((name, _FAST_SCALARS[col.kind], col.kind is int,
+                                is_sub and not binary and col.kind is float, binary and col.kind is not bool))
+                scalar_targets.append(view[:, 0])
+        self.tensors, self.scalars, self.others = tuple(tensors), tuple(scalars), tuple(others)
+        self.targets = tuple(tensor_targets + scalar_targets + other_targets)
+
+
+def _fast_path_allowed(cls: type) -> Tuple[bool, bool]:
+    """Whether ``cls`` may store through the fast path in ``extend`` and in ``append``.
+
+    The fast path stands in for the checking and writing methods of :class:`Buffer`; a
+    subclass that overrides one of them stores the full way. ``append`` also skips
+    ``extend``, which it may only do where ``extend`` is the one the appending class wrote
+    its fast path against (a subclass wrapping ``extend``, e.g. with a lock, keeps it).
+    """
+    hooks = ("_as_transition", "_check", "_check_all", "_write", "_reserve", "_create_layout")
+    store = all(getattr(cls, h) is getattr(Buffer, h) for h in hooks)
+    owner = next(c for c in cls.__mro__ if "append" in vars(c))  # whose append runs
+    append = store and vars(owner).get("_has_fast_append", False) and cls.extend is owner.extend
+    return store, append
+
+
 class SampleMethodError(ValueError, RuntimeError):
     """``sample_method`` names no sample method of the buffer.
 
@@ -126,10 +226,13 @@ class _Column:
     Python scalars of the kind that was stored.
     """
 
-    __slots__ = ("tensor", "kind", "values", "row_shape", "one_row", "dtypes")
+    __slots__ = ("tensor", "kind", "values", "row_shape", "one_row", "dtypes", "view")
 
     def __init__(self, first: Any, capacity: int, device: torch.device, allow_list: bool, exact_floats: bool):
-        self.tensor, self.kind, self.values, self.row_shape = None, None, None, None
+        self.tensor, self.kind, self.values, self.row_shape, self.one_row = None, None, None, None, None
+        # A numpy view of ``tensor`` for gathering on the CPU (None: not made yet, False: none);
+        # reset whenever ``tensor`` is replaced.
+        self.view = None
         # Sub attributes (rewards) keep floats in the default dtype, which is what a batch
         # needs; custom attributes keep them in float64 so that Python floats come back exactly.
         self.dtypes = _SCALAR_DTYPES if exact_floats else {**_SCALAR_DTYPES, float: torch.get_default_dtype()}
@@ -151,7 +254,26 @@ class _Column:
         else:
             new = self.tensor.new_empty((capacity, *self.tensor.shape[1:]))
             new[:filled] = self.tensor[:filled]
-            self.tensor = new
+            self.tensor, self.view = new, None
+
+    def __getstate__(self) -> Dict[str, Any]:
+        # A pickled view would be a copy; pickling may also move the tensor to shared memory
+        # (torch.multiprocessing), which leaves the view behind: drop it here as well.
+        self.view = None
+        return {name: getattr(self, name) for name in self.__slots__}
+
+    def __setstate__(self, state: Dict[str, Any]) -> None:
+        for name in self.__slots__:
+            setattr(self, name, state.get(name))
+
+    def _make_view(self) -> Union[np.ndarray, bool]:
+        """A numpy view of ``tensor`` on the CPU (``False`` elsewhere, or for dtypes numpy lacks), kept."""
+        try:
+            view = self.tensor.numpy() if self.tensor.device.type == "cpu" else False
+        except TypeError:  # bfloat16
+            view = False
+        self.view = view
+        return view
 
     def accepts(self, value: Any) -> Optional[str]:
         """``None`` if ``value`` fits this column, else the reason it does not."""
@@ -191,13 +313,13 @@ class _Column:
         if None in kinds:
             filled = self.tensor.tolist()
             self.values = [row[0] if self.kind is float else self.kind(row[0]) for row in filled]
-            self.tensor, self.kind = None, None
+            self.tensor, self.kind, self.view = None, None, None
             return
         order = (bool, int, float)
         widest = max(kinds | {self.kind}, key=order.index)
         if widest is not self.kind:
             self.kind = widest
-            self.tensor = self.tensor.to(self.dtypes[widest])
+            self.tensor, self.view = self.tensor.to(self.dtypes[widest]), None
 
     def write(self, rows: Union[slice, torch.Tensor], values: Sequence[Any], positions: List[int],
               block: Optional[torch.Tensor] = None) -> None:
@@ -219,7 +341,7 @@ class _Column:
             self.tensor[rows] = torch.tensor(values, dtype=self.tensor.dtype).view(-1, 1).to(self.tensor.device)
 
     def gather(self, index: torch.Tensor, concatenate: bool, as_tensor: bool, device: Optional[torch.device],
-               name: str = ""):
+               name: str = "", np_index: Optional[np.ndarray] = None):
         if self.values is not None:
             values = [self.values[i] for i in index.tolist()]
             if concatenate and as_tensor:
@@ -235,7 +357,14 @@ class _Column:
                         f"it out of additional_concat_attrs ({error})"
                     ) from error
             return values
-        block = self.tensor.index_select(0, index)
+        # On the CPU numpy's take gathers small rows several times faster than index_select.
+        view = self.view
+        if view is None:
+            view = self._make_view()
+        if view is False:
+            block = self.tensor.index_select(0, index)
+        else:
+            block = torch.from_numpy(view.take(index.numpy() if np_index is None else np_index, axis=0))
         if self.kind is None:
             if device is not None and block.device != device:
                 block = block.to(device)
@@ -278,6 +407,13 @@ class Buffer:
     Not thread-safe.
     """
 
+    # This class's ``append`` has the fast path (see ``_fast_path_allowed``).
+    _has_fast_append = True
+
+    def __init_subclass__(cls, **kwargs: Any):
+        super().__init_subclass__(**kwargs)
+        cls._fast_store_ok, cls._fast_append_ok = _fast_path_allowed(cls)
+
     @ignores_extra_args
     def __init__(self, buffer_size: int = 1_000_000, buffer_device: Union[str, torch.device] = "cpu", *,
                  generator: Optional[torch.Generator] = None, check_finite: bool = True):
@@ -293,12 +429,28 @@ class Buffer:
     def clear(self) -> None:
         """Remove every transition and forget the stored attribute layout."""
         self._keys: Optional[List[str]] = None
+        # The cached layout of the fast path: None until built, False where it cannot be used.
+        self._fast: Union[_FastLayout, bool, None] = None
         self._major: Dict[str, Dict[str, _Column]] = {}
         self._sub: Dict[str, _Column] = {}
         self._custom: Dict[str, _Column] = {}
         self._capacity = 0
         self._pos = 0
         self._size = 0
+
+    def __getstate__(self) -> Dict[str, Any]:
+        # Pickled or deep-copied numpy views would be copies, no longer views of the columns:
+        # the copy builds its own cache. Pickling may also move the columns to shared memory
+        # (torch.multiprocessing), which leaves this buffer's views behind: drop them too.
+        self._forget_views()
+        return self.__dict__.copy()
+
+    def _forget_views(self) -> None:
+        """Drop the cached numpy views of the columns; call it after moving a column's storage
+        (e.g. ``share_memory_()``), which numpy views do not follow."""
+        self._fast = None
+        for col in self._columns():
+            col.view = None
 
     def size(self) -> int:
         """Number of stored transitions."""
@@ -372,6 +524,7 @@ class Buffer:
         sub = {name: _Column(getattr(t, name), cap, dev, False, False) for name in t.sub_attr}
         custom = {name: _Column(getattr(t, name), cap, dev, True, True) for name in t.custom_attr}
         self._keys, self._capacity, self._major, self._sub, self._custom = t.keys(), cap, major, sub, custom
+        self._fast = None
 
     def _check(self, t: TransitionBase, required_attrs: Iterable[str]) -> None:
         keys = t.keys()
@@ -474,10 +627,13 @@ class Buffer:
         except BaseException:
             self._pos, self._size, self._capacity = counters
             for col, tensor, kind, values, length in saved or ():
-                col.tensor, col.kind, col.values = tensor, kind, values
+                col.tensor, col.kind, col.values, col.view = tensor, kind, values, None
                 if values is not None:
                     del values[length:]
+            self._fast = None
             raise
+        if saved is not None:
+            self._fast = None  # columns were replaced: the cached views are stale
         return positions
 
     def append(self, transition: Union[TransitionBase, Dict[str, Any]],
@@ -497,6 +653,10 @@ class Buffer:
                 finite (see ``check_finite``) or ``terminal`` is not a bool or 0/1. The
                 buffer is left as it was.
         """
+        if self._fast_append_ok:
+            position = self._append_fast(transition, required_attrs)
+            if position is not None:
+                return position
         return self.extend([transition], required_attrs)[0]
 
     def extend(self, transitions: Iterable[Union[TransitionBase, Dict[str, Any]]],
@@ -510,6 +670,11 @@ class Buffer:
             transitions: The transitions (or dicts) to store, oldest first.
             required_attrs: Attributes every transition must have.
         """
+        if self._fast_store_ok and self._keys is not None:
+            transitions, required_attrs = list(transitions), tuple(required_attrs)
+            positions = self._extend_fast(transitions, required_attrs)
+            if positions is not None:
+                return positions
         ts = [self._as_transition(t) for t in transitions]
         if not ts:
             return []
@@ -556,6 +721,167 @@ class Buffer:
                 return False
         return True
 
+    # -- the fast path ----------------------------------------------------------------
+    # Transitions of the stored layout (dicts, or Transition objects) are checked and written
+    # here with as few Python operations as possible: no Transition is built, and each value
+    # is written through a numpy view of its column. Whatever does not fit the cached layout
+    # exactly, and every value the full path would reject or convert, declines the fast path
+    # before anything is written; the full path then stores it or raises its documented error.
+    def _fast_layout(self) -> Union[_FastLayout, bool]:
+        """The cached layout, built on first use after the columns changed (``False``: none)."""
+        plan = self._fast
+        if plan is None:
+            if self._keys is None:
+                return False  # nothing stored yet: the first transition goes the full way
+            plan = False
+            if (self.buffer_device.type == "cpu"
+                    and list(self._major) == _STANDARD_MAJOR and list(self._sub) == _STANDARD_SUB
+                    and list(self._custom) == sorted(self._custom)):
+                try:
+                    plan = _FastLayout(self)
+                except TypeError:  # a dtype numpy cannot view
+                    plan = False
+            self._fast = plan
+        return plan
+
+    @staticmethod
+    def _fast_required(plan: _FastLayout, required_attrs: Iterable[str]) -> bool:
+        """Whether the stored layout has every required attribute (a tuple that has is remembered).
+
+        Anything but a tuple or a list (an iterator could be read only once) declines.
+        """
+        keys = plan.keys
+        if type(required_attrs) is not tuple and type(required_attrs) is not list:
+            return False
+        if not all(a in keys for a in required_attrs):
+            return False
+        if type(required_attrs) is tuple:
+            plan.required = required_attrs
+        return True
+
+    def _fast_row(self, plan: _FastLayout, transition: Any, check: bool) -> Optional[list]:
+        """The values of ``transition`` in the order of ``plan.targets``, or ``None`` for the full path."""
+        if type(transition) is dict:
+            values, copy_custom = transition, True
+            if len(values) != plan.nkeys:
+                return None
+        elif type(transition) is Transition and transition._custom_attr == plan.custom_names:
+            values, copy_custom = transition.__dict__, False
+        else:
+            return None
+        row = []
+        total = 0.0  # the sum of every checked floating value: finite iff each one is
+        try:
+            for name, nkeys, key, shape, dtype, mode in plan.tensors:
+                group = values[name]
+                if type(group) is not dict or len(group) != nkeys:
+                    return None
+                array = group[key]
+                if type(array) is not torch.Tensor:
+                    return None
+                array = array.numpy()  # raises for tensors that require grad or live elsewhere
+                if array.shape != shape or array.dtype is not dtype:
+                    return None
+                if mode and check:
+                    if mode == _CHECK_ROW:
+                        total += sum(array.tolist()[0])
+                    elif mode == _CHECK_FLAT:
+                        total += sum(array.tolist())
+                    elif not _block_is_finite(array):
+                        return None
+                row.append(array)
+            for name, types, bounded, finite, binary in plan.scalars:
+                value = values[name]
+                if type(value) not in types:
+                    return None
+                if bounded and not _INT64[0] <= value <= _INT64[1]:
+                    return None
+                if finite and check:
+                    total += value
+                if binary and value != 0 and value != 1:
+                    return None
+                row.append(value)
+            for name, code, spec in plan.others:
+                value = values[name]
+                if code == 0:  # a tensor sub attribute
+                    shape, dtype, mode, binary = spec
+                    if type(value) is not torch.Tensor:
+                        return None
+                    value = value.numpy()
+                    if value.shape != shape or value.dtype is not dtype:
+                        return None
+                    if mode and check and not _block_is_finite(value):
+                        return None
+                    if binary and not ((value == 0) | (value == 1)).all():
+                        return None
+                elif copy_custom:  # a list column keeps its own copy, as a Transition would
+                    value = value.detach().clone() if isinstance(value, torch.Tensor) else copy.deepcopy(value)
+                row.append(value)
+        except Exception:  # whatever went wrong, the full path reports it properly
+            return None
+        if check and not math.isfinite(total):
+            return None  # the full path finds the value and names it
+        return row
+
+    def _append_fast(self, transition: Any, required_attrs: Iterable[str]) -> Optional[int]:
+        """Store one transition through the cached layout; ``None`` (nothing changed) if it does not fit."""
+        plan = self._fast
+        if not plan:
+            if plan is False:
+                return None
+            plan = self._fast_layout()
+            if not plan:
+                return None
+        if required_attrs is not plan.required and not self._fast_required(plan, required_attrs):
+            return None
+        size, cap = self._size, self._capacity
+        if size == cap and cap < self.buffer_size:
+            return None  # the columns must grow: the full path does that
+        row = self._fast_row(plan, transition, self.check_finite)
+        if row is None:
+            return None
+        i = self._pos
+        for target, value in zip(plan.targets, row):
+            target[i] = value
+        self._pos = i + 1 if i + 1 < cap else 0
+        if size < cap:
+            self._size = size + 1
+        return i
+
+    def _extend_fast(self, transitions: List[Any], required_attrs: Tuple[str, ...]) -> Optional[List[int]]:
+        """Store several transitions through the cached layout; ``None`` (nothing changed) if one does not fit."""
+        plan = self._fast_layout()
+        if not plan or (required_attrs is not plan.required and not self._fast_required(plan, required_attrs)):
+            return None
+        check = self.check_finite
+        rows = []
+        for transition in transitions:
+            row = self._fast_row(plan, transition, check)
+            if row is None:
+                return None
+            rows.append(row)
+        rows = rows[-self.buffer_size:]
+        n, size, cap = len(rows), self._size, self._capacity
+        if n == 0 or (size + n > cap and cap < self.buffer_size):
+            return None
+        blocks = []  # every block is built before the first write, so a failure changes nothing
+        for j, target in enumerate(plan.targets):
+            values = [row[j] for row in rows]
+            if isinstance(values[0], np.ndarray):
+                blocks.append(np.concatenate(values).reshape((n, *target.shape[1:])))
+            else:
+                blocks.append(values)
+        start, end = self._pos, self._pos + n
+        for target, block in zip(plan.targets, blocks):
+            if end <= cap:
+                target[start:end] = block
+            else:
+                target[start:] = block[:cap - start]
+                target[:end - cap] = block[cap - start:]
+        self._pos = end % cap
+        self._size = min(size + n, cap)
+        return list(range(start, end)) if end <= cap else [(start + i) % cap for i in range(n)]
+
     # -- sampling -------------------------------------------------------------------
     def _randint(self, high: int, n: int) -> torch.Tensor:
         return torch.randint(high, (n,), generator=self.generator)
@@ -583,15 +909,16 @@ class Buffer:
             for _ in range(64):
                 ordered = values.copy()  # numpy: far less call overhead than torch.unique
                 ordered.sort()
-                same = ordered[1:] == ordered[:-1]
-                if not np.count_nonzero(same):
+                if not np.count_nonzero(ordered[1:] == ordered[:-1]):
                     return n, index
                 if redraw_all:
                     index = buffer._randint(size, n)
                     values = index.numpy()
                     continue
-                repeated = ordered[1:][same]
-                later = np.concatenate([np.flatnonzero(values == r)[1:] for r in set(repeated.tolist())])
+                # A stable sort keeps equal positions in their order: ``later`` is every copy but the first.
+                order = values.argsort(kind="stable")
+                ordered = values[order]
+                later = np.sort(order[1:][ordered[1:] == ordered[:-1]])
                 values[later] = buffer._randint(size, later.size).numpy()
             # Fall through to an exact permutation if rejection did not settle.
         return n, torch.randperm(size, generator=buffer.generator)[:n]
@@ -707,24 +1034,25 @@ class Buffer:
             sample_attrs = self._keys
         concat_custom = set(additional_concat_attrs or ())
         storage_index = index if index.device == self.buffer_device else index.to(self.buffer_device)
+        rows = storage_index.numpy() if storage_index.is_cpu else None  # once for every column
         result = []
         for name in sample_attrs:
             if name == "*":
                 named = set(sample_attrs)
                 result.append({
-                    k: c.gather(storage_index, concatenate, k in concat_custom, device, k)
+                    k: c.gather(storage_index, concatenate, k in concat_custom, device, k, rows)
                     for k, c in self._custom.items() if k not in named
                 })
             elif name in self._major:
                 result.append({
-                    k: c.gather(storage_index, concatenate, True, device)
+                    k: c.gather(storage_index, concatenate, True, device, "", rows)
                     for k, c in self._major[name].items()
                 })
             elif name in self._sub:
-                result.append(self._sub[name].gather(storage_index, concatenate, True, device))
+                result.append(self._sub[name].gather(storage_index, concatenate, True, device, "", rows))
             elif name in self._custom:
                 result.append(self._custom[name].gather(
-                    storage_index, concatenate, name in concat_custom, device, name))
+                    storage_index, concatenate, name in concat_custom, device, name, rows))
         return tuple(result)
 
     # -- documented helpers for lists of transitions --------------------------------
@@ -793,6 +1121,7 @@ class Buffer:
         return tuple(result)
 
 
+Buffer._fast_store_ok, Buffer._fast_append_ok = _fast_path_allowed(Buffer)
 # Functions whose positions sample_batch trusts (static methods read through an instance are these functions).
 _BUILT_IN_METHODS = frozenset(
     (Buffer.sample_method_random_unique, Buffer.sample_method_random, Buffer.sample_method_all)

@@ -15,6 +15,10 @@ from .buffer import DEFAULT_REQUIRED_ATTRS, Buffer
 __all__ = ["WeightTree", "PrioritizedBuffer"]
 
 
+# Priority types that PrioritizedBuffer.append turns into a weight without numpy.
+_FAST_PRIORITIES = frozenset((float, int, np.float64, np.float32, np.int64))
+
+
 def _non_negative_number(name: str, value: Any) -> float:
     """``value`` as a float, or a ValueError naming ``name`` if it is not a finite, non-negative number."""
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
@@ -29,7 +33,7 @@ def _priority_array(name: str, priorities: Any) -> np.ndarray:
     what = "a finite number" if name == "priority" else "finite numbers"
     try:
         array = np.asarray(priorities, dtype=np.float64).reshape(-1)
-    except (TypeError, ValueError) as error:
+    except (TypeError, ValueError, OverflowError) as error:  # OverflowError: an int past float range
         shown = priorities[0] if name == "priority" and isinstance(priorities, list) else priorities
         raise ValueError(f"{name} must be {what}, got {shown!r} ({error})") from None
     finite = np.isfinite(array)
@@ -41,12 +45,25 @@ def _priority_array(name: str, priorities: Any) -> np.ndarray:
 
 
 class WeightTree:
-    """A sum tree over ``size`` non-negative leaf weights, stored in one flat array.
+    """A sum tree over ``size`` non-negative leaf weights.
 
-    The leaves come first and the root last; each level holds the pairwise sums of
-    the level below (an odd last element is carried up alone). For leaves
-    ``[1, 2, 3, 4]`` the array is ``[1, 2, 3, 4, 3, 7, 10]``. Updates and searches
-    take whole batches and run level by level in numpy.
+    Read as the flat array :attr:`weights`, the tree lists the leaves first and the root
+    last; each level holds the pairwise sums of the level below (an odd last element is
+    carried up alone). For leaves ``[1, 2, 3, 4]`` that is ``[1, 2, 3, 4, 3, 7, 10]``.
+
+    Inside, it is one heap-ordered array: node ``j`` has the children ``2j`` and ``2j + 1``,
+    the root is node 1, and the leaves are the nodes from ``L`` on, ``L`` being the power of
+    two at or above ``size`` (the nodes past the last leaf stay 0 and change no sum). The
+    ancestors of a leaf are then its node number shifted right by 1, 2, ..., so an update adds
+    the change of every leaf to all of its ancestors in one vectorised operation (for one leaf
+    or a whole batch) instead of walking the levels one by one. Additions round, so the inner
+    sums are rebuilt exactly from the leaves after every ``max(size, 4096)`` leaf updates (an
+    amortised cost of a few element operations per update). Searches walk down level by
+    level for a whole batch of weights at once.
+
+    The largest leaf is kept per block of ``2**k`` leaves (``k`` about half the depth): a
+    block's maximum follows its leaves when they grow, and a block whose largest leaf was
+    lowered is marked and rescanned only when the maximum is next asked for.
 
     Args:
         size: Number of leaves.
@@ -56,18 +73,53 @@ class WeightTree:
         if not isinstance(size, (int, np.integer)) or size < 1:
             raise ValueError(f"WeightTree size must be a positive integer, got {size!r}")
         self.size = int(size)
+        first = 1 << (self.size - 1).bit_length()  # the node of leaf 0
+        self._first_leaf = first
+        self._tree = np.zeros(2 * first)  # node 0 is unused
+        depth = first.bit_length()
+        self._ancestor_shifts = np.arange(1, depth, dtype=np.int64)
         sizes = [self.size]
         while sizes[-1] > 1:
             sizes.append((sizes[-1] + 1) // 2)
-        self._level_sizes = sizes
-        self._offsets = np.cumsum([0] + sizes[:-1]).tolist()
-        self.weights = np.zeros(sum(sizes), dtype=np.float64)
-        self._levels = [self.weights[o:o + s] for o, s in zip(self._offsets, sizes)]
-        # The same tree with maxima instead of sums (its leaves are the weights themselves),
-        # so the largest weight is read at the root instead of scanning every leaf.
-        self._max_levels = [self._levels[0]] + [np.zeros(s) for s in sizes[1:]]
+        self._level_sizes = sizes  # as many levels as the heap has (``depth``)
+        self._block_shift = min(depth - 1, max(6, depth // 2))
+        self._bind_views()
+        self._block_max = np.zeros(self._blocks.shape[0])  # an upper bound where _dirty
+        self._dirty = np.zeros(self._blocks.shape[0], dtype=bool)
+        self._any_dirty = False
+        self._max: Optional[float] = 0.0  # the largest leaf, None when it must be recomputed
+        self._owner = np.zeros(self.size, dtype=np.int64)  # scratch space of update_leaf_batch
+        self._order = np.arange(0, dtype=np.int64)
+        self._updates = 0  # leaf updates since the inner sums were last rebuilt exactly
+        self._rebuild_after = max(self.size, 4096)
+
+    def _bind_views(self) -> None:
+        """The views of ``_tree``: the leaves, and the leaves in blocks (padding included)."""
+        first = self._first_leaf
+        self._leaves = self._tree[first:first + self.size]
+        self._blocks = self._tree[first:].reshape(-1, 1 << self._block_shift)
+
+    def __getstate__(self) -> Dict[str, Any]:
+        # Views would be pickled (and deep-copied) as separate arrays: rebuild them instead.
+        state = self.__dict__.copy()
+        del state["_leaves"], state["_blocks"]
+        return state
+
+    def __setstate__(self, state: Dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._bind_views()
 
     # -- layout, read-only (the attribute names of Machin 0.3.4) ---------------------
+    def _level(self, level: int) -> np.ndarray:
+        """The nodes of ``level`` (0: the leaves), a view."""
+        start = self._first_leaf >> level
+        return self._tree[start:start + self._level_sizes[level]]
+
+    @property
+    def weights(self) -> np.ndarray:
+        """Every node as one flat array, leaves first and root last (a copy)."""
+        return np.concatenate([self._level(level) for level in range(len(self._level_sizes))])
+
     @property
     def depth(self) -> int:
         """Number of levels, leaves and root included."""
@@ -81,7 +133,7 @@ class WeightTree:
     @property
     def offsets(self) -> np.ndarray:
         """Start of each level in :attr:`weights`, leaves first, followed by the array length."""
-        return np.array(self._offsets + [self.weights.shape[0]], dtype=np.int64)
+        return np.cumsum([0] + self._level_sizes, dtype=np.int64)
 
     @property
     def max_leaf(self) -> float:
@@ -91,15 +143,22 @@ class WeightTree:
     # -- queries --------------------------------------------------------------------
     def get_weight_sum(self) -> float:
         """Sum of all leaf weights."""
-        return float(self.weights[-1])
+        return float(self._tree[1])
 
     def get_leaf_max(self) -> float:
         """Largest leaf weight."""
-        return float(self._max_levels[-1][0])
+        if self._max is None:
+            if self._any_dirty:
+                dirty = np.flatnonzero(self._dirty)
+                self._block_max[dirty] = self._blocks[dirty].max(axis=1)
+                self._dirty[dirty] = False
+                self._any_dirty = False
+            self._max = float(self._block_max.max())
+        return self._max
 
     def get_leaf_all_weights(self) -> np.ndarray:
         """A copy of the leaf weights, shape ``(size,)``."""
-        return self._levels[0].copy()
+        return self._leaves.copy()
 
     def _check_index(self, index: np.ndarray) -> None:
         if index.size and (index.min() < 0 or index.max() >= self.size):
@@ -117,7 +176,7 @@ class WeightTree:
         scalar = np.isscalar(index)
         idx = np.asarray(index, dtype=np.int64).reshape(-1)
         self._check_index(idx)
-        weights = self._levels[0][idx]
+        weights = self._leaves[idx]
         return float(weights[0]) if scalar else weights
 
     def find_leaf_index(self, weight: Union[float, Sequence[float], np.ndarray]) -> Union[int, np.ndarray]:
@@ -127,56 +186,80 @@ class WeightTree:
         A scalar gives an ``int``, a sequence an ``ndarray``.
         """
         scalar = np.isscalar(weight)
-        w = np.asarray(weight, dtype=np.float64).reshape(-1).copy()
-        index = np.zeros(w.shape, dtype=np.int64)
-        for level in range(len(self._levels) - 1, 0, -1):
-            below = self._levels[level - 1]
-            left = index * 2
-            left_w = below[left]
-            has_right = left + 1 < below.shape[0]
-            go_right = (w > left_w) & has_right
-            w = np.where(go_right, w - left_w, w)
-            index = left + go_right
-        # Never land on an empty leaf at the far right when rounding pushed w past the sum.
-        index = np.minimum(index, self.size - 1)
+        w = np.array(weight, dtype=np.float64).reshape(-1)
+        node = np.ones(w.shape, dtype=np.int64)
+        tree = self._tree
+        for _ in range(len(self._level_sizes) - 1):
+            left = node * 2
+            left_w = tree[left]
+            right = w > left_w
+            w -= left_w * right  # subtracts left_w exactly where the walk turns right
+            node = left + right
+        # Never land past the last leaf (or on the zero padding) when rounding pushed w past the sum.
+        index = np.minimum(node - self._first_leaf, self.size - 1)
         return int(index[0]) if scalar else index
 
     # -- updates --------------------------------------------------------------------
-    def _propagate(self, leaf_index: np.ndarray) -> None:
-        index = np.unique(leaf_index)  # sorted and distinct
-        if index.size == 1:
-            self._propagate_one(int(index[0]))
-            return
-        for level in range(1, len(self._levels)):
-            below = self._levels[level - 1]
-            index = index // 2
-            # Halving keeps the order, so repeated parents are neighbours: no re-sort needed.
-            index = index[np.concatenate(([True], index[1:] != index[:-1]))]
-            left = index * 2
-            right = left + 1
-            # ``index`` is sorted, so only its last parent can lack a right child (an odd
-            # last node); pointing that child at the left one keeps the maximum right.
-            lone = right[-1] >= below.shape[0]
-            if lone:
-                right[-1] = left[-1]
-            below_max = self._max_levels[level - 1]
-            sums = below[left] + below[right]
-            if lone:
-                sums[-1] = below[left[-1]]
-            self._levels[level][index] = sums
-            self._max_levels[level][index] = np.maximum(below_max[left], below_max[right])
+    def _set_one(self, index: int, weight: float) -> None:
+        """Set one leaf (checked by the caller): every append."""
+        tree = self._tree
+        node = self._first_leaf + index
+        old = float(tree[node])
+        tree[node] = weight
+        tree[node >> self._ancestor_shifts] += weight - old
+        block = index >> self._block_shift
+        block_max = self._block_max[block]
+        if weight >= block_max:
+            self._block_max[block] = weight
+        elif old >= block_max:  # the block's largest leaf was lowered
+            self._dirty[block] = True
+            self._any_dirty = True
+        largest = self._max
+        if largest is not None:
+            if weight >= largest:
+                self._max = float(weight)
+            elif old >= largest:
+                self._max = None
+        self._updates += 1
+        if self._updates >= self._rebuild_after:
+            self._rebuild_sums()
 
-    def _propagate_one(self, i: int) -> None:
-        """Refresh the parents of leaf ``i`` (every append): Python integers, no array temporaries."""
-        for level in range(1, len(self._levels)):
-            below, below_max = self._levels[level - 1], self._max_levels[level - 1]
-            i //= 2
-            total, largest = below[2 * i], below_max[2 * i]
-            if 2 * i + 1 < below.shape[0]:
-                total = total + below[2 * i + 1]
-                largest = max(largest, below_max[2 * i + 1])
-            self._levels[level][i] = total
-            self._max_levels[level][i] = largest
+    def _set_many(self, indexes: np.ndarray, weights: np.ndarray) -> None:
+        """Set several leaves (int64 indexes in range, finite non-negative float64 weights)."""
+        n = indexes.size
+        if n == 1:
+            self._set_one(int(indexes[0]), float(weights[0]))
+            return
+        if self._order.size < n:
+            self._order = np.arange(n, dtype=np.int64)
+        order = self._order[:n]
+        # Keep one occurrence per leaf, the last one, as ``leaves[indexes] = weights`` would.
+        self._owner[indexes] = order
+        last = self._owner[indexes] == order
+        indexes, weights = indexes[last], weights[last]
+        nodes = indexes + self._first_leaf
+        tree = self._tree
+        old = tree[nodes]
+        tree[nodes] = weights
+        np.add.at(tree, nodes[:, None] >> self._ancestor_shifts, (weights - old)[:, None])
+        blocks = indexes >> self._block_shift
+        lowered = old >= self._block_max[blocks]
+        np.maximum.at(self._block_max, blocks, weights)
+        lowered &= weights < old  # the largest leaf of these blocks went down
+        self._dirty[blocks[lowered]] = True
+        self._any_dirty = True
+        self._max = None
+        self._updates += indexes.size
+        if self._updates >= self._rebuild_after:
+            self._rebuild_sums()
+
+    def _rebuild_sums(self) -> None:
+        """Recompute every inner node from the leaves, level by level."""
+        tree, start = self._tree, self._first_leaf
+        while start > 1:  # the level at [start, 2 * start) sums into [start // 2, start)
+            tree[start // 2:start] = tree[start:2 * start:2] + tree[start + 1:2 * start:2]
+            start //= 2
+        self._updates = 0
 
     def update_leaf(self, weight: float, index: int) -> None:
         """Set the weight of one leaf.
@@ -196,8 +279,7 @@ class WeightTree:
             )
         if not (weight >= 0 and math.isfinite(weight)):
             raise ValueError("leaf weights must be finite and non-negative")
-        self._levels[0][index] = weight
-        self._propagate_one(index)
+        self._set_one(index, weight)
 
     def update_leaf_batch(self, weights: Union[Sequence[float], np.ndarray],
                           indexes: Union[Sequence[int], np.ndarray]) -> None:
@@ -217,8 +299,7 @@ class WeightTree:
         self._check_index(idx)
         if np.any(w < 0) or not np.all(np.isfinite(w)):
             raise ValueError("leaf weights must be finite and non-negative")
-        self._levels[0][idx] = w
-        self._propagate(idx)
+        self._set_many(idx, w)
 
     def update_all_leaves(self, weights: Union[Sequence[float], np.ndarray]) -> None:
         """Replace the leaves with ``weights`` (length 0 to ``size``; the rest become 0) and rebuild."""
@@ -228,15 +309,13 @@ class WeightTree:
                              f"{self.size} leaves (fewer are allowed; the other leaves become 0)")
         if np.any(w < 0) or not np.all(np.isfinite(w)):
             raise ValueError("leaf weights must be finite and non-negative")
-        self._levels[0][:] = 0.0
-        self._levels[0][:w.size] = w
-        for levels, pair_op in ((self._levels, np.add), (self._max_levels, np.maximum)):
-            for level in range(1, len(levels)):
-                below, current = levels[level - 1], levels[level]
-                pairs = below.shape[0] // 2
-                current[:pairs] = pair_op(below[0:2 * pairs:2], below[1:2 * pairs:2])
-                if below.shape[0] % 2:
-                    current[-1] = below[-1]
+        self._leaves[:] = 0.0
+        self._leaves[:w.size] = w
+        self._rebuild_sums()
+        self._block_max[:] = self._blocks.max(axis=1)
+        self._dirty[:] = False
+        self._any_dirty = False
+        self._max = float(self._block_max.max())
 
     def print_weights(self, precision: int = 2) -> None:
         """Print the tree level by level, root first (for debugging).
@@ -244,8 +323,8 @@ class WeightTree:
         Args:
             precision: Decimals printed per weight.
         """
-        for level in reversed(self._levels):
-            print(" ".join(f"{v:.{precision}f}" for v in level))
+        for level in reversed(range(len(self._level_sizes))):
+            print(" ".join(f"{v:.{precision}f}" for v in self._level(level)))
 
 
 class PrioritizedBuffer(Buffer):
@@ -277,6 +356,9 @@ class PrioritizedBuffer(Buffer):
             be finite numbers, always.
     """
 
+    # This class's ``append`` has the fast path of Buffer.append (see ``buffer._fast_path_allowed``).
+    _has_fast_append = True
+
     @ignores_extra_args
     def __init__(self, buffer_size: int = 1_000_000, buffer_device: Union[str, torch.device] = "cpu",
                  epsilon: float = 1e-2, alpha: float = 0.6, beta: float = 0.4,
@@ -307,6 +389,16 @@ class PrioritizedBuffer(Buffer):
     def _default_weight(self) -> float:
         return self.wt_tree.get_leaf_max() if self._size else 1.0
 
+    def _one_weight(self, priority: Any) -> Optional[float]:
+        """``(|priority| + epsilon) ** alpha`` of a Python/numpy float or int, ``None`` for anything else."""
+        if type(priority) not in _FAST_PRIORITIES:
+            return None
+        try:
+            weight = (abs(float(priority)) + self.epsilon) ** self.alpha
+        except OverflowError:
+            return None
+        return weight if math.isfinite(weight) else None  # the full path names the problem
+
     def append(self, transition: Union[TransitionBase, Dict[str, Any]], priority: Optional[float] = None,
                required_attrs: Iterable[str] = DEFAULT_REQUIRED_ATTRS) -> int:
         """Store one transition with a sampling priority.
@@ -325,6 +417,13 @@ class PrioritizedBuffer(Buffer):
         Raises:
             ValueError: As :meth:`Buffer.append`, or when ``priority`` is not finite.
         """
+        if self._fast_append_ok:
+            weight = self._default_weight() if priority is None else self._one_weight(priority)
+            if weight is not None:
+                position = self._append_fast(transition, required_attrs)
+                if position is not None:
+                    self.wt_tree._set_one(position, weight)
+                    return position
         return self.extend([transition], None if priority is None else [priority], required_attrs)[0]
 
     def extend(self, transitions: Iterable[Union[TransitionBase, Dict[str, Any]]],
@@ -364,15 +463,29 @@ class PrioritizedBuffer(Buffer):
             ValueError: When a priority is not a finite number, or an index names a slot
                 that holds no transition (nothing is changed then).
         """
-        priorities = _priority_array("priorities", priorities)
+        try:
+            values = np.asarray(priorities, dtype=np.float64).reshape(-1)
+        except (TypeError, ValueError, OverflowError):
+            values = _priority_array("priorities", priorities)  # raises, naming the problem
         indexes = np.asarray(indexes, dtype=np.int64).reshape(-1)
-        if indexes.size and (indexes.min() < 0 or indexes.max() >= self._size):
+        if values.size != indexes.size:
+            raise ValueError(f"Dimension of weights and indexes doesn't match: got {values.size} priorities for "
+                             f"{indexes.size} indexes")
+        if not indexes.size:
+            return
+        # One reduction each: negative indexes are huge as unsigned numbers.
+        if indexes.view(np.uint64).max() >= self._size:
             bad = indexes[(indexes < 0) | (indexes >= self._size)][0]
             raise ValueError(
                 f"update_priority: index {bad} is out of range, it holds no transition (the buffer stores {self._size}, at "
                 f"indexes 0..{self._size - 1}); pass the indexes returned by sample_batch"
             )
-        self.wt_tree.update_leaf_batch(self._normalize_priority(priorities), indexes)
+        weights = self._normalize_priority(values)
+        if not math.isfinite(weights @ weights):  # a NaN or infinity anywhere (or an overflow) makes it so
+            _priority_array("priorities", priorities)  # raises for a non-finite priority
+            if not np.all(np.isfinite(weights)):
+                raise ValueError(f"priorities must be finite after (|p| + epsilon) ** alpha, got {values.tolist()}")
+        self.wt_tree._set_many(indexes, weights)
 
     def _uniform(self, n: int) -> np.ndarray:
         return self.rng.random(n) if self.rng is not None else np.random.random(n)

@@ -2,7 +2,7 @@
 
 Episodes are stored step by step in the column storage of
 :class:`~machin.frame.buffers.PrioritizedBuffer`, as n-step transitions (see
-:func:`~machin.frame.algorithms.returns.n_step_episode`) with three bookkeeping
+:func:`~machin.frame.returns.n_step_episode`) with three bookkeeping
 columns: the episode's number, the step's index in it and the episode's length.
 Every stored step may start the training part of a sequence; its leaf in the sum
 tree holds that sequence's priority (steps that start no sequence, when
@@ -25,7 +25,8 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence, Union
 import numpy as np
 import torch
 
-from ..transition import TransitionBase
+from ..returns import n_step_episode
+from ..transition import TransitionBase, as_transition
 from .buffer import DEFAULT_REQUIRED_ATTRS
 from .prioritized_buffer import PrioritizedBuffer
 
@@ -199,14 +200,11 @@ class SequenceBuffer(PrioritizedBuffer):
             raise ValueError("episode must hold at least one transition, got an empty episode")
         if len(episode) > self.buffer_size:
             raise ValueError(f"an episode of {len(episode)} steps does not fit in buffer_size={self.buffer_size}")
-        # Imported here: the algorithms package imports the buffers package.
-        from ..algorithms.returns import n_step_episode
-
         length = len(episode)
         steps = []
         for i, t in enumerate(episode):
             if not isinstance(t, dict):
-                t = self._as_transition(t)  # a TypeError for anything but a transition or a dict
+                t = as_transition(t)  # a TypeError for anything but a transition or a dict
                 t = dict(t.items())
             fields = dict(t)
             reserved = sorted(set(fields) & set(_BOOKKEEPING))

@@ -1,12 +1,13 @@
 """Exploration noise: action-space noise, noise generators, parameter-space noise."""
 
-from . import action_space_noise, generator, param_space_noise
+from . import action_space_noise, dispatch, generator, param_space_noise
 from .action_space_noise import (
     add_clipped_normal_noise_to_action,
     add_normal_noise_to_action,
     add_ou_noise_to_action,
     add_uniform_noise_to_action,
 )
+from .dispatch import NOISE_MODES, noise_adder, resolve_noise_mode
 from .generator import (
     ClippedNormalNoiseGen,
     NoiseGen,
@@ -23,6 +24,7 @@ __all__ = [
     "action_space_noise",
     "generator",
     "param_space_noise",
+    "dispatch",
     "add_uniform_noise_to_action",
     "add_normal_noise_to_action",
     "add_clipped_normal_noise_to_action",
@@ -37,4 +39,7 @@ __all__ = [
     "AdaptiveParamNoise",
     "ModelPerturbation",
     "perturb_model",
+    "NOISE_MODES",
+    "resolve_noise_mode",
+    "noise_adder",
 ]

@@ -1,5 +1,6 @@
 import math
 
+import gymnasium as gym
 import pytest
 import torch
 from torch import nn
@@ -9,13 +10,28 @@ from machin.frame.algorithms.a2c import A2C as A2CFromModule
 from machin.frame.algorithms.a2c import returns_and_advantages
 from machin.frame.transition import Transition
 
-from .pg_nets import (
+from .contract import ContractCase
+from .loops import train
+from .nets import (
     CategoricalActor,
     ColumnCategoricalActor,
     ValueCritic,
+    episode_steps,
+    parameters,
+    same,
     step_dict,
-    train_on_policy_cartpole,
 )
+
+CONTRACT_CASES = {
+    A2C: ContractCase(
+        args=lambda: (CategoricalActor(hidden=16), ValueCritic(hidden=16), torch.optim.Adam, nn.MSELoss()),
+        options={"batch_size": 8},
+        act=lambda agent, state: agent.act(state),
+        state=lambda: {"state": torch.randn(6, 4)},
+        experience=lambda: episode_steps(12),
+        trains={"update_value": ["critic"], "update_policy": ["actor"]},
+    ),
+}
 
 
 class LinearValue(nn.Module):
@@ -68,14 +84,6 @@ def stored(agent, *attrs):
     _, values = agent.replay_buffer.sample_batch(0, sample_method="all", sample_attrs=list(attrs),
                                                  additional_concat_attrs=list(attrs))
     return [v.view(-1).tolist() for v in values]
-
-
-def params(net):
-    return [p.detach().clone() for p in net.parameters()]
-
-
-def same(a, b):
-    return all(torch.equal(x, y) for x, y in zip(a, b))
 
 
 def count_steps(optimizer):
@@ -230,23 +238,6 @@ def test_update_counts_returns_floats_and_clears_buffer():
     assert agent.update() is None
 
 
-def test_update_switches_train_only_the_selected_network():
-    agent = make()
-    agent.store_episode(episode(20))
-    actor_before, critic_before = params(agent.actor), params(agent.critic)
-    agent.update(update_value=False)
-    assert not same(params(agent.actor), actor_before)
-    assert same(params(agent.critic), critic_before)
-    # the actor loss never reaches the critic
-    assert all(p.grad is None for p in agent.critic.parameters())
-
-    agent.store_episode(episode(20))
-    actor_before = params(agent.actor)
-    agent.update(update_policy=False)
-    assert same(params(agent.actor), actor_before)
-    assert not same(params(agent.critic), critic_before)
-
-
 def test_actor_is_given_the_stored_actions():
     actor = RecordingActor()
     agent = make(actor, batch_size=100, actor_update_times=2)
@@ -371,7 +362,7 @@ def test_same_seed_same_numbers():
         agent = make()
         agent.store_episode(episode(30))
         torch.manual_seed(5)
-        results.append((agent.update(), params(agent.actor)))
+        results.append((agent.update(), parameters(agent.actor)))
     assert results[0][0] == results[1][0] and same(results[0][1], results[1][1])
 
 
@@ -384,27 +375,6 @@ def test_lr_schedulers_one_per_optimizer():
     agent.update_lr_scheduler()
     assert agent.actor_optim.param_groups[0]["lr"] == pytest.approx(0.05)
     assert agent.critic_optim.param_groups[0]["lr"] == pytest.approx(0.01)
-
-
-def test_save_then_load_acts_identically(tmp_path):
-    agent = make()
-    agent.store_episode(episode(20))
-    agent.update()
-    agent.save(str(tmp_path), version=2)
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["actor_2.manifest.json", "actor_2.pt", "critic_2.pt"]
-    other = make(actor=CategoricalActor(), critic=ValueCritic())
-    torch.manual_seed(9)
-    for net in (other.actor, other.critic):  # make sure the fresh networks differ first
-        for p in net.parameters():
-            p.data.normal_()
-    other.load(str(tmp_path))
-    state = {"state": torch.randn(32, 4)}
-    torch.manual_seed(4)
-    mine = agent.act(state)
-    torch.manual_seed(4)
-    theirs = other.act(state)
-    assert all(torch.equal(a, b) for a, b in zip(mine, theirs))
-    assert torch.equal(agent.criticize(state), other.criticize(state))
 
 
 def test_bad_options_raise_clear_errors():
@@ -428,7 +398,7 @@ def test_a2c_learns_cartpole():
     agent = A2C(CategoricalActor(), ValueCritic(), torch.optim.Adam, nn.MSELoss(), batch_size=1000,
                 actor_update_times=3, critic_update_times=5, actor_learning_rate=0.003,
                 critic_learning_rate=0.003, gae_lambda=0.95)
-    episode_count, steps, seconds, cpu = train_on_policy_cartpole(agent, seed=0)
-    print(f"A2C reached a smoothed return of 150 on CartPole-v0 at episode {episode_count} "
-          f"({steps} steps, {seconds:.1f} s, {cpu:.1f} s CPU)")
-    assert episode_count is not None, "A2C did not reach a smoothed return of 150 within 400 episodes"
+    result = train(agent, lambda: gym.make("CartPole-v0"), seed=0, episodes=400, solved_reward=150)
+    print(f"A2C reached a smoothed return of 150 on CartPole-v0 at episode {result.solved_episode} "
+          f"({result.steps} steps)")
+    assert result.solved_episode is not None, "A2C did not reach a smoothed return of 150 within 400 episodes"

@@ -1,6 +1,6 @@
 """A3C: gradients pushed to the servers change the shared models; pulls bring them back."""
 
-import time
+import copy
 
 import gymnasium as gym
 import pytest
@@ -10,10 +10,50 @@ from torch import nn
 from machin.frame.algorithms.a3c import A3C
 from machin.frame.helpers import grad_server_helper
 from machin.parallel.distributed import World
-from tests.frame.algorithms.pg_nets import CategoricalActor, ValueCritic
 from tests.multiprocess import no_children_left, run_ranks, wait_for  # noqa: F401
 
+from .contract import ContractCase
+from .loops import run_episodes
+from .nets import CategoricalActor, ValueCritic, episode_steps, parameters, same
+
 pytestmark = [pytest.mark.multiprocess, pytest.mark.usefixtures("no_children_left")]
+
+
+def _contract_args(ctx):
+    """Local networks, and gradient servers whose models start as copies of them."""
+    actor, critic = CategoricalActor(4, 2, 8), ValueCritic(4, 8)
+    servers = ctx.grad_servers([lambda: copy.deepcopy(actor), lambda: copy.deepcopy(critic)])
+    return actor, critic, nn.MSELoss(), servers
+
+
+def _contract_act(a3c, state):
+    a3c.set_sync(False)  # act with the local (loaded) actor
+    return a3c.act(state)
+
+
+def _contract_update(a3c, **switches):
+    """Update, then pull until the servers have applied the pushed gradients (asynchronously)."""
+    trained = [name for name, switch in (("actor", "update_policy"), ("critic", "update_value"))
+               if switches.get(switch, True)]
+    before = {name: parameters(getattr(a3c, name)) for name in trained}
+    result = a3c.update(**switches)
+    if result is not None:
+        wait_for(lambda: a3c.manual_sync() or all(not same(before[n], parameters(getattr(a3c, n))) for n in trained))
+    return result
+
+
+CONTRACT_CASES = {
+    A3C: ContractCase(
+        args=_contract_args,
+        options={"batch_size": 8, "update_times": 1},
+        act=_contract_act,
+        state=lambda: {"state": torch.randn(6, 4)},
+        experience=lambda: episode_steps(12),
+        update=_contract_update,
+        trains={"update_value": ["critic"], "update_policy": ["actor"]},
+        world=True,
+    ),
+}
 
 
 def _actor():
@@ -112,31 +152,25 @@ def _learn_cartpole(rank, max_episodes, threshold):
     a3c = A3C(CategoricalActor(), ValueCritic(), nn.MSELoss(), servers, batch_size=1000, update_times=3,
               gae_lambda=0.95)
     a3c.set_sync(False)
-    env = gym.make("CartPole-v0")
-    smoothed, start, reached = 0.0, time.time(), None
-    for episode in range(1, max_episodes + 1):
+
+    def before_episode(episode):
         if any(group.is_registered(f"solved_{other}") for other in range(3)):
-            break
+            return False
         a3c.manual_sync()
-        obs, _ = env.reset(seed=rank * 10000 + episode)
-        state = torch.tensor(obs, dtype=torch.float32).view(1, 4)
-        done, total, stored = False, 0.0, []
-        while not done:
-            action = a3c.act({"state": state})[0]
-            obs, reward, terminated, truncated, _ = env.step(action.item())
-            next_state = torch.tensor(obs, dtype=torch.float32).view(1, 4)
-            stored.append({"state": {"state": state}, "action": {"action": action},
-                           "next_state": {"state": next_state}, "reward": float(reward),
-                           "terminal": terminated})
-            state, total, done = next_state, total + reward, terminated or truncated
-        a3c.store_episode(stored)
+        return True
+
+    def on_episode(steps, episode):
+        a3c.store_episode([step.as_dict() for step in steps])
         a3c.update()
-        smoothed = 0.9 * smoothed + 0.1 * total
-        if smoothed > threshold:
-            reached = (episode, time.time() - start)
-            group.register(f"solved_{rank}", print)
-            break
+
+    env = gym.make("CartPole-v0")
+    result = run_episodes(env, lambda state, _: a3c.act(state)[0], episodes=max_episodes, seed=rank * 10000,
+                          before_episode=before_episode, on_episode=on_episode, threshold=threshold)
     env.close()
+    reached = None
+    if result.solved_episode is not None:
+        reached = (result.solved_episode, result.seconds)
+        group.register(f"solved_{rank}", print)
     world.barrier()
     world.stop()
     return reached

@@ -1,6 +1,7 @@
 """DQNApex and DDPGApex: storage over the group, priorities back to their owners, model sync.
 
-Ranks 0 and 1 sample, rank 2 learns.
+With explicit groups (the 0.3.4 way) ranks 0 and 1 sample and rank 2 learns; with
+``from_roles`` rank 0 learns (ranks 0 and 1 with two learners) and the others sample.
 """
 
 import multiprocessing
@@ -20,6 +21,7 @@ from machin.frame.algorithms.apex import DDPGApex, DQNApex
 from machin.frame.buffers import DistributedPrioritizedBuffer
 from machin.frame.helpers import model_server_helper
 from machin.parallel.distributed import World
+from machin.parallel.distributed.roles import Roles, RunControl
 from tests.frame.algorithms.ddpg_nets import Actor, Critic
 from tests.frame.algorithms.distributed_nets import pull_until
 from tests.frame.algorithms.dqn_nets import QNet
@@ -323,3 +325,67 @@ def test_ddpg_apex_learns_pendulum_with_two_samplers_and_a_learner():
     results = run_ranks(_apex_learns, 3, args=(_build_ddpg_learner, "Pendulum-v1", 100, -400.0), timeout=240)
     _report("DDPGApex", "Pendulum-v1", -400.0, results)
 
+
+
+def _from_roles(rank, replay, learners):
+    """DQNApex.from_roles on 4 processes; the learner(s) make 20 updates, samplers store until told to stop."""
+    world = World(rpc_timeout=30)
+    roles = Roles.from_world(learners=learners, replay=replay)
+    torch.manual_seed(0)
+    apex = DQNApex.from_roles(roles, QNet(4, 2, 8), QNet(4, 2, 8), torch.optim.Adam, nn.MSELoss(reduction="none"),
+                              batch_size=8, replay_size=500)
+    apex.set_sync(False)
+    control = RunControl(apex.apex_group, roles, learner_group=apex.learner_group)
+    result = {"holders": apex.replay_buffer._holders(), "buffer": type(apex.replay_buffer).__name__,
+              "ddp": isinstance(apex.qnet, DistributedDataParallel)}
+    if roles.is_learner:
+        updates, started = 0, False
+        while not control.learner_should_stop():
+            started = started or control.learners_agree(apex.replay_buffer.all_size() >= 40)
+            if not started:
+                time.sleep(0.02)
+                continue
+            assert apex.update() is not None
+            updates += 1
+            if updates == 20:
+                control.request_stop("20 updates")
+        result["sampled_from"] = dict(apex.sampled_from)
+    else:
+        episode, status = 0, None
+        while status is None or not status.stop:
+            apex.store_episode([_transition(rank, episode * STORED + i, 4, True) for i in range(STORED)])
+            episode += 1
+            status = control.report(steps=STORED, episodes=1)
+        apex.manual_sync()
+    result["local_size"] = apex.replay_buffer.size()
+    result["qnet"] = _flat(apex.qnet)
+    control.finish(world)
+    return result
+
+
+def test_from_roles_keeps_the_replay_on_the_samplers_by_default():
+    results = run_ranks(_from_roles, 4, args=("samplers", 1), timeout=60)
+    assert all(r["holders"] == ["1", "2", "3"] for r in results)  # the learner holds no part
+    assert set(results[0]["sampled_from"]) == {"1", "2", "3"}
+    assert results[0]["local_size"] == 0 and all(r["local_size"] > 0 for r in results[1:])
+    assert all(r["buffer"] == "DistributedPrioritizedBuffer" for r in results)
+
+
+def test_from_roles_can_put_the_replay_on_the_learner():
+    results = run_ranks(_from_roles, 4, args=("learners", 1), timeout=60)
+    assert all(r["holders"] == ["0"] for r in results)
+    assert results[0]["sampled_from"].keys() == {"0"} and results[0]["local_size"] > 0
+    assert [r["buffer"] for r in results[1:]] == ["ForwardedReplay"] * 3 and all(
+        r["local_size"] == 0 for r in results[1:])
+
+
+def test_from_roles_trains_several_learners_with_ddp_and_samplers_pull_their_network():
+    results = run_ranks(_from_roles, 4, args=("samplers", 2), timeout=60)
+    assert [r["ddp"] for r in results] == [True, True, False, False]
+    assert all(r["holders"] == ["2", "3"] for r in results)
+    assert all(torch.equal(r["qnet"], results[0]["qnet"]) for r in results[1:])
+
+
+def test_from_roles_names_a_roles_object_it_needs():
+    with pytest.raises(TypeError, match=r"roles must be a machin.parallel.distributed.roles.Roles .*got 3 of type int"):
+        DQNApex.from_roles(3, QNet(), QNet(), torch.optim.Adam, nn.MSELoss(reduction="none"))

@@ -20,6 +20,7 @@ from machin.frame.algorithms.ars import (
 )
 from machin.frame.helpers import model_server_helper
 from machin.parallel.distributed import World
+from machin.parallel.distributed.roles import Roles
 from machin.utils.compat import ExtraArgumentsWarning
 from tests.multiprocess import no_children_left, run_ranks  # noqa: F401
 
@@ -196,7 +197,7 @@ def test_ars_is_exported_and_checks_its_options_before_using_the_group():
         with pytest.raises(error, match="used_rollout_num must be at most rollout_num, got used_rollout_num=5 and "
                                         "rollout_num=4"):
             build(rollout_num=4, used_rollout_num=5)
-    with pytest.raises(ValueError, match="rollout_num must be a positive int, got 0"):
+    with pytest.raises(ValueError, match="rollout_num must be a positive integer, got 0"):
         build(rollout_num=0)
     with pytest.raises(ValueError, match="Noise size 5 is too small compared to the 8 parameters of the actor"):
         build(noise_size=5)
@@ -204,7 +205,7 @@ def test_ars_is_exported_and_checks_its_options_before_using_the_group():
         build(noise_std_dev=0)
     with pytest.raises(ValueError, match="learning_rate must be positive, got -1"):
         build(learning_rate=-1)
-    with pytest.raises(ValueError, match="sample_seed must be a non-negative int, got -3"):
+    with pytest.raises(ValueError, match="sample_seed must be a non-negative integer, got -3"):
         build(sample_seed=-3)
     with pytest.warns(UserWarning, match="consider increasing noise_size"), \
             pytest.raises(ValueError, match="model_server of ARS must be a tuple whose first element"):
@@ -361,3 +362,25 @@ def test_ars_learns_cartpole_with_three_processes():
           f"{sum(r[2] for r in results)} environment steps, {seconds:.1f} s")
     assert len({(r[0], r[1]) for r in results}) == 1, "the processes disagree on the rounds"
     assert mean_return >= 475.0, f"ARS reached a mean return of only {mean_return:.1f} in {rounds} rounds"
+
+
+def _from_roles(rank):
+    world = World(rpc_timeout=30)
+    roles = Roles.from_world()
+    ars = ARS.from_roles(roles, LinearPolicy(), torch.optim.SGD, rollout_num=5, used_rollout_num=5, **NOISE)
+    types = ars.get_actor_types()
+    for i, actor_type in enumerate(types):
+        ars.store_reward(float(rank * 10 + i), actor_type)
+    mean_return = ars.update()
+    result = (ars.ars_group.get_group_members(), len(types), mean_return, _flat(ars.actor))
+    world.stop()
+    return result
+
+
+@pytest.mark.multiprocess
+def test_from_roles_makes_the_first_learner_the_manager_and_every_process_plays():
+    results = run_ranks(_from_roles, 3, timeout=60)
+    assert all(members == ["0", "1", "2"] for members, *_ in results)
+    assert [count for _, count, *_ in results] == [4, 4, 2]  # rollouts 0-1, 2-3, 4: two actor types each
+    assert len({mean for *_, mean, _ in results}) == 1
+    assert all(torch.equal(flat, results[0][3]) for *_, flat in results)

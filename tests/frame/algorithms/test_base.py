@@ -12,6 +12,9 @@ from torch import nn
 from torch.optim.lr_scheduler import LambdaLR
 
 from machin.frame.algorithms.base import TorchFramework, pack_result, split_output
+from machin.frame.algorithms.options import Option, positive
+
+from .nets import same
 
 
 class Tiny(TorchFramework):
@@ -20,25 +23,19 @@ class Tiny(TorchFramework):
     _is_top = ["net_a", "net_b"]
     _is_restorable = ["net_a", "net_b"]
 
-    def __init__(
-        self,
-        *,
-        lr_scheduler=None,
-        lr_scheduler_args=None,
-        lr_scheduler_kwargs=None,
-        learning_rate=1.0,
-        seed=0,
-        **kwargs,
-    ):
-        super().__init__(**kwargs)
-        torch.manual_seed(seed)
+    learning_rate = Option(1.0, positive, "Learning rate of both optimizers.")
+    seed = Option(0, doc="Seed of the initial weights.")
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(self.seed)
         self.net_a = nn.Linear(3, 2)
         self.net_b = nn.Linear(2, 1)
-        self.opt_a = self._make_optimizer(torch.optim.SGD, self.net_a, learning_rate)
-        self.opt_b = self._make_optimizer(torch.optim.SGD, self.net_b, learning_rate)
-        self._init_lr_schedulers(
-            lr_scheduler, lr_scheduler_args, lr_scheduler_kwargs, [self.opt_a, self.opt_b]
-        )
+        self.opt_a = self._make_optimizer(torch.optim.SGD, self.net_a, self.learning_rate)
+        self.opt_b = self._make_optimizer(torch.optim.SGD, self.net_b, self.learning_rate)
+
+    def _optimizers(self):
+        return [self.opt_a, self.opt_b]
 
 
 class OnlyA(Tiny):
@@ -46,7 +43,7 @@ class OnlyA(Tiny):
 
 
 def same_weights(a: nn.Module, b: nn.Module) -> bool:
-    return all(torch.equal(x, y) for x, y in zip(a.state_dict().values(), b.state_dict().values()))
+    return same(list(a.state_dict().values()), list(b.state_dict().values()))
 
 
 # -- class-level descriptions (item 91) -------------------------------------------------------
@@ -263,13 +260,8 @@ def test_flat_lr_scheduler_args_raise_a_helpful_error():
         return 1.0
 
     class One(Tiny):
-        def __init__(self, **kwargs):
-            TorchFramework.__init__(self)
-            self.net_a = nn.Linear(1, 1)
-            self.opt_a = torch.optim.SGD(self.net_a.parameters(), lr=1.0)
-            self._init_lr_schedulers(
-                kwargs["lr_scheduler"], kwargs["lr_scheduler_args"], None, [self.opt_a]
-            )
+        def _optimizers(self):
+            return [self.opt_a]
 
     with pytest.raises(
         ValueError,

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import copy
-import inspect
 
+import gymnasium as gym
 import numpy as np
 import pytest
 import torch
@@ -14,8 +14,32 @@ from machin.frame.algorithms.ddpg_per import DDPGPer
 from machin.frame.buffers import Buffer, PrioritizedBuffer
 from machin.frame.transition import Transition
 
-from .ddpg_nets import Actor, Critic, LinearActor, LinearCritic, fill, pendulum_nets, run_pendulum
-from .dqn_nets import SummingLoss
+from .contract import ContractCase
+from .loops import train
+from .nets import (
+    STATE_DIM,
+    Actor,
+    Critic,
+    LinearActor,
+    LinearCritic,
+    SummingLoss,
+    fill,
+    pendulum_nets,
+    random_transition,
+)
+
+CONTRACT_CASES = {
+    DDPGPer: ContractCase(
+        args=lambda: (Actor(), Actor(), Critic(), Critic(), torch.optim.Adam, nn.MSELoss(reduction="none")),
+        options={"batch_size": 8},
+        act=lambda agent, state: agent.act(state, use_target=True),
+        explore=lambda agent, state: agent.act_with_noise(state, noise_param=(0.0, 0.5), mode="normal"),
+        state=lambda: {"state": torch.randn(5, STATE_DIM)},
+        experience=lambda: [random_transition() for _ in range(16)],
+        trains={"update_value": ["critic"], "update_policy": ["actor"]},
+        passes_through={"update_policy": ["critic"]},
+    ),
+}
 
 
 def make_per(criterion=None, **kwargs) -> DDPGPer:
@@ -39,13 +63,12 @@ def zero_value_per(rewards, **kwargs) -> DDPGPer:
     return per
 
 
-def test_default_buffer_is_prioritized_and_update_rate_is_documented():
+def test_default_buffer_is_prioritized():
     assert isinstance(make_per().replay_buffer, PrioritizedBuffer)
-    assert inspect.signature(DDPGPer).parameters["update_rate"].default == 0.005
 
 
 def test_a_plain_buffer_is_rejected():
-    with pytest.raises(TypeError, match="replay_buffer of DDPGPer must be a PrioritizedBuffer, got Buffer"):
+    with pytest.raises(TypeError, match="replay_buffer must be None or a PrioritizedBuffer, got Buffer"):
         make_per(replay_buffer=Buffer(100))
 
 
@@ -108,9 +131,7 @@ def test_ddpg_per_learns_pendulum():
     per = DDPGPer(actor, actor_target, critic, critic_target, torch.optim.Adam,
                   nn.MSELoss(reduction="none"), batch_size=64, update_rate=0.005,
                   actor_learning_rate=1e-3, critic_learning_rate=1e-3)
-    smoothed, episode, steps, seconds, cpu = run_pendulum(
-        per, lambda s: per.act_with_noise({"state": s}, noise_param=(0.0, 0.2), mode="normal"),
-        seed=0, threshold=-400, max_episodes=60, warmup_steps=500)
-    print(f"DDPGPer Pendulum: smoothed {smoothed:.1f} at episode {episode}, step {steps}, "
-          f"{seconds:.1f} s wall, {cpu:.1f} s CPU")
-    assert smoothed > -400
+    result = train(per, lambda: gym.make("Pendulum-v1"), seed=0, episodes=60, solved_reward=-400,
+                   warmup_steps=500, act_kwargs={"noise_param": (0.0, 0.2), "mode": "normal"})
+    print(f"DDPGPer Pendulum: smoothed return above -400 at episode {result.solved_episode} ({result.steps} steps)")
+    assert result.solved_episode is not None, "DDPGPer did not reach a smoothed return of -400 within 60 episodes"

@@ -1,3 +1,4 @@
+import gymnasium as gym
 import numpy as np
 import pytest
 import torch
@@ -6,7 +7,22 @@ from torch import nn
 from machin.frame.algorithms import DQN, DQNPer
 from machin.frame.buffers import PrioritizedBuffer
 
-from .dqn_nets import QNet, SummingLoss, train_cartpole, transition
+from .contract import ContractCase
+from .loops import train
+from .nets import QNet, SummingLoss, transition
+
+CONTRACT_CASES = {
+    DQNPer: ContractCase(
+        args=lambda: (QNet(hidden=16), QNet(hidden=16), torch.optim.Adam, nn.MSELoss(reduction="none")),
+        options={"batch_size": 8},
+        act=lambda agent, state: agent.act_discrete(state, use_target=True),
+        explore=lambda agent, state: agent.act_discrete_with_noise(state),
+        state=lambda: {"state": torch.randn(6, 4)},
+        experience=lambda: [transition(torch.randn(4), i % 2, torch.randn(4), float(i % 3), i == 15)
+                            for i in range(16)],
+        trains={"update_value": ["qnet"]},
+    ),
+}
 
 
 def make(criterion=None, **kwargs):
@@ -46,7 +62,7 @@ def test_update_sets_priorities_to_td_errors(monkeypatch):
     monkeypatch.setattr(agent.replay_buffer, "update_priority", spy)
     np.random.seed(3)
     batch = agent._sample(True)
-    target = agent._target_value(batch)
+    target = agent._bellman_target(batch)
     predicted = agent._predicted_value(batch)
     agent._value_loss(predicted, target, batch)
     expected = (predicted.detach() - target).abs().view(-1).numpy()
@@ -63,7 +79,7 @@ def test_loss_is_weighted_by_importance_weights():
     agent = make()
     fill(agent)
     batch = agent._sample(True)
-    target = agent._target_value(batch)
+    target = agent._bellman_target(batch)
     predicted = agent._predicted_value(batch)
     batch.weight = torch.zeros(batch.size, 1)
     assert agent._value_loss(predicted, target, batch).item() == 0.0
@@ -86,6 +102,7 @@ def test_dqn_per_learns_cartpole():
     torch.manual_seed(0)
     agent = DQNPer(QNet(), QNet(), torch.optim.Adam, nn.MSELoss(reduction="none"), batch_size=64,
                    epsilon_decay=0.999, update_rate=0.01, replay_size=20000)
-    episode, steps, seconds = train_cartpole(agent, seed=0)
-    print(f"DQNPer solved CartPole-v0 at episode {episode} ({steps} steps, {seconds:.1f} s)")
-    assert episode is not None, "DQNPer did not reach a smoothed return of 150 within 400 episodes"
+    result = train(agent, lambda: gym.make("CartPole-v0"), seed=0, episodes=400, solved_reward=150,
+                   solved_repeat=5, warmup_steps=500)
+    print(f"DQNPer solved CartPole-v0 at episode {result.solved_episode} ({result.steps} steps)")
+    assert result.solved_episode is not None, "DQNPer did not reach a smoothed return of 150 within 400 episodes"

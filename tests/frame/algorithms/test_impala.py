@@ -16,6 +16,7 @@ from machin.frame.algorithms.impala import (
 )
 from machin.frame.helpers import model_server_helper
 from machin.parallel.distributed import World
+from machin.parallel.distributed.roles import Roles, RunControl
 from tests.frame.algorithms.distributed_nets import pull_until
 from tests.frame.algorithms.pg_nets import CategoricalActor, ValueCritic
 from tests.multiprocess import no_children_left, run_ranks  # noqa: F401
@@ -184,3 +185,48 @@ def test_impala_learns_cartpole_with_two_samplers_and_a_learner():
             print(f"IMPALA sampler {rank} reached a smoothed return of 150 on CartPole-v0 at episode "
                   f"{result[0]} ({result[1]:.1f} s)")
     assert any(r is not None for r in results), "no IMPALA sampler reached a smoothed return of 150"
+
+
+def _from_roles(rank, replay):
+    """IMPALA.from_roles on 3 processes: rank 0 learns 5 updates, ranks 1 and 2 store episodes."""
+    world = World(rpc_timeout=30)
+    roles = Roles.from_world(replay=replay)
+    torch.manual_seed(0)
+    impala = IMPALA.from_roles(roles, CategoricalActor(4, 2, 8), ValueCritic(4, 8), torch.optim.Adam, nn.MSELoss(),
+                               batch_size=2, learning_rate=0.01)
+    impala.set_sync(False)
+    control = RunControl(impala.impala_group, roles)
+    result = {"holders": impala.replay_buffer._holders()}
+    if roles.is_learner:
+        updates = 0
+        while not control.learner_should_stop():
+            if impala.replay_buffer.all_size() < 4:
+                time.sleep(0.02)
+                continue
+            assert impala.update() is not None
+            updates += 1
+            if updates == 5:
+                control.request_stop("5 updates")
+        result["sampled_from"] = dict(impala.sampled_from)
+    else:
+        episode, status = 0, None
+        while status is None or not status.stop:
+            impala.store_episode(_steps(3 + episode % 3))
+            episode += 1
+            status = control.report(steps=3, episodes=1)
+        impala.manual_sync()
+    result["local_size"] = impala.replay_buffer.size()
+    result["actor"] = torch.cat([p.detach().view(-1) for p in impala.actor.parameters()])
+    control.finish(world)
+    return result
+
+
+@pytest.mark.multiprocess
+@pytest.mark.parametrize("replay", ["samplers", "learners"])
+def test_from_roles_derives_the_learner_and_the_samplers_from_the_world(replay):
+    results = run_ranks(_from_roles, 3, args=(replay,), timeout=60)
+    holders = ["1", "2"] if replay == "samplers" else ["0"]
+    assert all(r["holders"] == holders for r in results)
+    assert set(results[0]["sampled_from"]) == set(holders)
+    assert [r["local_size"] > 0 for r in results] == [str(rank) in holders for rank in range(3)]
+    assert all(torch.equal(r["actor"], results[0]["actor"]) for r in results[1:])

@@ -1,5 +1,6 @@
 import math
 
+import gymnasium as gym
 import pytest
 import torch
 from torch import nn
@@ -8,7 +9,20 @@ from machin.frame.algorithms import PPO
 from machin.frame.algorithms.a2c import A2C
 from machin.frame.algorithms.ppo import PPO as PPOFromModule
 
-from .pg_nets import CategoricalActor, ValueCritic, step_dict, train_on_policy_cartpole
+from .contract import ContractCase
+from .loops import train
+from .nets import CategoricalActor, ValueCritic, episode_steps, step_dict
+
+CONTRACT_CASES = {
+    PPO: ContractCase(
+        args=lambda: (CategoricalActor(hidden=16), ValueCritic(hidden=16), torch.optim.Adam, nn.MSELoss()),
+        options={"batch_size": 8},
+        act=lambda agent, state: agent.act(state),
+        state=lambda: {"state": torch.randn(6, 4)},
+        experience=lambda: episode_steps(12),
+        trains={"update_value": ["critic"], "update_policy": ["actor"]},
+    ),
+}
 
 
 class RatioSpy(PPO):
@@ -91,7 +105,83 @@ def test_ppo_learns_cartpole():
     agent = PPO(CategoricalActor(), ValueCritic(), torch.optim.Adam, nn.MSELoss(), batch_size=1000,
                 actor_update_times=10, critic_update_times=20, actor_learning_rate=0.003,
                 critic_learning_rate=0.005, gae_lambda=0.95)
-    episode_count, steps, seconds, cpu = train_on_policy_cartpole(agent, seed=0)
-    print(f"PPO reached a smoothed return of 150 on CartPole-v0 at episode {episode_count} "
-          f"({steps} steps, {seconds:.1f} s, {cpu:.1f} s CPU)")
-    assert episode_count is not None, "PPO did not reach a smoothed return of 150 within 400 episodes"
+    result = train(agent, lambda: gym.make("CartPole-v0"), seed=0, episodes=400, solved_reward=150)
+    print(f"PPO reached a smoothed return of 150 on CartPole-v0 at episode {result.solved_episode} "
+          f"({result.steps} steps)")
+    assert result.solved_episode is not None, "PPO did not reach a smoothed return of 150 within 400 episodes"
+
+
+# -- tuned-setup options: lambda-return target and joint minibatch epochs (issue 25) ------------
+class IdentityCritic(nn.Module):
+    """V(s) = s[:, 0]: values chosen by the test through the states."""
+
+    def __init__(self):
+        super().__init__()
+        self.unused = nn.Linear(1, 1)
+
+    def forward(self, state):
+        return state[:, :1] + 0 * self.unused.weight.sum()
+
+
+def stored_targets(ppo):
+    _, (value, gae) = ppo.replay_buffer.sample_batch(
+        0, True, sample_method="all", sample_attrs=["value", "gae"], additional_concat_attrs=["value", "gae"])
+    return value.view(-1).tolist(), gae.view(-1).tolist()
+
+
+@pytest.mark.parametrize("value_target, expected", [
+    # discounted return, bootstrapped from V(s3) = 2 at the cut end: 4.8, 2 + 0.9 * 4.8, 1 + 0.9 * 6.32
+    ("return", [6.688, 6.32, 4.8]),
+    # GAE lambda-return A + V(s) with gamma 0.9, lambda 0.5 (deltas 1.4, 2.35, 3.3)
+    ("lambda_return", [3.12575 + 0.5, 3.835 + 1.0, 3.3 + 1.5]),
+])
+def test_value_target_on_a_hand_computed_episode(value_target, expected):
+    ppo = PPO(CategoricalActor(state_dim=1), IdentityCritic(), torch.optim.Adam, nn.MSELoss(), discount=0.9,
+              gae_lambda=0.5, value_target=value_target)
+    values = [0.5, 1.0, 1.5, 2.0]
+    ppo.store_episode([step_dict([values[t]], [[0]], [values[t + 1]], float(t + 1), False) for t in range(3)])
+    value, gae = stored_targets(ppo)
+    assert value == pytest.approx(expected)
+    assert gae == pytest.approx([3.12575, 3.835, 3.3])  # the advantages do not depend on the target
+
+
+def test_value_target_is_checked():
+    with pytest.raises(ValueError, match=r"value_target must be one of \['return', 'lambda_return'\], got 'gae'"):
+        make(value_target="gae")
+
+
+class CountingPPO(PPO):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.minibatches = []
+
+    def _actor_objective(self, batch):
+        self.minibatches.append((batch.size, batch.advantage.detach().clone()))
+        return super()._actor_objective(batch)
+
+
+def test_joint_update_runs_epochs_over_shuffled_minibatches_of_one_loss():
+    ppo = make(CountingPPO, joint_update=True, actor_update_times=3, batch_size=8, critic_update_times=99)
+    ppo.store_episode(episode(20))
+    actor_before = [p.detach().clone() for p in ppo.actor.parameters()]
+    critic_before = [p.detach().clone() for p in ppo.critic.parameters()]
+    policy_value, value_loss = ppo.update()
+    # 3 epochs x ceil(20 / 8) minibatches, every sample once per epoch; critic_update_times is not used
+    assert [size for size, _ in ppo.minibatches] == [8, 8, 4] * 3
+    for _, advantage in ppo.minibatches:  # standardized per minibatch
+        assert advantage.mean().item() == pytest.approx(0.0, abs=1e-5)
+        assert advantage.std(correction=0).item() == pytest.approx(1.0, abs=1e-3)
+    assert math.isfinite(policy_value) and value_loss > 0
+    assert not all(torch.equal(a, b) for a, b in zip(actor_before, ppo.actor.parameters()))
+    assert not all(torch.equal(a, b) for a, b in zip(critic_before, ppo.critic.parameters()))
+    assert ppo.replay_buffer.size() == 0
+
+
+def test_joint_update_respects_the_switches():
+    ppo = make(joint_update=True, actor_update_times=2, batch_size=8)
+    ppo.store_episode(episode(16))
+    actor_before = [p.detach().clone() for p in ppo.actor.parameters()]
+    critic_before = [p.detach().clone() for p in ppo.critic.parameters()]
+    ppo.update(update_policy=False)
+    assert all(torch.equal(a, b) for a, b in zip(actor_before, ppo.actor.parameters()))
+    assert not all(torch.equal(a, b) for a, b in zip(critic_before, ppo.critic.parameters()))

@@ -9,22 +9,12 @@ from torch import nn
 from machin.frame.algorithms import DQN, R2D1, DQNPer
 from machin.frame.algorithms.r2d1 import inverse_value_rescale, value_rescale
 from machin.frame.buffers import Buffer, SequenceBuffer
-from tests.frame.algorithms.dqn_nets import SummingLoss
 
+from .contract import ContractCase
+from .loops import MaskVelocity, smoothed_returns, train
+from .nets import GRUQNet, SummingLoss, parameters, same
 
-class GRUQNet(nn.Module):
-    """One time step of a recurrent Q network: ``(q[B, A], new_hidden[B, H])``."""
-
-    def __init__(self, state_dim: int = 2, action_num: int = 2, size: int = 8):
-        super().__init__()
-        self.size = size
-        self.fc = nn.Linear(state_dim, size)
-        self.gru = nn.GRUCell(size, size)
-        self.head = nn.Linear(size, action_num)
-
-    def forward(self, state, hidden=None):
-        hidden = self.gru(torch.relu(self.fc(state)), hidden)
-        return self.head(hidden), hidden
+# tests/frame/test_sampler.py and test_trainer.py import GRUQNet, MaskVelocity and make from here.
 
 
 class LSTMQNet(GRUQNet):
@@ -92,12 +82,18 @@ def fill(agent, episodes=4, tuple_hidden=False):
         agent.store_episode(random_episode(5 + e, size, terminal=e % 2 == 0, tuple_hidden=tuple_hidden))
 
 
-def params(net):
-    return [p.detach().clone() for p in net.parameters()]
-
-
-def same(a, b):
-    return all(torch.equal(x, y) for x, y in zip(a, b))
+CONTRACT_CASES = {
+    R2D1: ContractCase(
+        args=lambda: (GRUQNet(), GRUQNet(), torch.optim.Adam, nn.MSELoss(reduction="none")),
+        options={"batch_size": 4, "sequence_length": 3, "burn_in": 2, "n_step": 2},
+        act=lambda agent, state: agent.act_discrete(state, use_target=True),
+        explore=lambda agent, state: agent.act_discrete_with_noise(state),
+        state=lambda: {"state": torch.randn(3, 2), "hidden": torch.randn(3, 8)},
+        experience=lambda: [random_episode(5 + e, terminal=e % 2 == 0) for e in range(4)],
+        store=lambda agent, episodes: [agent.store_episode(e) for e in episodes],
+        trains={"update_value": ["qnet"]},
+    ),
+}
 
 
 def counter_episode(terminal):
@@ -125,7 +121,7 @@ def test_is_a_dqn_per_with_a_sequence_buffer_built_from_its_options():
     assert isinstance(buffer, SequenceBuffer) and buffer.buffer_size == 64
     assert (buffer.sequence_length, buffer.burn_in, buffer.n_step, buffer.discount) == (3, 2, 2, 0.9)
     assert (buffer.sequence_stride, buffer.priority_eta, buffer.hidden_key) == (2, 0.5, "hidden")
-    assert same(params(agent.qnet), params(agent.qnet_target))
+    assert same(parameters(agent.qnet), parameters(agent.qnet_target))
 
 
 def test_a_given_buffer_must_be_a_sequence_buffer_with_the_same_options():
@@ -142,16 +138,19 @@ def test_a_given_buffer_must_be_a_sequence_buffer_with_the_same_options():
     ("burn_in", -2, "burn_in must be a non-negative integer, got -2"),
     ("n_step", 0, "n_step must be a positive integer, got 0"),
     ("rescaling_epsilon", 0.0, "rescaling_epsilon must be positive, got 0.0"),
-    ("batch_size", 0, "batch_size must be positive, got 0"),
+    ("batch_size", 0, "batch_size must be a positive integer, got 0"),
 ])
 def test_bad_options_are_rejected(option, value, message):
     with pytest.raises(ValueError, match=message):
         make(**{option: value})
 
 
-def test_unknown_keyword_is_a_type_error():
-    with pytest.raises(TypeError):
-        make(mode="vanilla")
+def test_mode_is_not_an_option():
+    from machin.utils.compat import ExtraArgumentsWarning
+
+    with pytest.warns(ExtraArgumentsWarning, match="'mode'"):
+        r2d1 = make(mode="vanilla")
+    assert r2d1.mode == "double"
 
 
 # -- acting and storing -------------------------------------------------------------------
@@ -203,19 +202,13 @@ def test_store_transition_asks_for_whole_episodes():
 # -- the update ---------------------------------------------------------------------------
 
 
-def test_update_returns_a_float_or_none_and_trains_only_the_online_network():
+def test_update_returns_a_float_or_none():
     agent = make()
     assert agent.update() is None
     fill(agent)
-    online, target = params(agent.qnet), params(agent.qnet_target)
     loss = agent.update(update_target=False)
     assert isinstance(loss, float) and loss > 0
-    assert not same(params(agent.qnet), online)
-    assert same(params(agent.qnet_target), target)
-    assert all(p.grad is None for p in agent.qnet_target.parameters())
     assert all(p.grad is not None for p in agent.qnet.parameters())
-    agent.update()
-    assert not same(params(agent.qnet_target), target)
 
 
 def test_burn_in_runs_without_gradient_and_hands_on_a_detached_hidden_state():
@@ -237,7 +230,7 @@ def test_the_stored_hidden_state_starts_each_sequence():
     batch = agent._sample(True)
     agent.qnet.calls.clear()
     agent.qnet_target.calls.clear()
-    agent._target_value(batch)
+    agent._bellman_target(batch)
     assert torch.equal(agent.qnet_target.calls[0][1], batch.hidden)
     assert torch.equal(agent.qnet.calls[0][1], batch.hidden)
 
@@ -249,7 +242,7 @@ def test_double_n_step_targets_on_a_hand_computed_sequence(terminal, expected):
     batch = sample_start(agent, 1)  # positions: steps 0, 1, 2, the final observation 3, padding
     # the nets start from the stored hidden 10 and add 1 per observed position: q0 = state + hidden,
     # so position 3 (state 3, hidden 14) is worth 17; steps 1 and 2 both bootstrap from there
-    assert agent._target_value(batch).tolist() == [expected]
+    assert agent._bellman_target(batch).tolist() == [expected]
     predicted = agent._predicted_value(batch)
     assert predicted.tolist() == [[1 + 12.0, 2 + 13.0]]
 
@@ -259,7 +252,7 @@ def test_value_rescaling_wraps_the_bellman_target():
     agent.store_episode(counter_episode(False))
     batch = sample_start(agent, 1)
     inner = 4 + 0.25 * inverse_value_rescale(torch.tensor(17.0))
-    assert agent._target_value(batch)[0, 0].item() == pytest.approx(value_rescale(inner).item(), rel=1e-5)
+    assert agent._bellman_target(batch)[0, 0].item() == pytest.approx(value_rescale(inner).item(), rel=1e-5)
 
 
 def test_value_rescale_and_its_inverse():
@@ -281,7 +274,7 @@ def test_priorities_become_eta_mixed_td_errors_of_the_training_steps(monkeypatch
 
     monkeypatch.setattr(agent.replay_buffer, "update_priority", spy)
     batch = agent._sample(True)
-    target = agent._target_value(batch)
+    target = agent._bellman_target(batch)
     predicted = agent._predicted_value(batch)
     agent._value_loss(predicted, target, batch)
     td = (predicted.detach() - target).abs()
@@ -297,7 +290,7 @@ def test_loss_is_the_weighted_mean_of_masked_sequence_means():
     agent = make()
     fill(agent)
     batch = agent._sample(True)
-    target, predicted = agent._target_value(batch), agent._predicted_value(batch)
+    target, predicted = agent._bellman_target(batch), agent._predicted_value(batch)
     batch.weight = torch.tensor([[1.0], [0.0], [0.5], [0.0]])
     mask = batch.train_mask.float()
     per_sequence = (((predicted - target) ** 2) * mask).sum(1) / mask.sum(1)
@@ -345,71 +338,14 @@ def test_mismatched_tuple_hidden_state_is_rejected():
         agent.store_episode(episode)
 
 
-def test_save_then_load_acts_identically(tmp_path):
-    agent = make()
-    fill(agent)
-    for _ in range(3):
-        agent.update()
-    agent.save(str(tmp_path), version=2)
-    assert (tmp_path / "qnet_target_2.pt").exists()
-    other = make()
-    assert not same(params(other.qnet), params(agent.qnet_target))
-    other.load(str(tmp_path))
-    states = torch.randn(6, 3, 2)
-    hidden_a = hidden_b = None
-    for state in states:
-        action_a, hidden_a = agent.act_discrete({"state": state, "hidden": hidden_a}, use_target=True)
-        action_b, hidden_b = other.act_discrete({"state": state, "hidden": hidden_b})
-        assert torch.equal(action_a, action_b) and torch.equal(hidden_a, hidden_b)
-
-
 # -- learning: CartPole without its velocities --------------------------------------------
 
 
-class MaskVelocity(gym.ObservationWrapper):
-    """CartPole observing only the cart position and the pole angle (a POMDP)."""
-
-    def __init__(self, env: gym.Env):
-        super().__init__(env)
-        low, high = env.observation_space.low[[0, 2]], env.observation_space.high[[0, 2]]
-        self.observation_space = gym.spaces.Box(low, high)
-
-    def observation(self, observation):
-        return observation[[0, 2]]
-
-
-def train_masked_cartpole(agent, *, recurrent: bool, seed: int = 0, episodes: int = 150, hidden_size: int = 32,
-                          threshold: float = 150.0, warmup_steps: int = 500, steps_per_update: int = 2):
-    """Train on masked CartPole-v0; returns (episode the smoothed return passed threshold or None, best smoothed)."""
-    torch.manual_seed(seed)
-    np.random.seed(seed)
-    env = MaskVelocity(gym.make("CartPole-v0"))
-    smoothed, best, steps = 0.0, 0.0, 0
-    for episode in range(1, episodes + 1):
-        obs, _ = env.reset(seed=seed + episode)
-        state, hidden = torch.tensor(obs).view(1, 2), torch.zeros(1, hidden_size)
-        done, total, stored = False, 0.0, []
-        while not done:
-            if recurrent:
-                action, next_hidden = agent.act_discrete_with_noise({"state": state, "hidden": hidden})
-                observed = {"state": state, "hidden": hidden}
-            else:
-                action, next_hidden, observed = agent.act_discrete_with_noise({"state": state}), hidden, {"state": state}
-            obs, reward, terminated, truncated, _ = env.step(action.item())
-            next_state = torch.tensor(obs).view(1, 2)
-            stored.append({"state": observed, "action": {"action": action}, "next_state": {"state": next_state},
-                           "reward": float(reward), "terminal": terminated})
-            state, hidden, total, done = next_state, next_hidden, total + reward, terminated or truncated
-            steps += 1
-        agent.store_episode(stored)
-        if steps >= warmup_steps:
-            for _ in range(max(1, len(stored) // steps_per_update)):
-                agent.update()
-        smoothed = 0.9 * smoothed + 0.1 * total
-        best = max(best, smoothed)
-        if smoothed > threshold:
-            return episode, best
-    return None, best
+def train_masked_cartpole(agent, **options):
+    """Train on velocity-masked CartPole-v0 (whole episodes stored, one update per two steps after
+    500 steps) until the smoothed return passes 150, for at most 150 episodes."""
+    return train(agent, lambda: MaskVelocity(gym.make("CartPole-v0")), seed=0, episodes=150, solved_reward=150,
+                 warmup_steps=500, store="episode", updates_per_step=0.5, updates_per_episode=0, **options)
 
 
 @pytest.mark.learning
@@ -419,20 +355,20 @@ def test_r2d1_learns_cartpole_without_velocities_where_dqn_cannot():
     r2d1 = R2D1(GRUQNet(size=32), GRUQNet(size=32), torch.optim.Adam, nn.MSELoss(reduction="none"),
                 batch_size=64, learning_rate=2e-3, epsilon_decay=0.999, update_rate=0.01, replay_size=20000,
                 sequence_length=8, burn_in=4, n_step=3)
-    episode, _ = train_masked_cartpole(r2d1, recurrent=True)
-    r2d1_wall, r2d1_cpu = time.time() - wall, time.process_time() - cpu
-    print(f"R2D1 passed a smoothed return of 150 on velocity-masked CartPole-v0 at episode {episode} "
-          f"({r2d1_wall:.1f} s wall, {r2d1_cpu:.1f} s CPU)")
-    assert episode is not None, "R2D1 did not reach a smoothed return of 150 within 150 episodes"
+    result = train_masked_cartpole(r2d1, hidden_key="hidden", initial_hidden=torch.zeros(1, 32))
+    print(f"R2D1 passed a smoothed return of 150 on velocity-masked CartPole-v0 at episode "
+          f"{result.solved_episode} ({time.time() - wall:.1f} s wall, {time.process_time() - cpu:.1f} s CPU)")
+    assert result.solved_episode is not None, "R2D1 did not reach a smoothed return of 150 within 150 episodes"
 
     wall, cpu = time.time(), time.process_time()
     torch.manual_seed(0)
     dqn = DQN(MLPQNet(), MLPQNet(), torch.optim.Adam, nn.MSELoss(), batch_size=64, learning_rate=2e-3,
               epsilon_decay=0.999, update_rate=0.01, replay_size=20000, n_step=3)
-    dqn_episode, dqn_best = train_masked_cartpole(dqn, recurrent=False)
+    dqn_result = train_masked_cartpole(dqn)
+    dqn_best = max(smoothed_returns(dqn_result.returns))
     print(f"memoryless DQN on the same observations and budget: best smoothed return {dqn_best:.1f} "
           f"({time.time() - wall:.1f} s wall, {time.process_time() - cpu:.1f} s CPU)")
-    assert dqn_episode is None and dqn_best < 75.0
+    assert dqn_result.solved_episode is None and dqn_best < 75.0
 
 
 class MLPQNet(nn.Module):
@@ -457,7 +393,7 @@ def test_without_priority_on_store_new_sequences_get_the_largest_priority():
 
 def test_priority_on_store_gives_each_new_sequence_the_priority_an_update_would():
     agent = make(priority_on_store=True, sequence_stride=2, priority_eta=0.9)
-    before = params(agent.qnet)
+    before = parameters(agent.qnet)
     torch.manual_seed(3)
     episode = random_episode(7)
     agent.store_episode(episode)
@@ -469,12 +405,12 @@ def test_priority_on_store_gives_each_new_sequence_the_priority_an_update_would(
     # What an update computes for the same sequence (sampled alone), before its optimizer step:
     for row in (0, 2, 4, 6):
         batch = sample_start(agent, row)
-        target, predicted = agent._target_value(batch), agent._predicted_value(batch)
+        target, predicted = agent._bellman_target(batch), agent._predicted_value(batch)
         errors = (predicted.detach() - target).abs()[0][batch.train_mask[0]]
         expected = (0.9 * errors.max() + 0.1 * errors.mean()).item()
         normalized = (expected + buffer.epsilon) ** buffer.alpha
         assert stored[row] == pytest.approx(normalized, rel=1e-5)
-    assert same(before, params(agent.qnet))
+    assert same(before, parameters(agent.qnet))
     assert all(p.grad is None for p in agent.qnet.parameters())  # storing builds no graph
 
 

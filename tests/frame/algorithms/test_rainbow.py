@@ -1,10 +1,25 @@
+import gymnasium as gym
 import pytest
 import torch
 
 from machin.frame.algorithms import RAINBOW, DQNPer
 from machin.frame.transition import Transition
 
-from .dqn_nets import DistQNet, QNet, train_cartpole, transition
+from .contract import ContractCase
+from .loops import train
+from .nets import DistQNet, QNet, transition
+
+CONTRACT_CASES = {
+    RAINBOW: ContractCase(
+        args=lambda: (DistQNet(atoms=5, hidden=16), DistQNet(atoms=5, hidden=16), torch.optim.Adam, 0.0, 4.0),
+        options={"batch_size": 8},
+        act=lambda agent, state: agent.act_discrete(state, use_target=True),
+        explore=lambda agent, state: agent.act_discrete_with_noise(state),
+        state=lambda: {"state": torch.randn(6, 4)},
+        experience=lambda: [transition(torch.randn(4), i % 2, torch.randn(4), 1.0, i == 15) for i in range(16)],
+        trains={"update_value": ["qnet"]},
+    ),
+}
 
 
 def make(atoms=5, value_min=0.0, value_max=4.0, **kwargs):
@@ -84,7 +99,7 @@ def test_target_distribution_is_projected_bellman_shift():
         expected[lo] += prob * (1 - frac)
         if frac:
             expected[lo + 1] += prob * frac
-    target = agent._target_value(batch)
+    target = agent._bellman_target(batch)
     assert torch.allclose(target[0], expected, atol=1e-6)
     assert target[0].sum().item() == pytest.approx(1.0, abs=1e-6)
 
@@ -92,7 +107,7 @@ def test_target_distribution_is_projected_bellman_shift():
 def test_terminal_target_collapses_on_value():
     agent = make(atoms=5, value_min=0.0, value_max=4.0, reward_future_steps=1)
     agent.store_transition(transition([0.0] * 4, 0, [1.0] * 4, 2.0, True, value=2.0))
-    target = agent._target_value(agent._sample(True))
+    target = agent._bellman_target(agent._sample(True))
     assert torch.allclose(target[0], torch.tensor([0.0, 0.0, 1.0, 0.0, 0.0]))
 
 
@@ -108,6 +123,8 @@ def test_rainbow_learns_cartpole():
     torch.manual_seed(0)
     agent = RAINBOW(DistQNet(), DistQNet(), torch.optim.Adam, 0.0, 100.0, batch_size=64, epsilon_decay=0.999,
                     update_rate=0.02, replay_size=20000, reward_future_steps=3, learning_rate=3e-3)
-    episode, steps, seconds = train_cartpole(agent, seed=0, by_episode=True)
-    print(f"RAINBOW solved CartPole-v0 at episode {episode} ({steps} steps, {seconds:.1f} s)")
-    assert episode is not None, "RAINBOW did not reach a smoothed return of 150 within 400 episodes"
+    # n-step values are computed per episode: store whole episodes, one update per step after each
+    result = train(agent, lambda: gym.make("CartPole-v0"), seed=0, episodes=400, solved_reward=150,
+                   solved_repeat=5, warmup_steps=500, store="episode", updates_per_step=1, updates_per_episode=0)
+    print(f"RAINBOW solved CartPole-v0 at episode {result.solved_episode} ({result.steps} steps)")
+    assert result.solved_episode is not None, "RAINBOW did not reach a smoothed return of 150 within 400 episodes"

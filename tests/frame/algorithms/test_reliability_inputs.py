@@ -24,11 +24,19 @@ from machin.frame.algorithms import (
 )
 from machin.frame.algorithms.base import NetworkMismatchError
 from machin.frame.algorithms.dqn import BatchDimensionError
-from tests.frame.algorithms.ddpg_nets import Actor, Critic
-from tests.frame.algorithms.dqn_nets import DistQNet, QNet, transition
-from tests.frame.algorithms.maddpg_nets import make_networks
-from tests.frame.algorithms.pg_nets import CategoricalActor, QCritic, TanhGaussianActor, ValueCritic
-from tests.frame.algorithms.test_r2d1 import GRUQNet
+from tests.frame.algorithms.nets import (
+    Actor,
+    CategoricalActor,
+    Critic,
+    DistQNet,
+    GRUQNet,
+    QCritic,
+    QNet,
+    TanhGaussianActor,
+    ValueCritic,
+    make_networks,
+    transition,
+)
 
 MSE = nn.MSELoss
 PER_MSE = lambda: nn.MSELoss(reduction="none")  # noqa: E731
@@ -109,7 +117,7 @@ def test_batch_size_zero_is_still_a_value_error(name):
 
 @pytest.mark.parametrize("name", ["DQN", "R2D1", "RAINBOW"])
 def test_update_steps_of_a_wrong_type_is_a_type_error(name):
-    with pytest.raises(TypeError, match=r"update_steps must be a positive integer, got 1.5"):
+    with pytest.raises(TypeError, match=r"update_steps must be None or a positive integer, got 1.5"):
         build(name, update_rate=None, update_steps=1.5)
 
 

@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import copy
-import inspect
-import os
 
+import gymnasium as gym
 import pytest
 import torch
 from torch import nn
@@ -13,7 +12,9 @@ from torch import nn
 from machin.frame.algorithms.td3 import TD3
 from machin.frame.transition import Transition
 
-from .ddpg_nets import (
+from .contract import ContractCase
+from .loops import train
+from .nets import (
     STATE_DIM,
     Actor,
     Critic,
@@ -22,9 +23,22 @@ from .ddpg_nets import (
     fill,
     parameters,
     pendulum_nets,
-    run_pendulum,
+    random_transition,
     same,
 )
+
+CONTRACT_CASES = {
+    TD3: ContractCase(
+        args=lambda: (Actor(), Actor(), Critic(), Critic(), Critic(), Critic(), torch.optim.Adam, nn.MSELoss()),
+        options={"batch_size": 8, "policy_update_delay": 1},
+        act=lambda agent, state: agent.act(state, use_target=True),
+        explore=lambda agent, state: agent.act_with_noise(state, noise_param=(0.0, 0.5), mode="normal"),
+        state=lambda: {"state": torch.randn(5, STATE_DIM)},
+        experience=lambda: [random_transition() for _ in range(16)],
+        trains={"update_value": ["critic", "critic2"], "update_policy": ["actor"]},
+        passes_through={"update_policy": ["critic"]},
+    ),
+}
 
 STATE = {"state": torch.randn(5, STATE_DIM)}
 
@@ -63,14 +77,6 @@ def test_class_attributes_include_the_second_critic():
     assert TD3.get_restorable() == ["actor_target", "critic_target", "critic2_target"]
 
 
-def test_documented_defaults():
-    params = inspect.signature(TD3).parameters
-    assert params["update_rate"].default == 0.005
-    assert params["policy_noise"].default == 0.2
-    assert params["noise_clip"].default == 0.5
-    assert params["policy_update_delay"].default == 2
-
-
 def test_second_target_is_hard_copied_and_has_its_own_optimizer():
     td3 = TD3(Actor(), Actor(), Critic(), Critic(), Critic(), Critic(), torch.optim.Adam, nn.MSELoss())
     assert same(parameters(td3.critic2), parameters(td3.critic2_target))
@@ -79,12 +85,12 @@ def test_second_target_is_hard_copied_and_has_its_own_optimizer():
 
 @pytest.mark.parametrize("option, value, message", [
     ("policy_update_delay", 0, "policy_update_delay must be a positive integer, got 0"),
-    ("policy_update_delay", 1.5, "policy_update_delay must be a positive integer, got 1.5"),
-    ("policy_noise", -0.1, "policy_noise and noise_clip must be non-negative"),
-    ("noise_clip", -1.0, "policy_noise and noise_clip must be non-negative"),
+    ("policy_update_delay", 1.5, "policy_update_delay must be a positive integer, got 1.5 of type float"),
+    ("policy_noise", -0.1, "policy_noise must be non-negative, got -0.1"),
+    ("noise_clip", -1.0, "noise_clip must be non-negative, got -1.0"),
 ])
 def test_bad_options_raise(option, value, message):
-    with pytest.raises(ValueError, match=message):
+    with pytest.raises((ValueError, TypeError), match=message):
         make_td3(**{option: value})
 
 
@@ -167,23 +173,6 @@ def test_three_lr_scheduler_slots():
         make_td3(lr_scheduler=torch.optim.lr_scheduler.LambdaLR, lr_scheduler_args=(halve, halve))
 
 
-def test_save_and_load_cover_the_second_critic(tmp_path):
-    td3 = make_td3(policy_update_delay=1)
-    fill(td3)
-    for _ in range(2):
-        td3.update()
-    td3.save(str(tmp_path))
-    assert sorted(os.listdir(tmp_path)) == ["actor_target_0.manifest.json", "actor_target_0.pt", "critic2_target_0.pt",
-                                            "critic_target_0.pt"]
-
-    torch.manual_seed(7)
-    fresh = TD3(Actor(), Actor(), Critic(), Critic(), Critic(), Critic(), torch.optim.Adam, nn.MSELoss())
-    fresh.load(str(tmp_path))
-    assert torch.equal(fresh.act(STATE), td3.act(STATE, use_target=True))
-    assert same(parameters(fresh.critic2_target), parameters(td3.critic2_target))
-    assert same(parameters(fresh.critic2), parameters(td3.critic2_target))
-
-
 @pytest.mark.learning
 def test_td3_learns_pendulum():
     torch.manual_seed(0)
@@ -191,9 +180,24 @@ def test_td3_learns_pendulum():
     td3 = TD3(actor, actor_target, critic, critic_target, Critic(hidden=64), Critic(hidden=64),
               torch.optim.Adam, nn.MSELoss(), batch_size=64, update_rate=0.005,
               actor_learning_rate=3e-3, critic_learning_rate=3e-3)
-    smoothed, episode, steps, seconds, cpu = run_pendulum(
-        td3, lambda s: td3.act_with_noise({"state": s}, noise_param=(0.0, 0.2), mode="normal"),
-        seed=0, threshold=-400, max_episodes=60, warmup_steps=500)
-    print(f"TD3 Pendulum: smoothed {smoothed:.1f} at episode {episode}, step {steps}, "
-          f"{seconds:.1f} s wall, {cpu:.1f} s CPU")
-    assert smoothed > -400
+    result = train(td3, lambda: gym.make("Pendulum-v1"), seed=0, episodes=60, solved_reward=-400,
+                   warmup_steps=500, act_kwargs={"noise_param": (0.0, 0.2), "mode": "normal"})
+    print(f"TD3 Pendulum: smoothed return above -400 at episode {result.solved_episode} ({result.steps} steps)")
+    assert result.solved_episode is not None, "TD3 did not reach a smoothed return of -400 within 60 episodes"
+
+
+def test_action_range_clamps_exploration_and_smoothed_target_actions():
+    td3 = make_td3(action_range=(-0.1, 0.1), policy_noise=5.0, noise_clip=5.0)
+    noisy = td3.act_with_noise({"state": torch.zeros(64, 3)}, noise_param=(0.0, 10.0), mode="normal")
+    assert noisy.min().item() == pytest.approx(-0.1) and noisy.max().item() == pytest.approx(0.1)
+    fill(td3, 32)
+    batch = td3._sample(True)
+    smoothed = td3._target_action(batch)
+    assert smoothed.abs().max().item() <= 0.1 + 1e-7
+    unclamped = make_td3(policy_noise=5.0, noise_clip=5.0)
+    fill(unclamped, 32)
+    assert unclamped._target_action(unclamped._sample(True)).abs().max().item() > 0.1
+    with pytest.raises(ValueError, match="action_range must have low < high"):
+        make_td3(action_range=(1.0, -1.0))
+    with pytest.raises(TypeError, match=r"action_range must be None or a \(low, high\) pair, got 3"):
+        make_td3(action_range=3)

@@ -1,0 +1,81 @@
+"""Critics with target networks, shared by DDPG (and its variants), TD3, SAC and MADDPG.
+
+* :class:`CriticSet`: one trained critic with its target and optimizer;
+* :func:`critic_action_input`: the default ``action_transform_function``, which turns
+  an actor's action into the critic's keyword input ``{"action": action}``;
+* :func:`value_column`: a critic's value ``[B, 1]`` out of whatever it returned;
+* :func:`soft_update_targets` / :func:`restore_online`: move the target networks
+  towards their online networks, and copy loaded targets back into them.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, Iterable, NamedTuple, Tuple
+
+import torch
+from torch import nn
+
+from .base import split_output
+from .utils import as_column, hard_update, soft_update
+
+__all__ = ["CriticSet", "critic_action_input", "value_column", "soft_update_targets", "restore_online"]
+
+
+class CriticSet(NamedTuple):
+    """One trained critic: its attribute name, the network, its target and its optimizer."""
+
+    name: str
+    net: nn.Module
+    target: nn.Module
+    optimizer: torch.optim.Optimizer
+
+
+def critic_action_input(raw_output_action: Any, *_: Any) -> Dict[str, Any]:
+    """Turn the actor's action into the critic's action input (default ``{"action": raw}``).
+
+    It is called with the raw action, then the (next) state dictionary and the
+    dictionary of custom attributes of the sampled batch, and must return a
+    dictionary shaped like the stored ``Transition.action``.
+
+    Args:
+        raw_output_action: The actor's action output.
+    """
+    return {"action": raw_output_action}
+
+
+def value_column(output: Any, size: int, network: str) -> torch.Tensor:
+    """The value ``[B, 1]`` that a critic returned first (extra outputs are dropped).
+
+    Args:
+        output: What the critic returned: a value ``[B]`` or ``[B, 1]``, or a tuple
+            starting with it.
+        size: The batch size ``B``.
+        network: Name of the critic, for the error message.
+
+    Raises:
+        ValueError: When the value is not one number per sample.
+    """
+    return as_column(split_output(output)[0], size, f"{network} output")
+
+
+def soft_update_targets(pairs: Iterable[Tuple[nn.Module, nn.Module]], update_rate: float) -> None:
+    """Move every target towards its online network by ``update_rate``.
+
+    See :func:`~machin.frame.algorithms.utils.soft_update`.
+
+    Args:
+        pairs: ``(online, target)`` networks.
+        update_rate: Soft update rate tau: ``target = tau * online + (1 - tau) * target``.
+    """
+    for online, target in pairs:
+        soft_update(target, online, update_rate)
+
+
+def restore_online(pairs: Iterable[Tuple[nn.Module, nn.Module]]) -> None:
+    """Copy every target network into its online network (after the targets were loaded).
+
+    Args:
+        pairs: ``(online, target)`` networks.
+    """
+    for online, target in pairs:
+        hard_update(online, target)

@@ -1,0 +1,367 @@
+"""The fast storing path of Buffer / PrioritizedBuffer (issue #21): same data as the full path, same errors.
+
+Once a transition is stored, later transitions of the same layout (dicts or Transition
+objects) are checked and written through a cached layout without building a Transition.
+These tests compare it with the full path (forced by a subclass that overrides ``_write``,
+which turns the fast path off) and check that anything the fast path does not accept still
+gets the full checks, the documented errors and the transactional guarantee.
+"""
+
+import copy
+import pickle
+from unittest import mock
+
+import numpy as np
+import pytest
+import torch
+
+from machin.frame.buffers import Buffer, PrioritizedBuffer, WeightTree
+from machin.frame.buffers import buffer as buffer_module
+from machin.frame.transition import Transition
+
+NAN, INF = float("nan"), float("inf")
+
+
+class FullPathBuffer(Buffer):
+    """Stores everything the full way: overriding a hook the fast path stands in for turns it off."""
+
+    def _write(self, transitions):
+        return super()._write(transitions)
+
+
+class FullPathPrioritizedBuffer(PrioritizedBuffer):
+    def _write(self, transitions):
+        return super()._write(transitions)
+
+
+def step(i: int, **custom) -> dict:
+    """Transition ``i`` as the documented dict: two state keys, an int action, float reward, bool terminal."""
+    g = torch.Generator().manual_seed(i)
+    return {
+        "state": {"pos": torch.randn(1, 3, generator=g), "img": torch.randn(1, 2, 2, generator=g)},
+        "action": {"a": torch.tensor([[i % 5]])},
+        "next_state": {"pos": torch.randn(1, 3, generator=g), "img": torch.randn(1, 2, 2, generator=g)},
+        "reward": float(i) / 3,
+        "terminal": i % 7 == 6,
+        **custom,
+    }
+
+
+def everything(buffer: Buffer):
+    """Every stored attribute, oldest first (concatenated, custom ones as lists)."""
+    _, batch = Buffer.sample_batch(buffer, -1, sample_method="all")  # also for a PrioritizedBuffer
+    return batch
+
+
+def assert_same(a, b):
+    if isinstance(a, torch.Tensor):
+        assert isinstance(b, torch.Tensor) and a.dtype == b.dtype and torch.equal(a, b)
+    elif isinstance(a, dict):
+        assert a.keys() == b.keys()
+        for k in a:
+            assert_same(a[k], b[k])
+    elif isinstance(a, (list, tuple)):
+        assert type(a) is type(b) and len(a) == len(b)
+        for x, y in zip(a, b):
+            assert_same(x, y)
+    else:
+        assert type(a) is type(b) and a == b
+
+
+def snapshot(buffer: Buffer):
+    return buffer._pos, buffer._size, buffer._capacity, everything(buffer) if buffer.size() else None
+
+
+@pytest.fixture
+def count_full_writes(monkeypatch):
+    """Count the writes that go the full way (Buffer._write)."""
+    calls = []
+    original = Buffer._write
+
+    def counting(self, transitions):
+        calls.append(len(transitions))
+        return original(self, transitions)
+
+    monkeypatch.setattr(Buffer, "_write", counting)
+    return calls
+
+
+# -- same data as the full path ---------------------------------------------------------------
+@pytest.mark.parametrize("size", [7, 2000])  # a small ring that wraps; a buffer that grows past 1024 rows
+@pytest.mark.parametrize("as_transition", [False, True])
+def test_fast_appends_store_and_sample_exactly_what_the_full_path_does(size, as_transition):
+    fast, full = Buffer(size), FullPathBuffer(size)
+    for i in range(1300):
+        data = step(i, note=f"n{i}", count=i, weight=i / 7)
+        t = Transition(**data) if as_transition else data
+        assert fast.append(t) == full.append(t if as_transition else step(i, note=f"n{i}", count=i, weight=i / 7))
+    assert (fast._pos, fast._size, fast._capacity) == (full._pos, full._size, full._capacity)
+    assert_same(everything(fast), everything(full))
+    assert_same(fast[3], full[3])
+    gen_a, gen_b = torch.Generator().manual_seed(5), torch.Generator().manual_seed(5)
+    fast.generator, full.generator = gen_a, gen_b
+    assert_same(fast.sample_batch(5, concatenate=False), full.sample_batch(5, concatenate=False))
+
+
+def test_the_fast_path_is_taken_after_the_first_append(count_full_writes):
+    buffer = Buffer(5000)
+    for i in range(1500):
+        buffer.append(step(i))
+    # the first append builds the layout; after that only growing (1024 -> 2048) goes the full way
+    assert count_full_writes == [1, 1]
+    assert buffer.size() == 1500
+
+
+def test_fast_extend_matches_the_full_path_and_wraps(count_full_writes):
+    fast, full = Buffer(50), FullPathBuffer(50)
+    for start in (0, 30, 60, 90):  # an episode of 30 crosses the end of the ring
+        episode = [step(i, note=str(i)) for i in range(start, start + 30)]
+        assert fast.extend(episode) == full.extend([step(i, note=str(i)) for i in range(start, start + 30)])
+    assert_same(everything(fast), everything(full))
+    assert fast.extend([step(i, note="x") for i in range(120)])[-1] == full.extend(
+        [step(i, note="x") for i in range(120)])[-1]  # longer than the buffer: the last 50 stay
+    assert_same(everything(fast), everything(full))
+    assert len([n for n in count_full_writes if n]) == 4 + 1 + 1  # FullPathBuffer's, plus fast's first extend
+
+
+def test_numpy_scalars_and_tensor_sub_attributes_take_the_fast_path(count_full_writes):
+    def numpy_step(i):
+        data = step(i)
+        data["reward"], data["terminal"] = np.float32(i / 3), np.bool_(i % 2)
+        return data
+
+    fast, full = Buffer(10), FullPathBuffer(10)
+    for i in range(15):
+        fast.append(numpy_step(i))
+        full.append(numpy_step(i))
+    assert_same(everything(fast), everything(full))
+    fast_writes = len(count_full_writes) - 15
+    assert fast_writes == 1
+
+    def tensor_step(i):
+        data = step(i)
+        data["reward"], data["terminal"] = torch.full((1, 2), i / 3), torch.tensor([[float(i % 2)]])
+        return data
+
+    fast, full = Buffer(10), FullPathBuffer(10)
+    for i in range(15):
+        fast.append(tensor_step(i))
+        full.append(tensor_step(i))
+    assert_same(everything(fast), everything(full))
+
+
+def test_values_the_full_path_converts_still_store_the_same(count_full_writes):
+    fast, full = Buffer(10), FullPathBuffer(10)
+    variants = [step(0), step(1), {**step(2), "reward": 2}, {**step(3), "terminal": 1},
+                {**step(4), "state": {"pos": torch.zeros(1, 3, requires_grad=True), "img": torch.zeros(1, 2, 2)}}]
+    for data in variants:
+        fast.append(data)
+        full.append(data)
+    assert_same(everything(fast), everything(full))
+
+
+# -- mismatches get the full checks ----------------------------------------------------------
+@pytest.mark.parametrize("change, message", [
+    (lambda d: d["state"].update(pos=torch.zeros(1, 4)), r"state\['pos'\] must have shape"),
+    (lambda d: d["state"].update(pos=torch.zeros(2, 3)), "Transition holds batch size 1"),
+    (lambda d: d["action"].update(a=torch.zeros(1, 1)), r"action\['a'\] must have .*dtype torch.int64"),
+    (lambda d: d["state"].pop("img"), r"major attribute 'state' has keys \['pos'\]"),
+    (lambda d: d["state"].update(extra=torch.zeros(1, 1)), r"major attribute 'state' has keys"),
+    (lambda d: d.update(extra=1), "differ from those already stored"),
+    (lambda d: d.update(reward=torch.ones(1, 1)), "attribute 'reward' must be a float scalar, got Tensor"),
+    (lambda d: d.update(terminal=2), "attribute 'terminal' must be a bool or 0/1, got 2"),
+    (lambda d: d.update(reward=NAN), "attribute 'reward' must be a finite number, got nan"),
+    (lambda d: d["next_state"].update(pos=torch.tensor([[0.0, INF, 1.0]])), r"next_state\['pos'\].*finite.*inf"),
+    (lambda d: d["state"]["img"].__setitem__((0, 1, 1), NAN), r"state\['img'\].*finite.*nan"),
+    (lambda d: d.pop("terminal"), "cannot build a Transition from the dictionary"),
+    (lambda d: d["state"].update(pos=[[0.0, 0.0, 0.0]]), "major attribute 'state' must hold tensors"),
+])
+def test_a_mismatch_after_the_layout_is_cached_gets_the_documented_error_and_changes_nothing(change, message):
+    buffer = Buffer(6)
+    for i in range(9):  # a full ring, written by the fast path
+        buffer.append(step(i))
+    assert buffer._fast  # the layout is cached
+    before = snapshot(buffer)
+    bad = step(99)
+    change(bad)
+    with pytest.raises(ValueError, match=message):
+        buffer.append(bad)
+    assert_same(snapshot(buffer), before)
+    with pytest.raises(ValueError, match=message):
+        buffer.extend([step(100), bad, step(101)])
+    assert_same(snapshot(buffer), before)
+    buffer.append(step(102))  # and the buffer still stores
+    assert buffer.size() == 6
+
+
+def test_missing_required_attributes_are_reported_on_the_fast_path():
+    buffer = Buffer(10)
+    buffer.append(step(0), required_attrs=())
+    with pytest.raises(ValueError, match=r"missing required attribute\(s\) \['cost'\]"):
+        buffer.append(step(1), required_attrs=("state", "cost"))
+    with pytest.raises(ValueError, match=r"missing required attribute\(s\) \['cost'\]"):
+        buffer.append(step(1), required_attrs=iter(["state", "cost"]))  # an iterator is read once, by the full path
+    buffer.append(step(1), required_attrs=["state", "reward"])
+    assert buffer.size() == 2
+
+
+def test_check_finite_is_read_at_every_append():
+    buffer = Buffer(10)
+    for i in range(3):
+        buffer.append(step(i))
+    nan_state = step(3)
+    nan_state["state"]["pos"][0, 0] = NAN
+    with pytest.raises(ValueError, match="finite"):
+        buffer.append(nan_state)
+    buffer.check_finite = False
+    buffer.append(nan_state)
+    buffer.append({**step(4), "reward": INF})
+    assert buffer.size() == 5
+    _, (state, reward) = buffer.sample_batch(-1, sample_method="all", sample_attrs=["state", "reward"])
+    assert torch.isnan(state["pos"][3, 0]) and reward[4, 0] == INF
+    with pytest.raises(ValueError, match="'terminal' must be a bool or 0/1"):  # checked either way
+        buffer.append({**step(5), "terminal": 0.5})
+
+
+def test_a_large_but_finite_sum_is_not_rejected():
+    buffer = Buffer(10)
+    buffer.append(step(0))
+    big = step(1)
+    big["state"]["pos"] = torch.full((1, 3), 3e38)  # each finite; their float64 sum too, float32 would overflow
+    big["state"]["img"] = torch.full((1, 2, 2), 3e38)
+    buffer.append(big)
+    assert buffer.size() == 2
+
+
+# -- storage that moves: copies, pickles, shared memory ---------------------------------------
+def test_a_deep_copy_or_pickle_writes_into_its_own_columns():
+    buffer = Buffer(10)
+    for i in range(4):
+        buffer.append(step(i))
+    for clone in (copy.deepcopy(buffer), pickle.loads(pickle.dumps(buffer))):
+        clone.append(step(50))
+        clone.append(step(51))
+        assert buffer.size() == 4 and clone.size() == 6
+        assert all_actions(clone)[-2:] == [0, 1] and all_actions(buffer) == [0, 1, 2, 3]
+    buffer.append(step(5))  # the original still writes into its own columns
+    assert all_actions(buffer) == [0, 1, 2, 3, 0]
+
+
+def all_actions(buffer: Buffer) -> list:
+    _, (action,) = Buffer.sample_batch(buffer, -1, sample_method="all", sample_attrs=["action"])
+    return action["a"].view(-1).tolist()
+
+
+def test_moving_columns_to_shared_memory_after_forget_views():
+    buffer = Buffer(10)
+    for i in range(3):
+        buffer.append(step(i))
+    everything(buffer)  # builds the gathering views too
+    for col in buffer._columns():
+        col.tensor.share_memory_()
+    buffer._forget_views()
+    buffer.append(step(3))
+    assert all_actions(buffer) == [0, 1, 2, 3]
+
+
+def test_shm_buffer_stores_through_shared_columns():
+    from machin.frame.buffers import SHMBuffer
+
+    buffer = SHMBuffer(2000)
+    for i in range(1100):  # past the initial capacity: the columns are replaced and shared again
+        buffer.append(step(i))
+    assert all(col.tensor.is_shared() for col in buffer._columns())
+    assert all_actions(buffer) == [i % 5 for i in range(1100)]
+
+
+# -- prioritized ------------------------------------------------------------------------------
+def test_prioritized_fast_appends_match_the_full_path(count_full_writes):
+    fast = PrioritizedBuffer(9, generator=np.random.default_rng(0))
+    full = FullPathPrioritizedBuffer(9, generator=np.random.default_rng(0))
+    for i in range(20):
+        priority = None if i % 3 else float(i) - 5
+        assert fast.append(step(i), priority) == full.append(step(i), priority)
+        if i == 10:
+            for b in (fast, full):
+                b.update_priority(np.array([40.0, 0.5]), np.array([2, 3]))
+    assert_same(everything(fast), everything(full))
+    np.testing.assert_allclose(fast.wt_tree.get_leaf_all_weights(), full.wt_tree.get_leaf_all_weights(),
+                               rtol=1e-15)
+    assert fast.wt_tree.get_weight_sum() == pytest.approx(full.wt_tree.get_weight_sum(), rel=1e-12)
+    assert count_full_writes.count(1) == 20 + 1  # all of FullPath's appends, and fast's first
+
+
+def test_prioritized_bad_priority_on_the_fast_path_changes_nothing():
+    buffer = PrioritizedBuffer(4)
+    for i in range(6):
+        buffer.append(step(i))
+    before, weights = snapshot(buffer), buffer.wt_tree.get_leaf_all_weights()
+    for bad in (NAN, INF, "x", 10 ** 400):
+        with pytest.raises(ValueError, match="priority must be a finite number"):
+            buffer.append(step(9), priority=bad)
+    nan_state = step(9)
+    nan_state["state"]["pos"][0, 0] = NAN
+    with pytest.raises(ValueError, match="finite"):
+        buffer.append(nan_state, priority=1.0)
+    assert_same(snapshot(buffer), before)
+    np.testing.assert_array_equal(buffer.wt_tree.get_leaf_all_weights(), weights)
+
+
+def test_update_priority_with_repeated_indexes_keeps_the_last_and_the_sums():
+    buffer = PrioritizedBuffer(100, alpha=1.0, epsilon=0.0)
+    buffer.extend([step(i) for i in range(100)])
+    buffer.update_priority(np.array([1.0, 2.0, 3.0, 4.0]), np.array([5, 7, 5, 9]))
+    leaves = buffer.wt_tree.get_leaf_all_weights()
+    assert leaves[5] == 3.0 and leaves[7] == 2.0 and leaves[9] == 4.0
+    assert buffer.wt_tree.get_weight_sum() == pytest.approx(leaves.sum())
+    assert buffer.wt_tree.get_leaf_max() == 4.0
+    with pytest.raises(ValueError, match="doesn't match: got 2 priorities for 1 indexes"):
+        buffer.update_priority(np.array([1.0, 2.0]), np.array([3]))
+
+
+def test_weight_tree_sums_stay_exact_enough_over_many_updates():
+    rng = np.random.default_rng(0)
+    tree = WeightTree(1000)
+    reference = np.zeros(1000)
+    for _ in range(400):  # past the periodic exact rebuild (every 4096 leaf updates)
+        idx = rng.integers(0, 1000, 32)
+        w = rng.random(32) * rng.choice([1e-3, 1.0, 1e3])
+        tree.update_leaf_batch(w, idx)
+        reference[idx] = w  # the last weight of a repeated index wins, as in numpy
+        i, v = int(rng.integers(1000)), float(rng.random())
+        tree.update_leaf(v, i)
+        reference[i] = v
+    np.testing.assert_array_equal(tree.get_leaf_all_weights(), reference)
+    rebuilt = WeightTree(1000)
+    rebuilt.update_all_leaves(reference)
+    np.testing.assert_allclose(tree.weights, rebuilt.weights, rtol=1e-9, atol=1e-9)
+    assert tree.get_leaf_max() == reference.max()
+
+
+def test_a_copied_or_pickled_weight_tree_keeps_its_sums_and_maximum_in_step():
+    tree = WeightTree(100)
+    tree.update_all_leaves(np.arange(100.0))
+    for clone in (copy.deepcopy(tree), pickle.loads(pickle.dumps(tree))):
+        clone.update_leaf(500.0, 3)
+        clone.update_leaf_batch([1.0, 2.0], [99, 98])
+        assert clone.get_leaf_weight(3) == 500.0
+        assert clone.get_weight_sum() == pytest.approx(clone.get_leaf_all_weights().sum())
+        assert clone.get_leaf_max() == 500.0
+        assert clone.find_leaf_index(clone.get_weight_sum() - 0.5) == 99 and clone.find_leaf_index(6.5) == 3
+    assert tree.get_leaf_weight(3) == 3.0 and tree.get_leaf_max() == 99.0  # the original is untouched
+
+
+def test_fast_path_is_off_for_subclasses_that_wrap_storing():
+    class Locked(Buffer):
+        def extend(self, transitions, required_attrs=buffer_module.DEFAULT_REQUIRED_ATTRS):
+            self.calls = getattr(self, "calls", 0) + 1
+            return super().extend(transitions, required_attrs)
+
+    buffer = Locked(10)
+    for i in range(5):
+        buffer.append(step(i))
+    assert buffer.calls == 5  # append never skips the overridden extend
+    assert (Locked._fast_store_ok, Locked._fast_append_ok) == (True, False)
+    assert (FullPathBuffer._fast_store_ok, FullPathBuffer._fast_append_ok) == (False, False)
+    with mock.patch.object(Buffer, "_fast_row", side_effect=AssertionError("fast path used")):
+        FullPathBuffer(10).extend([step(i) for i in range(3)])

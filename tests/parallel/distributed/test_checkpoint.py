@@ -1,0 +1,86 @@
+"""LearnerCheckpoint: a version every K updates, old ones pruned, an exact resume from the newest."""
+
+import pytest
+import torch
+from torch import nn
+
+from machin.frame.algorithms.dqn_per import DQNPer
+from machin.parallel.distributed.checkpoint import LearnerCheckpoint
+from tests.frame.algorithms.nets import QNet
+
+
+def _dqn(seed=0):
+    torch.manual_seed(seed)
+    agent = DQNPer(QNet(4, 2, 8), QNet(4, 2, 8), torch.optim.Adam, nn.MSELoss(reduction="none"), batch_size=8,
+                   update_rate=0.1)
+    generator = torch.Generator().manual_seed(seed)
+    agent.store_episode([{"state": {"state": torch.randn(1, 4, generator=generator)},
+                          "action": {"action": torch.tensor([[i % 2]])},
+                          "next_state": {"state": torch.randn(1, 4, generator=generator)},
+                          "reward": float(i % 3), "terminal": i == 31} for i in range(32)])
+    return agent
+
+
+def _state(agent):
+    return {name: {k: v.clone() for k, v in getattr(agent, name).state_dict().items()}
+            for name in ("qnet", "qnet_target")}
+
+
+def test_checkpoints_every_k_updates_keep_the_newest_and_resume_exactly(tmp_path):
+    agent = _dqn()
+    checkpoint = LearnerCheckpoint(agent, tmp_path, every=4, keep=2)
+    written, saved = [], {}
+    for updates in range(1, 15):
+        agent.update()
+        if checkpoint.step(updates, extra={"episodes": torch.tensor(updates * 3)}):
+            written.append(updates)
+            saved[updates] = (_state(agent), agent.qnet_optim.state_dict()["state"][0]["exp_avg"].clone())
+    assert written == [4, 8, 12] and checkpoint.versions() == [8, 12]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "learner_state_12.pt", "learner_state_8.pt", "qnet_target_12.manifest.json", "qnet_target_12.pt",
+        "qnet_target_8.manifest.json", "qnet_target_8.pt"]
+
+    other = _dqn(seed=1)  # a new learner process: other networks, no optimizer state
+    resumed = LearnerCheckpoint(other, tmp_path, every=4)
+    assert resumed.resume() == 12 and resumed.last_saved == 12
+    networks, exp_avg = saved[12]
+    for name, state in _state(other).items():  # the online network too, not only the saved target
+        assert all(torch.equal(state[k], networks[name][k]) for k in state)
+    assert torch.equal(other.qnet_optim.state_dict()["state"][0]["exp_avg"], exp_avg)
+    assert int(resumed.extra["episodes"]) == 36
+    assert not resumed.step(15) and resumed.step(16)  # every 4 updates from the resumed count
+
+
+def test_resume_without_checkpoint_changes_nothing_and_a_half_written_version_is_skipped(tmp_path):
+    agent = _dqn()
+    before = _state(agent)
+    assert LearnerCheckpoint(agent, tmp_path / "none").resume() is None
+    assert all(torch.equal(v, before["qnet"][k]) for k, v in _state(agent)["qnet"].items())
+    checkpoint = LearnerCheckpoint(agent, tmp_path, every=1)
+    checkpoint.save(3)
+    agent.save(str(tmp_path), version=5)  # networks of version 5 written, the learner state never was
+    assert LearnerCheckpoint(_dqn(seed=2), tmp_path).resume() == 3
+
+
+def test_a_checkpoint_of_another_learner_is_refused_by_name(tmp_path):
+    LearnerCheckpoint(_dqn(), tmp_path, every=1).save(1)
+
+    class Renamed(DQNPer):
+        pass
+
+    agent = Renamed(QNet(4, 2, 8), QNet(4, 2, 8), torch.optim.Adam, nn.MSELoss(reduction="none"))
+    agent.other_optim = torch.optim.SGD(agent.qnet.parameters(), lr=0.1)
+    with pytest.raises(RuntimeError, match=r"holds optimizers \['qnet_optim'\], but Renamed has "
+                                           r"\['other_optim', 'qnet_optim'\]"):
+        LearnerCheckpoint(agent, tmp_path).resume()
+
+
+@pytest.mark.parametrize("kwargs, error, message", [
+    (dict(every=-1), ValueError, "every must be a non-negative int"),
+    (dict(keep=0), ValueError, "keep must be a positive int or None, got 0"),
+])
+def test_bad_options_are_refused(tmp_path, kwargs, error, message):
+    with pytest.raises(error, match=message):
+        LearnerCheckpoint(_dqn(), tmp_path, **kwargs)
+    with pytest.raises(TypeError, match="framework must have save"):
+        LearnerCheckpoint(object(), tmp_path)
