@@ -68,21 +68,6 @@ def _with_custom(transition: Union[TransitionBase, Dict[str, Any]], values: Dict
     )
 
 
-class _Joint:
-    """Several optimizers stepped as one (a joint loss over networks with their own optimizers)."""
-
-    def __init__(self, optimizers: List[torch.optim.Optimizer]):
-        self.optimizers = optimizers
-
-    def zero_grad(self, set_to_none: bool = True) -> None:
-        for optimizer in self.optimizers:
-            optimizer.zero_grad(set_to_none=set_to_none)
-
-    def step(self) -> None:
-        for optimizer in self.optimizers:
-            optimizer.step()
-
-
 class A2C(BufferOptions, ActorCriticOptions, TorchFramework):
     """Advantage actor-critic with generalized advantage estimation.
 
@@ -137,7 +122,7 @@ class A2C(BufferOptions, ActorCriticOptions, TorchFramework):
     joint_update = Option(False, doc="Train both networks on one joint loss (policy loss + ``value_weight`` x "
                           "value loss + entropy term) for ``actor_update_times`` epochs over shuffled minibatches "
                           "of ``batch_size`` covering every stored sample, with advantages standardized per "
-                          "minibatch and one gradient clip over both networks, as PPO is usually run; "
+                          "minibatch, as PPO is usually run; "
                           "``False``: 0.3.4's separate actor and critic loops on random minibatches.")
 
     def __init__(self, actor: nn.Module, critic: nn.Module, optimizer: Callable, criterion: Callable):
@@ -370,19 +355,19 @@ class A2C(BufferOptions, ActorCriticOptions, TorchFramework):
     def _joint_epochs(self, batch: PolicyBatch, update_policy: bool, update_value: bool) -> Tuple[float, float]:
         """``actor_update_times`` epochs of joint steps over shuffled minibatches of ``batch``."""
         generator = getattr(self.replay_buffer, "generator", None)
-        networks = [net for net, on in ((self.actor, update_policy), (self.critic, update_value)) if on]
-        optimizer = _Joint([opt for opt, on in ((self.actor_optim, update_policy), (self.critic_optim, update_value))
-                            if on and opt is not None])
-        parameters = [p for net in networks for p in net.parameters()]
         policy_values, value_losses = [], []
         for _ in range(self.actor_update_times):
             order = torch.randperm(batch.size, generator=generator)
             for start in range(0, batch.size, self.batch_size):
                 minibatch = self._normalized(batch.subset(order[start:start + self.batch_size]))
+                # The networks are separate, so the joint loss's gradient is each network's own
+                # loss's: one step per network on the same minibatch.
                 loss, policy_loss = self._actor_objective(minibatch)
                 value_loss = self._critic_loss(minibatch)
-                if networks:
-                    self._optimize(loss + value_loss, optimizer, parameters, self.gradient_max)
+                if update_policy:
+                    self._optimize(loss, self.actor_optim, self.actor, self.gradient_max)
+                if update_value:
+                    self._optimize(value_loss, self.critic_optim, self.critic, self.gradient_max)
                 policy_values.append(-policy_loss.item())
                 value_losses.append(value_loss.item())
         return UpdateResult(sum(policy_values) / len(policy_values), sum(value_losses) / len(value_losses))

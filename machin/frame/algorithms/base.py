@@ -77,11 +77,9 @@ class UpdateResult(NamedTuple):
     """What ``update()`` of an actor-critic algorithm returns.
 
     A named tuple: it unpacks as Machin 0.3.4's ``(policy value, value loss)`` pair
-    (``policy_value, value_loss = ddpg.update()``) and also reads by name.
-
-    Attributes:
-        policy_value: Mean value of the policy's objective (minus its loss).
-        value_loss: Mean loss of the critic(s).
+    (``policy_value, value_loss = ddpg.update()``) and also reads by name:
+    ``policy_value`` is the mean value of the policy's objective (minus its loss),
+    ``value_loss`` the mean loss of the critic(s).
     """
 
     policy_value: float

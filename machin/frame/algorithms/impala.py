@@ -84,6 +84,8 @@ class IMPALA(A2C):
     actor_update_times = critic_update_times = 1
     gae_lambda = 1.0
     normalize_advantage = False
+    value_target = "vtrace"
+    joint_update = False
     replay_device = "cpu"
     replay_buffer = None
 

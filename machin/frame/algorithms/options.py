@@ -224,7 +224,11 @@ class AttributeOption(Option):
             self.assign(instance, value)
 
     def assign(self, instance: Any, value: Any, scheduled: bool = False) -> None:
-        """Check ``value`` and store it (``scheduled``: a schedule's value; the schedule is kept)."""
+        """Check ``value`` and store it as the option of ``instance``.
+
+        ``scheduled``: the value comes from a schedule (checked with ``schedule_check``;
+        the schedule is kept).
+        """
         check = (self.schedule_check or self.check) if scheduled else self.check
         if check is not None:
             value = check(self.name, value)

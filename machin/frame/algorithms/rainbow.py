@@ -126,7 +126,10 @@ class RAINBOW(DQNPer):
     def _value_loss(self, predicted: torch.Tensor, target: torch.Tensor, batch: SampledBatch) -> torch.Tensor:
         cross_entropy = -(target.to(predicted.device) * predicted.clamp_min(1e-8).log()).sum(dim=-1)
         loss = self._per_sample_loss(cross_entropy, batch)
-        self.replay_buffer.update_priority(cross_entropy.detach().cpu().numpy(), batch.index)
+        if torch.compiler.is_compiling():  # pushed after the compiled step (see PrioritizedReplayMixin)
+            batch.priority = cross_entropy.detach()
+        else:
+            self.replay_buffer.update_priority(cross_entropy.detach().cpu().numpy(), batch.index)
         return loss
 
     def _sample(self, concatenate: bool, additional_concat_attrs=None) -> Optional[SampledBatch]:

@@ -101,6 +101,7 @@ class TRPO(A2C):
 
     actor_update_times = 1
     actor_learning_rate = None
+    joint_update = False  # the actor takes a trust-region step, not an optimizer step
     kl_max_delta = Option(0.01, positive, "Largest allowed KL divergence between the policies before and after "
                           "a step.")
     damping = Option(0.1, non_negative, "Added to the Fisher matrix's diagonal.")

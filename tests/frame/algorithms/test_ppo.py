@@ -185,3 +185,17 @@ def test_joint_update_respects_the_switches():
     ppo.update(update_policy=False)
     assert all(torch.equal(a, b) for a, b in zip(actor_before, ppo.actor.parameters()))
     assert not all(torch.equal(a, b) for a, b in zip(critic_before, ppo.critic.parameters()))
+
+
+def test_joint_update_compiles_to_the_same_numbers():
+    def build():
+        torch.manual_seed(0)
+        return make(joint_update=True, actor_update_times=2, batch_size=8, gradient_max=0.5)
+
+    eager, compiled = build(), build().compile(backend="aot_eager")
+    for agent in (eager, compiled):
+        agent.store_episode(episode(16))
+        torch.manual_seed(2)
+        agent.update()
+    for a, b in ((eager.actor, compiled.actor), (eager.critic, compiled.critic)):
+        assert all(torch.allclose(p, q, atol=1e-5) for p, q in zip(a.parameters(), b.parameters()))
