@@ -47,7 +47,11 @@ class SHMBuffer(Buffer):
             The storage positions used.
         """
         positions = super().extend(transitions, required_attrs)
+        moved = False
         for column in self._columns():
             if column.tensor is not None and not column.tensor.is_shared():
                 column.tensor.share_memory_()
+                moved = True
+        if moved:  # the storage moved: the fast path's cached numpy views point at the old memory
+            self._forget_views()
         return positions

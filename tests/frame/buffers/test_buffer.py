@@ -246,20 +246,21 @@ def test_random_unique_uses_rejection_path_without_duplicates():
     torch.manual_seed(1)
     buffer = filled(1000, size=1000)
     for _ in range(20):
-        size, batch = buffer.sample_batch(200)  # 4 * 200 <= 1000: rejection sampling
-        assert size == 200 and len(set(ids(batch))) == 200
+        size, batch = buffer.sample_batch(60)  # 16 * 60 <= 1000: rejection sampling
+        assert size == 60 and len(set(ids(batch))) == 60
 
 
 @pytest.mark.parametrize(
     "stored, n",
     [
-        (40, 10),  # repeats are frequent: only the repeated draws are redrawn
-        (200, 20),  # n * n <= 2 * stored: a sample with repeats is redrawn whole
+        (40, 10),  # 16 * n > stored: a prefix of a random permutation
+        (1500, 60),  # repeats are frequent: only the repeated draws are redrawn
+        (500, 20),  # n * n <= 2 * stored: a sample with repeats is redrawn whole
     ],
 )
 def test_random_unique_is_uniform_and_in_random_order(stored, n):
     buffer = filled(stored, size=stored, generator=torch.Generator().manual_seed(3))
-    draws = 2000
+    draws = 6000 if stored > 100 else 2000  # enough for every position to be counted often
     overall = [0] * stored
     first = [0] * stored
     first_is_smallest = 0
