@@ -13,9 +13,9 @@ import inspect
 import os
 import sys
 import warnings
-from typing import Callable, TypeVar
+from typing import Callable, Tuple, TypeVar
 
-__all__ = ["ignores_extra_args", "ExtraArgumentsWarning", "warn_caller"]
+__all__ = ["ignores_extra_args", "ExtraArgumentsWarning", "drop_extra_args", "warn_caller"]
 
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -52,22 +52,9 @@ def ignores_extra_args(fn: F) -> F:
     def wrapper(*args, **kwargs):
         if len(args) <= n_positional and names.issuperset(kwargs):
             return fn(*args, **kwargs)
-        ignored = []
-        if len(args) > n_positional:
-            ignored.append(f"{len(args) - n_positional} positional argument(s)")
-            args = args[:n_positional]
-        extra_keys = [k for k in kwargs if k not in names]
-        if extra_keys:
-            ignored.append("keyword argument(s) " + ", ".join(repr(k) for k in extra_keys))
-            kwargs = {k: v for k, v in kwargs.items() if k in names}
         # name the class of the instance (a subclass inheriting the method), not the definer
         owner = f"{type(args[0]).__name__}.{fn.__name__}" if is_method and args else fn.__qualname__
-        warnings.warn(
-            f"{owner}() does not use {' and '.join(ignored)}; ignored "
-            f"(Machin 0.3.4 accepted and dropped them too).",
-            ExtraArgumentsWarning,
-            stacklevel=2,
-        )
+        args, kwargs = drop_extra_args(owner, args, kwargs, n_positional, names)
         return fn(*args, **kwargs)
 
     # Show the 0.3.4 shape, ``(..., *_, **__)``, in help() and inspect.signature().
@@ -81,6 +68,36 @@ def ignores_extra_args(fn: F) -> F:
     )
     wrapper.__machin_ignores_extra_args__ = True
     return wrapper
+
+
+def drop_extra_args(owner: str, args: tuple, kwargs: dict, n_positional: int, names: frozenset,
+                    stacklevel: int = 2) -> Tuple[tuple, dict]:
+    """Drop positional arguments past ``n_positional`` and keywords not in ``names``, warning once.
+
+    Args:
+        owner: The callable named in the warning, e.g. ``"DQN.__init__"``.
+        args: The positional arguments given.
+        kwargs: The keyword arguments given.
+        n_positional: How many positional arguments the callable takes.
+        names: The keywords it takes.
+        stacklevel: Passed to ``warnings.warn`` (point it at the user's line).
+
+    Returns:
+        ``(args, kwargs)`` without the extras.
+    """
+    ignored = []
+    if len(args) > n_positional:
+        ignored.append(f"{len(args) - n_positional} positional argument(s)")
+        args = args[:n_positional]
+    extra_keys = [k for k in kwargs if k not in names]
+    if extra_keys:
+        ignored.append("keyword argument(s) " + ", ".join(repr(k) for k in extra_keys))
+        kwargs = {k: v for k, v in kwargs.items() if k in names}
+    if ignored:
+        warnings.warn(f"{owner}() does not use {' and '.join(ignored)}; ignored "
+                      f"(Machin 0.3.4 accepted and dropped them too).", ExtraArgumentsWarning,
+                      stacklevel=stacklevel + 1)
+    return args, kwargs
 
 
 def warn_caller(message: str, category: type = UserWarning) -> None:

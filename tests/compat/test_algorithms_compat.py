@@ -112,10 +112,11 @@ def test_the_warning_is_shown_once_per_calling_line():
 
 
 def test_calls_without_extras_do_not_warn():
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
         dqn = BUILDERS["DQN"](learning_rate=0.01)
-        dqn.act_discrete_with_noise({"state": torch.zeros(1, 4)})
+        action = dqn.act_discrete_with_noise({"state": torch.zeros(1, 4)})
+    assert caught == [] and dqn.learning_rate == 0.01 and action.shape == (1, 1)
 
 
 def test_rainbow_ignores_mode_as_0_3_4_did():

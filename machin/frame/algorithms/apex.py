@@ -33,7 +33,7 @@ from ..helpers.servers import build_from_roles
 from .base import TorchFramework, UpdateResult
 from .ddpg_per import DDPGPer
 from .dqn_per import DQNPer
-from .options import ActorCriticOptions, BufferOptions
+from .options import BufferOptions, OneLearningRate
 from .utils import first_model_server
 
 __all__ = ["ApexMixin", "DQNApex", "DDPGApex"]
@@ -240,7 +240,7 @@ class DQNApex(ApexMixin, DQNPer):
         return result
 
 
-class DDPGApex(ApexMixin, DDPGPer):
+class DDPGApex(OneLearningRate, ApexMixin, DDPGPer):
     """DDPG with prioritized replay spread over an RPC group (Ape-X DDPG).
 
     Like :class:`DQNApex`, for the actor: with syncing on, :meth:`act`,
@@ -272,19 +272,6 @@ class DDPGApex(ApexMixin, DDPGPer):
     _ddp_networks = ("actor", "critic")
 
     n_step = 1
-    learning_rate = ActorCriticOptions.critic_learning_rate.but(doc="Learning rate of the actor and of the critic "
-                                                                "(or a schedule).")
-    _learning_rate_of = {"learning_rate": ("actor_optim", "critic_optim")}
-
-    @property
-    def actor_learning_rate(self) -> float:
-        """``learning_rate`` (one rate serves both networks)."""
-        return self.learning_rate
-
-    @property
-    def critic_learning_rate(self) -> float:
-        """``learning_rate`` (one rate serves both networks)."""
-        return self.learning_rate
 
     def __init__(self, actor: nn.Module, actor_target: nn.Module, critic: nn.Module, critic_target: nn.Module,
                  optimizer: Callable, criterion: Callable, apex_group: RpcGroup,

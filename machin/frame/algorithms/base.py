@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import numbers
 import os
 import weakref
 from dataclasses import dataclass
@@ -203,28 +202,6 @@ class TorchFramework:
         return {name: getattr(self, name) for name in names}
 
     # -- construction helpers -------------------------------------------------------
-    #: Option names that count something: ``_check_positive`` wants an ``int`` for them.
-    _COUNT_SUFFIXES: Tuple[str, ...] = ("_size", "_times", "_steps", "_num")
-
-    @staticmethod
-    def _check_positive(**values: float) -> None:
-        """Raise unless every value is positive.
-
-        Counts (names ending in ``_size``, ``_times``, ``_steps`` or ``_num``) must be
-        integers and everything else a real number (``bool`` is neither): a wrong type
-        raises ``TypeError``, a value that is not positive ``ValueError``.
-        """
-        for name, value in values.items():
-            if name.endswith(TorchFramework._COUNT_SUFFIXES):
-                if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-                    raise TypeError(f"{name} must be a positive integer, got {value!r} "
-                                    f"of type {type(value).__name__}")
-            elif isinstance(value, bool) or not isinstance(value, numbers.Real):
-                raise TypeError(f"{name} must be a positive real number, got {value!r} "
-                                f"of type {type(value).__name__}")
-            if not value > 0:
-                raise ValueError(f"{name} must be positive, got {value!r}")
-
     @staticmethod
     def _check_criterion(criterion: Any) -> None:
         """Raise ``TypeError`` unless ``criterion`` is callable (a loss module or function)."""

@@ -35,13 +35,13 @@ from ..returns import vtrace
 from ..transition import Transition
 from .a2c import A2C
 from .base import UpdateResult, split_output
-from .options import Option, positive
+from .options import OneLearningRate, Option, positive
 from .policy import PolicyBatch, split_actor_output
 from .utils import as_column, first_model_server
 
 __all__ = ["EpisodeTransition", "EpisodeDistributedBuffer", "IMPALA", "vtrace"]
 
-class IMPALA(A2C):
+class IMPALA(OneLearningRate, A2C):
     """Importance-weighted actor-learner architecture over an RPC group.
 
     Samplers (members of ``impala_group``) call :meth:`act` and :meth:`store_episode`;
@@ -76,8 +76,6 @@ class IMPALA(A2C):
     lr_scheduler_kwargs = A2C.lr_scheduler_kwargs.but(default=())
     batch_size = A2C.batch_size.but(default=5, doc="Episodes per update.")
     replay_size = A2C.replay_size.but(default=500, doc="Episodes kept by each member's part of the buffer.")
-    learning_rate = A2C.critic_learning_rate.but(doc="Learning rate of both optimizers (or a schedule).")
-    _learning_rate_of = {"learning_rate": ("actor_optim", "critic_optim")}
     isw_clip_c = Option(1.0, positive, "Truncation of the trace coefficients ``c``.")
     isw_clip_rho = Option(1.0, positive, "Truncation of the importance weights ``rho``; at least ``isw_clip_c``.")
     # Fixed by V-trace (one actor and one critic step per update, no GAE, raw advantages):
@@ -88,16 +86,6 @@ class IMPALA(A2C):
     joint_update = False
     replay_device = "cpu"
     replay_buffer = None
-
-    @property
-    def actor_learning_rate(self) -> float:
-        """``learning_rate`` (one rate serves both networks)."""
-        return self.learning_rate
-
-    @property
-    def critic_learning_rate(self) -> float:
-        """``learning_rate`` (one rate serves both networks)."""
-        return self.learning_rate
 
     def __init__(self, actor: nn.Module, critic: nn.Module, optimizer: Callable, criterion: Callable,
                  impala_group: RpcGroup, model_server: Tuple[PushPullModelServer]):

@@ -25,10 +25,9 @@ from __future__ import annotations
 
 import inspect
 import numbers
-import warnings
 from typing import Any, Callable, Dict, Optional, Tuple
 
-from ...utils.compat import ExtraArgumentsWarning
+from ...utils.compat import drop_extra_args
 
 __all__ = [
     "Option",
@@ -47,6 +46,7 @@ __all__ = [
     "BufferOptions",
     "ActorCriticOptions",
     "SoftTargetOptions",
+    "OneLearningRate",
 ]
 
 Check = Callable[[str, Any], Any]
@@ -304,20 +304,8 @@ def _make_init(cls: type, body: Callable, specs: Dict[str, Option]) -> Callable:
             if given:
                 _store(self, specs_now, given)
             return body(self, *args, **kwargs)
-        ignored = []
-        if len(args) > len(positional):
-            ignored.append(f"{len(args) - len(positional)} positional argument(s)")
-            args = args[: len(positional)]
-        extra = [k for k in kwargs if k not in accepted and k not in option_names]
-        if extra:
-            ignored.append("keyword argument(s) " + ", ".join(repr(k) for k in extra))
-        if ignored:
-            warnings.warn(
-                f"{type(self).__name__}.__init__() does not use {' and '.join(ignored)}; ignored "
-                f"(Machin 0.3.4 accepted and dropped them too).",
-                ExtraArgumentsWarning,
-                stacklevel=2,
-            )
+        args, kwargs = drop_extra_args(f"{type(self).__name__}.__init__", args, kwargs, len(positional),
+                                       accepted | option_names, stacklevel=2)
         self.__dict__[_RESOLVED] = {}
         self.__dict__[_CONSTRUCTING] = True
         try:
@@ -405,3 +393,24 @@ class SoftTargetOptions:
     """The rate of soft target-network updates."""
 
     update_rate = Option(0.005, unit_interval, "Soft update rate tau: ``target = tau * online + (1 - tau) * target``.")
+
+
+class OneLearningRate:
+    """One ``learning_rate`` for the actor's and the critic's optimizers (Ape-X DDPG, IMPALA).
+
+    Mixed in before the algorithm class, it replaces the two learning-rate options.
+    """
+
+    learning_rate = ActorCriticOptions.critic_learning_rate.but(
+        doc="Learning rate of the actor's and the critic's optimizers (or a schedule).")
+    _learning_rate_of = {"learning_rate": ("actor_optim", "critic_optim")}
+
+    @property
+    def actor_learning_rate(self) -> float:
+        """``learning_rate`` (one rate serves both networks)."""
+        return self.learning_rate
+
+    @property
+    def critic_learning_rate(self) -> float:
+        """``learning_rate`` (one rate serves both networks)."""
+        return self.learning_rate

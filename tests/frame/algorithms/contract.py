@@ -437,6 +437,16 @@ def applies(contract: str, cls: type) -> bool:
 
 
 # -- the world of the distributed cases ---------------------------------------------------------
+def broken(contract: str, cls: type, case: ContractCase, directory: str,
+           ctx: Optional[WorldContext] = None) -> Optional[str]:
+    """``None`` when ``cls`` keeps ``contract``, else the traceback of how it broke it."""
+    try:
+        CONTRACTS[contract](cls, case, directory, ctx)
+    except BaseException:  # noqa: B036 (reported as text, in this process or from a world)
+        return traceback.format_exc()
+    return None
+
+
 def run_in_world(rank: int, jobs: Sequence[Tuple[str, str]]) -> Dict[Tuple[str, str], Optional[str]]:
     """Run ``(class name, contract)`` jobs in a one-member world; a traceback per failed job."""
     import shutil
@@ -452,11 +462,7 @@ def run_in_world(rank: int, jobs: Sequence[Tuple[str, str]]) -> Dict[Tuple[str, 
         for name, contract in jobs:
             directory = tempfile.mkdtemp(prefix=f"contract_{name}_")
             try:
-                cls = classes[name]
-                CONTRACTS[contract](cls, case_for(cls), directory, ctx)
-                outcomes[(name, contract)] = None
-            except BaseException:  # noqa: B036 (sent back to the test as text)
-                outcomes[(name, contract)] = traceback.format_exc()
+                outcomes[(name, contract)] = broken(contract, classes[name], case_for(classes[name]), directory, ctx)
             finally:
                 shutil.rmtree(directory, ignore_errors=True)
     finally:

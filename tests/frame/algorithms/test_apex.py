@@ -311,19 +311,21 @@ def _report(name, env_name, threshold, results):
         if result is not None:
             print(f"{name} sampler {rank} reached a smoothed return of {threshold} on {env_name} at episode "
                   f"{result[0]} ({result[1]:.1f} s wall, {result[2]:.1f} s CPU in that sampler)")
-    assert any(r is not None for r in results), f"no {name} sampler reached a smoothed return of {threshold}"
+    solved = [r for r in results if r is not None]
+    assert solved, f"no {name} sampler reached a smoothed return of {threshold}"
+    return solved
 
 
 @pytest.mark.learning
 def test_dqn_apex_learns_cartpole_with_two_samplers_and_a_learner():
     results = run_ranks(_apex_learns, 3, args=(_build_dqn_learner, "CartPole-v0", 400, 150.0), timeout=110)
-    _report("DQNApex", "CartPole-v0", 150.0, results)
+    assert _report("DQNApex", "CartPole-v0", 150.0, results)
 
 
 @pytest.mark.learning
 def test_ddpg_apex_learns_pendulum_with_two_samplers_and_a_learner():
     results = run_ranks(_apex_learns, 3, args=(_build_ddpg_learner, "Pendulum-v1", 100, -400.0), timeout=240)
-    _report("DDPGApex", "Pendulum-v1", -400.0, results)
+    assert _report("DDPGApex", "Pendulum-v1", -400.0, results)
 
 
 

@@ -333,12 +333,6 @@ def test_set_backward_function_replaces_autograd_backward():
     assert torch.equal(algo.net_a.weight, before)  # zero gradient: no change
 
 
-def test_check_positive():
-    TorchFramework._check_positive(batch_size=1, discount=0.5)
-    with pytest.raises(ValueError, match="batch_size must be positive, got 0"):
-        TorchFramework._check_positive(batch_size=0)
-
-
 # -- result wrapping (item 112) -------------------------------------------------------------------
 def test_single_result_comes_back_bare_and_extras_are_appended():
     action = torch.zeros(1, 1)

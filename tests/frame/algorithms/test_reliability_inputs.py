@@ -202,7 +202,8 @@ def test_a_target_of_the_same_architecture_but_another_class_is_accepted():
     class OtherQNet(QNet):
         pass
 
-    DQN(QNet(), OtherQNet(), torch.optim.Adam, nn.MSELoss())
+    dqn = DQN(QNet(), OtherQNet(), torch.optim.Adam, nn.MSELoss())
+    assert all(torch.equal(a, b) for a, b in zip(dqn.qnet.parameters(), dqn.qnet_target.parameters()))
 
 
 # -- acting ---------------------------------------------------------------------------------
