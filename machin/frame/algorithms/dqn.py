@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 from typing import Any, Callable, Dict, Optional
 
 import torch
@@ -161,13 +162,18 @@ class DQN(ReplayMixin, TorchFramework):
         """
         output, extras = self._act(state, use_target)
         action = self._greedy_action(output)
-        action_num = output.shape[1]
-        explore = torch.rand(action.shape, device=action.device) < self.epsilon
-        if explore.any():
-            random_action = torch.randint_like(action, action_num)
-            action = torch.where(explore, random_action, action)
-        if decay_epsilon and "epsilon" not in self._schedules:
-            self.epsilon = max(self.epsilon * self.epsilon_decay, self.epsilon_min)
+        epsilon = self.epsilon
+        if action.shape[0] == 1:  # one state (the usual loop): Python's generator, no tensor ops
+            if epsilon > 0.0 and random.random() < epsilon:
+                action = torch.full_like(action, random.randrange(output.shape[1]))
+        elif epsilon > 0.0:
+            explore = torch.rand(action.shape, device=action.device) < epsilon
+            if explore.any():
+                action = torch.where(explore, torch.randint_like(action, output.shape[1]), action)
+        if decay_epsilon and "epsilon" not in self.__dict__.get("_schedules", ()):
+            # epsilon * decay and the floor are probabilities already: no check to repeat
+            self.__dict__["epsilon"] = decayed = max(epsilon * self.epsilon_decay, self.epsilon_min)
+            self._option_changed("epsilon", decayed)
         return pack_result(action, extras)
 
     def criticize(self, state: Dict[str, Any], use_target: bool = False):
@@ -211,7 +217,9 @@ class DQN(ReplayMixin, TorchFramework):
     def _predicted_value(self, batch: SampledBatch) -> torch.Tensor:
         q, _ = split_output(safe_call(self.qnet, batch.state))
         action = self.action_get_function(batch.action).to(device=q.device, dtype=torch.long)
-        return q.gather(1, action.view(batch.size, 1))
+        if action.dim() != 2:
+            action = action.view(batch.size, 1)
+        return q.gather(1, action)
 
     @compilable(("qnet",), after="_after_value_loss")
     def _td_loss(self, batch: SampledBatch) -> torch.Tensor:

@@ -99,7 +99,12 @@ def value_loss(criterion: Callable, predicted: torch.Tensor, target: torch.Tenso
         target: Their regression targets (``B`` of them).
         size: Number of samples ``B``.
     """
-    return criterion(target.view(size, 1).to(predicted.device), predicted.view(size, 1))
+    shape = (size, 1)
+    if predicted.shape != shape:  # a no-op view would still add a node to the backward pass
+        predicted = predicted.view(shape)
+    if target.shape != shape:
+        target = target.view(shape)
+    return criterion(target.to(predicted.device), predicted)
 
 
 class ReplayMixin(BufferOptions):

@@ -127,16 +127,17 @@ def get_input_device(model: nn.Module) -> Optional[torch.device]:
     parameters nor buffers gets ``None`` (inputs are not moved) and the same kind of
     warning.
     """
+    # A parameter keeps its identity when the module moves (``.to()`` swaps its data), so
+    # for a plain module (no ``input_device`` on its class, not a wrapper) the first one is
+    # remembered and asked for its device on every call: the common case costs two lookups.
+    tensor = _first_parameter.get(model)
+    if tensor is not None and "input_device" not in model.__dict__:
+        return tensor.device
     device = getattr(model, "input_device", None)
     if device is None:  # a DDP / compile wrapper of a module that declares one
         device = getattr(_unwrap(model), "input_device", None)
     if device is not None:
         return torch.device(device)
-    # A parameter keeps its identity when the module moves (``.to()`` swaps its data),
-    # so the first one is remembered and asked for its device on every call.
-    tensor = _first_parameter.get(model)
-    if tensor is not None:
-        return tensor.device
     tensors = [*model.parameters(), *model.buffers()]
     if not tensors:
         _warn_once(
@@ -153,7 +154,8 @@ def get_input_device(model: nn.Module) -> Optional[torch.device]:
             f"has parameters on several devices ({', '.join(sorted(map(str, devices)))}); "
             f"its inputs go to the device of its first parameter ({tensor.device})",
         )
-    _first_parameter[model] = tensor
+    if _unwrap(model) is model and not any("input_device" in vars(cls) for cls in type(model).__mro__):
+        _first_parameter[model] = tensor
     return tensor.device
 
 
@@ -367,7 +369,8 @@ def as_column(tensor: Any, size: int, what: str) -> torch.Tensor:
         raise ValueError(
             f"{what} must hold one value per sample, shape [{size}] or [{size}, 1], got {shape}"
         )
-    return tensor.view(size, 1)
+    # a no-op view would still add a node to the backward pass
+    return tensor if tensor.dim() == 2 else tensor.view(size, 1)
 
 
 #: A recurrent hidden state: one tensor, or a tuple of tensors such as an LSTM's ``(h, c)``.

@@ -92,7 +92,7 @@ def add_uniform_noise_to_action(
         name, action, noise_param, ratio, ("uniform_min", "uniform_max"), _check_uniform
     )
     noise = _sample_uniform(action.shape, low, high, action.device, _noise_dtype(action), None)
-    return action + noise * ratio
+    return action + (noise if _is_one(ratio) else noise * ratio)
 
 
 def add_normal_noise_to_action(
@@ -119,7 +119,7 @@ def add_normal_noise_to_action(
         name, action, noise_param, ratio, ("normal_mean", "normal_sigma"), _check_normal
     )
     noise = _sample_normal(action.shape, mean, std, action.device, _noise_dtype(action), None)
-    return action + noise * ratio
+    return action + (noise if _is_one(ratio) else noise * ratio)
 
 
 def add_clipped_normal_noise_to_action(
@@ -156,7 +156,7 @@ def add_clipped_normal_noise_to_action(
     noise = _sample_clipped_normal(
         action.shape, mean, std, low, high, action.device, _noise_dtype(action), None
     )
-    return action + noise * ratio
+    return action + (noise if _is_one(ratio) else noise * ratio)
 
 
 def add_ou_noise_to_action(
@@ -243,6 +243,11 @@ def _check_clipped_normal(owner: str, values: Sequence[float]) -> None:
     _check_bounds(owner, "clip_min", values[2], "clip_max", values[3])
 
 
+def _is_one(value: Any) -> bool:
+    """Whether ``value`` is the plain number 1 (multiplying by it would change nothing)."""
+    return (type(value) is float or type(value) is int) and value == 1
+
+
 def _noise_dtype(action: torch.Tensor) -> torch.dtype:
     """The action's dtype if it is a floating one, else torch's default dtype."""
     return action.dtype if action.is_floating_point() else torch.get_default_dtype()
@@ -279,6 +284,10 @@ def _as_reals(items: Optional[List[Any]], arity: int) -> Optional[Tuple[float, .
     return tuple(float(v) for v in items)
 
 
+#: ``noise_param`` tuples of plain numbers that passed their check, by (function, tuple).
+_checked_params: Dict[Tuple[str, Tuple[Any, ...]], Tuple[float, ...]] = {}
+
+
 def _parse_noise_param(
     name: str,
     action: torch.Tensor,
@@ -295,11 +304,19 @@ def _parse_noise_param(
     """
     _check_action_and_ratio(name, action, ratio)
     arity = len(fields)
+    plain = type(noise_param) is tuple and len(noise_param) == arity and all(
+        type(v) is float or type(v) is int for v in noise_param)
+    if plain:  # the usual call: one tuple of plain numbers, checked once
+        known = _checked_params.get((name, noise_param))
+        if known is not None:
+            return list(known)
     items = _as_list(noise_param)
     single = _as_reals(items, arity)
     if single is not None:
         _warn_extra_values(name, fields, [single])
         check(name, single[:arity])
+        if plain and len(_checked_params) < 1024:
+            _checked_params[(name, noise_param)] = single[:arity]
         return list(single[:arity])
 
     columns = [_as_reals(_as_list(row), arity) for row in items or ()]

@@ -514,7 +514,16 @@ def _sample_normal(
     generator: Optional[torch.Generator],
 ) -> torch.Tensor:
     unit = _standard_sample(torch.randn, shape, device, dtype, generator)
-    return unit * std + mean
+    if isinstance(std, torch.Tensor):
+        unit = unit * std
+    else:
+        unit.mul_(std)  # a fresh tensor: scaled in place, the same numbers
+    return unit if _is_zero(mean) else unit + mean
+
+
+def _is_zero(value: Any) -> bool:
+    """Whether ``value`` is the plain number 0 (adding it would change nothing)."""
+    return (type(value) is float or type(value) is int) and value == 0
 
 
 def _sample_clipped_normal(
