@@ -148,7 +148,8 @@ class _FastLayout:
       (``spec``: shape, numpy dtype, finite mode, must hold 0/1), 2 a list column.
     """
 
-    __slots__ = ("nkeys", "keys", "custom_names", "tensors", "scalars", "others", "targets", "required")
+    __slots__ = ("nkeys", "keys", "custom_names", "tensors", "scalars", "others", "targets", "required",
+                 "store_dict")
 
     def __init__(self, buffer: Buffer):
         self.keys = frozenset(buffer._keys)
@@ -180,6 +181,81 @@ class _FastLayout:
                 scalar_targets.append(view[:, 0])
         self.tensors, self.scalars, self.others = tuple(tensors), tuple(scalars), tuple(others)
         self.targets = tuple(tensor_targets + scalar_targets + other_targets)
+        self.store_dict = _dict_store_function(self)
+
+
+def _dict_store_function(plan: _FastLayout) -> Callable[[Dict[str, Any], bool, int], bool]:
+    """``store(values, check, i)``: check a transition dict against ``plan`` and write it to row ``i``.
+
+    The checks of :meth:`Buffer._fast_row` for a dict, unrolled for this one layout (the
+    way ``dataclasses`` writes its methods): no loop over the layout, no intermediate row.
+    Returns ``False``, having written nothing, for anything the full path must see.
+    """
+    lines = [f"if len(values) != {plan.nkeys}: return False"]
+    finite: List[str] = []  # expressions summed for the finite check
+    blocks: List[str] = []  # arrays checked with _block_is_finite
+    scope: Dict[str, Any] = {"Tensor": torch.Tensor, "dict": dict, "isinstance": isinstance, "copy": copy,
+                             "_block_is_finite": _block_is_finite, "isfinite": math.isfinite}
+    written = []
+    for j, (name, nkeys, key, shape, dtype, mode) in enumerate(plan.tensors):
+        scope[f"S{j}"], scope[f"D{j}"] = shape, dtype
+        lines += [f"g = values[{name!r}]",
+                  f"if type(g) is not dict or len(g) != {nkeys}: return False",
+                  f"v{j} = g[{key!r}]",
+                  f"if type(v{j}) is not Tensor: return False",
+                  f"v{j} = v{j}.numpy()",
+                  f"if v{j}.shape != S{j} or v{j}.dtype is not D{j}: return False"]
+        if mode == _CHECK_ROW:
+            finite.append(f"sum(v{j}.tolist()[0])")
+        elif mode == _CHECK_FLAT:
+            finite.append(f"sum(v{j}.tolist())")
+        elif mode == _CHECK_BLOCK:
+            blocks.append(f"v{j}")
+        written.append(f"v{j}")
+    for k, (name, types, bounded, check_finite, binary) in enumerate(plan.scalars):
+        j = len(written)
+        scope[f"T{j}"] = types
+        lines += [f"v{j} = values[{name!r}]", f"if type(v{j}) not in T{j}: return False"]
+        if bounded:
+            lines.append(f"if not {_INT64[0]} <= v{j} <= {_INT64[1]}: return False")
+        if binary:
+            lines.append(f"if v{j} != 0 and v{j} != 1: return False")
+        if check_finite:
+            finite.append(f"v{j}")
+        written.append(f"v{j}")
+    for name, code, spec in plan.others:
+        j = len(written)
+        lines.append(f"v{j} = values[{name!r}]")
+        if code == 0:  # a tensor sub attribute
+            shape, dtype, mode, binary = spec
+            scope[f"S{j}"], scope[f"D{j}"] = shape, dtype
+            lines += [f"if type(v{j}) is not Tensor: return False",
+                      f"v{j} = v{j}.numpy()",
+                      f"if v{j}.shape != S{j} or v{j}.dtype is not D{j}: return False"]
+            if mode:
+                blocks.append(f"v{j}")
+            if binary:
+                lines.append(f"if not ((v{j} == 0) | (v{j} == 1)).all(): return False")
+        else:  # a list column keeps its own copy, as a Transition would
+            lines.append(f"v{j} = v{j}.detach().clone() if isinstance(v{j}, Tensor) else copy.deepcopy(v{j})")
+        written.append(f"v{j}")
+    checks = [f"if not _block_is_finite({b}): return False" for b in blocks]
+    if finite:
+        checks.append(f"if not isfinite({' + '.join(finite)}): return False")
+    if checks:
+        lines.append("if check:")
+        lines += ["    " + c for c in checks]
+    body = "\n".join("        " + line for line in lines)
+    for j, target in enumerate(plan.targets):
+        scope[f"W{j}"] = target
+    writes = "\n".join(f"    W{j}[i] = {v}" for j, v in enumerate(written))
+    source = (f"def store(values, check, i):\n    try:\n{body}\n"
+              f"    except Exception:  # whatever went wrong, the full path reports it properly\n"
+              f"        return False\n{writes}\n    return True\n")
+    exec(compile(source, f"<machin buffer layout {sorted(plan.keys)}>", "exec"), scope)
+    store = scope["store"]
+    store.source = source
+    return store
 
 
 def _fast_path_allowed(cls: type) -> Tuple[bool, bool]:
@@ -837,12 +913,16 @@ class Buffer:
         size, cap = self._size, self._capacity
         if size == cap and cap < self.buffer_size:
             return None  # the columns must grow: the full path does that
-        row = self._fast_row(plan, transition, self.check_finite)
-        if row is None:
-            return None
         i = self._pos
-        for target, value in zip(plan.targets, row):
-            target[i] = value
+        if type(transition) is dict:
+            if not plan.store_dict(transition, self.check_finite, i):
+                return None
+        else:
+            row = self._fast_row(plan, transition, self.check_finite)
+            if row is None:
+                return None
+            for target, value in zip(plan.targets, row):
+                target[i] = value
         self._pos = i + 1 if i + 1 < cap else 0
         if size < cap:
             self._size = size + 1

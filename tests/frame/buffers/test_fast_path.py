@@ -365,3 +365,15 @@ def test_fast_path_is_off_for_subclasses_that_wrap_storing():
     assert (FullPathBuffer._fast_store_ok, FullPathBuffer._fast_append_ok) == (False, False)
     with mock.patch.object(Buffer, "_fast_row", side_effect=AssertionError("fast path used")):
         FullPathBuffer(10).extend([step(i) for i in range(3)])
+
+
+def test_a_dict_stores_its_own_copy_of_list_column_values(count_full_writes):
+    buffer = Buffer(4)
+    notes = [{"seen": [0]} for _ in range(3)]
+    for i, note in enumerate(notes):
+        buffer.append(step(i, note=note, weight=torch.ones(1) * i))
+    assert len(count_full_writes) == 1  # the later two took the fast path
+    notes[2]["seen"].append(1)  # the caller changes what it passed ...
+    _, (stored, weight) = buffer.sample_batch(-1, sample_method="all", sample_attrs=["note", "weight"])
+    assert stored == [{"seen": [0]}] * 3  # ... the buffer keeps what was given
+    assert [w.tolist() for w in weight] == [[0.0], [1.0], [2.0]]
