@@ -212,7 +212,7 @@ def _dict_store_function(plan: _FastLayout) -> Callable[[Dict[str, Any], bool, i
         elif mode == _CHECK_BLOCK:
             blocks.append(f"v{j}")
         written.append(f"v{j}")
-    for k, (name, types, bounded, check_finite, binary) in enumerate(plan.scalars):
+    for name, types, bounded, check_finite, binary in plan.scalars:
         j = len(written)
         scope[f"T{j}"] = types
         lines += [f"v{j} = values[{name!r}]", f"if type(v{j}) not in T{j}: return False"]
