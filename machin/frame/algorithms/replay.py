@@ -72,8 +72,15 @@ def make_batch(size: int, batch: tuple, **extra: Any) -> SampledBatch:
         reward = Buffer.make_tensor_from_batch(reward, None, True)
         terminal = Buffer.make_tensor_from_batch(terminal, None, True)
     dtype = reward.dtype if reward.is_floating_point() else torch.get_default_dtype()
-    return SampledBatch(size, state, action, reward.to(dtype).view(size, -1), next_state,
-                        terminal.to(dtype).view(size, -1), others, **extra)
+    return SampledBatch(size, state, action, _column(reward, dtype, size), next_state,
+                        _column(terminal, dtype, size), others, **extra)
+
+
+def _column(values: torch.Tensor, dtype: torch.dtype, size: int) -> torch.Tensor:
+    """``values`` as a ``[size, k]`` tensor of ``dtype`` (itself when it is one already)."""
+    if values.dtype != dtype:
+        values = values.to(dtype)
+    return values if values.dim() == 2 and values.shape[0] == size else values.view(size, -1)
 
 
 def bellman_target(reward: torch.Tensor, discount: Union[float, torch.Tensor], next_value: torch.Tensor,

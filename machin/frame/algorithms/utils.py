@@ -35,13 +35,16 @@ __all__ = [
 class _Signature:
     """What ``safe_call`` needs to know about one module's ``forward``."""
 
-    __slots__ = ("names", "required", "accepts_any", "class_name")
+    __slots__ = ("names", "required", "accepts_any", "class_name", "first_parameter")
 
     def __init__(self, names: Tuple[str, ...], required: Tuple[str, ...], accepts_any: bool, class_name: str):
         self.names = frozenset(names)
         self.required = required
         self.accepts_any = accepts_any
         self.class_name = class_name
+        # The parameter whose device a plain module's inputs go to (see get_input_device),
+        # kept here too so that safe_call finds both with one lookup.
+        self.first_parameter: Optional[torch.Tensor] = None
 
 
 _signatures: weakref.WeakKeyDictionary[nn.Module, _Signature] = weakref.WeakKeyDictionary()
@@ -238,7 +241,12 @@ def safe_call(model: nn.Module, *named_args: Optional[Dict[str, Any]], required_
     signature = _signatures.get(model)
     if signature is None:
         signature = _signatures[model] = _read_signature(model)
-    device = get_input_device(model)
+    first = signature.first_parameter
+    if first is not None and "input_device" not in model.__dict__:
+        device = first.device
+    else:
+        device = get_input_device(model)
+        signature.first_parameter = _first_parameter.get(model)
 
     kwargs = {}
     names = signature.names
