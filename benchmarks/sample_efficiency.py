@@ -102,6 +102,7 @@ import os
 import statistics
 import sys
 import time
+import types
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
@@ -379,10 +380,66 @@ def _train_td3(task: Task, steps: int, seed: int, eval_episodes: int) -> Any:
 _TRAIN = {"dqn": _train_dqn, "ppo": _train_ppo, "sac": _train_sac, "td3": _train_td3}
 
 
-def run_seed(name: str, seed: int, steps_scale: float = 1.0, eval_episodes: int = 5) -> Dict[str, Any]:
+# -- the same runs with Stable-Baselines3 (``--library sb3``) ----------------------------
+def _train_sb3(name: str, task: Task, steps: int, seed: int, eval_episodes: int) -> Any:
+    """Train ``name`` with Stable-Baselines3 and the zoo's settings, evaluated like the machin runs.
+
+    DQN and PPO only (the issue found SAC and TD3 alike in both libraries). Evaluations:
+    ``eval_episodes`` greedy (``deterministic=True``) episodes every ``EVAL_EVERY`` steps,
+    reset with the seeds the trainer uses (``seed + 10**6 + j``).
+    """
+    try:
+        from stable_baselines3 import DQN as SB3DQN
+        from stable_baselines3 import PPO as SB3PPO
+        from stable_baselines3.common.callbacks import BaseCallback
+        from stable_baselines3.common.env_util import make_vec_env
+    except ImportError as error:
+        raise SystemExit("--library sb3 needs stable-baselines3 importable (pip install stable-baselines3)") from error
+    if name == "dqn":
+        model = SB3DQN("MlpPolicy", task.env_id, learning_rate=2.3e-3, batch_size=64, buffer_size=100_000,
+                       learning_starts=1000, gamma=0.99, target_update_interval=10, train_freq=256,
+                       gradient_steps=128, exploration_fraction=0.16, exploration_final_eps=0.04,
+                       policy_kwargs={"net_arch": [256, 256]}, seed=seed, device="cpu")
+    elif name == "ppo":
+        model = SB3PPO("MlpPolicy", make_vec_env(task.env_id, n_envs=8, seed=seed), n_steps=32, batch_size=256,
+                       gae_lambda=0.8, gamma=0.98, n_epochs=20, ent_coef=0.0,
+                       learning_rate=lambda left: left * 1e-3, clip_range=lambda left: left * 0.2,
+                       seed=seed, device="cpu")
+    else:
+        raise SystemExit(f"--library sb3 runs the dqn and ppo tasks, not {name!r}")
+    eval_env = gym.make(task.env_id)
+    curve = types.SimpleNamespace(eval_steps=[], eval_returns=[], steps=0)
+
+    class Evaluate(BaseCallback):
+        def _on_step(self) -> bool:
+            now = self.model.num_timesteps
+            if now // EVAL_EVERY > (now - self.training_env.num_envs) // EVAL_EVERY:
+                returns = []
+                for j in range(eval_episodes):
+                    obs, _ = eval_env.reset(seed=seed + 10**6 + j)
+                    total, done = 0.0, False
+                    while not done:
+                        action, _ = self.model.predict(obs, deterministic=True)
+                        obs, reward, terminated, truncated, _ = eval_env.step(int(action))
+                        total, done = total + float(reward), terminated or truncated
+                    returns.append(total)
+                curve.eval_steps.append(now // EVAL_EVERY * EVAL_EVERY)
+                curve.eval_returns.append(statistics.mean(returns))
+            return True
+
+    model.learn(steps, callback=Evaluate())
+    curve.steps = model.num_timesteps
+    eval_env.close()
+    return curve
+
+
+def run_seed(name: str, seed: int, steps_scale: float = 1.0, eval_episodes: int = 5,
+             library: str = "machin") -> Dict[str, Any]:
     """Train task ``name`` with seed ``seed``; return its evaluations and summary (a JSON-able dict).
 
-    Keys: ``task``, ``seed``, ``budget``, ``steps_taken``, ``eval_steps``, ``eval_returns``,
+    ``library="sb3"`` trains it with Stable-Baselines3 instead (DQN and PPO).
+
+    Keys: ``task``, ``library``, ``seed``, ``budget``, ``steps_taken``, ``eval_steps``, ``eval_returns``,
     ``steps_to_threshold`` (``None``: never reached), ``final_return`` (the evaluation at the
     budget; ``None`` when there was none), ``cpu_seconds`` and ``wall_seconds``.
     """
@@ -391,12 +448,15 @@ def run_seed(name: str, seed: int, steps_scale: float = 1.0, eval_episodes: int 
     torch.set_num_threads(1)
     seed_everything(seed)
     cpu, wall = time.process_time(), time.perf_counter()
-    result = _TRAIN[name](task, budget, seed, eval_episodes)
+    if library == "sb3":
+        result = _train_sb3(name, task, budget, seed, eval_episodes)
+    else:
+        result = _TRAIN[name](task, budget, seed, eval_episodes)
     cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
     curve = [(s, float(r)) for s, (_, r) in zip(result.eval_steps, result.eval_returns) if s <= budget]
     reached = next((s for s, r in curve if r >= task.threshold), None)
     return {
-        "task": name, "seed": seed, "budget": budget, "steps_taken": result.steps,
+        "task": name, "library": library, "seed": seed, "budget": budget, "steps_taken": result.steps,
         "eval_steps": [s for s, _ in curve], "eval_returns": [r for _, r in curve],
         "steps_to_threshold": reached, "final_return": curve[-1][1] if curve else None,
         "cpu_seconds": cpu, "wall_seconds": wall,
@@ -457,13 +517,13 @@ def print_table(rows: List[Dict[str, Any]]) -> None:
 
 
 def run(tasks: Sequence[str], seeds: int, workers: Optional[int], steps_scale: float = 1.0,
-        eval_episodes: int = 5, json_path: Optional[str] = None) -> List[Dict[str, Any]]:
+        eval_episodes: int = 5, json_path: Optional[str] = None, library: str = "machin") -> List[Dict[str, Any]]:
     """Run every (task, seed), ``workers`` at a time; print one line per run and the table."""
-    jobs = [(name, seed, steps_scale, eval_episodes) for name in tasks for seed in range(seeds)]
+    jobs = [(name, seed, steps_scale, eval_episodes, library) for name in tasks for seed in range(seeds)]
     # the longest runs first, so that the last worker to finish does not start late
     jobs.sort(key=lambda job: {"sac": 0, "td3": 1, "dqn": 2, "ppo": 3}[job[0]])
     workers = min(len(jobs), workers or os.cpu_count() or 1)
-    print(f"{len(jobs)} runs ({', '.join(tasks)} x {seeds} seeds), {workers} worker process(es), "
+    print(f"{library}: {len(jobs)} runs ({', '.join(tasks)} x {seeds} seeds), {workers} worker process(es), "
           f"one torch thread each, budgets x{steps_scale:g}", flush=True)
     started, runs = time.perf_counter(), []
 
@@ -509,10 +569,13 @@ def main(argv: Optional[List[str]] = None) -> Optional[List[Dict[str, Any]]]:
                         help="multiply the zoo's step budgets, e.g. 0.05 for a smoke test")
     parser.add_argument("--eval-episodes", type=int, default=5, help="greedy episodes per evaluation (default 5)")
     parser.add_argument("--json", default=None, help="also write the rows and every run's evaluations here")
+    parser.add_argument("--library", choices=["machin", "sb3"], default="machin",
+                        help="train with machin (default) or, for dqn and ppo, with Stable-Baselines3 "
+                             "(which must be importable) under the same settings and evaluations")
     args = parser.parse_args(argv)
     if args.seeds < 1 or (args.workers is not None and args.workers < 1) or args.steps_scale <= 0:
         parser.error("--seeds and --workers must be positive, --steps-scale greater than 0")
-    return run(args.tasks, args.seeds, args.workers, args.steps_scale, args.eval_episodes, args.json)
+    return run(args.tasks, args.seeds, args.workers, args.steps_scale, args.eval_episodes, args.json, args.library)
 
 
 if __name__ == "__main__":

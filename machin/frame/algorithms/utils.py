@@ -42,14 +42,18 @@ class _Signature:
         self.required = required
         self.accepts_any = accepts_any
         self.class_name = class_name
-        # The parameter whose device a plain module's inputs go to (see get_input_device),
-        # kept here too so that safe_call finds both with one lookup.
-        self.first_parameter: Optional[torch.Tensor] = None
+        # What get_input_device remembered for a plain module, kept here too so that
+        # safe_call finds both with one lookup.
+        self.first_parameter: Optional[_Remembered] = None
 
 
 _signatures: weakref.WeakKeyDictionary[nn.Module, _Signature] = weakref.WeakKeyDictionary()
 _warned_classes: set = set()
-_first_parameter: weakref.WeakKeyDictionary[nn.Module, torch.Tensor] = weakref.WeakKeyDictionary()
+_MISSING = object()
+#: A plain module's first parameter (or buffer), with the dict of its owning module and its
+#: key there: ``(tensor, owner_dict, key)``.
+_Remembered = Tuple[torch.Tensor, Dict[str, Any], str]
+_first_parameter: weakref.WeakKeyDictionary[nn.Module, _Remembered] = weakref.WeakKeyDictionary()
 _parameter_lists: weakref.WeakKeyDictionary[nn.Module, tuple] = weakref.WeakKeyDictionary()
 
 
@@ -130,12 +134,12 @@ def get_input_device(model: nn.Module) -> Optional[torch.device]:
     parameters nor buffers gets ``None`` (inputs are not moved) and the same kind of
     warning.
     """
-    # A parameter keeps its identity when the module moves (``.to()`` swaps its data), so
-    # for a plain module (no ``input_device`` on its class, not a wrapper) the first one is
-    # remembered and asked for its device on every call: the common case costs two lookups.
-    tensor = _first_parameter.get(model)
-    if tensor is not None and "input_device" not in model.__dict__:
-        return tensor.device
+    # For a plain module (no ``input_device`` on its class, not a wrapper) the first parameter
+    # is remembered and asked for its device on every call, as long as its module still holds
+    # it (``.to()`` keeps a parameter between CPU and GPU but replaces it e.g. for ``"meta"``).
+    remembered = _still_held(_first_parameter.get(model), model)
+    if remembered is not None:
+        return remembered.device
     device = getattr(model, "input_device", None)
     if device is None:  # a DDP / compile wrapper of a module that declares one
         device = getattr(_unwrap(model), "input_device", None)
@@ -157,9 +161,40 @@ def get_input_device(model: nn.Module) -> Optional[torch.device]:
             f"has parameters on several devices ({', '.join(sorted(map(str, devices)))}); "
             f"its inputs go to the device of its first parameter ({tensor.device})",
         )
-    if _unwrap(model) is model and not any("input_device" in vars(cls) for cls in type(model).__mro__):
-        _first_parameter[model] = tensor
+    if _unwrap(model) is model and not _declares_input_device(type(model)):
+        holder = _holder(model, tensor)
+        if holder is not None:
+            _first_parameter[model] = holder
     return tensor.device
+
+
+def _still_held(remembered: Optional[_Remembered], model: nn.Module) -> Optional[torch.Tensor]:
+    """The remembered first tensor while its module still holds it and no device was declared since."""
+    if remembered is None or remembered[1].get(remembered[2]) is not remembered[0]:
+        return None
+    return None if "input_device" in model.__dict__ else remembered[0]
+
+
+def _holder(model: nn.Module, tensor: torch.Tensor) -> Optional[_Remembered]:
+    """``(tensor, dict of the submodule that holds it, its key there)``; ``None`` where the
+    module keeps its tensors in something else than dicts (TorchScript)."""
+    for module in model.modules():
+        for store in (module._parameters, module._buffers):
+            if not isinstance(store, dict):
+                return None
+            for key, value in store.items():
+                if value is tensor:
+                    return tensor, store, key
+    return None
+
+
+def _declares_input_device(cls: type) -> bool:
+    """Whether ``cls`` defines ``input_device`` (the nearest definition; a plain ``None`` declares nothing)."""
+    for klass in cls.__mro__:
+        value = vars(klass).get("input_device", _MISSING)
+        if value is not _MISSING:
+            return value is not None
+    return False
 
 
 def _warn_once(cls: type, problem: str) -> None:
@@ -241,8 +276,8 @@ def safe_call(model: nn.Module, *named_args: Optional[Dict[str, Any]], required_
     signature = _signatures.get(model)
     if signature is None:
         signature = _signatures[model] = _read_signature(model)
-    first = signature.first_parameter
-    if first is not None and "input_device" not in model.__dict__:
+    first = _still_held(signature.first_parameter, model)
+    if first is not None:
         device = first.device
     else:
         device = get_input_device(model)

@@ -228,6 +228,33 @@ def test_get_input_device():
     assert get_input_device(OnlyBuffer()).type == "meta"
 
 
+def test_the_remembered_input_device_follows_moves_and_later_declarations():
+    net = QNet()
+    assert safe_call(net, {"some_state": torch.ones(1, 3)}).device.type == "cpu"  # remembered now
+    net.to("meta")  # this move replaces the parameters: the remembered one is not followed
+    assert safe_call(net, {"some_state": torch.ones(1, 3)}).device.type == "meta"
+    net.to_empty(device="cpu")
+    assert safe_call(net, {"some_state": torch.ones(1, 3)}).device.type == "cpu"
+    net.input_device = "meta"  # declared on the instance after the first call
+    with pytest.raises(RuntimeError):  # cpu weights, meta inputs: the declaration was followed
+        safe_call(net, {"some_state": torch.ones(1, 3)})
+
+    class Switching(QNet):
+        where = "cpu"
+
+        @property
+        def input_device(self):
+            return self.where
+
+    seen = []
+    switching = Switching()
+    switching.forward = lambda some_state: seen.append(some_state.device.type) or some_state
+    for where in ("cpu", "meta", "cpu"):
+        switching.where = where
+        safe_call(switching, {"some_state": torch.ones(1, 3)})
+    assert seen == ["cpu", "meta", "cpu"]  # a declared device is asked on every call
+
+
 # -- wrapped and compiled modules --------------------------------------------------------
 class Scriptable(nn.Module):
     def __init__(self):
