@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import random
 from typing import Any, Callable, Dict, Optional
 
 import torch
@@ -163,9 +162,9 @@ class DQN(ReplayMixin, TorchFramework):
         output, extras = self._act(state, use_target)
         action = self._greedy_action(output)
         epsilon = self.epsilon
-        if action.shape[0] == 1:  # one state (the usual loop): Python's generator, no tensor ops
-            if epsilon > 0.0 and random.random() < epsilon:
-                action = torch.full_like(action, random.randrange(output.shape[1]))
+        if action.shape[0] == 1:  # one state (the usual loop): one scalar draw decides
+            if epsilon > 0.0 and torch.rand(()).item() < epsilon:
+                action = torch.randint_like(action, output.shape[1])
         elif epsilon > 0.0:
             explore = torch.rand(action.shape, device=action.device) < epsilon
             if explore.any():
