@@ -424,7 +424,7 @@ def _train_sb3(name: str, task: Task, steps: int, seed: int, eval_episodes: int)
                         total, done = total + float(reward), terminated or truncated
                     returns.append(total)
                 curve.eval_steps.append(now // EVAL_EVERY * EVAL_EVERY)
-                curve.eval_returns.append(statistics.mean(returns))
+                curve.eval_returns.append((None, statistics.mean(returns)))  # as the trainer: (episode, mean)
             return True
 
     model.learn(steps, callback=Evaluate())
