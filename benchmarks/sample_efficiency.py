@@ -32,6 +32,13 @@ Targets (issue #25): median steps to the threshold at most 16,000 (DQN), 22,000 
 15,000 median steps to 475, PPO 22,000; for SAC and TD3 the issue found SB3 and machin
 alike and gives no separate figure (shown as "= machin").
 
+``--library sb3`` runs the DQN and PPO tasks in Stable-Baselines3 instead (it must be
+importable; it is not a dependency of machin), with the same settings, seeds and
+evaluations, so that both libraries are compared over the same, larger set of seeds::
+
+    python -m benchmarks.sample_efficiency --tasks dqn ppo --seeds 13
+    python -m benchmarks.sample_efficiency --tasks dqn ppo --seeds 13 --library sb3
+
 Hyperparameters (the zoo's files, Stable-Baselines3 defaults where the zoo sets nothing)
 and how they map onto machin:
 
