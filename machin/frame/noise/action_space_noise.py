@@ -43,6 +43,7 @@ from .generator import (
     _check_bounds,
     _check_finite,
     _check_sigma,
+    _is_one,
     _is_real,
     _sample_clipped_normal,
     _sample_normal,
@@ -241,11 +242,6 @@ def _check_clipped_normal(owner: str, values: Sequence[float]) -> None:
     _check_finite(owner, "clip_min", values[2], allow_inf=True)
     _check_finite(owner, "clip_max", values[3], allow_inf=True)
     _check_bounds(owner, "clip_min", values[2], "clip_max", values[3])
-
-
-def _is_one(value: Any) -> bool:
-    """Whether ``value`` is the plain number 1 (multiplying by it would change nothing)."""
-    return (type(value) is float or type(value) is int) and value == 1
 
 
 def _noise_dtype(action: torch.Tensor) -> torch.dtype:

@@ -526,6 +526,11 @@ def _is_zero(value: Any) -> bool:
     return (type(value) is float or type(value) is int) and value == 0
 
 
+def _is_one(value: Any) -> bool:
+    """Whether ``value`` is the plain number 1 (multiplying by it would change nothing)."""
+    return (type(value) is float or type(value) is int) and value == 1
+
+
 def _sample_clipped_normal(
     shape: torch.Size,
     mean: Param,
