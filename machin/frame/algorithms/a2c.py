@@ -122,7 +122,8 @@ class A2C(BufferOptions, ActorCriticOptions, TorchFramework):
     joint_update = Option(False, doc="Train both networks on one joint loss (policy loss + ``value_weight`` x "
                           "value loss + entropy term) for ``actor_update_times`` epochs over shuffled minibatches "
                           "of ``batch_size`` covering every stored sample, with advantages standardized per "
-                          "minibatch, as PPO is usually run; "
+                          "minibatch and ``gradient_max`` clipping the norm of the joint gradient (both networks "
+                          "together), as PPO is usually run; "
                           "``False``: 0.3.4's separate actor and critic loops on random minibatches.")
 
     def __init__(self, actor: nn.Module, critic: nn.Module, optimizer: Callable, criterion: Callable):
@@ -361,13 +362,16 @@ class A2C(BufferOptions, ActorCriticOptions, TorchFramework):
             for start in range(0, batch.size, self.batch_size):
                 minibatch = self._normalized(batch.subset(order[start:start + self.batch_size]))
                 # The networks are separate, so the joint loss's gradient is each network's own
-                # loss's: one step per network on the same minibatch.
+                # loss's; gradient_max clips the norm of the joint gradient, over both networks.
                 loss, policy_loss = self._actor_objective(minibatch)
                 value_loss = self._critic_loss(minibatch)
+                losses, optimizers, networks = [], [], []
                 if update_policy:
-                    self._optimize(loss, self.actor_optim, self.actor, self.gradient_max)
+                    losses.append(loss), optimizers.append(self.actor_optim), networks.append(self.actor)
                 if update_value:
-                    self._optimize(value_loss, self.critic_optim, self.critic, self.gradient_max)
+                    losses.append(value_loss), optimizers.append(self.critic_optim), networks.append(self.critic)
+                if losses:
+                    self._optimize(losses, optimizers, networks, self.gradient_max)
                 policy_values.append(-policy_loss.item())
                 value_losses.append(value_loss.item())
         return UpdateResult(sum(policy_values) / len(policy_values), sum(value_losses) / len(value_losses))

@@ -40,6 +40,14 @@ class NetworkMismatchError(ValueError, RuntimeError):
     """
 
 
+def _is_finite(loss: Any) -> bool:
+    """Whether every element of ``loss`` is finite (one scalar read for a scalar loss: a device
+    sync on a GPU, which ``update`` does anyway when it returns the loss as a float)."""
+    if not isinstance(loss, torch.Tensor):
+        return True
+    return math.isfinite(loss.item()) if loss.numel() == 1 else bool(torch.isfinite(loss).all())
+
+
 _MODE_SENSITIVE_LAYERS = (nn.modules.dropout._DropoutNd, nn.modules.batchnorm._NormBase)
 _mode_sensitivity: weakref.WeakKeyDictionary[nn.Module, bool] = weakref.WeakKeyDictionary()
 
@@ -275,20 +283,25 @@ class TorchFramework:
         return factory() if given is None else given
 
     # -- training plumbing ----------------------------------------------------------
-    def _optimize(self, loss: torch.Tensor, optimizer: torch.optim.Optimizer,
-                  parameters: Union[nn.Module, Iterable[torch.Tensor]], gradient_max: float = math.inf) -> bool:
+    def _optimize(self, loss: Union[torch.Tensor, Sequence[torch.Tensor]],
+                  optimizer: Union[torch.optim.Optimizer, Sequence[torch.optim.Optimizer]],
+                  parameters: Union[nn.Module, Iterable[torch.Tensor], Sequence[nn.Module]],
+                  gradient_max: float = math.inf) -> bool:
         """The one place where a loss becomes a step: zero grads, backward, clip, step.
 
         A loss that is not finite (NaN or inf) takes no step: no backward pass runs, and
         the parameters, their gradients and the optimizer state stay as they were. The
         first such loss of an algorithm instance warns (a ``RuntimeWarning``); every one
         is counted in ``skipped_updates``. Returns whether the step was taken.
+
+        Lists of losses and of optimizers (and ``parameters`` a list of the networks)
+        make one joint step, the step of the sum of the losses: every gradient is put in
+        before the norm over all the networks is clipped, then every optimizer steps. No
+        step is taken if one loss is not finite.
         """
-        # One scalar read per step (a device sync on a GPU, which ``update`` does anyway
-        # when it returns the loss as a float).
-        if isinstance(loss, torch.Tensor) and not (
-            math.isfinite(loss.item()) if loss.numel() == 1 else bool(torch.isfinite(loss).all())
-        ):
+        if isinstance(optimizer, (list, tuple)):
+            return self._optimize_jointly(list(loss), list(optimizer), list(parameters), gradient_max)
+        if not _is_finite(loss):
             self._skip_non_finite_step(loss, optimizer, parameters)
             return False
         if self._compiled_steps is not None:
@@ -299,6 +312,26 @@ class TorchFramework:
             params = parameters.parameters() if isinstance(parameters, nn.Module) else parameters
             nn.utils.clip_grad_norm_(params, gradient_max)
         optimizer.step()
+        return True
+
+    def _optimize_jointly(self, losses: List[torch.Tensor], optimizers: List[torch.optim.Optimizer],
+                          networks: List[Union[nn.Module, torch.Tensor]], gradient_max: float) -> bool:
+        """The joint step of :meth:`_optimize` (lists of losses, optimizers and networks)."""
+        for loss, optimizer, network in zip(losses, optimizers, networks):
+            if not _is_finite(loss):
+                self._skip_non_finite_step(loss, optimizer, network)
+                return False
+        params = [p for part in networks for p in (part.parameters() if isinstance(part, nn.Module) else [part])]
+        if self._compiled_steps is not None:
+            return self._compiled_steps.optimize_jointly(self, losses, optimizers, params, gradient_max)
+        for optimizer in optimizers:
+            optimizer.zero_grad(set_to_none=True)
+        for loss in losses:
+            self._backward(loss)
+        if gradient_max != math.inf:
+            nn.utils.clip_grad_norm_(params, gradient_max)
+        for optimizer in optimizers:
+            optimizer.step()
         return True
 
     def _skip_non_finite_step(self, loss: torch.Tensor, optimizer: torch.optim.Optimizer,

@@ -88,6 +88,15 @@ def compilable(trains: Trains = None, *, after: Optional[str] = None) -> Callabl
     return decorate
 
 
+def _put_gradients(framework: Any, loss: torch.Tensor, pending: Optional[tuple]) -> None:
+    """Set the gradients a compiled loss step computed for ``loss`` (``pending``), or run its backward pass."""
+    if pending is not None:
+        for param, grad in zip(pending[1], pending[2]):
+            param.grad = grad
+    else:
+        framework._backward(loss)
+
+
 # -- the functions that torch.compile traces ------------------------------------------------
 # Each compiled step calls a fresh copy of one of these (see ``_fresh``).
 
@@ -476,11 +485,7 @@ class CompiledSteps:
                     param.grad = None
         else:
             optimizer.zero_grad(set_to_none=True)
-        if pending is not None:
-            for param, grad in zip(pending[1], pending[2]):
-                param.grad = grad
-        else:
-            framework._backward(loss)
+        _put_gradients(framework, loss, pending)
         params = _tensors(parameters)[0] if isinstance(parameters, nn.Module) else list(parameters)
         max_norm = None if gradient_max == math.inf else gradient_max
         if step.eager or self.disabled is not None or _has_step_hooks(optimizer):
@@ -498,6 +503,25 @@ class CompiledSteps:
             self._give_up(step, error)
             return True
         optimizer._opt_called = True  # what the LR schedulers' wrapper of ``step`` records
+        return True
+
+    def optimize_jointly(self, framework: Any, losses: List[torch.Tensor], optimizers: List[Any],
+                         params: List[torch.Tensor], gradient_max: float) -> bool:
+        """The joint step of :meth:`TorchFramework._optimize`: every loss's gradients (from its
+        loss step, or by a backward pass), one clip of the norm over ``params``, every
+        optimizer's step. The optimizer steps run eagerly here. Returns ``True``."""
+        pending = []
+        for loss in losses:
+            entry = self._pending.pop(id(loss), None)
+            pending.append(entry if entry is not None and entry[0] is loss else None)
+        for optimizer in optimizers:
+            optimizer.zero_grad(set_to_none=True)
+        for loss, entry in zip(losses, pending):
+            _put_gradients(framework, loss, entry)
+        if gradient_max != math.inf:
+            nn.utils.clip_grad_norm_(params, gradient_max)
+        for optimizer in optimizers:
+            optimizer.step()
         return True
 
     @staticmethod

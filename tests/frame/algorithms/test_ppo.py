@@ -187,6 +187,25 @@ def test_joint_update_respects_the_switches():
     assert not all(torch.equal(a, b) for a, b in zip(critic_before, ppo.critic.parameters()))
 
 
+def test_joint_update_clips_the_norm_of_the_joint_gradient():
+    # SGD with learning rate 1 steps by minus the clipped gradient, so the steps show the clipping
+    ppo = make(joint_update=True, actor_update_times=1, gradient_max=1e-3, actor_learning_rate=1.0,
+               critic_learning_rate=1.0)
+    ppo.actor_optim = torch.optim.SGD(ppo.actor.parameters(), lr=1.0)
+    ppo.critic_optim = torch.optim.SGD(ppo.critic.parameters(), lr=1.0)
+    ppo.store_episode(episode(16))
+    networks = (ppo.actor, ppo.critic)
+    before = [[p.detach().clone() for p in net.parameters()] for net in networks]
+    ppo.update()
+    norms = [torch.linalg.vector_norm(torch.stack([(p - q).norm() for p, q in zip(net.parameters(), old)])).item()
+             for net, old in zip(networks, before)]
+    assert min(norms) > 0  # both networks moved ...
+    assert math.hypot(*norms) == pytest.approx(1e-3, rel=1e-4)  # ... by one clipped joint gradient
+    # clipping each network alone would move each by 1e-3; here the critic's large gradient
+    # takes most of the joint norm and the actor's step shrinks with it
+    assert min(norms) < 0.5e-3
+
+
 def test_joint_update_compiles_to_the_same_numbers():
     def build():
         torch.manual_seed(0)
