@@ -509,7 +509,15 @@ class CompiledSteps:
                          params: List[torch.Tensor], gradient_max: float) -> bool:
         """The joint step of :meth:`TorchFramework._optimize`: every loss's gradients (from its
         loss step, or by a backward pass), one clip of the norm over ``params``, every
-        optimizer's step. The optimizer steps run eagerly here. Returns ``True``."""
+        optimizer's step. The optimizer steps run eagerly here. Returns ``True``.
+
+        Args:
+            framework: The algorithm instance.
+            losses: The finite losses, one per network.
+            optimizers: Their optimizers, in the same order.
+            params: Every parameter of the networks, clipped together.
+            gradient_max: The clipping norm (``inf``: none).
+        """
         pending = []
         for loss in losses:
             entry = self._pending.pop(id(loss), None)
