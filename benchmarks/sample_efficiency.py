@@ -301,8 +301,11 @@ class BenchTD3(_RandomStart, TD3):
 
 
 # -- one run ---------------------------------------------------------------------------
-def _unscaler(space: gym.spaces.Box) -> Callable[[torch.Tensor], np.ndarray]:
-    """Map an action in [-1, 1] to the environment's bounds (SB3's ``unscale_action``)."""
+def _unscaler(env_id: str) -> Callable[[torch.Tensor], np.ndarray]:
+    """Map an action in [-1, 1] to the bounds of ``env_id``'s action space (SB3's ``unscale_action``)."""
+    probe = gym.make(env_id)
+    space = probe.action_space
+    probe.close()
     low, high = space.low.astype(np.float64), space.high.astype(np.float64)
 
     def to_env(action: torch.Tensor) -> np.ndarray:
@@ -354,9 +357,7 @@ def _train_sac(task: Task, steps: int, seed: int, eval_episodes: int) -> Any:
                    batch_size=256, replay_size=1_000_000, discount=0.99, update_rate=0.005,
                    initial_entropy_alpha=1.0, target_entropy=-1.0)
     sac.random_steps = 100
-    probe = gym.make(task.env_id)
-    to_env = _unscaler(probe.action_space)
-    probe.close()
+    to_env = _unscaler(task.env_id)
     trainer = Trainer(sac, _make(task.env_id), eval_env=_make(task.env_id), act_method="explore",
                       eval_act_method="act_greedy", action_to_env=to_env, train_freq=1, gradient_steps=1,
                       warmup_steps=100, eval_every_steps=EVAL_EVERY, eval_episodes=eval_episodes, seed=seed,
@@ -373,9 +374,7 @@ def _train_td3(task: Task, steps: int, seed: int, eval_episodes: int) -> Any:
                    batch_size=256, replay_size=200_000, discount=0.98, update_rate=0.005, policy_noise=0.2,
                    noise_clip=0.5, policy_update_delay=2, action_range=(-1.0, 1.0))
     td3.random_steps = 10_000
-    probe = gym.make(task.env_id)
-    to_env = _unscaler(probe.action_space)
-    probe.close()
+    to_env = _unscaler(task.env_id)
     trainer = Trainer(td3, _make(task.env_id), eval_env=_make(task.env_id), act_method="explore",
                       eval_act_method="act", action_to_env=to_env, train_freq=1, gradient_steps=1,
                       warmup_steps=10_000, eval_every_steps=EVAL_EVERY, eval_episodes=eval_episodes, seed=seed,

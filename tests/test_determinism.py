@@ -9,8 +9,7 @@ from torch import nn
 from machin.frame.algorithms import DDPG, DQN, PPO
 from machin.utils import seed
 
-from .frame.algorithms.ddpg_nets import fill, pendulum_nets
-from .frame.algorithms.pg_nets import CategoricalActor, ValueCritic
+from .frame.algorithms.nets import CategoricalActor, ValueCritic, fill, pendulum_nets
 
 UPDATES = 200
 

@@ -30,17 +30,20 @@ from machin.frame.algorithms.utils import (
     safe_return,
 )
 from machin.utils.compat import ExtraArgumentsWarning
-from tests.frame.algorithms.ddpg_nets import Actor, Critic
-from tests.frame.algorithms.ddpg_nets import fill as fill_ddpg
-from tests.frame.algorithms.dqn_nets import DistQNet, QNet, transition
-from tests.frame.algorithms.maddpg_nets import make_networks
-from tests.frame.algorithms.pg_nets import (
+from tests.frame.algorithms.nets import (
+    Actor,
     CategoricalActor,
+    Critic,
+    DistQNet,
     QCritic,
+    QNet,
     TanhGaussianActor,
     ValueCritic,
+    make_networks,
     step_dict,
+    transition,
 )
+from tests.frame.algorithms.nets import fill as fill_ddpg
 
 
 def _ddpg_nets():

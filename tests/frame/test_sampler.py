@@ -10,8 +10,7 @@ from torch import nn
 from machin.env.wrappers import ParallelWrapperDummy, ParallelWrapperSubProc
 from machin.frame.algorithms import DDPG, DQN, PPO
 from machin.frame.sampler import EpisodeInfo, VecSampler
-from tests.frame.algorithms.dqn_nets import QNet
-from tests.frame.algorithms.pg_nets import CategoricalActor, ValueCritic
+from tests.frame.algorithms.nets import CategoricalActor, QNet, ValueCritic
 from tests.multiprocess import no_children_left  # noqa: F401
 
 pytestmark = [

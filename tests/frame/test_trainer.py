@@ -19,9 +19,7 @@ from machin.frame import algorithms
 from machin.frame.algorithms import DDPG, DQN, PPO
 from machin.frame.trainer import Trainer
 from machin.utils.save_env import SaveEnv
-from tests.frame.algorithms.ddpg_nets import Actor, Critic
-from tests.frame.algorithms.dqn_nets import QNet
-from tests.frame.algorithms.pg_nets import CategoricalActor, ValueCritic
+from tests.frame.algorithms.nets import Actor, CategoricalActor, Critic, QNet, ValueCritic
 
 pytestmark = pytest.mark.filterwarnings("ignore:.*CartPole-v0")
 

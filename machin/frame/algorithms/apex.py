@@ -34,7 +34,7 @@ from .base import TorchFramework, UpdateResult
 from .ddpg_per import DDPGPer
 from .dqn_per import DQNPer
 from .options import BufferOptions, OneLearningRate
-from .utils import first_model_server
+from .utils import SharedNetworkSync
 
 __all__ = ["ApexMixin", "DQNApex", "DDPGApex"]
 
@@ -48,15 +48,14 @@ def _cpu_only(name: str, value: Any) -> Any:
     return value
 
 
-class ApexMixin:
+class ApexMixin(SharedNetworkSync):
     """Distributed buffer, model pushes and pulls shared by the Ape-X algorithms.
 
-    The host names the network it shares in ``_shared_network`` (an attribute name) and
-    the constructor parameters of the networks that several learners train together in
+    The host names the network it shares in ``_shared_network`` (an attribute name, see
+    :class:`~machin.frame.algorithms.utils.SharedNetworkSync`) and the constructor parameters of the networks that several learners train together in
     ``_ddp_networks``.
     """
 
-    _shared_network = ""
     _ddp_networks: Tuple[str, ...] = ()
     lr_scheduler_args = TorchFramework.lr_scheduler_args.but(default=())
     lr_scheduler_kwargs = TorchFramework.lr_scheduler_kwargs.but(default=())
@@ -112,44 +111,7 @@ class ApexMixin:
 
     def _init_apex(self, apex_group: RpcGroup, model_server: Any) -> None:
         self.apex_group = apex_group
-        self.model_server = (first_model_server(model_server, type(self).__name__),)
-        self.is_syncing = True
-
-    def set_sync(self, is_syncing: bool) -> None:
-        """Turn the automatic pull of the shared network before acting on or off.
-
-        Args:
-            is_syncing: ``True`` to pull the newest parameters before every act call.
-        """
-        self.is_syncing = bool(is_syncing)
-
-    def manual_sync(self) -> bool:
-        """Load the newest shared network from the model server.
-
-        Returns:
-            ``False`` when no learner has pushed yet (the network is unchanged).
-        """
-        return self.model_server[0].pull(getattr(self, self._shared_network))
-
-    def _maybe_sync(self) -> None:
-        if self.is_syncing:
-            self.manual_sync()
-
-    def _push(self) -> None:
-        """Publish the shared network (a learner calls it after each update)."""
-        self.model_server[0].push(getattr(self, self._shared_network))
-
-    def publish(self) -> bool:
-        """Push the shared network to the model server now, e.g. after loading a checkpoint.
-
-        :meth:`update` pushes after every update; this lets samplers pull a resumed learner's
-        network before its first update.
-
-        Returns:
-            Whether the model server took it (``False``: it held a newer version, which was
-            loaded instead).
-        """
-        return self.model_server[0].push(getattr(self, self._shared_network))
+        self._init_sync(model_server, type(self).__name__)
 
     def _sample(self, *args: Any, **kwargs: Any) -> Any:
         batch = super()._sample(*args, **kwargs)
@@ -236,7 +198,7 @@ class DQNApex(ApexMixin, DQNPer):
         """
         result = super().update(update_value, update_target, concatenate_samples)
         if result is not None:
-            self._push()
+            self.publish()
         return result
 
 
@@ -312,5 +274,5 @@ class DDPGApex(OneLearningRate, ApexMixin, DDPGPer):
         """
         result = super().update(update_value, update_policy, update_target, concatenate_samples)
         if result is not None:
-            self._push()
+            self.publish()
         return result

@@ -48,6 +48,13 @@ def _is_finite(loss: Any) -> bool:
     return math.isfinite(loss.item()) if loss.numel() == 1 else bool(torch.isfinite(loss).all())
 
 
+def _tensors_of(part: Union[nn.Module, torch.Tensor, Iterable[torch.Tensor]]) -> Iterable[torch.Tensor]:
+    """The parameters of a network, a tensor itself, or the tensors of an iterable."""
+    if isinstance(part, nn.Module):
+        return part.parameters()
+    return (part,) if isinstance(part, torch.Tensor) else part
+
+
 _MODE_SENSITIVE_LAYERS = (nn.modules.dropout._DropoutNd, nn.modules.batchnorm._NormBase)
 _mode_sensitivity: weakref.WeakKeyDictionary[nn.Module, bool] = weakref.WeakKeyDictionary()
 
@@ -299,39 +306,29 @@ class TorchFramework:
         before the norm over all the networks is clipped, then every optimizer steps. No
         step is taken if one loss is not finite.
         """
-        if isinstance(optimizer, (list, tuple)):
-            return self._optimize_jointly(list(loss), list(optimizer), list(parameters), gradient_max)
-        if not _is_finite(loss):
-            self._skip_non_finite_step(loss, optimizer, parameters)
-            return False
-        if self._compiled_steps is not None:
-            return self._compiled_steps.optimize(self, loss, optimizer, parameters, gradient_max)
-        optimizer.zero_grad(set_to_none=True)
-        self._backward(loss)
-        if gradient_max != math.inf:
-            params = parameters.parameters() if isinstance(parameters, nn.Module) else parameters
-            nn.utils.clip_grad_norm_(params, gradient_max)
-        optimizer.step()
-        return True
-
-    def _optimize_jointly(self, losses: List[torch.Tensor], optimizers: List[torch.optim.Optimizer],
-                          networks: List[Union[nn.Module, torch.Tensor]], gradient_max: float) -> bool:
-        """The joint step of :meth:`_optimize` (lists of losses, optimizers and networks)."""
-        for loss, optimizer, network in zip(losses, optimizers, networks):
-            if not _is_finite(loss):
-                self._skip_non_finite_step(loss, optimizer, network)
+        joint = isinstance(optimizer, (list, tuple))
+        if joint:
+            losses, optimizers, networks = list(loss), list(optimizer), list(parameters)
+        else:
+            losses, optimizers, networks = (loss,), (optimizer,), (parameters,)
+        for one_loss, one_optimizer, network in zip(losses, optimizers, networks):
+            if not _is_finite(one_loss):
+                self._skip_non_finite_step(one_loss, one_optimizer, network)
                 return False
-        params = [p for part in networks for p in (part.parameters() if isinstance(part, nn.Module) else [part])]
-        if self._compiled_steps is not None:
-            return self._compiled_steps.optimize_jointly(self, losses, optimizers, params, gradient_max)
-        for optimizer in optimizers:
-            optimizer.zero_grad(set_to_none=True)
-        for loss in losses:
-            self._backward(loss)
+        compiled = self._compiled_steps
+        if compiled is not None and not joint:
+            return compiled.optimize(self, loss, optimizer, parameters, gradient_max)
+        for one_optimizer in optimizers:
+            one_optimizer.zero_grad(set_to_none=True)
+        for one_loss in losses:  # from a compiled loss step when there is one, else by a backward pass
+            if compiled is not None:
+                compiled.put_gradients(self, one_loss)
+            else:
+                self._backward(one_loss)
         if gradient_max != math.inf:
-            nn.utils.clip_grad_norm_(params, gradient_max)
-        for optimizer in optimizers:
-            optimizer.step()
+            nn.utils.clip_grad_norm_([p for part in networks for p in _tensors_of(part)], gradient_max)
+        for one_optimizer in optimizers:
+            one_optimizer.step()
         return True
 
     def _skip_non_finite_step(self, loss: torch.Tensor, optimizer: torch.optim.Optimizer,

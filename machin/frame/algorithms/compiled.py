@@ -505,32 +505,17 @@ class CompiledSteps:
         optimizer._opt_called = True  # what the LR schedulers' wrapper of ``step`` records
         return True
 
-    def optimize_jointly(self, framework: Any, losses: List[torch.Tensor], optimizers: List[Any],
-                         params: List[torch.Tensor], gradient_max: float) -> bool:
-        """The joint step of :meth:`TorchFramework._optimize`: every loss's gradients (from its
-        loss step, or by a backward pass), one clip of the norm over ``params``, every
-        optimizer's step. The optimizer steps run eagerly here. Returns ``True``.
+    def put_gradients(self, framework: Any, loss: torch.Tensor) -> None:
+        """Set the gradients that a compiled loss step computed for ``loss``, or run its backward pass.
+
+        For a joint step of :meth:`TorchFramework._optimize` (whose optimizer steps then run eagerly).
 
         Args:
             framework: The algorithm instance.
-            losses: The finite losses, one per network.
-            optimizers: Their optimizers, in the same order.
-            params: Every parameter of the networks, clipped together.
-            gradient_max: The clipping norm (``inf``: none).
+            loss: A loss returned by a compiled loss step (or one with an autograd graph).
         """
-        pending = []
-        for loss in losses:
-            entry = self._pending.pop(id(loss), None)
-            pending.append(entry if entry is not None and entry[0] is loss else None)
-        for optimizer in optimizers:
-            optimizer.zero_grad(set_to_none=True)
-        for loss, entry in zip(losses, pending):
-            _put_gradients(framework, loss, entry)
-        if gradient_max != math.inf:
-            nn.utils.clip_grad_norm_(params, gradient_max)
-        for optimizer in optimizers:
-            optimizer.step()
-        return True
+        pending = self._pending.pop(id(loss), None)
+        _put_gradients(framework, loss, pending if pending is not None and pending[0] is loss else None)
 
     @staticmethod
     def _eager_step(optimizer: Any, params: list, max_norm: Optional[float]) -> None:

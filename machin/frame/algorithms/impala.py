@@ -37,11 +37,11 @@ from .a2c import A2C
 from .base import UpdateResult, split_output
 from .options import OneLearningRate, Option, positive
 from .policy import PolicyBatch, split_actor_output
-from .utils import as_column, first_model_server
+from .utils import SharedNetworkSync, as_column
 
 __all__ = ["EpisodeTransition", "EpisodeDistributedBuffer", "IMPALA", "vtrace"]
 
-class IMPALA(OneLearningRate, A2C):
+class IMPALA(OneLearningRate, SharedNetworkSync, A2C):
     """Importance-weighted actor-learner architecture over an RPC group.
 
     Samplers (members of ``impala_group``) call :meth:`act` and :meth:`store_episode`;
@@ -83,6 +83,7 @@ class IMPALA(OneLearningRate, A2C):
     gae_lambda = 1.0
     normalize_advantage = False
     value_target = "vtrace"
+    _shared_network = "actor"
     joint_update = False
     replay_device = "cpu"
     replay_buffer = None
@@ -95,8 +96,7 @@ class IMPALA(OneLearningRate, A2C):
                 f"isw_clip_c={self.isw_clip_c}"
             )
         self.impala_group = impala_group
-        self.model_server = (first_model_server(model_server, "IMPALA"),)
-        self.is_syncing = True
+        self._init_sync(model_server, "IMPALA")
         super().__init__(actor, critic, optimizer, criterion)
 
     def _default_buffer(self) -> EpisodeDistributedBuffer:
@@ -130,30 +130,6 @@ class IMPALA(OneLearningRate, A2C):
         return Counter(getattr(self.replay_buffer, "sampled_from", {}))
 
     # -- syncing ------------------------------------------------------------------------
-    def set_sync(self, is_syncing: bool) -> None:
-        """Turn the automatic pull of the actor before :meth:`act` on or off.
-
-        Args:
-            is_syncing: ``True`` to pull the newest actor before every act call.
-        """
-        self.is_syncing = bool(is_syncing)
-
-    def manual_sync(self) -> bool:
-        """Load the newest actor from the model server (``False`` when none was pushed yet)."""
-        return self.model_server[0].pull(self.actor)
-
-    def publish(self) -> bool:
-        """Push the actor to the model server now, e.g. after loading a checkpoint.
-
-        :meth:`update` pushes after every update; this lets samplers pull a resumed learner's
-        actor before its first update.
-
-        Returns:
-            Whether the model server took it (``False``: it held a newer version, which was
-            loaded instead).
-        """
-        return self.model_server[0].push(self.actor)
-
     @ignores_extra_args
     def act(self, state: Dict[str, Any]) -> Any:
         """The actor's output ``(action, log_prob, ...)`` (pulling the newest actor first when syncing).
@@ -161,8 +137,7 @@ class IMPALA(OneLearningRate, A2C):
         Args:
             state: State dict ``{key: [B, ...]}`` for the actor.
         """
-        if self.is_syncing:
-            self.manual_sync()
+        self._maybe_sync()
         return super().act(state)
 
     # -- storing ------------------------------------------------------------------------
@@ -236,6 +211,6 @@ class IMPALA(OneLearningRate, A2C):
         policy_value = (self._update_actor if update_policy else self._evaluate_actor)(batch)
         value_loss = (self._update_critic if update_value else self._evaluate_critic)(batch)
         self._set_mode(False, self.actor, self.critic)
-        self.model_server[0].push(self.actor)
+        self.publish()
         return UpdateResult(policy_value, value_loss)
 

@@ -29,6 +29,7 @@ __all__ = [
     "as_column",
     "Hidden",
     "map_hidden",
+    "SharedNetworkSync",
 ]
 
 
@@ -246,6 +247,54 @@ def first_model_server(model_server: Any, owner: str) -> Any:
             f"accessor (e.g. what model_server_helper returns), got {model_server!r}"
         )
     return model_server[0]
+
+
+class SharedNetworkSync:
+    """Pulls and pushes of the one network a distributed algorithm shares through its model server.
+
+    Used by the Ape-X algorithms and IMPALA: samplers pull the newest network before acting
+    (unless :meth:`set_sync` turned that off), learners push it after every update. The host
+    names the network in ``_shared_network`` (an attribute name) and calls
+    :meth:`_init_sync` in its constructor.
+    """
+
+    _shared_network = ""
+
+    def _init_sync(self, model_server: Any, owner: str) -> None:
+        self.model_server = (first_model_server(model_server, owner),)
+        self.is_syncing = True
+
+    def set_sync(self, is_syncing: bool) -> None:
+        """Turn the automatic pull of the shared network before acting on or off.
+
+        Args:
+            is_syncing: ``True`` to pull the newest parameters before every act call.
+        """
+        self.is_syncing = bool(is_syncing)
+
+    def manual_sync(self) -> bool:
+        """Load the newest shared network from the model server.
+
+        Returns:
+            ``False`` when no learner has pushed yet (the network is unchanged).
+        """
+        return self.model_server[0].pull(getattr(self, self._shared_network))
+
+    def _maybe_sync(self) -> None:
+        if self.is_syncing:
+            self.manual_sync()
+
+    def publish(self) -> bool:
+        """Push the shared network to the model server now, e.g. after loading a checkpoint.
+
+        Updates push after every step; this lets samplers pull a resumed learner's network
+        before its first update.
+
+        Returns:
+            Whether the model server took it (``False``: it held a newer version, which was
+            loaded instead).
+        """
+        return self.model_server[0].push(getattr(self, self._shared_network))
 
 
 def safe_call(model: nn.Module, *named_args: Optional[Dict[str, Any]], required_argument: Iterable[str] = ()):

@@ -22,9 +22,8 @@ from machin.frame.buffers import DistributedPrioritizedBuffer
 from machin.frame.helpers import model_server_helper
 from machin.parallel.distributed import World
 from machin.parallel.distributed.roles import Roles, RunControl
-from tests.frame.algorithms.ddpg_nets import Actor, Critic
-from tests.frame.algorithms.distributed_nets import pull_until
-from tests.frame.algorithms.dqn_nets import QNet
+from tests.frame.algorithms.loops import pull_until
+from tests.frame.algorithms.nets import Actor, Critic, QNet
 from tests.multiprocess import Exited, no_children_left, run_ranks, wait_for  # noqa: F401
 
 pytestmark = [pytest.mark.multiprocess, pytest.mark.usefixtures("no_children_left")]

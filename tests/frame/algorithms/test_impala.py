@@ -17,8 +17,8 @@ from machin.frame.algorithms.impala import (
 from machin.frame.helpers import model_server_helper
 from machin.parallel.distributed import World
 from machin.parallel.distributed.roles import Roles, RunControl
-from tests.frame.algorithms.distributed_nets import pull_until
-from tests.frame.algorithms.pg_nets import CategoricalActor, ValueCritic
+from tests.frame.algorithms.loops import pull_until
+from tests.frame.algorithms.nets import CategoricalActor, ValueCritic
 from tests.multiprocess import no_children_left, run_ranks  # noqa: F401
 
 pytestmark = pytest.mark.usefixtures("no_children_left")

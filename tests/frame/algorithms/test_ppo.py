@@ -216,5 +216,8 @@ def test_joint_update_compiles_to_the_same_numbers():
         agent.store_episode(episode(16))
         torch.manual_seed(2)
         agent.update()
+        agent.store_episode(episode(16, seed=1))
+        torch.manual_seed(3)
+        agent.update(update_policy=False)  # a joint step of the critic alone
     for a, b in ((eager.actor, compiled.actor), (eager.critic, compiled.critic)):
         assert all(torch.allclose(p, q, atol=1e-5) for p, q in zip(a.parameters(), b.parameters()))
