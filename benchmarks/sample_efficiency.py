@@ -32,7 +32,7 @@ Targets (issue #25): median steps to the threshold at most 16,000 (DQN), 22,000 
 15,000 median steps to 475, PPO 22,000; for SAC and TD3 the issue found SB3 and machin
 alike and gives no separate figure (shown as "= machin").
 
-``--library sb3`` runs the DQN and PPO tasks in Stable-Baselines3 instead (it must be
+``--library sb3`` runs the tasks in Stable-Baselines3 instead (it must be
 importable; it is not a dependency of machin), with the same settings, seeds and
 evaluations, so that both libraries are compared over the same, larger set of seeds::
 
@@ -390,13 +390,15 @@ _TRAIN = {"dqn": _train_dqn, "ppo": _train_ppo, "sac": _train_sac, "td3": _train
 def _train_sb3(name: str, task: Task, steps: int, seed: int, eval_episodes: int) -> Any:
     """Train ``name`` with Stable-Baselines3 and the zoo's settings, evaluated like the machin runs.
 
-    DQN and PPO only (the issue found SAC and TD3 alike in both libraries). Evaluations:
-    ``eval_episodes`` greedy (``deterministic=True``) episodes every ``EVAL_EVERY`` steps,
+    Evaluations: ``eval_episodes`` greedy (``deterministic=True``) episodes every ``EVAL_EVERY`` steps,
     reset with the seeds the trainer uses (``seed + 10**6 + j``).
     """
     try:
         from stable_baselines3 import DQN as SB3DQN
         from stable_baselines3 import PPO as SB3PPO
+        from stable_baselines3 import SAC as SB3SAC
+        from stable_baselines3 import TD3 as SB3TD3
+        from stable_baselines3.common.noise import NormalActionNoise
         from stable_baselines3.common.callbacks import BaseCallback
         from stable_baselines3.common.env_util import make_vec_env
     except ImportError as error:
@@ -411,8 +413,14 @@ def _train_sb3(name: str, task: Task, steps: int, seed: int, eval_episodes: int)
                        gae_lambda=0.8, gamma=0.98, n_epochs=20, ent_coef=0.0,
                        learning_rate=lambda left: left * 1e-3, clip_range=lambda left: left * 0.2,
                        seed=seed, device="cpu")
+    elif name == "sac":  # the zoo sets only the learning rate; the rest are SB3's defaults
+        model = SB3SAC("MlpPolicy", task.env_id, learning_rate=1e-3, seed=seed, device="cpu")
     else:
-        raise SystemExit(f"--library sb3 runs the dqn and ppo tasks, not {name!r}")
+        model = SB3TD3("MlpPolicy", task.env_id, gamma=0.98, buffer_size=200_000, learning_starts=10_000,
+                       action_noise=NormalActionNoise(np.zeros(1), np.full(1, 0.1)), gradient_steps=1,
+                       train_freq=1, learning_rate=1e-3, policy_kwargs={"net_arch": [400, 300]}, seed=seed,
+                       device="cpu")
+    discrete = isinstance(model.action_space, gym.spaces.Discrete)
     eval_env = gym.make(task.env_id)
     curve = types.SimpleNamespace(eval_steps=[], eval_returns=[], steps=0)
 
@@ -426,7 +434,7 @@ def _train_sb3(name: str, task: Task, steps: int, seed: int, eval_episodes: int)
                     total, done = 0.0, False
                     while not done:
                         action, _ = self.model.predict(obs, deterministic=True)
-                        obs, reward, terminated, truncated, _ = eval_env.step(int(action))
+                        obs, reward, terminated, truncated, _ = eval_env.step(int(action) if discrete else action)
                         total, done = total + float(reward), terminated or truncated
                     returns.append(total)
                 curve.eval_steps.append(now // EVAL_EVERY * EVAL_EVERY)
@@ -443,7 +451,7 @@ def run_seed(name: str, seed: int, steps_scale: float = 1.0, eval_episodes: int 
              library: str = "machin") -> Dict[str, Any]:
     """Train task ``name`` with seed ``seed``; return its evaluations and summary (a JSON-able dict).
 
-    ``library="sb3"`` trains it with Stable-Baselines3 instead (DQN and PPO).
+    ``library="sb3"`` trains it with Stable-Baselines3 instead.
 
     Keys: ``task``, ``library``, ``seed``, ``budget``, ``steps_taken``, ``eval_steps``, ``eval_returns``,
     ``steps_to_threshold`` (``None``: never reached), ``final_return`` (the evaluation at the
@@ -576,7 +584,7 @@ def main(argv: Optional[List[str]] = None) -> Optional[List[Dict[str, Any]]]:
     parser.add_argument("--eval-episodes", type=int, default=5, help="greedy episodes per evaluation (default 5)")
     parser.add_argument("--json", default=None, help="also write the rows and every run's evaluations here")
     parser.add_argument("--library", choices=["machin", "sb3"], default="machin",
-                        help="train with machin (default) or, for dqn and ppo, with Stable-Baselines3 "
+                        help="train with machin (default) or with Stable-Baselines3 "
                              "(which must be importable) under the same settings and evaluations")
     args = parser.parse_args(argv)
     if args.seeds < 1 or (args.workers is not None and args.workers < 1) or args.steps_scale <= 0:

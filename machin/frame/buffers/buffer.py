@@ -33,6 +33,8 @@ from ..transition import (
 __all__ = ["Buffer", "DEFAULT_REQUIRED_ATTRS", "SampleMethodError", "TransitionTypeError", "TransitionBuildError"]
 
 DEFAULT_REQUIRED_ATTRS = ("state", "action", "next_state", "reward", "terminal")
+# extend() writes longer lists of Transition objects column by column (dicts always row by row)
+_ROWWISE_MAX = 32
 _INITIAL_CAPACITY = 1024
 _SCALAR_DTYPES = {bool: torch.bool, int: torch.int64, float: torch.float64}
 _BINARY = frozenset((0, 1))
@@ -503,7 +505,20 @@ class Buffer:
 
     # -- bookkeeping ----------------------------------------------------------------
     def clear(self) -> None:
-        """Remove every transition and forget the stored attribute layout."""
+        """Remove every transition and forget the stored attribute layout.
+
+        The next transitions may have any layout. Where they have the one stored before
+        (an on-policy algorithm clearing its buffer after every update), its columns are
+        used again instead of being allocated and grown anew.
+        """
+        keep = self._fast_store_ok and getattr(self, "_keys", None) is not None and self._fast_layout()
+        spare = (self._keys, self._fast, self._major, self._sub, self._custom, self._capacity) if keep else None
+        self._forget_layout()
+        self._spare = spare
+
+    def _forget_layout(self) -> None:
+        """Empty the buffer and drop its layout and columns, keeping none for reuse."""
+        self._spare: Optional[tuple] = None  # see clear()
         self._keys: Optional[List[str]] = None
         # The cached layout of the fast path: None until built, False where it cannot be used.
         self._fast: Union[_FastLayout, bool, None] = None
@@ -524,7 +539,7 @@ class Buffer:
     def _forget_views(self) -> None:
         """Drop the cached numpy views of the columns; call it after moving a column's storage
         (e.g. ``share_memory_()``), which numpy views do not follow."""
-        self._fast = None
+        self._fast = self._spare = None
         for col in self._columns():
             col.view = None
 
@@ -746,15 +761,31 @@ class Buffer:
             transitions: The transitions (or dicts) to store, oldest first.
             required_attrs: Attributes every transition must have.
         """
-        if self._fast_store_ok and self._keys is not None:
-            transitions, required_attrs = list(transitions), tuple(required_attrs)
-            positions = self._extend_fast(transitions, required_attrs)
-            if positions is not None:
-                return positions
+        transitions, required_attrs = list(transitions), tuple(required_attrs)
+        revived = False
+        if self._fast_store_ok and transitions:
+            if self._keys is None and self._spare is not None:
+                # empty after clear(): first try the columns of the layout stored before
+                self._keys, self._fast, self._major, self._sub, self._custom, self._capacity = self._spare
+                self._spare, revived = None, True
+            # Row by row for dicts and short episodes; long episodes of Transition objects
+            # are checked and written faster column by column.
+            if self._keys is not None and (len(transitions) <= _ROWWISE_MAX or type(transitions[0]) is not Transition):
+                positions = self._extend_fast(transitions, required_attrs)
+                if positions is not None:
+                    return positions
         ts = [self._as_transition(t) for t in transitions]
+        if revived:
+            try:
+                self._check_all(ts, required_attrs)
+                return self._write(ts)
+            except ValueError:  # not that layout (or a bad value): the fresh layout's path decides
+                self._forget_layout()
+            except BaseException:
+                self._forget_layout()
+                raise
         if not ts:
             return []
-        required_attrs = tuple(required_attrs)
         if self._keys is None:
             self._check(ts[0], required_attrs)
             self._create_layout(ts[0])
@@ -762,7 +793,7 @@ class Buffer:
                 self._check_all(ts, required_attrs)
                 return self._write(ts)
             except BaseException:
-                Buffer.clear(self)  # nothing was stored: do not keep the rejected layout either
+                self._forget_layout()  # nothing was stored: do not keep the rejected layout either
                 raise
         self._check_all(ts, required_attrs)
         return self._write(ts)
@@ -933,6 +964,8 @@ class Buffer:
         plan = self._fast_layout()
         if not plan or (required_attrs is not plan.required and not self._fast_required(plan, required_attrs)):
             return None
+        if self._size + min(len(transitions), self.buffer_size) > self._capacity and self._capacity < self.buffer_size:
+            return None  # the columns must grow first: the full path does that
         check = self.check_finite
         rows = []
         for transition in transitions:

@@ -377,3 +377,47 @@ def test_a_dict_stores_its_own_copy_of_list_column_values(count_full_writes):
     _, (stored, weight) = buffer.sample_batch(-1, sample_method="all", sample_attrs=["note", "weight"])
     assert stored == [{"seen": [0]}] * 3  # ... the buffer keeps what was given
     assert [w.tolist() for w in weight] == [[0.0], [1.0], [2.0]]
+
+
+# -- after clear(): the columns of the same layout are used again, any other layout still stores -----
+@pytest.mark.parametrize("as_transition", [False, True])
+@pytest.mark.parametrize("length", [5, 100])  # short episodes go row by row, long Transition lists by column
+def test_after_clear_the_same_layout_reuses_the_columns(count_full_writes, as_transition, length):
+    def episode(start):
+        rows = [step(i, value=i / 2) for i in range(start, start + length)]
+        return [Transition(**r) for r in rows] if as_transition else rows
+
+    fast, full = Buffer(200), FullPathBuffer(200)
+    for start in (0, 1000, 2000):  # an on-policy loop: store a rollout, train, clear
+        fast.extend(episode(start))
+        full.extend(episode(start))
+        assert_same(everything(fast), everything(full))
+        columns = fast._major["state"]["pos"].tensor
+        fast.clear()
+        full.clear()
+        assert fast.size() == 0 and fast.attribute_names is None
+    fast.extend(episode(3000))
+    assert fast._major["state"]["pos"].tensor is columns  # the same storage, not a new allocation
+    assert_same(everything(fast), everything(full.extend(episode(3000)) and full))
+    writes_of_fast = len(count_full_writes) - 4  # FullPathBuffer wrote 4 times
+    assert writes_of_fast == (1 if length <= buffer_module._ROWWISE_MAX or not as_transition else 4)
+
+
+@pytest.mark.parametrize("length", [1, 3, 100])
+def test_after_clear_another_layout_or_a_bad_value_is_handled_as_in_an_empty_buffer(length):
+    buffer = Buffer(200)
+    buffer.extend([Transition(**step(i)) for i in range(length)])
+    buffer.clear()
+    other = [{"state": {"x": torch.ones(1, 2)}, "action": {"a": torch.zeros(1, 1)}, "next_state": {"x": torch.ones(1, 2)},
+              "reward": 1.0, "terminal": False} for _ in range(length)]
+    buffer.extend([Transition(**o) for o in other] if length > 2 else other)
+    _, (state,) = buffer.sample_batch(-1, sample_method="all", sample_attrs=["state"])
+    assert list(state) == ["x"] and state["x"].shape == (length, 2)
+    buffer.clear()
+    bad = [step(i) for i in range(length)]
+    bad[-1]["reward"] = NAN
+    with pytest.raises(ValueError, match="reward"):
+        buffer.extend([Transition(**b) for b in bad] if length > 2 else bad)
+    assert buffer.size() == 0 and buffer.attribute_names is None  # nothing stored, no layout kept
+    buffer.append(other[0])  # so any layout is still welcome
+    assert buffer.size() == 1 and buffer.attribute_names == list(other[0])
