@@ -398,9 +398,9 @@ def _train_sb3(name: str, task: Task, steps: int, seed: int, eval_episodes: int)
         from stable_baselines3 import PPO as SB3PPO
         from stable_baselines3 import SAC as SB3SAC
         from stable_baselines3 import TD3 as SB3TD3
-        from stable_baselines3.common.noise import NormalActionNoise
         from stable_baselines3.common.callbacks import BaseCallback
         from stable_baselines3.common.env_util import make_vec_env
+        from stable_baselines3.common.noise import NormalActionNoise
     except ImportError as error:
         raise SystemExit("--library sb3 needs stable-baselines3 importable (pip install stable-baselines3)") from error
     if name == "dqn":
