@@ -569,6 +569,44 @@ def test_extend_checks_shapes_dtypes_and_kinds_of_every_transition():
     assert all_rewards(buffer) == [0.0, 1.0, 4.0]
 
 
+def _bad_shape(t):
+    t.state["s"] = torch.zeros(1, 7)
+
+
+def _bad_dtype(t):
+    t.state["s"] = t.state["s"].double()
+
+
+def _missing_key(t):
+    t.state = {"other": torch.zeros(1, 3)}
+
+
+def _nan_state(t):
+    t.next_state["s"] = torch.full((1, 3), float("nan"))
+
+
+@pytest.mark.parametrize("spoil, message", [
+    (_bad_shape, r"state\['s'\] must have shape"),
+    (_bad_dtype, "dtype torch.float32"),
+    (_missing_key, "keys"),
+    (_nan_state, "must hold finite values"),
+])
+def test_a_long_episode_is_checked_row_by_row_too(spoil, message):
+    """Long lists of Transition objects are checked column by column; a bad row still gets its error."""
+    buffer = Buffer(100)
+    buffer.append(make(0))
+    episode = [make(i) for i in range(1, 41)]
+    spoil(episode[37])
+    with pytest.raises(ValueError, match=message):
+        buffer.extend(episode)
+    assert buffer.size() == 1
+    episode = [make(i) for i in range(1, 41)]
+    episode[5].state["s"] = torch.nn.Parameter(episode[5].state["s"], requires_grad=False)  # a Tensor subclass
+    episode[7].reward = 8  # transition 8: an int fits a float column
+    buffer.extend(episode)
+    assert all_rewards(buffer) == [float(i) for i in range(41)]
+
+
 def test_concatenating_a_non_numeric_custom_attribute_names_it():
     buffer = Buffer(10)
     for i in range(3):
