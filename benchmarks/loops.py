@@ -18,6 +18,9 @@ and written row by row through numpy views of the same memory (``s_view[i] =
 state.numpy()``), batches drawn with ``torch.randint`` and gathered with ``ndarray.take``,
 and an eager PyTorch update (CleanRL style, ``torch._foreach_lerp_`` for the soft updates).
 
+Both loops are then run once more with the library's update compiled (``agent.compile()``,
+the documented opt-in), against the same eager floors.
+
 Printed per algorithm, as ``library / floor`` per step: the thread CPU time and the wall
 time of the whole loop, and the thread CPU time of the store inside the loop (timed around
 ``store_transition`` and around the floor's five row writes of the same tensors and
@@ -144,10 +147,12 @@ class Side:
 
 
 class LibraryDQN(Side):
-    def __init__(self, qnet: nn.Module):
+    def __init__(self, qnet: nn.Module, compiled: bool = False):
         super().__init__("CartPole-v1")
         self.agent = DQN(copy.deepcopy(qnet), copy.deepcopy(qnet), torch.optim.Adam, nn.MSELoss(reduction="sum"),
                          batch_size=BATCH, update_rate=TAU, discount=GAMMA, replay_size=CAPACITY, learning_rate=1e-3)
+        if compiled:
+            self.agent.compile()
 
     def step(self) -> None:
         state = self.state
@@ -202,12 +207,14 @@ class FloorDQN(Side):
 
 
 class LibraryDDPG(Side):
-    def __init__(self, actor: nn.Module, critic: nn.Module):
+    def __init__(self, actor: nn.Module, critic: nn.Module, compiled: bool = False):
         super().__init__("Pendulum-v1")
         self.agent = DDPG(copy.deepcopy(actor), copy.deepcopy(actor), copy.deepcopy(critic), copy.deepcopy(critic),
                           torch.optim.Adam, nn.MSELoss(reduction="sum"), batch_size=BATCH, update_rate=TAU,
                           discount=GAMMA, replay_size=CAPACITY, actor_learning_rate=5e-4,
                           critic_learning_rate=1e-3)
+        if compiled:
+            self.agent.compile()
 
     def step(self) -> None:
         state = self.state
@@ -261,12 +268,12 @@ class FloorDDPG(Side):
 
 
 def compare_loops(name: str, library: Side, floor: Side, *, steps: int = STEPS, repeats: int = 11,
-                  warmup: int = 2) -> Dict[str, float]:
+                  warmup: int = 2, show_store: bool = True) -> Dict[str, float]:
     """Time both loops, alternating ``repeats`` runs of ``steps`` steps; print three lines, return the ratios.
 
     Each side first runs ``warmup`` untimed runs (beyond the steps that fill its replay past one
     batch). Reported are the medians over the repeats of the per-step thread CPU time and wall
-    time of the whole loop, and of the CPU time spent storing, in the format of
+    time of the whole loop, and (with ``show_store``) of the CPU time spent storing, in the format of
     :func:`benchmarks.common.compare`.
     """
     for side in (library, floor):
@@ -292,6 +299,8 @@ def compare_loops(name: str, library: Side, floor: Side, *, steps: int = STEPS, 
     ratios = {}
     labels = {"cpu": f"{name} loop (CPU time per step)", "wall": f"{name} loop (wall time per step)",
               "store": f"store_transition inside the {name} loop (CPU time per step)"}
+    if not show_store:
+        del labels["store"]
     for what, label in labels.items():
         lib, flo = statistics.median(times["lib"][what]), statistics.median(times["floor"][what])
         ratios[what] = lib / flo
@@ -307,6 +316,12 @@ def main() -> None:
     compare_loops("DQN, CartPole-v1,", LibraryDQN(qnet), FloorDQN(qnet))
     actor, critic = Actor(), Critic()
     compare_loops("DDPG, Pendulum-v1,", LibraryDDPG(actor, critic), FloorDDPG(actor, critic))
+    # The same loops with the library's update compiled (``agent.compile()``), against the same eager floors.
+    # The first updates compile (tens of seconds) during the warm-up runs.
+    compare_loops("DQN with compile(), CartPole-v1,", LibraryDQN(qnet, compiled=True), FloorDQN(qnet),
+                  show_store=False)
+    compare_loops("DDPG with compile(), Pendulum-v1,", LibraryDDPG(actor, critic, compiled=True),
+                  FloorDDPG(actor, critic), show_store=False)
 
 
 def profile(which: str = "dqn", steps: int = 2000) -> None:
