@@ -90,7 +90,9 @@ its own: PPO's most probable action (argmax of the logits) and SAC's mean action
 ``tanh(mu)``. DQN is evaluated with ``act_discrete`` and TD3 with ``act``.
 
 Choices not fixed by the issue: 5 evaluation episodes each time, reset with the same
-seeds at every evaluation (the trainer's ``seed + 10**6 + j``); seeds 0 .. n-1; a seed
+seeds at every evaluation (the trainer's ``seed + 10**6 + j``; ``--eval-starts fresh``
+gives every evaluation new starting states instead, as an evaluation environment that
+is not reseeded would); seeds 0 .. n-1; a seed
 whose evaluations never reach the threshold counts as infinitely many steps in the
 median (shown as ``-``). On a single environment the trainer ends a run with the episode
 in progress at the budget (DQN may take up to 499 more steps); the steps and the final
@@ -128,6 +130,10 @@ from machin.utils.seeding import seed as seed_everything
 __all__ = ["main", "run_seed", "TASKS"]
 
 EVAL_EVERY = 1000
+# ``--eval-starts fresh``: evaluation k (1, 2, ...) resets its episode j with seed + 10**6 + 1000 k + j
+# (new starting states every time, as an evaluation environment that is not reseeded gives)
+# instead of seed + 10**6 + j at every evaluation (the trainer's seeding, the default).
+_FRESH_STARTS = False
 SKIP_MESSAGE = "sample_efficiency: skipped (run by name: python -m benchmarks sample_efficiency)"
 
 
@@ -323,13 +329,31 @@ def _make_env(env_id: str, _index: int = 0) -> gym.Env:
     return gym.make(env_id)
 
 
+def _eval_seed(seed: int, evaluation: int, episode: int) -> int:
+    """Reset seed of evaluation episode ``episode`` of evaluation number ``evaluation`` (from 1)."""
+    return seed + 10**6 + episode + (1000 * evaluation if _FRESH_STARTS else 0)
+
+
+class _Trainer(Trainer):
+    """The trainer, its evaluation episodes reset with :func:`_eval_seed`."""
+
+    evaluations = 0
+
+    def evaluate(self, episodes: Optional[int] = None) -> float:
+        self.evaluations += 1
+        return super().evaluate(episodes)
+
+    def _eval_seed(self, index: int) -> Optional[int]:
+        return None if self.seed is None else _eval_seed(self.seed, self.evaluations, index)
+
+
 def _train_dqn(task: Task, steps: int, seed: int, eval_episodes: int) -> Any:
     dqn = BenchDQN(QNet(4, 2), QNet(4, 2), torch.optim.Adam, nn.SmoothL1Loss(),
                    mode="fixed_target", update_rate=None, update_steps=128, learning_rate=2.3e-3,
                    batch_size=64, replay_size=100_000, discount=0.99, gradient_max=10.0,
                    epsilon=LinearSchedule(1.0, 0.04, 0.16))
     dqn.random_steps = 1000
-    trainer = Trainer(dqn, _make(task.env_id), eval_env=_make(task.env_id), act_method="explore",
+    trainer = _Trainer(dqn, _make(task.env_id), eval_env=_make(task.env_id), act_method="explore",
                       eval_act_method="act_discrete", train_freq=256, gradient_steps=128, warmup_steps=1000,
                       eval_every_steps=EVAL_EVERY, eval_episodes=eval_episodes, seed=seed, progress=False)
     with trainer:
@@ -344,7 +368,7 @@ def _train_ppo(task: Task, steps: int, seed: int, eval_episodes: int) -> Any:
                    actor_learning_rate=LinearSchedule(1e-3, 0.0), critic_learning_rate=LinearSchedule(1e-3, 0.0),
                    surrogate_loss_clip=LinearSchedule(0.2, 0.0))
     with ParallelWrapperDummy([_make(task.env_id)] * 8) as envs:
-        trainer = Trainer(ppo, envs, eval_env=_make(task.env_id), eval_act_method="act_greedy", rollout_steps=32,
+        trainer = _Trainer(ppo, envs, eval_env=_make(task.env_id), eval_act_method="act_greedy", rollout_steps=32,
                           eval_every_steps=EVAL_EVERY, eval_episodes=eval_episodes, seed=seed, progress=False)
         with trainer:
             return trainer.run(steps=steps)
@@ -358,7 +382,7 @@ def _train_sac(task: Task, steps: int, seed: int, eval_episodes: int) -> Any:
                    initial_entropy_alpha=1.0, target_entropy=-1.0)
     sac.random_steps = 100
     to_env = _unscaler(task.env_id)
-    trainer = Trainer(sac, _make(task.env_id), eval_env=_make(task.env_id), act_method="explore",
+    trainer = _Trainer(sac, _make(task.env_id), eval_env=_make(task.env_id), act_method="explore",
                       eval_act_method="act_greedy", action_to_env=to_env, train_freq=1, gradient_steps=1,
                       warmup_steps=100, eval_every_steps=EVAL_EVERY, eval_episodes=eval_episodes, seed=seed,
                       progress=False)
@@ -375,7 +399,7 @@ def _train_td3(task: Task, steps: int, seed: int, eval_episodes: int) -> Any:
                    noise_clip=0.5, policy_update_delay=2, action_range=(-1.0, 1.0))
     td3.random_steps = 10_000
     to_env = _unscaler(task.env_id)
-    trainer = Trainer(td3, _make(task.env_id), eval_env=_make(task.env_id), act_method="explore",
+    trainer = _Trainer(td3, _make(task.env_id), eval_env=_make(task.env_id), act_method="explore",
                       eval_act_method="act", action_to_env=to_env, train_freq=1, gradient_steps=1,
                       warmup_steps=10_000, eval_every_steps=EVAL_EVERY, eval_episodes=eval_episodes, seed=seed,
                       progress=False)
@@ -422,15 +446,16 @@ def _train_sb3(name: str, task: Task, steps: int, seed: int, eval_episodes: int)
                        device="cpu")
     discrete = isinstance(model.action_space, gym.spaces.Discrete)
     eval_env = gym.make(task.env_id)
-    curve = types.SimpleNamespace(eval_steps=[], eval_returns=[], steps=0)
+    curve = types.SimpleNamespace(eval_steps=[], eval_returns=[], steps=0, evaluations=0)
 
     class Evaluate(BaseCallback):
         def _on_step(self) -> bool:
             now = self.model.num_timesteps
             if now // EVAL_EVERY > (now - self.training_env.num_envs) // EVAL_EVERY:
                 returns = []
+                curve.evaluations += 1
                 for j in range(eval_episodes):
-                    obs, _ = eval_env.reset(seed=seed + 10**6 + j)
+                    obs, _ = eval_env.reset(seed=_eval_seed(seed, curve.evaluations, j))
                     total, done = 0.0, False
                     while not done:
                         action, _ = self.model.predict(obs, deterministic=True)
@@ -448,15 +473,18 @@ def _train_sb3(name: str, task: Task, steps: int, seed: int, eval_episodes: int)
 
 
 def run_seed(name: str, seed: int, steps_scale: float = 1.0, eval_episodes: int = 5,
-             library: str = "machin") -> Dict[str, Any]:
+             library: str = "machin", eval_starts: str = "same") -> Dict[str, Any]:
     """Train task ``name`` with seed ``seed``; return its evaluations and summary (a JSON-able dict).
 
-    ``library="sb3"`` trains it with Stable-Baselines3 instead.
+    ``library="sb3"`` trains it with Stable-Baselines3 instead. ``eval_starts="fresh"`` resets
+    every evaluation's episodes with seeds of its own (see ``_FRESH_STARTS``).
 
     Keys: ``task``, ``library``, ``seed``, ``budget``, ``steps_taken``, ``eval_steps``, ``eval_returns``,
     ``steps_to_threshold`` (``None``: never reached), ``final_return`` (the evaluation at the
     budget; ``None`` when there was none), ``cpu_seconds`` and ``wall_seconds``.
     """
+    global _FRESH_STARTS
+    _FRESH_STARTS = eval_starts == "fresh"
     task = TASKS[name]
     budget = max(1, int(round(task.steps * steps_scale)))
     torch.set_num_threads(1)
@@ -531,14 +559,15 @@ def print_table(rows: List[Dict[str, Any]]) -> None:
 
 
 def run(tasks: Sequence[str], seeds: int, workers: Optional[int], steps_scale: float = 1.0,
-        eval_episodes: int = 5, json_path: Optional[str] = None, library: str = "machin") -> List[Dict[str, Any]]:
+        eval_episodes: int = 5, json_path: Optional[str] = None, library: str = "machin",
+        eval_starts: str = "same") -> List[Dict[str, Any]]:
     """Run every (task, seed), ``workers`` at a time; print one line per run and the table."""
-    jobs = [(name, seed, steps_scale, eval_episodes, library) for name in tasks for seed in range(seeds)]
+    jobs = [(name, seed, steps_scale, eval_episodes, library, eval_starts) for name in tasks for seed in range(seeds)]
     # the longest runs first, so that the last worker to finish does not start late
     jobs.sort(key=lambda job: {"sac": 0, "td3": 1, "dqn": 2, "ppo": 3}[job[0]])
     workers = min(len(jobs), workers or os.cpu_count() or 1)
     print(f"{library}: {len(jobs)} runs ({', '.join(tasks)} x {seeds} seeds), {workers} worker process(es), "
-          f"one torch thread each, budgets x{steps_scale:g}", flush=True)
+          f"one torch thread each, budgets x{steps_scale:g}, evaluation starts: {eval_starts}", flush=True)
     started, runs = time.perf_counter(), []
 
     def report(result: Dict[str, Any]) -> None:
@@ -586,10 +615,14 @@ def main(argv: Optional[List[str]] = None) -> Optional[List[Dict[str, Any]]]:
     parser.add_argument("--library", choices=["machin", "sb3"], default="machin",
                         help="train with machin (default) or with Stable-Baselines3 "
                              "(which must be importable) under the same settings and evaluations")
+    parser.add_argument("--eval-starts", choices=["same", "fresh"], default="same",
+                        help="reset the evaluation episodes with the same seeds every time (default, the "
+                             "trainer's seeding) or with new seeds at every evaluation")
     args = parser.parse_args(argv)
     if args.seeds < 1 or (args.workers is not None and args.workers < 1) or args.steps_scale <= 0:
         parser.error("--seeds and --workers must be positive, --steps-scale greater than 0")
-    return run(args.tasks, args.seeds, args.workers, args.steps_scale, args.eval_episodes, args.json, args.library)
+    return run(args.tasks, args.seeds, args.workers, args.steps_scale, args.eval_episodes, args.json, args.library,
+               args.eval_starts)
 
 
 if __name__ == "__main__":

@@ -1024,7 +1024,7 @@ class Buffer:
         n = min(batch_size, size)
         if n <= 0:
             return 0, torch.empty(0, dtype=torch.long)
-        if 24 * n <= size:  # below, a permutation of every position is the cheaper way (measured)
+        if 16 * n <= size:  # below, a permutation of every position is the cheaper way
             # Draw with replacement and redraw until no position repeats. Only equality decides
             # what is redrawn, so every ordered tuple of distinct positions stays equally likely.
             # When repeats are unlikely (n * n <= 2 * size: a clean draw has probability above
