@@ -37,15 +37,15 @@ DEFAULT_REQUIRED_ATTRS = ("state", "action", "next_state", "reward", "terminal")
 # extend() writes longer lists of Transition objects column by column (dicts always row by row)
 _ROWWISE_MAX = 32
 _dtype_of = operator.attrgetter("dtype")
+_INITIAL_CAPACITY = 1024
+_SCALAR_DTYPES = {bool: torch.bool, int: torch.int64, float: torch.float64}
+_BINARY = frozenset((0, 1))
+_CHECK_HINT = "(values are checked when stored; check_finite=False on the buffer turns the check off)"
 
 
 def _all_of_type(values: Sequence[Any], kind: type) -> bool:
     """Whether every value is exactly of type ``kind`` (a loop in C: many rows are checked at once)."""
     return not set(map(type, values)) - {kind}
-_INITIAL_CAPACITY = 1024
-_SCALAR_DTYPES = {bool: torch.bool, int: torch.int64, float: torch.float64}
-_BINARY = frozenset((0, 1))
-_CHECK_HINT = "(values are checked when stored; check_finite=False on the buffer turns the check off)"
 
 
 def _tensor_problem(name: Union[str, Tuple[str, str]], block: torch.Tensor) -> Optional[str]:
