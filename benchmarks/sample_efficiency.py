@@ -81,13 +81,11 @@ the noise, the clamping and the replay buffer all see actions in [-1, 1] and the
 environment receives ``2 * action`` (Pendulum's bounds are +-2).
 
 Warm-up: SB3 neither trains nor uses its policy before ``learning_starts`` steps; it
-plays uniformly random actions. machin's trainer has ``warmup_steps`` for the first
-half only, so each off-policy algorithm here is a small subclass whose exploring act
-method ``explore`` returns uniform random actions for its first ``learning_starts`` calls
-(one call per step on a single environment) and the algorithm's own exploration after.
-The subclasses also add ``act_greedy`` where the algorithm has no greedy act method of
-its own: PPO's most probable action (argmax of the logits) and SAC's mean action
-``tanh(mu)``. DQN is evaluated with ``act_discrete`` and TD3 with ``act``.
+plays uniformly random actions. The trainer does the same with ``warmup_steps`` and
+``random_steps`` of that length (random actions in [-1, 1] for SAC and TD3, through
+``random_action``). Small subclasses add ``act_greedy`` where the algorithm has no greedy
+act method of its own: PPO's most probable action (argmax of the logits) and SAC's mean
+action ``tanh(mu)``. DQN is evaluated with ``act_discrete`` and TD3 with ``act``.
 
 Choices not fixed by the issue: 5 evaluation episodes each time, reset with the same
 seeds at every evaluation (the trainer's ``seed + 10**6 + j``; ``--eval-starts fresh``
@@ -251,59 +249,22 @@ class QCritic(nn.Module):
         return self.net(torch.cat([state, action], dim=1))
 
 
-# -- algorithms with SB3's warm-up and a greedy act method ----------------------------
-class _RandomStart:
-    """``explore(state)``: uniform random actions for the first ``random_steps`` calls, then ``_explore``."""
-
-    random_steps = 0
-    _explored = 0
-
-    def explore(self, state: Dict[str, Any]) -> Any:
-        self._explored += 1
-        if self._explored <= self.random_steps:
-            return self._random_action(state["state"].shape[0])
-        return self._explore(state)
-
-
-class BenchDQN(_RandomStart, DQN):
-    _action_num = 2
-
-    def _random_action(self, rows: int) -> torch.Tensor:
-        return torch.randint(0, self._action_num, (rows, 1))
-
-    def _explore(self, state):
-        return self.act_discrete_with_noise(state)
-
-
+# -- greedy act methods where the algorithm has none -----------------------------------
 class BenchPPO(PPO):
     def act_greedy(self, state):
         with torch.no_grad():
             return self.actor.greedy(state["state"])
 
 
-class BenchSAC(_RandomStart, SAC):
-    _action_dim = 1
-
-    def _random_action(self, rows: int) -> torch.Tensor:
-        return torch.rand(rows, self._action_dim) * 2 - 1
-
-    def _explore(self, state):
-        return self.act(state)
-
+class BenchSAC(SAC):
     def act_greedy(self, state):
         with torch.no_grad():
             return self.actor.greedy(state["state"])
 
 
-class BenchTD3(_RandomStart, TD3):
-    _action_dim = 1
-    _exploration_std = 0.1
-
-    def _random_action(self, rows: int) -> torch.Tensor:
-        return torch.rand(rows, self._action_dim) * 2 - 1
-
-    def _explore(self, state):
-        return self.act_with_noise(state, noise_param=(0.0, self._exploration_std), mode="normal")
+def _uniform_unit_action() -> torch.Tensor:
+    """A random action of the rescaled space [-1, 1] (one action dimension)."""
+    return torch.rand(1, 1) * 2 - 1
 
 
 # -- one run ---------------------------------------------------------------------------
@@ -348,14 +309,14 @@ class _Trainer(Trainer):
 
 
 def _train_dqn(task: Task, steps: int, seed: int, eval_episodes: int) -> Any:
-    dqn = BenchDQN(QNet(4, 2), QNet(4, 2), torch.optim.Adam, nn.SmoothL1Loss(),
-                   mode="fixed_target", update_rate=None, update_steps=128, learning_rate=2.3e-3,
-                   batch_size=64, replay_size=100_000, discount=0.99, gradient_max=10.0,
-                   epsilon=LinearSchedule(1.0, 0.04, 0.16))
-    dqn.random_steps = 1000
-    trainer = _Trainer(dqn, _make(task.env_id), eval_env=_make(task.env_id), act_method="explore",
-                      eval_act_method="act_discrete", train_freq=256, gradient_steps=128, warmup_steps=1000,
-                      eval_every_steps=EVAL_EVERY, eval_episodes=eval_episodes, seed=seed, progress=False)
+    dqn = DQN(QNet(4, 2), QNet(4, 2), torch.optim.Adam, nn.SmoothL1Loss(),
+              mode="fixed_target", update_rate=None, update_steps=128, learning_rate=2.3e-3,
+              batch_size=64, replay_size=100_000, discount=0.99, gradient_max=10.0,
+              epsilon=LinearSchedule(1.0, 0.04, 0.16))
+    trainer = _Trainer(dqn, _make(task.env_id), eval_env=_make(task.env_id), act_method="act_discrete_with_noise",
+                       eval_act_method="act_discrete", train_freq=256, gradient_steps=128, warmup_steps=1000,
+                       random_steps=1000, eval_every_steps=EVAL_EVERY, eval_episodes=eval_episodes, seed=seed,
+                       progress=False)
     with trainer:
         return trainer.run(steps=steps)
 
@@ -369,7 +330,7 @@ def _train_ppo(task: Task, steps: int, seed: int, eval_episodes: int) -> Any:
                    surrogate_loss_clip=LinearSchedule(0.2, 0.0))
     with ParallelWrapperDummy([_make(task.env_id)] * 8) as envs:
         trainer = _Trainer(ppo, envs, eval_env=_make(task.env_id), eval_act_method="act_greedy", rollout_steps=32,
-                          eval_every_steps=EVAL_EVERY, eval_episodes=eval_episodes, seed=seed, progress=False)
+                           eval_every_steps=EVAL_EVERY, eval_episodes=eval_episodes, seed=seed, progress=False)
         with trainer:
             return trainer.run(steps=steps)
 
@@ -380,29 +341,26 @@ def _train_sac(task: Task, steps: int, seed: int, eval_episodes: int) -> Any:
                    actor_learning_rate=1e-3, critic_learning_rate=1e-3, alpha_learning_rate=1e-3,
                    batch_size=256, replay_size=1_000_000, discount=0.99, update_rate=0.005,
                    initial_entropy_alpha=1.0, target_entropy=-1.0)
-    sac.random_steps = 100
-    to_env = _unscaler(task.env_id)
-    trainer = _Trainer(sac, _make(task.env_id), eval_env=_make(task.env_id), act_method="explore",
-                      eval_act_method="act_greedy", action_to_env=to_env, train_freq=1, gradient_steps=1,
-                      warmup_steps=100, eval_every_steps=EVAL_EVERY, eval_episodes=eval_episodes, seed=seed,
-                      progress=False)
+    trainer = _Trainer(sac, _make(task.env_id), eval_env=_make(task.env_id), act_method="act",
+                       eval_act_method="act_greedy", action_to_env=_unscaler(task.env_id), train_freq=1,
+                       gradient_steps=1, warmup_steps=100, random_steps=100, random_action=_uniform_unit_action,
+                       eval_every_steps=EVAL_EVERY, eval_episodes=eval_episodes, seed=seed, progress=False)
     with trainer:
         return trainer.run(steps=steps)
 
 
 def _train_td3(task: Task, steps: int, seed: int, eval_episodes: int) -> Any:
     hidden = (400, 300)
-    td3 = BenchTD3(DeterministicActor(3, 1, hidden), DeterministicActor(3, 1, hidden),
-                   QCritic(3, 1, hidden), QCritic(3, 1, hidden), QCritic(3, 1, hidden), QCritic(3, 1, hidden),
-                   torch.optim.Adam, nn.MSELoss(), actor_learning_rate=1e-3, critic_learning_rate=1e-3,
-                   batch_size=256, replay_size=200_000, discount=0.98, update_rate=0.005, policy_noise=0.2,
-                   noise_clip=0.5, policy_update_delay=2, action_range=(-1.0, 1.0))
-    td3.random_steps = 10_000
-    to_env = _unscaler(task.env_id)
-    trainer = _Trainer(td3, _make(task.env_id), eval_env=_make(task.env_id), act_method="explore",
-                      eval_act_method="act", action_to_env=to_env, train_freq=1, gradient_steps=1,
-                      warmup_steps=10_000, eval_every_steps=EVAL_EVERY, eval_episodes=eval_episodes, seed=seed,
-                      progress=False)
+    td3 = TD3(DeterministicActor(3, 1, hidden), DeterministicActor(3, 1, hidden),
+              QCritic(3, 1, hidden), QCritic(3, 1, hidden), QCritic(3, 1, hidden), QCritic(3, 1, hidden),
+              torch.optim.Adam, nn.MSELoss(), actor_learning_rate=1e-3, critic_learning_rate=1e-3,
+              batch_size=256, replay_size=200_000, discount=0.98, update_rate=0.005, policy_noise=0.2,
+              noise_clip=0.5, policy_update_delay=2, action_range=(-1.0, 1.0))
+    trainer = _Trainer(td3, _make(task.env_id), eval_env=_make(task.env_id), act_method="act_with_noise",
+                       act_kwargs={"noise_param": (0.0, 0.1), "mode": "normal"}, eval_act_method="act",
+                       action_to_env=_unscaler(task.env_id), train_freq=1, gradient_steps=1, warmup_steps=10_000,
+                       random_steps=10_000, random_action=_uniform_unit_action, eval_every_steps=EVAL_EVERY,
+                       eval_episodes=eval_episodes, seed=seed, progress=False)
     with trainer:
         return trainer.run(steps=steps)
 

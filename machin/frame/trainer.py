@@ -165,6 +165,16 @@ class Trainer:
             ``updates_per_episode``, ``train_freq``, ``gradient_steps`` and
             ``warmup_steps``.
         warmup_steps: Environment steps before the first update.
+        random_steps: The first ``random_steps`` training steps play uniformly random
+            actions instead of calling ``act_method`` (the zoo's ``learning_starts``
+            phase, usually given with ``warmup_steps`` of the same length). They are
+            stored like any other step. A single environment and transition mode only.
+        random_action: Makes one random action, in the form ``act_method`` returns
+            (before ``action_to_env``), from torch's random generator. Default for a
+            ``Discrete`` space: an int64 ``[1, 1]`` tensor in ``[0, n)``; for a bounded
+            ``Box``: a ``[1, *shape]`` tensor of the default dtype, uniform within the
+            bounds. Give it when ``action_to_env`` is given (the networks' actions are
+            then not in the environment's units) or for any other space.
         state_key: Name of the network's ``forward`` argument receiving the observation.
         obs_to_state: Maps an observation to a state tensor ``[1, ...]`` (put under
             ``state_key``) or to a whole state dict. Default: a float tensor of the
@@ -229,6 +239,8 @@ class Trainer:
         gradient_steps: Optional[int] = None,
         rollout_steps: Optional[int] = None,
         warmup_steps: int = 0,
+        random_steps: int = 0,
+        random_action: Optional[Callable[[], Any]] = None,
         state_key: str = "state",
         obs_to_state: Optional[Callable[[Any], Any]] = None,
         action_to_env: Optional[Callable[[torch.Tensor], Any]] = None,
@@ -320,11 +332,24 @@ class Trainer:
         if log_dir is not None and not isinstance(log_dir, (str, os.PathLike, SaveEnv)):
             raise TypeError(f"log_dir must be a path, a SaveEnv or None, got {type(log_dir).__name__}")
 
+        _check_number("random_steps", random_steps, minimum=0, integer=True)
+        if random_steps:
+            why = ("it needs a single environment, not a group" if isinstance(env, _ENV_GROUPS)
+                   else f"it needs store='transition' (random actions carry no log-probabilities), got {self.store!r}"
+                   if episodic else "a random action comes with no hidden state" if hidden_key is not None else None)
+            if why:
+                raise ValueError(f"random_steps plays random actions on one environment: {why}")
+        elif random_action is not None:
+            raise ValueError("random_action is only used with random_steps > 0, got random_steps=0")
+        if random_action is not None and not callable(random_action):
+            raise TypeError(f"random_action must be a function returning an action, got {type(random_action).__name__}")
+
         self.updates_per_step = float(updates_per_step)
         self.updates_per_episode = updates_per_episode
         self.rollout_steps = rollout_steps
         self.eval_every_steps = eval_every_steps or 0
         self.warmup_steps = warmup_steps
+        self.random_steps = random_steps
         self.state_key = state_key
         self.hidden_key = hidden_key
         self.initial_hidden = initial_hidden
@@ -376,6 +401,14 @@ class Trainer:
             self.action_to_env = action_to_env or (
                 None if acting_env is None else _default_action_to_env(acting_env.action_space)
             )
+            if random_steps and random_action is None:
+                if action_to_env is not None:
+                    raise TypeError(
+                        "random_steps with action_to_env needs random_action: a function returning a random "
+                        "action in the form act_method returns (the networks' units, before action_to_env)"
+                    )
+                random_action = _default_random_action(self.env.action_space)
+            self.random_action = random_action
         except BaseException:
             self.close()  # the environments made so far
             raise
@@ -437,10 +470,11 @@ class Trainer:
             state = {**state, self.hidden_key: self.initial_hidden}
         return state
 
-    def _env_step(self, env: gym.Env, state: Dict[str, Any], method: str,
-                  kwargs: Dict[str, Any]) -> Tuple[Dict[str, Any], bool, bool]:
-        """Act on ``state`` and step ``env``: the step to store, ``terminated`` and ``truncated``."""
-        action, hidden = self._act(method, state, kwargs)
+    def _env_step(self, env: gym.Env, state: Dict[str, Any], method: str, kwargs: Dict[str, Any],
+                  at_random: bool = False) -> Tuple[Dict[str, Any], bool, bool]:
+        """Act on ``state`` (``at_random``: with ``random_action``) and step ``env``: the step to
+        store, ``terminated`` and ``truncated``."""
+        action, hidden = (self.random_action(), None) if at_random else self._act(method, state, kwargs)
         obs, reward, terminated, truncated, _ = env.step(self.action_to_env(action))
         next_state = self._state(obs)
         if self.hidden_key is not None:
@@ -460,7 +494,8 @@ class Trainer:
         while not done:
             if frames is not None:
                 frames.append(env.render())
-            step, terminated, truncated = self._env_step(env, state, method, kwargs)
+            step, terminated, truncated = self._env_step(env, state, method, kwargs,
+                                                         learn and self._steps < self.random_steps)
             total, length, done = total + step["reward"], length + 1, terminated or truncated
             if learn:
                 if self.store == "transition":
@@ -884,6 +919,19 @@ def _update_names(count: int) -> Tuple[str, ...]:
 
 def _default_obs_to_state(obs: Any) -> torch.Tensor:
     return torch.as_tensor(np.asarray(obs), dtype=torch.get_default_dtype()).unsqueeze(0)
+
+
+def _default_random_action(space: gym.Space) -> Callable[[], torch.Tensor]:
+    """A uniformly random action for ``space`` in the form the default ``action_to_env`` takes."""
+    if isinstance(space, gym.spaces.Discrete):
+        n = int(space.n)
+        return lambda: torch.randint(n, (1, 1))
+    if isinstance(space, gym.spaces.Box) and space.is_bounded("both"):
+        low = torch.as_tensor(space.low, dtype=torch.get_default_dtype()).reshape(1, *space.shape)
+        span = torch.as_tensor(space.high, dtype=torch.get_default_dtype()).reshape(1, *space.shape) - low
+        return lambda: low + torch.rand(low.shape) * span
+    raise TypeError(f"random_steps needs random_action for the action space {space!r} (defaults exist for "
+                    f"Discrete and bounded Box spaces)")
 
 
 def _default_action_to_env(space: gym.Space) -> Callable[[torch.Tensor], Any]:

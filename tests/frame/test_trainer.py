@@ -267,6 +267,66 @@ def test_ddpg_on_pendulum_uses_noisy_continuous_actions_within_bounds(tmp_path):
                                                                            "critic_target_2.pt"]
 
 
+def test_random_steps_play_random_actions_first_then_the_act_method():
+    dqn = make_dqn(CountingDQN)
+    trainer = Trainer(dqn, cartpole, random_steps=30, warmup_steps=30, eval_interval=0, seed=0, progress=False)
+    torch.manual_seed(1)
+    trainer.run(steps=60)
+    steps = trainer._steps
+    assert dqn.calls["act_discrete_with_noise"] == steps - 30  # the first 30 actions did not ask the network
+    _, (action,) = dqn.replay_buffer.sample_batch(steps, sample_method="all", sample_attrs=["action"])
+    first = action["action"][:30]
+    assert first.dtype == torch.int64 and first.shape == (30, 1) and set(first.view(-1).tolist()) == {0, 1}
+    torch.manual_seed(1)
+    assert torch.equal(first, torch.randint(2, (30, 1)))  # drawn from torch's generator, one per step
+
+
+def test_random_steps_on_a_box_space_and_with_action_to_env():
+    torch.manual_seed(0)
+    ddpg = DDPG(Actor(hidden=8), Actor(hidden=8), Critic(hidden=8), Critic(hidden=8), torch.optim.Adam,
+                nn.MSELoss(), batch_size=16)
+    trainer = Trainer(ddpg, gym.make("Pendulum-v1"), random_steps=200, warmup_steps=200, eval_interval=0,
+                      progress=False)
+    trainer.run(1)
+    _, (action,) = ddpg.replay_buffer.sample_batch(200, sample_method="all", sample_attrs=["action"])
+    random = action["action"]
+    assert random.dtype == torch.float32 and random.shape == (200, 1)
+    assert -2 <= random.min() < -1.5 and 1.5 < random.max() <= 2  # uniform over Pendulum's [-2, 2]
+    with pytest.raises(TypeError, match="random_steps with action_to_env needs random_action"):
+        Trainer(ddpg, gym.make("Pendulum-v1"), random_steps=10, action_to_env=lambda a: 2 * a.numpy()[0])
+    halves = []
+    trainer = Trainer(ddpg, gym.make("Pendulum-v1"), random_steps=5, eval_interval=0, progress=False,
+                      action_to_env=lambda a: 2 * a.numpy()[0],
+                      random_action=lambda: halves.append(1) or torch.full((1, 1), 0.5))
+    trainer.run(steps=5)
+    assert len(halves) == 5
+
+
+@pytest.mark.parametrize("kwargs, error, message", [
+    ({"random_steps": -1}, ValueError, "random_steps must be an integer >= 0, got -1"),
+    ({"random_action": lambda: 0}, ValueError, "random_action is only used with random_steps > 0"),
+    ({"random_steps": 5, "random_action": 3}, TypeError, "random_action must be a function"),
+    ({"random_steps": 5, "store": "episode"}, ValueError, "random_steps .* needs store='transition'"),
+])
+def test_bad_random_step_options(kwargs, error, message):
+    with pytest.raises(error, match=message):
+        Trainer(make_dqn(), cartpole, **kwargs)
+
+
+class _UnboundedEnv(gym.Env):
+    observation_space = gym.spaces.Box(-1, 1, (4,))
+    action_space = gym.spaces.Box(-np.inf, np.inf, (1,))
+
+
+def test_random_steps_need_one_environment_and_a_space_to_draw_from():
+    with pytest.raises(ValueError, match="random_steps .* needs a single environment"):
+        Trainer(make_dqn(), ParallelWrapperDummy([lambda i: cartpole()] * 2), eval_env=cartpole, random_steps=5)
+    with pytest.raises(TypeError, match=r"random_steps needs random_action for the action space Box\(-inf, inf"):
+        Trainer(make_dqn(), _UnboundedEnv(), random_steps=5)
+    trainer = Trainer(make_dqn(), _UnboundedEnv(), random_steps=5, random_action=lambda: torch.zeros(1, 1))
+    assert trainer.random_action().shape == (1, 1)
+
+
 class CountingPPO(PPO):
     """Keeps every stored episode and counts its updates."""
 
