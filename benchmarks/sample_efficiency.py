@@ -132,6 +132,9 @@ EVAL_EVERY = 1000
 # (new starting states every time, as an evaluation environment that is not reseeded gives)
 # instead of seed + 10**6 + j at every evaluation (the trainer's seeding, the default).
 _FRESH_STARTS = False
+# ``--final-episodes N``: after training, the greedy policy plays N more episodes (reset with
+# seed + 2 * 10**6 + j, starts no evaluation used) and their mean is reported as "final N".
+_FINAL_EPISODES = 0
 SKIP_MESSAGE = "sample_efficiency: skipped (run by name: python -m benchmarks sample_efficiency)"
 
 
@@ -299,13 +302,26 @@ class _Trainer(Trainer):
     """The trainer, its evaluation episodes reset with :func:`_eval_seed`."""
 
     evaluations = 0
+    final = False
 
     def evaluate(self, episodes: Optional[int] = None) -> float:
         self.evaluations += 1
         return super().evaluate(episodes)
 
     def _eval_seed(self, index: int) -> Optional[int]:
-        return None if self.seed is None else _eval_seed(self.seed, self.evaluations, index)
+        if self.seed is None:
+            return None
+        return self.seed + 2 * 10**6 + index if self.final else _eval_seed(self.seed, self.evaluations, index)
+
+    def train(self, steps: int) -> Any:
+        """``run(steps=steps)``, then the final evaluation of ``_FINAL_EPISODES`` episodes (``final_eval``)."""
+        with self:
+            result = self.run(steps=steps)
+            result.final_eval = None
+            if _FINAL_EPISODES:
+                self.final = True
+                result.final_eval = self.evaluate(_FINAL_EPISODES)
+        return result
 
 
 def _train_dqn(task: Task, steps: int, seed: int, eval_episodes: int) -> Any:
@@ -317,8 +333,7 @@ def _train_dqn(task: Task, steps: int, seed: int, eval_episodes: int) -> Any:
                        eval_act_method="act_discrete", train_freq=256, gradient_steps=128, warmup_steps=1000,
                        random_steps=1000, eval_every_steps=EVAL_EVERY, eval_episodes=eval_episodes, seed=seed,
                        progress=False)
-    with trainer:
-        return trainer.run(steps=steps)
+    return trainer.train(steps)
 
 
 def _train_ppo(task: Task, steps: int, seed: int, eval_episodes: int) -> Any:
@@ -331,8 +346,7 @@ def _train_ppo(task: Task, steps: int, seed: int, eval_episodes: int) -> Any:
     with ParallelWrapperDummy([_make(task.env_id)] * 8) as envs:
         trainer = _Trainer(ppo, envs, eval_env=_make(task.env_id), eval_act_method="act_greedy", rollout_steps=32,
                            eval_every_steps=EVAL_EVERY, eval_episodes=eval_episodes, seed=seed, progress=False)
-        with trainer:
-            return trainer.run(steps=steps)
+        return trainer.train(steps)
 
 
 def _train_sac(task: Task, steps: int, seed: int, eval_episodes: int) -> Any:
@@ -345,8 +359,7 @@ def _train_sac(task: Task, steps: int, seed: int, eval_episodes: int) -> Any:
                        eval_act_method="act_greedy", action_to_env=_unscaler(task.env_id), train_freq=1,
                        gradient_steps=1, warmup_steps=100, random_steps=100, random_action=_uniform_unit_action,
                        eval_every_steps=EVAL_EVERY, eval_episodes=eval_episodes, seed=seed, progress=False)
-    with trainer:
-        return trainer.run(steps=steps)
+    return trainer.train(steps)
 
 
 def _train_td3(task: Task, steps: int, seed: int, eval_episodes: int) -> Any:
@@ -361,8 +374,7 @@ def _train_td3(task: Task, steps: int, seed: int, eval_episodes: int) -> Any:
                        action_to_env=_unscaler(task.env_id), train_freq=1, gradient_steps=1, warmup_steps=10_000,
                        random_steps=10_000, random_action=_uniform_unit_action, eval_every_steps=EVAL_EVERY,
                        eval_episodes=eval_episodes, seed=seed, progress=False)
-    with trainer:
-        return trainer.run(steps=steps)
+    return trainer.train(steps)
 
 
 _TRAIN = {"dqn": _train_dqn, "ppo": _train_ppo, "sac": _train_sac, "td3": _train_td3}
@@ -426,23 +438,36 @@ def _train_sb3(name: str, task: Task, steps: int, seed: int, eval_episodes: int)
 
     model.learn(steps, callback=Evaluate())
     curve.steps = model.num_timesteps
+    curve.final_eval = None
+    if _FINAL_EPISODES:
+        returns = []
+        for j in range(_FINAL_EPISODES):
+            obs, _ = eval_env.reset(seed=seed + 2 * 10**6 + j)
+            total, done = 0.0, False
+            while not done:
+                action, _ = model.predict(obs, deterministic=True)
+                obs, reward, terminated, truncated, _ = eval_env.step(int(action) if discrete else action)
+                total, done = total + float(reward), terminated or truncated
+            returns.append(total)
+        curve.final_eval = statistics.mean(returns)
     eval_env.close()
     return curve
 
 
 def run_seed(name: str, seed: int, steps_scale: float = 1.0, eval_episodes: int = 5,
-             library: str = "machin", eval_starts: str = "same") -> Dict[str, Any]:
+             library: str = "machin", eval_starts: str = "same", final_episodes: int = 0) -> Dict[str, Any]:
     """Train task ``name`` with seed ``seed``; return its evaluations and summary (a JSON-able dict).
 
     ``library="sb3"`` trains it with Stable-Baselines3 instead. ``eval_starts="fresh"`` resets
-    every evaluation's episodes with seeds of its own (see ``_FRESH_STARTS``).
+    every evaluation's episodes with seeds of its own (see ``_FRESH_STARTS``); ``final_episodes``
+    adds a final evaluation of that many episodes (``final_eval``, see ``_FINAL_EPISODES``).
 
     Keys: ``task``, ``library``, ``seed``, ``budget``, ``steps_taken``, ``eval_steps``, ``eval_returns``,
     ``steps_to_threshold`` (``None``: never reached), ``final_return`` (the evaluation at the
     budget; ``None`` when there was none), ``cpu_seconds`` and ``wall_seconds``.
     """
-    global _FRESH_STARTS
-    _FRESH_STARTS = eval_starts == "fresh"
+    global _FRESH_STARTS, _FINAL_EPISODES
+    _FRESH_STARTS, _FINAL_EPISODES = eval_starts == "fresh", final_episodes
     task = TASKS[name]
     budget = max(1, int(round(task.steps * steps_scale)))
     torch.set_num_threads(1)
@@ -459,7 +484,8 @@ def run_seed(name: str, seed: int, steps_scale: float = 1.0, eval_episodes: int 
         "task": name, "library": library, "seed": seed, "budget": budget, "steps_taken": result.steps,
         "eval_steps": [s for s, _ in curve], "eval_returns": [r for _, r in curve],
         "steps_to_threshold": reached, "final_return": curve[-1][1] if curve else None,
-        "cpu_seconds": cpu, "wall_seconds": wall,
+        "final_eval": getattr(result, "final_eval", None),
+        "cpu_seconds": cpu, "wall_seconds": wall, "final_episodes": final_episodes,
     }
 
 
@@ -482,6 +508,8 @@ def summarize(runs: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
         task = TASKS[name]
         steps = [math.inf if r["steps_to_threshold"] is None else float(r["steps_to_threshold"]) for r in mine]
         finals = [r["final_return"] for r in mine if r["final_return"] is not None]
+        evals = [r["final_eval"] for r in mine if r.get("final_eval") is not None]
+        final_episodes = mine[0].get("final_episodes", 0)
         median_steps = statistics.median(steps)
         rows.append({
             "task": name, "env": task.env_id, "seeds": len(mine), "budget": mine[0]["budget"],
@@ -489,6 +517,7 @@ def summarize(runs: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
             "steps": [None if math.isinf(s) else s for s in steps], "target": task.target,
             "meets_target": not math.isinf(median_steps) and median_steps <= task.target,
             "final_median": statistics.median(finals) if finals else None,
+            "final_eval_median": statistics.median(evals) if evals else None, "final_episodes": final_episodes,
             "zoo_final": task.zoo_final, "sb3_steps": task.sb3_steps,
             "cpu_seconds": sum(r["cpu_seconds"] for r in mine),
         })
@@ -503,6 +532,8 @@ def print_table(rows: List[Dict[str, Any]]) -> None:
         per_seed = ", ".join(_steps_text(s) for s in row["steps"])
         verdict = "ok" if row["meets_target"] else "MISSED"
         final = "-" if row["final_median"] is None else f"{row['final_median']:.1f}"
+        if row["final_eval_median"] is not None:
+            final += f" ({row['final_episodes']} episodes: {row['final_eval_median']:.1f})"
         table.append([
             row["task"], f"{row['env']} ({row['threshold']:g})", str(row["seeds"]), f"{row['budget']:,}",
             f"{_steps_text(row['median_steps'])} ({per_seed})", f"<= {row['target']:,} {verdict}", final,
@@ -518,9 +549,10 @@ def print_table(rows: List[Dict[str, Any]]) -> None:
 
 def run(tasks: Sequence[str], seeds: int, workers: Optional[int], steps_scale: float = 1.0,
         eval_episodes: int = 5, json_path: Optional[str] = None, library: str = "machin",
-        eval_starts: str = "same") -> List[Dict[str, Any]]:
+        eval_starts: str = "same", final_episodes: int = 0) -> List[Dict[str, Any]]:
     """Run every (task, seed), ``workers`` at a time; print one line per run and the table."""
-    jobs = [(name, seed, steps_scale, eval_episodes, library, eval_starts) for name in tasks for seed in range(seeds)]
+    jobs = [(name, seed, steps_scale, eval_episodes, library, eval_starts, final_episodes)
+            for name in tasks for seed in range(seeds)]
     # the longest runs first, so that the last worker to finish does not start late
     jobs.sort(key=lambda job: {"sac": 0, "td3": 1, "dqn": 2, "ppo": 3}[job[0]])
     workers = min(len(jobs), workers or os.cpu_count() or 1)
@@ -576,11 +608,16 @@ def main(argv: Optional[List[str]] = None) -> Optional[List[Dict[str, Any]]]:
     parser.add_argument("--eval-starts", choices=["same", "fresh"], default="same",
                         help="reset the evaluation episodes with the same seeds every time (default, the "
                              "trainer's seeding) or with new seeds at every evaluation")
+    parser.add_argument("--final-episodes", type=int, default=0,
+                        help="after training, evaluate the greedy policy on this many more episodes and report "
+                             "their mean next to the last evaluation (default 0: none)")
     args = parser.parse_args(argv)
     if args.seeds < 1 or (args.workers is not None and args.workers < 1) or args.steps_scale <= 0:
         parser.error("--seeds and --workers must be positive, --steps-scale greater than 0")
+    if args.final_episodes < 0:
+        parser.error("--final-episodes must be 0 or more")
     return run(args.tasks, args.seeds, args.workers, args.steps_scale, args.eval_episodes, args.json, args.library,
-               args.eval_starts)
+               args.eval_starts, args.final_episodes)
 
 
 if __name__ == "__main__":
