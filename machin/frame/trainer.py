@@ -334,9 +334,13 @@ class Trainer:
 
         _check_number("random_steps", random_steps, minimum=0, integer=True)
         if random_steps:
-            why = ("it needs a single environment, not a group" if isinstance(env, _ENV_GROUPS)
-                   else f"it needs store='transition' (random actions carry no log-probabilities), got {self.store!r}"
-                   if episodic else "a random action comes with no hidden state" if hidden_key is not None else None)
+            why = None
+            if isinstance(env, _ENV_GROUPS):
+                why = "it needs a single environment, not a group"
+            elif episodic:
+                why = f"it needs store='transition' (random actions carry no log-probabilities), got {self.store!r}"
+            elif hidden_key is not None:
+                why = "a random action comes with no hidden state"
             if why:
                 raise ValueError(f"random_steps plays random actions on one environment: {why}")
         elif random_action is not None:
