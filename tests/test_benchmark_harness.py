@@ -1,0 +1,53 @@
+"""The sample-efficiency benchmark runs end to end on tiny budgets.
+
+No timing and no learning claim: these runs are far too short to learn. They keep the
+harness (the zoo's settings written as machin code, the trainer options it uses, the
+evaluation protocol and the report) working as the library changes.
+"""
+
+import json
+
+import pytest
+import torch
+
+from benchmarks import sample_efficiency
+
+
+@pytest.fixture(autouse=True)
+def keep_torch_threads():
+    """A run sets one torch thread for itself; give the other tests of this worker theirs back."""
+    threads = torch.get_num_threads()
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.mark.parametrize("task, scale", [("dqn", 0.04), ("ppo", 0.02), ("sac", 0.02), ("td3", 0.02)])
+def test_each_task_trains_evaluates_and_reports(task, scale):
+    run = sample_efficiency.run_seed(task, 0, steps_scale=scale, final_episodes=1)
+    budget = round(sample_efficiency.TASKS[task].steps * scale)
+    assert run["task"] == task and run["budget"] == budget and run["steps_taken"] >= budget
+    assert run["eval_steps"] == list(range(1000, budget + 1, 1000))  # one evaluation per 1000 steps
+    assert len(run["eval_returns"]) == len(run["eval_steps"])
+    assert isinstance(run["final_eval"], float) and run["cpu_seconds"] > 0
+    if task == "dqn":  # 1000 random steps, then the network: both stored
+        assert run["steps_taken"] >= 2000
+
+
+def test_fresh_evaluation_starts_differ_between_evaluations():
+    sample_efficiency.run_seed("dqn", 0, steps_scale=0.02, eval_starts="fresh")
+    assert sample_efficiency._eval_seed(3, 1, 0) != sample_efficiency._eval_seed(3, 2, 0)
+    sample_efficiency.run_seed("dqn", 0, steps_scale=0.02)
+    assert sample_efficiency._eval_seed(3, 1, 0) == sample_efficiency._eval_seed(3, 2, 0) == 3 + 10**6
+
+
+def test_the_command_line_writes_the_table_and_the_json(tmp_path, capsys):
+    path = tmp_path / "runs.json"
+    rows = sample_efficiency.main(["--tasks", "dqn", "--seeds", "2", "--workers", "1", "--steps-scale", "0.02",
+                                   "--final-episodes", "2", "--json", str(path)])
+    out = capsys.readouterr().out
+    assert "dqn seed 0" in out and "dqn seed 1" in out and "(2 episodes:" in out
+    assert rows[0]["seeds"] == 2 and rows[0]["median_steps"] is None  # 1000 random steps reach nothing
+    saved = json.loads(path.read_text())
+    assert [r["seed"] for r in saved["runs"]] == [0, 1] and saved["rows"][0]["task"] == "dqn"
+    with pytest.raises(SystemExit):
+        sample_efficiency.main(["--final-episodes", "-1"])
