@@ -253,16 +253,20 @@ class QCritic(nn.Module):
 
 
 # -- greedy act methods where the algorithm has none -----------------------------------
-class BenchPPO(PPO):
+class _ActGreedy:
+    """``act_greedy(state)``: the actor network's own ``greedy`` action."""
+
     def act_greedy(self, state):
         with torch.no_grad():
             return self.actor.greedy(state["state"])
 
 
-class BenchSAC(SAC):
-    def act_greedy(self, state):
-        with torch.no_grad():
-            return self.actor.greedy(state["state"])
+class BenchPPO(_ActGreedy, PPO):
+    pass
+
+
+class BenchSAC(_ActGreedy, SAC):
+    pass
 
 
 def _uniform_unit_action() -> torch.Tensor:

@@ -365,12 +365,11 @@ class A2C(BufferOptions, ActorCriticOptions, TorchFramework):
                 # loss's; gradient_max clips the norm of the joint gradient, over both networks.
                 loss, policy_loss = self._actor_objective(minibatch)
                 value_loss = self._critic_loss(minibatch)
-                losses, optimizers, networks = [], [], []
-                if update_policy:
-                    losses.append(loss), optimizers.append(self.actor_optim), networks.append(self.actor)
+                parts = [(loss, self.actor_optim, self.actor)] if update_policy else []
                 if update_value:
-                    losses.append(value_loss), optimizers.append(self.critic_optim), networks.append(self.critic)
-                if losses:
+                    parts.append((value_loss, self.critic_optim, self.critic))
+                if parts:
+                    losses, optimizers, networks = zip(*parts)
                     self._optimize(losses, optimizers, networks, self.gradient_max)
                 policy_values.append(-policy_loss.item())
                 value_losses.append(value_loss.item())

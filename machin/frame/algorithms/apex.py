@@ -52,8 +52,8 @@ class ApexMixin(SharedNetworkSync):
     """Distributed buffer, model pushes and pulls shared by the Ape-X algorithms.
 
     The host names the network it shares in ``_shared_network`` (an attribute name, see
-    :class:`~machin.frame.algorithms.utils.SharedNetworkSync`) and the constructor parameters of the networks that several learners train together in
-    ``_ddp_networks``.
+    :class:`~machin.frame.algorithms.utils.SharedNetworkSync`) and the constructor
+    parameters of the networks that several learners train together in ``_ddp_networks``.
     """
 
     _ddp_networks: Tuple[str, ...] = ()
