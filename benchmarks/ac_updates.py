@@ -2,7 +2,9 @@
 
 Each floor is the same update written by hand with bare PyTorch: the same networks
 (MLP 64-64), batch size 100, losses, optimizer steps and soft target updates. The
-library side calls ``update()`` on a buffer filled with the same random data.
+library side calls ``update()`` on a buffer filled with the same random data. The actors'
+losses run through the critics; both sides compute gradients for the actor alone there
+(``backward(inputs=...)``), which a plain ``loss.backward()`` would not.
 """
 
 from __future__ import annotations
@@ -17,9 +19,9 @@ from machin.frame.algorithms import DDPG, PPO, SAC, TD3
 from machin.frame.transition import Transition
 
 try:
-    from .common import compare, setup_torch
+    from .common import clock_for, compare, setup_torch
 except ImportError:  # run as a script
-    from common import compare, setup_torch
+    from common import clock_for, compare, setup_torch
 
 S, A, B, GAMMA, TAU = 3, 1, 100, 0.99, 0.005
 
@@ -82,9 +84,14 @@ def sample(data):
     return [x[idx].to(DEVICE) for x in data]
 
 
-def step(loss, opt):
+def step(loss, opt, only_stepped=False):
+    """Zero, backward, step. ``only_stepped`` (the actor's loss through the critics): gradients for the
+    optimizer's parameters alone, ``backward(inputs=...)``, as the library does."""
     opt.zero_grad(set_to_none=True)
-    loss.backward()
+    if only_stepped:
+        torch.autograd.backward(loss, inputs=opt.param_groups[0]["params"])
+    else:
+        loss.backward()
     opt.step()
 
 
@@ -112,7 +119,7 @@ def ddpg_floor(nets, data, twin=False, delay=1):
             step(mse(y, c(s, a)), opt)
         count[0] += 1
         if count[0] % delay == 0:
-            step(-critics[0](s, actor(s)).mean(), a_opt)
+            step(-critics[0](s, actor(s)).mean(), a_opt, only_stepped=True)
             for target, online in zip([actor_t, *critics_t], [actor, *critics]):
                 lerp(target, online)
 
@@ -136,7 +143,7 @@ def sac_floor(nets, data):
         for c, opt in zip(critics, opts[1:]):
             step(mse(y, c(s, a)), opt)
         act, lp, _ = actor(s)
-        step(-(torch.min(*[c(s, act) for c in critics]) - alpha * lp).mean(), opts[0])
+        step(-(torch.min(*[c(s, act) for c in critics]) - alpha * lp).mean(), opts[0], only_stepped=True)
         step(-(log_alpha * (lp.detach() - A).mean()), alpha_opt)
         for target, online in zip(critics_t, critics):
             lerp(target, online)
@@ -260,7 +267,7 @@ def sac_bench(data, mse):
     fill(sac, data)
     floor = sac_floor((copy.deepcopy(gactor), [copy.deepcopy(critic), copy.deepcopy(critic2)],
                        [copy.deepcopy(critic), copy.deepcopy(critic2)]), data)
-    compare(f"SAC update on {DEVICE}", sac.update, floor, number=50, repeats=11)
+    compare(f"SAC update on {DEVICE}", sac.update, floor, number=50, repeats=11, clock=clock_for(DEVICE))
 
 
 if __name__ == "__main__":

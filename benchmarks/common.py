@@ -6,7 +6,8 @@ matters is the ratio library / floor, which is far less sensitive to the machine
 than either time alone. Times are the CPU time of the calling thread
 (``time.thread_time``), not wall-clock time, so other processes sharing the
 machine disturb them less; with ``torch.set_num_threads(1)`` all the work of an
-operation runs on that thread.
+operation runs on that thread. Work on a GPU runs outside the calling thread, so a
+benchmark on a GPU times with the wall clock instead (``clock_for``).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from typing import Callable, List
 
 import torch
 
-__all__ = ["time_once", "compare", "setup_torch"]
+__all__ = ["time_once", "compare", "setup_torch", "clock_for"]
 
 
 def setup_torch() -> None:
@@ -27,12 +28,21 @@ def setup_torch() -> None:
     torch.manual_seed(0)
 
 
-def time_once(fn: Callable[[], object], number: int) -> float:
-    """Thread CPU seconds per call of ``fn``, averaged over ``number`` back-to-back calls."""
-    start = time.thread_time()
+def clock_for(device) -> Callable[[], float]:
+    """The clock to time work on ``device`` with: thread CPU time on the CPU, wall time on a GPU.
+
+    Each timed GPU call ends in a synchronising read (a loss as a Python number), so the
+    wall time of a call includes its kernels.
+    """
+    return time.thread_time if torch.device(device).type == "cpu" else time.perf_counter
+
+
+def time_once(fn: Callable[[], object], number: int, clock: Callable[[], float] = time.thread_time) -> float:
+    """Seconds of ``clock`` per call of ``fn``, averaged over ``number`` back-to-back calls."""
+    start = clock()
     for _ in range(number):
         fn()
-    return (time.thread_time() - start) / number
+    return (clock() - start) / number
 
 
 def compare(
@@ -43,6 +53,7 @@ def compare(
     number: int = 200,
     repeats: int = 15,
     warmup: int = 2,
+    clock: Callable[[], float] = time.thread_time,
 ) -> float:
     """Time ``library`` against ``floor`` and print one line; return the ratio.
 
@@ -60,27 +71,30 @@ def compare(
         number: Calls per timed repeat.
         repeats: Timed repeats; the median is reported.
         warmup: Untimed repeats before timing.
+        clock: What is timed: the thread's CPU time (default) or, for work on a GPU,
+            the wall clock (``time.perf_counter``, see ``clock_for``).
 
     Returns:
         The ratio ``median(library) / median(floor)``.
     """
     for _ in range(warmup):
-        time_once(floor, number)
-        time_once(library, number)
+        time_once(floor, number, clock)
+        time_once(library, number, clock)
     lib_times: List[float] = []
     floor_times: List[float] = []
     gc_was_enabled = gc.isenabled()
     gc.disable()
     try:
         for _ in range(repeats):
-            floor_times.append(time_once(floor, number))
-            lib_times.append(time_once(library, number))
+            floor_times.append(time_once(floor, number, clock))
+            lib_times.append(time_once(library, number, clock))
     finally:
         if gc_was_enabled:
             gc.enable()
     lib, flo = statistics.median(lib_times), statistics.median(floor_times)
     ratio = lib / flo
+    what = "" if clock is time.thread_time else ", wall"
     print(
-        f"{name}: library {lib * 1e3:.4f} ms, floor {flo * 1e3:.4f} ms, ratio {ratio:.2f} ({repeats} repeats)"
+        f"{name}: library {lib * 1e3:.4f} ms, floor {flo * 1e3:.4f} ms, ratio {ratio:.2f} ({repeats} repeats{what})"
     )
     return ratio

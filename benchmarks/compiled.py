@@ -35,7 +35,7 @@ try:
         sac_floor,
         step,
     )
-    from .common import compare, setup_torch
+    from .common import clock_for, compare, setup_torch
     from .dqn_loop import ACTIONS, STATE, QNet
 except ImportError:  # run as a script
     import ac_updates
@@ -50,7 +50,7 @@ except ImportError:  # run as a script
         sac_floor,
         step,
     )
-    from common import compare, setup_torch
+    from common import clock_for, compare, setup_torch
     from dqn_loop import ACTIONS, STATE, QNet
 
 B = ac_updates.B
@@ -102,7 +102,8 @@ def warm_up(update, max_calls: int = 60) -> float:
 def row(name: str, framework, floor, number: int = 50, repeats: int = 11, **timing) -> None:
     seconds = warm_up(framework.update)
     print(f"  {name}: compiled in {seconds:.1f} s", flush=True)
-    compare(f"compiled {name} vs eager floor", framework.update, floor, number=number, repeats=repeats, **timing)
+    compare(f"compiled {name} vs eager floor", framework.update, floor, number=number, repeats=repeats,
+            clock=clock_for(ac_updates.DEVICE), **timing)
 
 
 def bench_dqn(mse) -> None:
@@ -167,7 +168,8 @@ def bench_ppo() -> None:
     ppo.compile()
     seconds = warm_up(ppo.update, max_calls=8)
     print(f"  {name}: compiled in {seconds:.1f} s", flush=True)
-    compare(f"compiled {name} vs eager floor", ppo.update, floor, number=3, repeats=11, warmup=1)
+    compare(f"compiled {name} vs eager floor", ppo.update, floor, number=3, repeats=11, warmup=1,
+            clock=clock_for(ac_updates.DEVICE))
 
 
 def main(device: str = "cpu") -> None:

@@ -20,9 +20,9 @@ from torch import nn
 from machin.frame.algorithms import DQN
 
 try:
-    from .common import compare, setup_torch
+    from .common import clock_for, compare, setup_torch
 except ImportError:  # run as a script
-    from common import compare, setup_torch
+    from common import clock_for, compare, setup_torch
 
 BATCH, STATE, ACTIONS, CAPACITY, TAU, GAMMA = 100, 4, 2, 100_000, 0.005, 0.99
 
@@ -106,7 +106,7 @@ def main(device: str = "cpu") -> None:
         library_step()
         floor_step()
     compare(f"DQN step (act_discrete_with_noise + store_transition + update) on {device}", library_step,
-            floor_step, number=100, repeats=11)
+            floor_step, number=100, repeats=11, clock=clock_for(device))
 
 
 if __name__ == "__main__":

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import weakref
@@ -53,6 +54,28 @@ def _tensors_of(part: Union[nn.Module, torch.Tensor, Iterable[torch.Tensor]]) ->
     if isinstance(part, nn.Module):
         return part.parameters()
     return (part,) if isinstance(part, torch.Tensor) else part
+
+
+#: Optimizer -> whether its steps take a backward pass restricted to the tensors it steps
+#: (decided on its first step; see ``TorchFramework._stepped_parameters``).
+_restricted_steps: weakref.WeakKeyDictionary[Any, bool] = weakref.WeakKeyDictionary()
+
+
+def _reaches_other_tensors(losses: Sequence[Any], stepped: Iterable[torch.Tensor]) -> bool:
+    """Whether a backward pass of ``losses`` would put gradients into leaves outside ``stepped``."""
+    inside = set(map(id, stepped))
+    seen = set()
+    pending = [loss.grad_fn for loss in losses if isinstance(loss, torch.Tensor)]
+    while pending:
+        node = pending.pop()
+        if node is None or node in seen:
+            continue
+        seen.add(node)
+        leaf = getattr(node, "variable", None)  # the leaf of an AccumulateGrad node
+        if leaf is not None and id(leaf) not in inside:
+            return True
+        pending.extend(next_node for next_node, _ in node.next_functions)
+    return False
 
 
 _MODE_SENSITIVE_LAYERS = (nn.modules.dropout._DropoutNd, nn.modules.batchnorm._NormBase)
@@ -320,9 +343,12 @@ class TorchFramework:
             return compiled.optimize(self, loss, optimizer, parameters, gradient_max)
         for one_optimizer in optimizers:
             one_optimizer.zero_grad(set_to_none=True)
+        stepped = self._stepped_parameters(optimizers, networks, losses) if compiled is None else None
         for one_loss in losses:  # from a compiled loss step when there is one, else by a backward pass
             if compiled is not None:
                 compiled.put_gradients(self, one_loss)
+            elif stepped is not None:
+                torch.autograd.backward(one_loss, inputs=stepped)
             else:
                 self._backward(one_loss)
         if gradient_max != math.inf:
@@ -330,6 +356,43 @@ class TorchFramework:
         for one_optimizer in optimizers:
             one_optimizer.step()
         return True
+
+    def _stepped_parameters(self, optimizers: Sequence[torch.optim.Optimizer], networks: Sequence[Any],
+                            losses: Sequence[torch.Tensor]) -> Optional[List[torch.Tensor]]:
+        """The tensors a step trains, when its backward pass should compute gradients for them alone.
+
+        A loss may run through networks it does not train: the actor's loss of DDPG, TD3
+        and SAC runs through the critics, whose weight gradients a full backward pass
+        computes only for the critics' next ``zero_grad`` to drop. ``backward(inputs=...)``
+        leaves them out, and the tensors the optimizers step get exactly the gradients of
+        a full pass. Whether an optimizer's steps are restricted is decided on its first
+        step (a restricted pass costs a little more where there is nothing to leave out)
+        and remembered.
+
+        ``None`` (a full backward pass): nothing to leave out, a custom backward function
+        (:meth:`set_backward_function`, e.g. a gradient scaler's), a network in
+        ``DistributedDataParallel`` (its reducer counts on the gradient hooks of what its
+        forward pass used), or ``networks`` holding trainable tensors the optimizers do not
+        step (their gradients may be wanted elsewhere).
+        """
+        if self._backward is not torch.autograd.backward:
+            return None
+        restricted = _restricted_steps.get(optimizers[0])
+        if restricted is False:
+            return None
+        for name in self._is_top:
+            if isinstance(getattr(self, name, None), nn.parallel.DistributedDataParallel):
+                return None
+        stepped = [p for optimizer in optimizers for group in getattr(optimizer, "param_groups", ())
+                   for p in group["params"] if p.requires_grad]
+        if restricted is None:
+            inside = set(map(id, stepped))
+            restricted = bool(stepped) and all(
+                id(p) in inside for part in networks for p in _tensors_of(part) if p.requires_grad
+            ) and _reaches_other_tensors(losses, stepped)
+            with contextlib.suppress(TypeError):  # an optimizer-like object without weak references: decide every time
+                _restricted_steps[optimizers[0]] = restricted
+        return stepped if restricted else None
 
     def _skip_non_finite_step(self, loss: torch.Tensor, optimizer: torch.optim.Optimizer,
                               parameters: Union[nn.Module, Iterable[torch.Tensor]]) -> None:

@@ -36,11 +36,12 @@ __all__ = [
 class _Signature:
     """What ``safe_call`` needs to know about one module's ``forward``."""
 
-    __slots__ = ("names", "required", "accepts_any", "class_name", "first_parameter")
+    __slots__ = ("names", "required", "required_set", "accepts_any", "class_name", "first_parameter")
 
     def __init__(self, names: Tuple[str, ...], required: Tuple[str, ...], accepts_any: bool, class_name: str):
         self.names = frozenset(names)
         self.required = required
+        self.required_set = frozenset(required)  # for one C-level check per call
         self.accepts_any = accepts_any
         self.class_name = class_name
         # What get_input_device remembered for a plain module, kept here too so that
@@ -348,8 +349,11 @@ def safe_call(model: nn.Module, *named_args: Optional[Dict[str, Any]], required_
                     value = value.to(device)
                 kwargs[key] = value
 
-    missing = [name for name in signature.required if name not in kwargs]
-    missing += [name for name in required_argument if name not in kwargs and name not in missing]
+    if kwargs.keys() >= signature.required_set and not required_argument:
+        missing = None
+    else:
+        missing = [name for name in signature.required if name not in kwargs]
+        missing += [name for name in required_argument if name not in kwargs and name not in missing]
     if missing:
         given = sorted({key for d in named_args if d for key in d})
         raise MissingArgumentError(

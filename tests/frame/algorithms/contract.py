@@ -20,7 +20,8 @@ Contracts:
 * defaults: constructed with only its required arguments, an instance holds the defaults of
   its signature (``tests/compat/test_parity.py`` checks those against 0.3.4's);
 * gradients: each loss steps the networks it trains and leaves every other network as it
-  was, without gradients unless the loss passes through it;
+  was and without gradients, also those it passes through (the actor's loss through the
+  critic: its backward pass computes gradients for the stepped networks only);
 * targets: target networks stay frozen while ``update_target=False`` and move on update;
 * inputs: acting, storing and updating change nothing the caller handed over.
 """
@@ -77,8 +78,6 @@ class ContractCase:
         options: Keyword options that make a small, fast instance (``batch_size=8``, ...).
         store: ``store(agent, experience)``; default ``agent.store_episode(experience)``.
         update: ``update(agent, **switches)``; default ``agent.update(**switches)``.
-        passes_through: ``{update switch: networks the loss backpropagates through without
-            stepping them}`` (a policy loss through the critic): these may hold gradients.
         explore: Optional exploring act call, checked not to change its input.
         world: The class needs an RPC world (a distributed algorithm).
         known_failures: ``{contract: reason}`` for contracts the class breaks because of a
@@ -94,7 +93,6 @@ class ContractCase:
     options: Mapping[str, Any] = field(default_factory=dict)
     store: Callable[[Any, Any], None] = _store_episode
     update: Callable[..., Any] = _update
-    passes_through: Mapping[Optional[str], Sequence[str]] = field(default_factory=dict)
     explore: Optional[Callable[[Any, Any], Any]] = None
     world: bool = False
     known_failures: Mapping[str, str] = field(default_factory=dict)
@@ -370,16 +368,13 @@ def check_gradients(cls: type, case: ContractCase, directory: str, ctx: Optional
         flags = {} if switch is None else {s: s == switch for s in switches}
         assert switch is None or switch in switches, f"{cls.__name__}.update has no switch {switch!r}"
         _train(case, agent, **flags)
-        through = set(case.passes_through.get(switch, ()))
         for name in names:
             changed = not same(before[name], network_parameters(agent, name))
             if name in trained:
                 assert changed, f"update({flags}) did not change {name}, which it trains"
             else:
                 assert not changed, f"update({flags}) changed {name}, which it does not train"
-                if name not in through:
-                    assert not gradients_of(agent, name), (
-                        f"update({flags}) left gradients on {gradients_of(agent, name)}")
+                assert not gradients_of(agent, name), f"update({flags}) left gradients on {gradients_of(agent, name)}"
 
 
 def check_targets(cls: type, case: ContractCase, directory: str, ctx: Optional[WorldContext]) -> None:

@@ -126,21 +126,35 @@ def test_priorities_reach_the_sample_owners_and_samplers_pull_the_model(build):
         assert torch.equal(results[rank]["model"], results[LEARNER]["model"])
 
 
-def _ddp_learners(rank):
+def _ddp_learners(rank, algorithm):
     world = World(rpc_timeout=30)
     group = world.create_rpc_group("apex", ["0", "1", "2", "3"])
     servers = model_server_helper(model_num=1)
     torch.manual_seed(0)
-    qnet = QNet(4, 2, 8)
-    initial = _flat(qnet)
-    if rank >= 2:  # two learners, their qnet wrapped in DistributedDataParallel
+    if algorithm == "dqn":
+        nets, shared, state_dim = {"qnet": QNet(4, 2, 8), "qnet_target": QNet(4, 2, 8)}, "qnet", 4
+    else:  # the actor's loss runs through the critic, and both are wrapped
+        nets = {"actor": Actor(hidden=8), "actor_target": Actor(hidden=8), "critic": Critic(hidden=8),
+                "critic_target": Critic(hidden=8)}
+        shared, state_dim = "actor", 3
+    initial = _flat(nets[shared])
+    if rank >= 2:  # two learners, their online networks wrapped in DistributedDataParallel
         learners = world.create_collective_group([2, 3])
-        qnet = DistributedDataParallel(qnet, process_group=learners.group)
-    apex = DQNApex(qnet, QNet(4, 2, 8), torch.optim.Adam, nn.MSELoss(reduction="none"), group, servers,
-                   batch_size=8, replay_size=50)
+        for name in ("qnet", "actor", "critic"):
+            if name in nets:
+                nets[name] = DistributedDataParallel(nets[name], process_group=learners.group)
+    build = DQNApex if algorithm == "dqn" else DDPGApex
+    apex = build(*nets.values(), torch.optim.Adam, nn.MSELoss(reduction="none"), group, servers,
+                 batch_size=8, replay_size=50)
+    # A loss through tensors its step does not train gets a backward pass restricted to the stepped
+    # ones (TorchFramework._stepped_parameters), but never where a network is in DistributedDataParallel.
+    stepped, other = torch.zeros(1, requires_grad=True), torch.ones(1, requires_grad=True)
+    probe = torch.optim.SGD([stepped], lr=1.0)
+    restricted = apex._stepped_parameters([probe], [[stepped]], [(stepped * other).sum()])
+    assert (restricted is None) == (rank >= 2)
     group.barrier()
     if rank < 2:
-        apex.store_episode([_transition(rank, i, 4, True) for i in range(STORED)])
+        apex.store_episode([_transition(rank, i, state_dim, algorithm == "dqn") for i in range(STORED)])
     group.barrier()
     if rank >= 2:
         for _ in range(3):  # every DDP member calls update(), each on its own sampled batch
@@ -148,15 +162,16 @@ def _ddp_learners(rank):
     group.barrier()
     if rank < 2:
         assert apex.manual_sync()
-    result = _flat(apex.qnet)
+    result = _flat(getattr(apex, shared))
     assert not torch.equal(result, initial)
     group.barrier()
     world.stop()
     return result
 
 
-def test_learners_wrapped_in_ddp_train_one_model_that_samplers_pull():
-    results = run_ranks(_ddp_learners, 4, timeout=60)
+@pytest.mark.parametrize("algorithm", ["dqn", "ddpg"])
+def test_learners_wrapped_in_ddp_train_one_model_that_samplers_pull(algorithm):
+    results = run_ranks(_ddp_learners, 4, args=(algorithm,), timeout=60)
     assert all(torch.equal(results[0], other) for other in results[1:])
 
 

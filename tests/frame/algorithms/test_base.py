@@ -291,6 +291,31 @@ def test_optimize_steps_only_the_given_optimizer():
     assert torch.equal(algo.net_b.weight, before_b)
 
 
+def test_a_step_computes_gradients_only_for_what_it_steps():
+    # net_a's loss runs through net_b (an actor's loss through the critic): net_b gets no
+    # gradient, net_a exactly the one a full backward pass gives (a custom backward function
+    # runs the full pass).
+    lean, full = Tiny(learning_rate=0.1), Tiny(learning_rate=0.1)
+    full.set_backward_function(lambda loss: loss.backward())
+    x = torch.randn(5, 3)
+    grads = {}
+    for algo in (lean, full):
+        algo.net_a.weight.register_hook(lambda grad, algo=algo: grads.setdefault(id(algo), grad.clone()))
+        algo._optimize(algo.net_b(algo.net_a(x)).pow(2).sum(), algo.opt_a, algo.net_a)
+    assert lean.net_b.weight.grad is None and lean.net_b.bias.grad is None
+    assert full.net_b.weight.grad is not None
+    assert torch.equal(grads[id(lean)], grads[id(full)])
+    assert same_weights(lean.net_a, full.net_a) and same_weights(lean.net_b, full.net_b)
+
+
+def test_a_step_of_a_network_without_trainable_parameters_runs_the_full_backward_pass():
+    algo = Tiny()
+    algo.net_a.requires_grad_(False)
+    loss = algo.net_b(algo.net_a(torch.ones(2, 3))).sum()
+    assert algo._optimize(loss, algo.opt_a, algo.net_a)  # backward(inputs=[]) would raise
+    assert algo.net_b.weight.grad is not None
+
+
 def test_tiny_gradient_max_bounds_the_step():
     free, clipped = Tiny(learning_rate=1.0), Tiny(learning_rate=1.0)
     x = torch.full((8, 3), 10.0)

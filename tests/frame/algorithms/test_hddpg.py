@@ -35,7 +35,6 @@ CONTRACT_CASES = {
         state=lambda: {"state": torch.randn(5, STATE_DIM)},
         experience=lambda: [random_transition() for _ in range(16)],
         trains={"update_value": ["critic"], "update_policy": ["actor"]},
-        passes_through={"update_policy": ["critic"]},
     ),
 }
 

@@ -47,7 +47,6 @@ CONTRACT_CASES = {
         experience=lambda: [random_step(STATE_DIMS, ACTION_DIMS) for _ in range(16)],
         store=lambda agent, steps: [agent.store_transitions(step) for step in steps],
         trains={"update_value": ["critics"], "update_policy": ["actors"]},
-        passes_through={"update_policy": ["critics"]},
     ),
 }
 

@@ -29,7 +29,6 @@ CONTRACT_CASES = {
         state=lambda: {"state": torch.randn(6, 3)},
         experience=lambda: episode_steps(16, 3, discrete=False),
         trains={"update_value": ["critic", "critic2"], "update_policy": ["actor"]},
-        passes_through={"update_policy": ["critic", "critic2"]},
     ),
 }
 
