@@ -88,22 +88,46 @@ def dqn_floor(qnet: nn.Module, data):
 
 def warm_up(update, max_calls: int = 60) -> float:
     """Call ``update`` until torch.compile stops compiling new graphs; return the wall seconds."""
-    from torch._dynamo.utils import counters
-
     start, calls, quiet = time.perf_counter(), 0, 0
     while calls < max_calls and quiet < 5:
-        before = counters["stats"]["unique_graphs"]
+        before = graphs()
         update()
         calls += 1
-        quiet = quiet + 1 if counters["stats"]["unique_graphs"] == before else 0
+        quiet = quiet + 1 if graphs() == before else 0
     return time.perf_counter() - start
 
 
+def graphs() -> int:
+    """Graphs torch.compile has compiled in this process (a recompilation adds one)."""
+    from torch._dynamo.utils import counters
+
+    return counters["stats"]["unique_graphs"]
+
+
+def gpu_busy(fn, number: int = 20) -> float:
+    """Milliseconds per call that the GPU spends in kernels (the profiler's device time)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        for _ in range(number):
+            fn()
+        torch.cuda.synchronize()
+    total_us = sum(getattr(e, "self_device_time_total", 0) for e in prof.key_averages())
+    return total_us / 1e3 / number
+
+
 def row(name: str, framework, floor, number: int = 50, repeats: int = 11, **timing) -> None:
-    seconds = warm_up(framework.update)
+    seconds = warm_up(framework.update, max_calls=timing.pop("max_calls", 60))
     print(f"  {name}: compiled in {seconds:.1f} s", flush=True)
+    before = graphs()
     compare(f"compiled {name} vs eager floor", framework.update, floor, number=number, repeats=repeats,
             clock=clock_for(ac_updates.DEVICE), **timing)
+    if graphs() != before:
+        print(f"  {name}: {graphs() - before} graph(s) compiled while timing (recompilation)", flush=True)
+    if ac_updates.DEVICE.type == "cuda":  # what dominates: the GPU's kernels, or the host around them
+        print(f"  {name}: GPU busy per update: compiled {gpu_busy(framework.update):.3f} ms, "
+              f"eager floor {gpu_busy(floor):.3f} ms", flush=True)
 
 
 def bench_dqn(mse) -> None:
@@ -165,11 +189,7 @@ def bench_ppo() -> None:
     ppo, library, floor, name = ac_updates.ppo_setup(ac_updates.DEVICE, store=False)
     ppo.replay_buffer.clear = lambda: None
     library()  # stores the rollout, once
-    ppo.compile()
-    seconds = warm_up(ppo.update, max_calls=8)
-    print(f"  {name}: compiled in {seconds:.1f} s", flush=True)
-    compare(f"compiled {name} vs eager floor", ppo.update, floor, number=3, repeats=11, warmup=1,
-            clock=clock_for(ac_updates.DEVICE))
+    row(name, ppo.compile(), floor, number=3, warmup=1, max_calls=8)
 
 
 def main(device: str = "cpu") -> None:

@@ -93,14 +93,23 @@ def _helper_pids() -> set:
     return pids - {None}
 
 
+def _is_torch_helper(child: psutil.Process) -> bool:
+    """A process torch keeps for the rest of the session: torch_shm_manager (file_system tensor
+    sharing) or inductor's compile worker (the pool a compiling process starts on a machine
+    with many cores)."""
+    if child.name() == "torch_shm_manager":
+        return True
+    return any("_inductor" in part and "compile_worker" in part for part in child.cmdline())
+
+
 def _live_children() -> List[psutil.Process]:
     helpers = _helper_pids()
     live = []
     for child in psutil.Process().children(recursive=True):
         try:
-            # torch_shm_manager serves file_system tensor sharing for the rest of the session
-            if (child.pid not in helpers and child.status() != psutil.STATUS_ZOMBIE
-                    and child.name() != "torch_shm_manager"):
+            if child.pid in helpers or child.status() == psutil.STATUS_ZOMBIE:
+                continue
+            if not any(_is_torch_helper(p) for p in (child, *child.parents())):  # a helper's workers too
                 live.append(child)
         except psutil.NoSuchProcess:
             pass

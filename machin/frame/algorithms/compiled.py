@@ -32,6 +32,7 @@ import functools
 import inspect
 import math
 import types
+import weakref
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import torch
@@ -160,13 +161,35 @@ def _noop() -> None:
 # at compile time, and the compiled code holds only the result.
 
 
-def _call_plan(model: nn.Module, keys: tuple, required: tuple) -> tuple:
-    """``((key, dict index), ...)`` that ``safe_call`` passes to ``model``, and its input device.
+#: The frameworks with compiled steps: where a traced ``safe_call`` finds its network by id.
+_compiled_frameworks: weakref.WeakSet[Any] = weakref.WeakSet()
+
+
+def _network_with_id(model_id: int) -> nn.Module:
+    """The module of a compiled framework whose ``id`` is ``model_id`` (found at trace time).
+
+    The traced ``safe_call`` hands its plan function the network's ``id``, a constant on
+    every PyTorch (the module itself is one only from 2.13 on); the network is then found
+    among the modules of the frameworks being compiled, as they are now.
+    """
+    for framework in list(_compiled_frameworks):
+        for name in getattr(framework, "_is_top", ()):
+            network = getattr(framework, name, None)
+            if isinstance(network, nn.Module):
+                for module in network.modules():
+                    if id(module) == model_id:
+                        return module
+    raise TypeError("safe_call is traced on a module that is not a network of the compiled framework")
+
+
+def _call_plan(model_id: int, keys: tuple, required: tuple) -> tuple:
+    """``((key, dict index), ...)`` that ``safe_call`` passes to a network, and its input device.
 
     Run eagerly while tracing (``assume_constant_result``), with safe_call's own rules
-    and caches. A call that safe_call would refuse raises here; the step then runs
-    eagerly, where safe_call raises its own error.
+    and caches, for the network with ``id`` ``model_id``. A call that safe_call would
+    refuse raises here; the step then runs eagerly, where safe_call raises its own error.
     """
+    model = _network_with_id(model_id)
     signature = utils._signatures.get(model)
     if signature is None:
         signature = utils._signatures[model] = utils._read_signature(model)
@@ -190,7 +213,7 @@ def _traced_safe_call(model, *named_args, required_argument=()):
             keys.append(tuple(arg_dict.keys()))
         else:
             raise TypeError("safe_call takes dictionaries of network inputs")
-    picks, device = _constant_call_plan(model, tuple(keys), tuple(required_argument))
+    picks, device = _constant_call_plan(id(model), tuple(keys), tuple(required_argument))
     kwargs = {}
     for key, index in picks:
         value = named_args[index][key]
@@ -374,6 +397,7 @@ class CompiledSteps:
                              f"({self._describe_settings()}): {error}") from error
         self._grads_in_graph = hasattr(torch._dynamo.config, "trace_autograd_ops")
         _install_stand_ins()
+        _compiled_frameworks.add(framework)
         self._steps: Dict[Callable, _Step] = {}
         self._optimizer_steps: Dict[int, Tuple[Any, _OptimizerStep]] = {}
         self._pending: Dict[int, tuple] = {}

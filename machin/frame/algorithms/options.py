@@ -202,17 +202,17 @@ class Option:
 
 
 class AttributeOption(Option):
-    """An option kept as a checked instance attribute (what ``Option(...)`` makes by default)."""
+    """An option kept as a checked instance attribute (what ``Option(...)`` makes by default).
+
+    Only assigning goes through the option (``__set__`` checks the value, then stores it in
+    the instance's ``__dict__`` under the option's name). It has no ``__get__``, so reading
+    ``algorithm.<name>`` is a plain instance-dictionary read: no Python call on the hot
+    paths, and nothing for ``torch.compile`` to trace in a compiled step (before 2.13 it
+    cannot trace a descriptor's ``__get__`` that reads the instance's ``__dict__``). On the
+    class, the name still gives the option itself (``DQN.discount``).
+    """
 
     __slots__ = ()
-
-    def __get__(self, instance: Any, owner: type) -> Any:
-        if instance is None:
-            return self
-        try:
-            return instance.__dict__[self.name]
-        except KeyError:
-            raise AttributeError(f"{owner.__name__!r} object has no attribute {self.name!r} (yet)") from None
 
     def __set__(self, instance: Any, value: Any) -> None:
         schedules = instance.__dict__.setdefault("_schedules", {})

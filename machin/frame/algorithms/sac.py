@@ -98,7 +98,9 @@ class SAC(ReplayMixin, SoftTargetOptions, ActorCriticOptions, TorchFramework):
         self.critic2, self.critic2_target = critic2, critic2_target
         hard_update(self.critic_target, self.critic)
         hard_update(self.critic2_target, self.critic2)
-        self.log_alpha = torch.tensor(math.log(self.initial_entropy_alpha), requires_grad=True)
+        first = next(iter(actor.parameters()), None)  # alpha lives beside the actor (no copies per step)
+        self.log_alpha = torch.tensor(math.log(self.initial_entropy_alpha), requires_grad=True,
+                                      device=None if first is None else first.device)
         self.actor_optim = self._make_optimizer(optimizer, actor, self.actor_learning_rate)
         self.critic_optim = self._make_optimizer(optimizer, critic, self.critic_learning_rate)
         self.critic2_optim = self._make_optimizer(optimizer, critic2, self.critic_learning_rate)
@@ -136,7 +138,9 @@ class SAC(ReplayMixin, SoftTargetOptions, ActorCriticOptions, TorchFramework):
                 f"target_entropy cannot be derived from discrete actions (the actor returned "
                 f"{action.dtype} actions); pass target_entropy explicitly, e.g. 0.5 * log(action_num)"
             )
-        self.target_entropy = -float(action[0].numel())
+        # a float passes the option's check; written directly so that a compiled step traces
+        # the write on every PyTorch (before 2.13, torch.compile cannot trace Option.__set__)
+        self.__dict__["target_entropy"] = -float(action[0].numel())
 
     def _sample_action(self, state: Dict[str, Any], size: int) -> Tuple[torch.Tensor, torch.Tensor]:
         """Draw ``(action, log_prob[B, 1])`` from the actor, with gradient."""

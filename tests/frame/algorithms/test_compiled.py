@@ -366,18 +366,28 @@ def test_one_small_inductor_compile_matches_eager():
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
-def test_cuda_graphs_on_a_gpu_match_eager():
-    eager, compiled = twins(lambda: dqn("double"))
-    for agent in (eager, compiled):
-        agent.qnet.cuda()
-        agent.qnet_target.cuda()
-    fill(eager, 64)
-    fill(compiled, 64)
-    expected = train(eager, 20, compiled=False)
-    compiled.compile()  # inductor with CUDA graphs ("reduce-overhead")
-    assert compiled._compiled_steps.cudagraphs
-    torch.manual_seed(3)
-    got = [compiled.update() for _ in range(20)]
-    np.testing.assert_allclose(np.array(got), np.array(expected), rtol=1e-3, atol=1e-4)
-    for want, have in zip(eager.qnet.parameters(), compiled.qnet.parameters()):
-        assert torch.allclose(have, want, rtol=1e-3, atol=1e-4)
+@pytest.mark.parametrize("name", list(CASES))
+def test_cuda_graphs_on_a_gpu_match_eager_and_compile_once(name):
+    # inductor with CUDA graphs (reduce-overhead's), random numbers drawn as eager draws them
+    with torch.device("cuda"):  # networks (and SAC's temperature) built on the GPU; data stored on the CPU
+        eager, compiled = twins(CASES[name])
+    if isinstance(compiled, SAC):
+        assert compiled.log_alpha.is_cuda  # beside the actor
+    if not isinstance(eager, A2C):
+        fill(eager, 64)
+        fill(compiled, 64)
+    expected = train(eager, 30, compiled=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", CompileFallbackWarning)
+        compiled.compile(options={"triton.cudagraphs": True, "fallback_random": True})
+        assert compiled._compiled_steps.cudagraphs
+        got, (warm, last) = train(compiled, 30, compiled=False, graphs_after=10)
+    assert compiled._compiled_steps.disabled is None
+    assert last == warm, f"{name}: {last - warm} recompilation(s) in 20 updates after the warm-up"
+    np.testing.assert_allclose(np.array(got, dtype=float), np.array(expected, dtype=float), rtol=1e-3, atol=1e-4)
+    for key, network in networks(eager).items():
+        for (param_name, want), have in zip(network.named_parameters(), networks(compiled)[key].parameters()):
+            assert have.is_cuda
+            assert torch.allclose(have, want, rtol=1e-3, atol=1e-4), f"{name}: {key}.{param_name} differs"
+
+
