@@ -391,3 +391,18 @@ def test_cuda_graphs_on_a_gpu_match_eager_and_compile_once(name):
             assert torch.allclose(have, want, rtol=1e-3, atol=1e-4), f"{name}: {key}.{param_name} differs"
 
 
+
+
+def test_a_traced_safe_call_finds_its_network_by_id():
+    # While tracing, safe_call's plan is computed from the network's id (a constant on every
+    # torch release), and the network is looked up among the compiled frameworks' modules.
+    from machin.frame.algorithms.compiled import _call_plan
+
+    agent = dqn("double").compile(backend=BACKEND)
+    picks, device = _call_plan(id(agent.qnet), (("state", "other"),), ())
+    assert picks == (("state", 0),) and device == torch.device("cpu")  # where its parameters are
+    assert _call_plan(id(agent.qnet.net[0]), (("input",),), ())[0] == (("input", 0),)  # a submodule too
+    with pytest.raises(TypeError, match="misses forward arguments"):
+        _call_plan(id(agent.qnet), (("observation",),), ())
+    with pytest.raises(TypeError, match="not a network of the compiled framework"):
+        _call_plan(id(QNet()), (("state",),), ())
