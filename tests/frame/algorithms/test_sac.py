@@ -206,6 +206,8 @@ def test_three_scheduler_slots():
     sac = make(lr_scheduler=torch.optim.lr_scheduler.LambdaLR,
                lr_scheduler_args=((lambda e: 0.5,), (lambda e: 0.25,), (lambda e: 0.125,)),
                actor_learning_rate=1.0, critic_learning_rate=1.0)
+    sac.store_episode(episode_steps(16, 3, discrete=False))
+    sac.update()  # the optimizers step before their schedulers, the documented order
     sac.update_lr_scheduler()
     lrs = [opt.param_groups[0]["lr"] for opt in (sac.actor_optim, sac.critic_optim, sac.critic2_optim)]
     assert lrs == pytest.approx([0.5, 0.25, 0.125])

@@ -141,6 +141,8 @@ def test_update_counts_critic_steps_and_clears_the_buffer():
 def test_one_scheduler_slot_for_the_critic_and_option_errors():
     agent = make(lr_scheduler=torch.optim.lr_scheduler.LambdaLR, lr_scheduler_args=((lambda e: 0.5,),),
                  critic_learning_rate=0.1)
+    agent.store_episode(episode())
+    agent.update()  # the optimizers step before their schedulers, the documented order
     agent.update_lr_scheduler()
     assert agent.critic_optim.param_groups[0]["lr"] == pytest.approx(0.05)
     with pytest.raises(ValueError, match=r"one tuple of arguments per optimizer \(1 here\)"):
