@@ -354,7 +354,10 @@ class TorchFramework:
         if gradient_max != math.inf:
             nn.utils.clip_grad_norm_([p for part in networks for p in _tensors_of(part)], gradient_max)
         for one_optimizer in optimizers:
-            one_optimizer.step()
+            if compiled is not None:
+                compiled.step(self, one_optimizer, (), math.inf)  # clipped jointly above
+            else:
+                one_optimizer.step()
         return True
 
     def _stepped_parameters(self, optimizers: Sequence[torch.optim.Optimizer], networks: Sequence[Any],

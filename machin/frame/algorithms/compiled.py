@@ -494,12 +494,7 @@ class CompiledSteps:
             parameters: The network (or tensors) whose gradients are clipped.
             gradient_max: The clipping norm (``inf``: none).
         """
-        entry = self._optimizer_steps.get(id(optimizer))
-        if entry is None or entry[0] is not optimizer:
-            name = next((f"the step of {self.owner}.{k}" for k, v in vars(framework).items() if v is optimizer),
-                        f"the step of {type(optimizer).__name__}")
-            entry = self._optimizer_steps[id(optimizer)] = (optimizer, _OptimizerStep(name, _raw_step(optimizer)))
-        step = entry[1]
+        step = self._optimizer_step_of(framework, optimizer)
         pending = self._pending.pop(id(loss), None)
         if pending is not None and pending[0] is not loss:
             pending = None
@@ -510,11 +505,37 @@ class CompiledSteps:
         else:
             optimizer.zero_grad(set_to_none=True)
         _put_gradients(framework, loss, pending)
-        params = _tensors(parameters)[0] if isinstance(parameters, nn.Module) else list(parameters)
+        self.step(framework, optimizer, parameters, gradient_max)
+        return True
+
+    def _optimizer_step_of(self, framework: Any, optimizer: Any) -> _OptimizerStep:
+        entry = self._optimizer_steps.get(id(optimizer))
+        if entry is None or entry[0] is not optimizer:
+            name = next((f"the step of {self.owner}.{k}" for k, v in vars(framework).items() if v is optimizer),
+                        f"the step of {type(optimizer).__name__}")
+            entry = self._optimizer_steps[id(optimizer)] = (optimizer, _OptimizerStep(name, _raw_step(optimizer)))
+        return entry[1]
+
+    def step(self, framework: Any, optimizer: Any, parameters: Union[nn.Module, Any], gradient_max: float) -> None:
+        """Clip the gradients of ``parameters`` and step ``optimizer``: one compiled call where it can be.
+
+        The gradients are in place already (:meth:`optimize` puts them in; a joint step of
+        :meth:`TorchFramework._optimize` clips the norm over all its networks first and
+        steps each optimizer with ``gradient_max=inf``).
+
+        Args:
+            framework: The algorithm instance.
+            optimizer: The optimizer to step.
+            parameters: The network (or tensors) whose gradients are clipped.
+            gradient_max: The clipping norm (``inf``: none).
+        """
+        step = self._optimizer_step_of(framework, optimizer)
         max_norm = None if gradient_max == math.inf else gradient_max
+        params = [] if max_norm is None else (
+            _tensors(parameters)[0] if isinstance(parameters, nn.Module) else list(parameters))
         if step.eager or self.disabled is not None or _has_step_hooks(optimizer):
             self._eager_step(optimizer, params, max_norm)
-            return True
+            return
         try:
             if step.compiled is None:
                 if self.cudagraphs:
@@ -525,14 +546,13 @@ class CompiledSteps:
         except Exception as error:  # noqa: BLE001 - compiling failed before the step ran: step eagerly
             self._eager_step(optimizer, params, max_norm)
             self._give_up(step, error)
-            return True
+            return
         optimizer._opt_called = True  # what the LR schedulers' wrapper of ``step`` records
-        return True
 
     def put_gradients(self, framework: Any, loss: torch.Tensor) -> None:
         """Set the gradients that a compiled loss step computed for ``loss``, or run its backward pass.
 
-        For a joint step of :meth:`TorchFramework._optimize` (whose optimizer steps then run eagerly).
+        For a joint step of :meth:`TorchFramework._optimize` (which then clips and calls :meth:`step`).
 
         Args:
             framework: The algorithm instance.

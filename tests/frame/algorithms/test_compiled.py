@@ -115,9 +115,9 @@ def sac():
                nn.MSELoss(reduction="sum"), batch_size=16)
 
 
-def a2c(cls=A2C):
+def a2c(cls=A2C, **kw):
     return cls(CategoricalActor(), ValueCritic(), torch.optim.Adam, nn.MSELoss(reduction="sum"), batch_size=16,
-               actor_update_times=2, critic_update_times=2, entropy_weight=-0.01)
+               actor_update_times=2, critic_update_times=2, entropy_weight=-0.01, **kw)
 
 
 def transitions(count, discrete, seed=1):
@@ -190,6 +190,7 @@ CASES = {
     "SAC": sac,
     "A2C": a2c,
     "PPO": lambda: a2c(PPO),
+    "PPO-joint": lambda: a2c(PPO, joint_update=True, gradient_max=0.5),  # one loss, both optimizers
 }
 
 
@@ -206,6 +207,10 @@ def test_compiled_updates_equal_eager_ones_and_compile_once(name):
         got, (warm, last) = train(compiled, 50, compiled=True, graphs_after=10)
     assert compiled._compiled_steps is not None and compiled._compiled_steps.disabled is None
     assert last == warm, f"{name}: {last - warm} recompilation(s) in 40 updates after the warm-up"
+    # every optimizer stepped through its compiled step (a joint step's too)
+    steps = compiled._compiled_steps._optimizer_steps.values()
+    assert {id(o) for o in compiled._optimizers()} <= {id(o) for o, _ in steps}
+    assert all(step.compiled is not None and not step.eager for _, step in steps)
     np.testing.assert_allclose(np.array(got, dtype=float), np.array(expected, dtype=float), rtol=1e-4, atol=1e-5)
     for key, network in networks(eager).items():
         for (param_name, want), have in zip(network.named_parameters(), networks(compiled)[key].parameters()):
