@@ -336,10 +336,11 @@ def test_failed_allocation_on_first_append_leaves_an_empty_usable_buffer(monkeyp
     assert buffer.size() == 1 and stored_rewards(buffer) == [2.0]
 
 
-@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a torch without CUDA")
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without a usable GPU")
 def test_unusable_device_on_first_append_leaves_an_empty_buffer():
     buffer = Buffer(10, buffer_device="cuda")
-    with pytest.raises((RuntimeError, AssertionError), match="(?i)cuda"):
+    # torch's own error: a CPU build names CUDA, a CUDA build without a driver names the driver
+    with pytest.raises((RuntimeError, AssertionError), match="(?i)cuda|nvidia driver"):
         buffer.append(step(1.0))
     assert buffer.size() == 0 and buffer.attribute_names is None
     buffer.buffer_device = torch.device("cpu")  # the layout was not kept: a later append starts afresh

@@ -260,7 +260,8 @@ class _Step:
         self.with_grads: Optional[Callable] = None
         self.plain: Optional[Callable] = None
         self.eager = False
-        self.pending: Tuple[int, ...] = ()  # ids of its losses whose gradients await _optimize
+        # its last losses whose gradients may await _optimize (held, so no new tensor takes their id)
+        self.pending: Tuple[torch.Tensor, ...] = ()
 
 
 class _OptimizerStep:
@@ -462,11 +463,13 @@ class CompiledSteps:
             if len(losses) != len(params):
                 raise TypeError(f"{step.name} returned {len(losses)} loss(es) but is declared to train "
                                 f"{len(params)} network(s)")
-            for key in step.pending:  # gradients of this step's previous call that were never used
-                self._pending.pop(key, None)
+            for loss in step.pending:  # gradients of this step's previous call that were never used
+                entry = self._pending.get(id(loss))
+                if entry is not None and entry[0] is loss:  # not another step's loss that reuses the id
+                    del self._pending[id(loss)]
             entries = {id(loss): (loss, group, g) for loss, group, g in zip(losses, params, grads) if g is not None}
             self._pending.update(entries)
-            step.pending = tuple(entries)
+            step.pending = tuple(entry[0] for entry in entries.values())
         if after is not None:
             getattr(framework, after)(*args, **kwargs)
         return output
