@@ -117,8 +117,8 @@ def gpu_busy(fn, number: int = 20) -> float:
     return total_us / 1e3 / number
 
 
-def row(name: str, framework, floor, number: int = 50, repeats: int = 11, **timing) -> None:
-    seconds = warm_up(framework.update, max_calls=timing.pop("max_calls", 60))
+def row(name: str, framework, floor, number: int = 50, repeats: int = 11, max_calls: int = 60, **timing) -> None:
+    seconds = warm_up(framework.update, max_calls=max_calls)
     print(f"  {name}: compiled in {seconds:.1f} s", flush=True)
     before = graphs()
     compare(f"compiled {name} vs eager floor", framework.update, floor, number=number, repeats=repeats,

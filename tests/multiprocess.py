@@ -17,6 +17,7 @@ psutil that no child process survives a test.
 
 import contextlib
 import functools
+import os
 import time
 from multiprocessing import forkserver, resource_tracker
 from typing import Any, Callable, Iterable, List, Sequence
@@ -104,12 +105,15 @@ def _is_torch_helper(child: psutil.Process) -> bool:
 
 def _live_children() -> List[psutil.Process]:
     helpers = _helper_pids()
-    live = []
+    live, me = [], os.getpid()
     for child in psutil.Process().children(recursive=True):
         try:
             if child.pid in helpers or child.status() == psutil.STATUS_ZOMBIE:
                 continue
-            if not any(_is_torch_helper(p) for p in (child, *child.parents())):  # a helper's workers too
+            chain = [child]  # the child and its ancestors below this process: a helper's workers count too
+            while chain[-1].ppid() != me and chain[-1].parent() is not None:
+                chain.append(chain[-1].parent())
+            if not any(_is_torch_helper(p) for p in chain):
                 live.append(child)
         except psutil.NoSuchProcess:
             pass

@@ -508,7 +508,7 @@ class CompiledSteps:
         else:
             optimizer.zero_grad(set_to_none=True)
         _put_gradients(framework, loss, pending)
-        self.step(framework, optimizer, parameters, gradient_max)
+        self._clip_and_step(step, optimizer, parameters, gradient_max)
         return True
 
     def _optimizer_step_of(self, framework: Any, optimizer: Any) -> _OptimizerStep:
@@ -532,7 +532,10 @@ class CompiledSteps:
             parameters: The network (or tensors) whose gradients are clipped.
             gradient_max: The clipping norm (``inf``: none).
         """
-        step = self._optimizer_step_of(framework, optimizer)
+        self._clip_and_step(self._optimizer_step_of(framework, optimizer), optimizer, parameters, gradient_max)
+
+    def _clip_and_step(self, step: _OptimizerStep, optimizer: Any, parameters: Union[nn.Module, Any],
+                       gradient_max: float) -> None:
         max_norm = None if gradient_max == math.inf else gradient_max
         params = [] if max_norm is None else (
             _tensors(parameters)[0] if isinstance(parameters, nn.Module) else list(parameters))
