@@ -20,6 +20,8 @@ from the world's size and rank), so one script runs on any number of processes.
 from __future__ import annotations
 
 from collections import Counter
+from contextlib import nullcontext
+from functools import partial
 from typing import Any, Callable, Dict, Optional, Tuple
 
 from torch import nn
@@ -113,6 +115,20 @@ class ApexMixin(SharedNetworkSync):
         self.apex_group = apex_group
         self._init_sync(model_server, type(self).__name__)
 
+    def _update_and_publish(self, update: Callable[[], Any]) -> Any:
+        """Run one update, then push the shared network if it trained.
+
+        Priority updates travel while the optimizers step and the network is pushed
+        (:meth:`DistributedPrioritizedBuffer.deferred_priority_updates`); they are
+        applied everywhere when this returns.
+        """
+        deferred = getattr(self.replay_buffer, "deferred_priority_updates", None)
+        with deferred() if deferred is not None else nullcontext():
+            result = update()
+            if result is not None:
+                self.publish()
+        return result
+
     def _sample(self, *args: Any, **kwargs: Any) -> Any:
         batch = super()._sample(*args, **kwargs)
         if batch is not None and isinstance(batch.index, dict):
@@ -196,10 +212,7 @@ class DQNApex(ApexMixin, DQNPer):
         Returns:
             The value loss, or ``None`` when the whole buffer is empty.
         """
-        result = super().update(update_value, update_target, concatenate_samples)
-        if result is not None:
-            self.publish()
-        return result
+        return self._update_and_publish(partial(super().update, update_value, update_target, concatenate_samples))
 
 
 class DDPGApex(OneLearningRate, ApexMixin, DDPGPer):
@@ -272,7 +285,5 @@ class DDPGApex(OneLearningRate, ApexMixin, DDPGPer):
         Returns:
             ``(mean policy value, value loss)``, or ``None`` when the whole buffer is empty.
         """
-        result = super().update(update_value, update_policy, update_target, concatenate_samples)
-        if result is not None:
-            self.publish()
-        return result
+        return self._update_and_publish(
+            partial(super().update, update_value, update_policy, update_target, concatenate_samples))

@@ -86,6 +86,18 @@ def move_to(value: Any, device: Optional[Union[str, torch.device]]) -> Any:
     return value
 
 
+class _Answered:
+    """A reply computed in place, waited for like a future."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: Any):
+        self.value = value
+
+    def wait(self) -> Any:
+        return self.value
+
+
 class DistributedPart:
     """What both distributed buffers add to their local buffer class.
 
@@ -95,6 +107,9 @@ class DistributedPart:
     """
 
     _OPS: Tuple[str, ...] = ("size", "clear", "sample")
+    #: Operations run in place on this process's own part, without an RPC to itself: those
+    #: whose reply shares nothing with the part (a sample's rows may hold stored objects).
+    _LOCAL_OPS: Tuple[str, ...] = ("size", "clear")
     _lock: threading.RLock
 
     @property
@@ -144,10 +159,23 @@ class DistributedPart:
         keep working. An exception raised by the operation itself on a member (it
         carries a :class:`~machin.parallel.exception.RemoteTraceback`) propagates.
         """
+        return self._collect(self._start(requests))
+
+    def _start(self, requests: Dict[str, Tuple[Any, ...]]) -> Dict[str, Any]:
+        """Send ``requests`` without waiting (operations on the own part run in place); see :meth:`_collect`."""
+        me = self.group.get_cur_name()
+        local = {m for m, args in requests.items() if m == me and args[0] in self._LOCAL_OPS}
         futures = {
             m: self.group.registered_async(self._service_key(m), args=args)
             for m, args in requests.items()
+            if m not in local
         }
+        for member in local:  # while the others work
+            futures[member] = _Answered(self._serve(*requests[member]))
+        return {m: futures[m] for m in requests}
+
+    def _collect(self, futures: Dict[str, Any]) -> Dict[str, Any]:
+        """Wait for the replies of :meth:`_start` (see :meth:`_call`)."""
         replies = {}
         for member, future in futures.items():
             try:

@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from typing import Any, Dict, List, Optional, Tuple, Union
+from contextlib import contextmanager
+from typing import Any, Dict, Iterator, List, Optional, Tuple, Union
 
 import numpy as np
 import torch
@@ -74,6 +75,7 @@ class DistributedPrioritizedBuffer(DistributedPart, PrioritizedBuffer):
     """
 
     _OPS = ("size", "clear", "weight", "sample", "update")
+    _LOCAL_OPS = ("size", "clear", "weight", "update")
 
     @ignores_extra_args
     def __init__(
@@ -100,6 +102,9 @@ class DistributedPrioritizedBuffer(DistributedPart, PrioritizedBuffer):
             generator=generator,
         )
         self._taint = np.zeros(buffer_size, dtype=np.int64)
+        self._known: Dict[str, Tuple[float, int]] = {}  # (weight, size) of parts, from the last update
+        self._deferring = 0  # depth of deferred_priority_updates blocks
+        self._pending: Optional[Dict[str, Any]] = None  # a deferred update's requests in flight
         self._join(buffer_name, group, np.random.default_rng() if generator is None else generator)
 
     # -- taint table ----------------------------------------------------------------------
@@ -129,7 +134,10 @@ class DistributedPrioritizedBuffer(DistributedPart, PrioritizedBuffer):
         """Sample ``batch_size`` transitions by priority from the parts of all members.
 
         Each member's share of the batch is drawn in proportion to the total priority
-        of its part; the member then samples its share by priority.
+        of its part; the member then samples its share by priority. A part's total
+        priority is the one its answer to the last :meth:`update_priority` reported
+        (saving a round trip per batch), or asked for now when there is none. The
+        importance-sampling weights use the same totals, so they match the draw.
 
         Args:
             batch_size: How many transitions to draw, over the whole group.
@@ -151,7 +159,15 @@ class DistributedPrioritizedBuffer(DistributedPart, PrioritizedBuffer):
         """
         if batch_size <= 0:
             return 0, None, None, None
-        stats = self._call({m: ("weight",) for m in self._holders()})
+        # The parts' total priorities and sizes: those the last priority update returned
+        # (each is used once), the others asked for now.
+        self._settle()
+        known, self._known = self._known, {}
+        holders = self._holders()
+        missing = [m for m in holders if m not in known]
+        if missing:
+            known.update(self._call({m: ("weight",) for m in missing}))
+        stats = {m: known[m] for m in holders if m in known}
         weights = {m: w for m, (w, size) in stats.items() if w > 0 and size > 0}
         total_weight = sum(weights.values())
         if total_weight <= 0:
@@ -211,7 +227,37 @@ class DistributedPrioritizedBuffer(DistributedPart, PrioritizedBuffer):
             if member in holders:
                 requests[member] = ("update", priorities[offset : offset + count], index, taint)
             offset += count
-        self._call(requests)
+        # each part answers with its new (weight, size)
+        if self._deferring:
+            self._settle()
+            self._pending = self._start(requests)
+        else:
+            self._known = self._call(requests)
+
+    @contextmanager
+    def deferred_priority_updates(self) -> Iterator[None]:
+        """A block in which :meth:`update_priority` returns without waiting for the members.
+
+        The updates are sent at once; the block's end waits until every member has
+        applied them (and raises what failed there), and so does the next
+        :meth:`sample_batch` or :meth:`update_priority` inside the block. A learner's
+        update takes one round trip less this way: the priorities travel while it steps
+        its optimizers and pushes its network. The Ape-X algorithms wrap every update in
+        it. Blocks may be nested; the outermost one waits.
+        """
+        self._deferring += 1
+        try:
+            yield
+        finally:
+            self._deferring -= 1
+            if not self._deferring:
+                self._settle()
+
+    def _settle(self) -> None:
+        """Wait for the deferred priority update in flight, if any."""
+        pending, self._pending = self._pending, None
+        if pending:
+            self._known = self._collect(pending)
 
     # -- what each member does for the sampler ----------------------------------------------
     def _op_weight(self) -> Tuple[float, int]:
@@ -239,7 +285,8 @@ class DistributedPrioritizedBuffer(DistributedPart, PrioritizedBuffer):
             )
             return count, values, index, probability, self._taint[index].copy()
 
-    def _op_update(self, priorities: np.ndarray, index: np.ndarray, taint: np.ndarray) -> None:
+    def _op_update(self, priorities: np.ndarray, index: np.ndarray, taint: np.ndarray) -> Tuple[float, int]:
         with self._lock:
             fresh = self._taint[index] == taint
             PrioritizedBuffer.update_priority(self, priorities[fresh], index[fresh])
+            return self.wt_tree.get_weight_sum(), self.size()

@@ -258,9 +258,9 @@ def _build_dqn_learner(group, servers):
 
 
 def _build_ddpg_learner(group, servers):
-    return DDPGApex(Actor(hidden=64), Actor(hidden=64), Critic(hidden=64), Critic(hidden=64), torch.optim.Adam,
-                    nn.MSELoss(reduction="none"), group, servers, batch_size=64, learning_rate=1e-3,
-                    replay_size=20000)
+    return DDPGApex(Actor(hidden=32), Actor(hidden=32), Critic(hidden=32), Critic(hidden=32), torch.optim.Adam,
+                    nn.MSELoss(reduction="none"), group, servers, batch_size=256, learning_rate=2e-3,
+                    discount=0.98, replay_size=20000)
 
 
 def _explore(apex, state):
@@ -338,7 +338,7 @@ def test_dqn_apex_learns_cartpole_with_two_samplers_and_a_learner():
 
 @pytest.mark.learning
 def test_ddpg_apex_learns_pendulum_with_two_samplers_and_a_learner():
-    results = run_ranks(_apex_learns, 3, args=(_build_ddpg_learner, "Pendulum-v1", 100, -400.0), timeout=240)
+    results = run_ranks(_apex_learns, 3, args=(_build_ddpg_learner, "Pendulum-v1", 100, -400.0), timeout=180)
     assert _report("DDPGApex", "Pendulum-v1", -400.0, results)
 
 

@@ -353,7 +353,7 @@ def test_r2d1_learns_cartpole_without_velocities_where_dqn_cannot():
     wall, cpu = time.time(), time.process_time()
     torch.manual_seed(0)
     r2d1 = R2D1(GRUQNet(size=32), GRUQNet(size=32), torch.optim.Adam, nn.MSELoss(reduction="none"),
-                batch_size=64, learning_rate=2e-3, epsilon_decay=0.999, update_rate=0.01, replay_size=20000,
+                batch_size=64, learning_rate=3e-3, epsilon_decay=0.999, update_rate=0.01, replay_size=20000,
                 sequence_length=8, burn_in=4, n_step=3)
     result = train_masked_cartpole(r2d1, hidden_key="hidden", initial_hidden=torch.zeros(1, 32))
     print(f"R2D1 passed a smoothed return of 150 on velocity-masked CartPole-v0 at episode "
@@ -362,7 +362,7 @@ def test_r2d1_learns_cartpole_without_velocities_where_dqn_cannot():
 
     wall, cpu = time.time(), time.process_time()
     torch.manual_seed(0)
-    dqn = DQN(MLPQNet(), MLPQNet(), torch.optim.Adam, nn.MSELoss(), batch_size=64, learning_rate=2e-3,
+    dqn = DQN(MLPQNet(), MLPQNet(), torch.optim.Adam, nn.MSELoss(), batch_size=64, learning_rate=3e-3,
               epsilon_decay=0.999, update_rate=0.01, replay_size=20000, n_step=3)
     dqn_result = train_masked_cartpole(dqn)
     dqn_best = max(smoothed_returns(dqn_result.returns))

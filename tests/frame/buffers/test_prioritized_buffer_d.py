@@ -30,6 +30,10 @@ def _prioritized_checks(rank):
         generator=np.random.default_rng(rank),
     )
     assert isinstance(buffer, PrioritizedBuffer)
+    sent = []  # (member, operation) of every request this process sends over RPC
+    remote_call = group.registered_async
+    group.registered_async = lambda key, args=(), **kw: (sent.append((key.split("/")[1], args[0])),
+                                                         remote_call(key, args, **kw))[1]
     group.barrier()
     result = {}
     if rank == 0:
@@ -41,7 +45,10 @@ def _prioritized_checks(rank):
     group.barrier()
 
     if rank == 0:
+        sent.clear()
         assert buffer.size() == 0 and buffer.all_size() == 8
+        assert sent == [("1", "size"), ("2", "size")]  # its own part is asked in place, not over RPC
+        sent.clear()
         size, (marks,), indexes, is_weights = buffer.sample_batch(16, sample_attrs=["mark"])
         assert size == 16 and len(marks) == 16
         assert isinstance(indexes, OrderedDict) and set(indexes) == {"1", "2"}
@@ -69,7 +76,10 @@ def _prioritized_checks(rank):
     if rank == 0:
         with pytest.raises(ValueError, match="got 3 priorities for 16 sampled indexes"):
             buffer.update_priority(np.ones(3), indexes)
+        sent.clear()
         buffer.update_priority(np.full(16, 5.0), indexes)  # worker 2's updates are stale: dropped
+        assert sorted(sent) == [("1", "update"), ("2", "update")]
+        sent.clear()
     group.barrier()
     if rank != 0:
         result["leaves"] = buffer.wt_tree.get_leaf_all_weights().tolist()
@@ -84,6 +94,9 @@ def _prioritized_checks(rank):
         weights = np.array([HIGH if m in high else LOW for m in marks])
         expected = (weights / weights.min()) ** -beta
         assert np.allclose(is_weights, expected)
+        # the parts' totals came back with the priority update: only the learner's own (empty)
+        # part was asked for its total, in place, and the batch cost one round of requests
+        assert sorted(sent) == [("1", "sample"), ("2", "sample")]
         result["high_fraction"] = float(np.mean([m in high for m in marks]))
     group.barrier()
     if rank == 1:
@@ -111,3 +124,46 @@ def test_priorities_are_sampled_across_members_and_stale_updates_are_dropped():
     # higher priority, sampled more often: about n * HIGH / (total weight) of the batch
     total = 8 * LOW + len(sampled) * (HIGH - LOW)
     assert learner["high_fraction"] == pytest.approx(len(sampled) * HIGH / total, abs=0.2)
+
+
+def _deferred_checks(rank):
+    world = World(rpc_timeout=30)
+    group = world.create_rpc_group("deferred", world.get_members())
+    buffer = DistributedPrioritizedBuffer("per", group, buffer_size=4, epsilon=EPSILON, alpha=ALPHA,
+                                          generator=np.random.default_rng(rank))
+    group.barrier()
+    result = {}
+    if rank == 1:
+        for i in range(4):
+            buffer.append(transition(rank, i), priority=1.0)
+    group.barrier()
+    if rank == 0:
+        size, (marks,), indexes, _ = buffer.sample_batch(4, sample_attrs=["mark"])
+        result["sampled"] = sorted({m % 100 for m in marks})
+        with buffer.deferred_priority_updates():
+            with buffer.deferred_priority_updates():  # nested: only the outermost block waits
+                buffer.update_priority(np.full(size, 5.0), indexes)
+            result["in_flight_after_inner_block"] = buffer._pending is not None
+        result["in_flight_after_block"] = buffer._pending is not None
+        # slot 9 does not exist on member 1: the failure is raised where the block ends
+        bad = OrderedDict({"1": (np.array([1, 9]), np.array([1, 1]))})
+        with pytest.raises(IndexError, match="index 9 is out of bounds") as failure, \
+                buffer.deferred_priority_updates():
+            buffer.update_priority(np.ones(2), bad)
+            result["returned_before_the_failure"] = True
+        result["remote_traceback"] = type(failure.value.__cause__).__name__
+    group.barrier()  # the block has ended: member 1 has applied the first update
+    if rank == 1:
+        result["leaves"] = buffer.wt_tree.get_leaf_all_weights().tolist()
+    group.barrier()
+    world.stop()
+    return result
+
+
+@pytest.mark.timeout(90)
+def test_deferred_priority_updates_are_applied_when_the_block_ends_and_failures_surface_there():
+    learner, worker = run_ranks(_deferred_checks, 2)
+    assert learner["in_flight_after_inner_block"] and not learner["in_flight_after_block"]
+    assert learner["returned_before_the_failure"]
+    assert learner["remote_traceback"] == "RemoteTraceback"  # raised on member 1, carried back
+    assert worker["leaves"] == pytest.approx([HIGH if i in learner["sampled"] else LOW for i in range(4)])
