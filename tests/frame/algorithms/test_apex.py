@@ -260,7 +260,7 @@ def _build_dqn_learner(group, servers):
 def _build_ddpg_learner(group, servers):
     return DDPGApex(Actor(hidden=32), Actor(hidden=32), Critic(hidden=32), Critic(hidden=32), torch.optim.Adam,
                     nn.MSELoss(reduction="none"), group, servers, batch_size=256, learning_rate=2e-3,
-                    discount=0.98, replay_size=20000)
+                    discount=0.98, update_rate=0.02, replay_size=20000)
 
 
 def _explore(apex, state):

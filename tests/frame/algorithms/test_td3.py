@@ -177,7 +177,7 @@ def test_td3_learns_pendulum():
     torch.manual_seed(0)
     actor, actor_target, critic, critic_target = pendulum_nets(hidden=64)
     td3 = TD3(actor, actor_target, critic, critic_target, Critic(hidden=64), Critic(hidden=64),
-              torch.optim.Adam, nn.MSELoss(), batch_size=64, update_rate=0.005,
+              torch.optim.Adam, nn.MSELoss(), batch_size=64, update_rate=0.02,
               actor_learning_rate=3e-3, critic_learning_rate=3e-3)
     result = train(td3, lambda: gym.make("Pendulum-v1"), seed=0, episodes=60, solved_reward=-400,
                    warmup_steps=500, act_kwargs={"noise_param": (0.0, 0.2), "mode": "normal"})
