@@ -243,7 +243,8 @@ class DistributedPrioritizedBuffer(DistributedPart, PrioritizedBuffer):
         :meth:`sample_batch` or :meth:`update_priority` inside the block. A learner's
         update takes one round trip less this way: the priorities travel while it steps
         its optimizers and pushes its network. The Ape-X algorithms wrap every update in
-        it. Blocks may be nested; the outermost one waits.
+        it. Blocks may be nested; the outermost one waits. The block belongs to the buffer
+        object, not to a thread: open it in the thread that samples and updates.
         """
         self._deferring += 1
         try:
