@@ -290,4 +290,4 @@ class DistributedPrioritizedBuffer(DistributedPart, PrioritizedBuffer):
         with self._lock:
             fresh = self._taint[index] == taint
             PrioritizedBuffer.update_priority(self, priorities[fresh], index[fresh])
-            return self.wt_tree.get_weight_sum(), self.size()
+            return self._op_weight()
