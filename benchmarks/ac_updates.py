@@ -19,9 +19,9 @@ from machin.frame.algorithms import DDPG, PPO, SAC, TD3
 from machin.frame.transition import Transition
 
 try:
-    from .common import clock_for, compare, setup_torch
+    from .common import clock_for, compare, floor_adam, setup_torch
 except ImportError:  # run as a script
-    from common import clock_for, compare, setup_torch
+    from common import clock_for, compare, floor_adam, setup_torch
 
 S, A, B, GAMMA, TAU = 3, 1, 100, 0.99, 0.005
 
@@ -102,8 +102,8 @@ def lerp(target, source):
 
 def ddpg_floor(nets, data, twin=False, delay=1):
     actor, actor_t, critics, critics_t = nets
-    a_opt = torch.optim.Adam(actor.parameters(), lr=5e-4)
-    c_opts = [torch.optim.Adam(c.parameters(), lr=1e-3) for c in critics]
+    a_opt = floor_adam(actor.parameters(), lr=5e-4)
+    c_opts = [floor_adam(c.parameters(), lr=1e-3) for c in critics]
     mse = nn.MSELoss(reduction="sum")
     count = [0]
 
@@ -129,9 +129,9 @@ def ddpg_floor(nets, data, twin=False, delay=1):
 def sac_floor(nets, data):
     actor, critics, critics_t = nets
     log_alpha = torch.zeros(1, requires_grad=True, device=DEVICE)
-    opts = [torch.optim.Adam(actor.parameters(), lr=5e-4)] + [torch.optim.Adam(c.parameters(), lr=1e-3)
+    opts = [floor_adam(actor.parameters(), lr=5e-4)] + [floor_adam(c.parameters(), lr=1e-3)
                                                               for c in critics]
-    alpha_opt = torch.optim.Adam([log_alpha], lr=1e-3)
+    alpha_opt = floor_adam([log_alpha], lr=1e-3)
     mse = nn.MSELoss(reduction="sum")
 
     def update():
@@ -190,7 +190,7 @@ def ppo_setup(device="cpu", store=True):
     ppo = PPO(copy.deepcopy(actor), copy.deepcopy(critic), torch.optim.Adam, nn.MSELoss(reduction="sum"),
               batch_size=batch, actor_update_times=actor_times, critic_update_times=critic_times,
               surrogate_loss_clip=clip, replay_size=rollout)
-    a_opt, c_opt = torch.optim.Adam(actor.parameters(), lr=1e-3), torch.optim.Adam(critic.parameters(), lr=1e-3)
+    a_opt, c_opt = floor_adam(actor.parameters(), lr=1e-3), floor_adam(critic.parameters(), lr=1e-3)
     mse = nn.MSELoss(reduction="sum")
     value_t, gae_t = torch.tensor(values, device=device).view(-1, 1), torch.tensor(gaes, device=device).view(-1, 1)
 

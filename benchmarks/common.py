@@ -13,19 +13,36 @@ benchmark on a GPU times with the wall clock instead (``clock_for``).
 from __future__ import annotations
 
 import gc
+import os
 import statistics
 import time
-from typing import Callable, List
+from typing import Callable, Iterable, List, Optional
 
 import torch
 
-__all__ = ["time_once", "compare", "setup_torch", "clock_for"]
+__all__ = ["time_once", "compare", "setup_torch", "clock_for", "floor_adam", "FLOOR_ADAM_FUSED"]
 
 
 def setup_torch() -> None:
     """One intra-op thread (the ratios are for single-threaded work) and a fixed seed."""
     torch.set_num_threads(1)
     torch.manual_seed(0)
+
+
+#: Whether the floors' Adam is torch's fused one (the fastest a careful engineer writes, and what the
+#: library builds): ``MACHIN_BENCH_FLOOR_ADAM=default`` gives the floors torch's default Adam instead.
+FLOOR_ADAM_FUSED = os.environ.get("MACHIN_BENCH_FLOOR_ADAM", "fused") != "default"
+
+
+def floor_adam(params: Iterable[torch.Tensor], lr: float, fused: Optional[bool] = None) -> torch.optim.Adam:
+    """The floors' Adam: ``fused=True`` (``FLOOR_ADAM_FUSED`` when ``fused`` is ``None``) where torch has the kernel."""
+    params = list(params)
+    fused = FLOOR_ADAM_FUSED if fused is None else fused
+    if fused:
+        from torch.utils._foreach_utils import _get_fused_kernels_supported_devices
+
+        fused = all(p.device.type in _get_fused_kernels_supported_devices() for p in params)
+    return torch.optim.Adam(params, lr=lr, fused=fused)
 
 
 def clock_for(device) -> Callable[[], float]:

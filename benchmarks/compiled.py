@@ -35,7 +35,7 @@ try:
         sac_floor,
         step,
     )
-    from .common import clock_for, compare, setup_torch
+    from .common import clock_for, compare, floor_adam, setup_torch
     from .dqn_loop import ACTIONS, STATE, QNet
 except ImportError:  # run as a script
     import ac_updates
@@ -50,7 +50,7 @@ except ImportError:  # run as a script
         sac_floor,
         step,
     )
-    from common import clock_for, compare, setup_torch
+    from common import clock_for, compare, floor_adam, setup_torch
     from dqn_loop import ACTIONS, STATE, QNet
 
 B = ac_updates.B
@@ -68,7 +68,7 @@ def dqn_floor(qnet: nn.Module, data):
     """Double DQN on a sampled batch: target, MSE (sum), Adam step, soft target update, loss read."""
     device = ac_updates.DEVICE
     q, q_t = qnet.to(device), copy.deepcopy(qnet).to(device)
-    opt = torch.optim.Adam(q.parameters(), lr=1e-3)
+    opt = floor_adam(q.parameters(), lr=1e-3)
     mse = nn.MSELoss(reduction="sum")
     q_params, q_t_params = list(q.parameters()), list(q_t.parameters())
 

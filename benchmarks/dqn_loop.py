@@ -20,9 +20,9 @@ from torch import nn
 from machin.frame.algorithms import DQN
 
 try:
-    from .common import clock_for, compare, setup_torch
+    from .common import clock_for, compare, floor_adam, setup_torch
 except ImportError:  # run as a script
-    from common import clock_for, compare, setup_torch
+    from common import clock_for, compare, floor_adam, setup_torch
 
 BATCH, STATE, ACTIONS, CAPACITY, TAU, GAMMA = 100, 4, 2, 100_000, 0.005, 0.99
 
@@ -47,7 +47,7 @@ class Floor:
     def __init__(self, qnet, device):
         self.q, self.q_t = qnet.to(device), copy.deepcopy(qnet).to(device)
         self.device = device
-        self.opt = torch.optim.Adam(self.q.parameters(), lr=1e-3)
+        self.opt = floor_adam(self.q.parameters(), lr=1e-3)
         self.columns = (torch.empty(CAPACITY, STATE), torch.empty(CAPACITY, 1, dtype=torch.long),
                         torch.empty(CAPACITY, STATE), torch.empty(CAPACITY, 1), torch.empty(CAPACITY, 1))
         self.views = tuple(c.numpy() for c in self.columns)  # rows are written and gathered through these

@@ -20,8 +20,11 @@ and an eager PyTorch update (CleanRL style, ``torch._foreach_lerp_`` for the sof
 DDPG's actor loss computes gradients for the actor alone, ``backward(inputs=...)``, as the
 library does: a plain ``loss.backward()`` also computes the critic's, about 50 us more per step).
 
-Both loops are then run once more with the library's update compiled (``agent.compile()``,
-the documented opt-in), against the same eager floors.
+Adam is torch's fused one on both sides: the library builds it so from ``torch.optim.Adam``,
+and the floors use ``common.floor_adam``. For information, the eager library loops are
+then timed against the same floors with torch's default (per-tensor) Adam, as hand-written
+scripts such as CleanRL's use it. Both loops are then run once more with the library's
+update compiled (``agent.compile()``, the documented opt-in), against the fused eager floors.
 
 Printed per algorithm, as ``library / floor`` per step: the thread CPU time and the wall
 time of the whole loop, and the thread CPU time of the store inside the loop (timed around
@@ -36,7 +39,7 @@ import gc
 import random
 import statistics
 import time
-from typing import Callable, Dict, List
+from typing import Callable, Dict, List, Optional
 
 import gymnasium as gym
 import numpy as np
@@ -46,9 +49,9 @@ from torch import nn
 from machin.frame.algorithms import DDPG, DQN
 
 try:
-    from .common import setup_torch
+    from .common import floor_adam, setup_torch
 except ImportError:  # run as a script
-    from common import setup_torch
+    from common import floor_adam, setup_torch
 
 BATCH, CAPACITY, TAU, GAMMA, STEPS = 100, 100_000, 0.005, 0.99, 200
 
@@ -175,10 +178,10 @@ class LibraryDQN(Side):
 
 
 class FloorDQN(Side):
-    def __init__(self, qnet: nn.Module):
+    def __init__(self, qnet: nn.Module, fused: Optional[bool] = None):
         super().__init__("CartPole-v1")
         self.q, self.q_target = copy.deepcopy(qnet), copy.deepcopy(qnet)
-        self.optimizer = torch.optim.Adam(self.q.parameters(), lr=1e-3)
+        self.optimizer = floor_adam(self.q.parameters(), lr=1e-3, fused=fused)
         self.params, self.target_params = list(self.q.parameters()), list(self.q_target.parameters())
         self.mse = nn.MSELoss(reduction="sum")
         self.memory = Columns(4, 1, torch.long)
@@ -237,12 +240,12 @@ class LibraryDDPG(Side):
 
 
 class FloorDDPG(Side):
-    def __init__(self, actor: nn.Module, critic: nn.Module):
+    def __init__(self, actor: nn.Module, critic: nn.Module, fused: Optional[bool] = None):
         super().__init__("Pendulum-v1")
         self.actor, self.actor_target = copy.deepcopy(actor), copy.deepcopy(actor)
         self.critic, self.critic_target = copy.deepcopy(critic), copy.deepcopy(critic)
-        self.actor_optimizer = torch.optim.Adam(self.actor.parameters(), lr=5e-4)
-        self.critic_optimizer = torch.optim.Adam(self.critic.parameters(), lr=1e-3)
+        self.actor_optimizer = floor_adam(self.actor.parameters(), lr=5e-4, fused=fused)
+        self.critic_optimizer = floor_adam(self.critic.parameters(), lr=1e-3, fused=fused)
         self.params = list(self.actor.parameters()) + list(self.critic.parameters())
         self.target_params = list(self.actor_target.parameters()) + list(self.critic_target.parameters())
         self.mse = nn.MSELoss(reduction="sum")
@@ -322,6 +325,11 @@ def main() -> None:
     compare_loops("DQN, CartPole-v1,", LibraryDQN(qnet), FloorDQN(qnet))
     actor, critic = Actor(), Critic()
     compare_loops("DDPG, Pendulum-v1,", LibraryDDPG(actor, critic), FloorDDPG(actor, critic))
+    # Info: the same loops against floors with torch's default (per-tensor) Adam, as CleanRL writes them.
+    compare_loops("DQN against a default-Adam floor, CartPole-v1,", LibraryDQN(qnet), FloorDQN(qnet, fused=False),
+                  show_store=False)
+    compare_loops("DDPG against a default-Adam floor, Pendulum-v1,", LibraryDDPG(actor, critic),
+                  FloorDDPG(actor, critic, fused=False), show_store=False)
     # The same loops with the library's update compiled (``agent.compile()``), against the same eager floors.
     # The first updates compile (tens of seconds) during the warm-up runs.
     compare_loops("DQN with compile(), CartPole-v1,", LibraryDQN(qnet, compiled=True), FloorDQN(qnet),

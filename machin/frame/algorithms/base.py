@@ -29,7 +29,7 @@ from ...utils.logging import default_logger
 from ...utils.schedules import check_progress
 from ..buffers import Buffer
 from .options import Option, install_options, positive
-from .utils import _unwrap
+from .utils import _unwrap, build_optimizer
 
 __all__ = ["TorchFramework", "Driver", "UpdateResult", "pack_result", "NetworkMismatchError"]
 
@@ -285,7 +285,7 @@ class TorchFramework:
             raise TypeError(f"optimizer must be an optimizer class such as torch.optim.Adam (called as "
                             f"optimizer(parameters, lr=learning_rate)), got {got}")
         params = network.parameters() if isinstance(network, nn.Module) else network
-        return optimizer(params, lr=learning_rate)
+        return build_optimizer(optimizer, params, learning_rate)
 
     def _init_lr_schedulers(self, optimizers: Sequence[Any]) -> None:
         """Create one scheduler per optimizer: ``lr_scheduler(opt_i, *args[i], **kwargs[i])``."""

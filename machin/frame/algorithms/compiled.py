@@ -542,14 +542,18 @@ class CompiledSteps:
         if step.eager or self.disabled is not None or _has_step_hooks(optimizer):
             self._eager_step(optimizer, params, max_norm)
             return
+        unfused = False
         try:
             if step.compiled is None:
+                unfused = utils.unfuse_default(optimizer)  # inductor fuses the plain step itself
                 if self.cudagraphs:
                     _make_capturable(optimizer)
                 step.compiled = self._compile(_optimizer_step, _code_name(step.name), True)
             with torch.no_grad():
                 step.compiled(optimizer, step.raw, params, max_norm)
         except Exception as error:  # noqa: BLE001 - compiling failed before the step ran: step eagerly
+            if unfused:
+                utils.fuse_default(optimizer)
             self._eager_step(optimizer, params, max_norm)
             self._give_up(step, error)
             return

@@ -417,6 +417,19 @@ def check_inputs(cls: type, case: ContractCase, directory: str, ctx: Optional[Wo
     assert_unchanged(kept, experience, "stored experience, after update")
 
 
+def check_fused_adam(cls: type, case: ContractCase, directory: str, ctx: Optional[WorldContext]) -> None:
+    """Every Adam / AdamW the constructor builds is torch's fused one; other optimizers are built as given."""
+    torch.manual_seed(0)
+    agent = build(cls, case, ctx)
+    optimizers = agent._optimizers()
+    assert optimizers, f"{cls.__name__}._optimizers() lists no optimizer"
+    for name, optimizer in enumerate(optimizers):
+        adam = type(optimizer) in (torch.optim.Adam, torch.optim.AdamW)
+        fused = [group["fused"] for group in optimizer.param_groups] + [optimizer.defaults.get("fused")]
+        assert all(f is adam or (not adam and not f) for f in fused), (
+            f"optimizer {name}: a {type(optimizer).__name__} with fused={fused} (Adam and AdamW fused, others not)")
+
+
 CONTRACTS: Dict[str, Callable[[type, ContractCase, str, Optional[WorldContext]], None]] = {
     "save_load": check_save_load,
     "extra_keyword": check_extra_keyword,
@@ -424,10 +437,13 @@ CONTRACTS: Dict[str, Callable[[type, ContractCase, str, Optional[WorldContext]],
     "gradients": check_gradients,
     "targets": check_targets,
     "inputs": check_inputs,
+    "fused_adam": check_fused_adam,
 }
 
 
 def applies(contract: str, cls: type) -> bool:
+    if contract == "fused_adam":  # not A3C: its optimizers live on the gradient servers
+        return cls._make_optimizer is TorchFramework._make_optimizer
     return contract != "targets" or bool(target_names(cls))
 
 

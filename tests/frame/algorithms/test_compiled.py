@@ -211,6 +211,9 @@ def test_compiled_updates_equal_eager_ones_and_compile_once(name):
     steps = compiled._compiled_steps._optimizer_steps.values()
     assert {id(o) for o in compiled._optimizers()} <= {id(o) for o, _ in steps}
     assert all(step.compiled is not None and not step.eager for _, step in steps)
+    # eager steps run torch's fused Adam; compile() gave the plain step to inductor instead
+    assert all(group["fused"] for o in eager._optimizers() for group in o.param_groups)
+    assert not any(group["fused"] for o in compiled._optimizers() for group in o.param_groups)
     np.testing.assert_allclose(np.array(got, dtype=float), np.array(expected, dtype=float), rtol=1e-4, atol=1e-5)
     for key, network in networks(eager).items():
         for (param_name, want), have in zip(network.named_parameters(), networks(compiled)[key].parameters()):
@@ -293,6 +296,45 @@ def test_backend_failure_falls_back_to_eager_with_one_warning():
     np.testing.assert_allclose(np.array(got), np.array(expected), rtol=1e-6)
     for want, have in zip(eager.actor.parameters(), compiled.actor.parameters()):
         assert torch.equal(have, want)
+
+
+def test_an_optimizer_step_that_cannot_compile_steps_eagerly_with_the_fused_adam_it_was_built_with(monkeypatch):
+    from machin.frame.algorithms.compiled import CompiledSteps
+
+    real = CompiledSteps._compile
+
+    def refuse_optimizer_steps(self, template, name, fullgraph):
+        if "qnet_optim" in name:
+            raise RuntimeError("simulated: this optimizer step cannot be traced")
+        return real(self, template, name, fullgraph)
+
+    monkeypatch.setattr(CompiledSteps, "_compile", refuse_optimizer_steps)
+    eager, compiled = twins(dqn)
+    fill(eager, 64)
+    fill(compiled, 64)
+    expected = train(eager, 10, compiled=False)
+    with pytest.warns(CompileFallbackWarning) as record:
+        got = train(compiled, 10, compiled=True)
+    messages = [str(w.message) for w in record if issubclass(w.category, CompileFallbackWarning)]
+    assert len(messages) == 1 and "the step of DQN.qnet_optim cannot be compiled" in messages[0]
+    assert [g["fused"] for g in compiled.qnet_optim.param_groups] == [True]
+    assert got == pytest.approx(expected, rel=1e-5)
+
+
+def test_an_adam_fused_at_the_users_request_stays_fused_and_steps_eagerly():
+    import functools
+
+    q = QNet()
+    agent = DQN(q, copy.deepcopy(q), functools.partial(torch.optim.Adam, fused=True), nn.MSELoss(reduction="sum"),
+                batch_size=16).compile(backend=BACKEND)
+    fill(agent, 64)
+    with pytest.warns(CompileFallbackWarning) as record:
+        for _ in range(3):
+            agent.update()
+    messages = [str(w.message) for w in record if issubclass(w.category, CompileFallbackWarning)]
+    assert len(messages) == 1 and "the step of DQN.qnet_optim cannot be compiled" in messages[0]
+    assert [g["fused"] for g in agent.qnet_optim.param_groups] == [True]
+    assert agent.qnet_optim.state  # it stepped
 
 
 class NeedsHidden(nn.Module):

@@ -112,3 +112,8 @@ def test_targets_stay_frozen_until_their_update(cls, tmp_path, world_outcomes):
 @pytest.mark.parametrize("cls", _params("inputs"))
 def test_inputs_are_not_changed(cls, tmp_path, world_outcomes):
     assert check("inputs", cls, tmp_path, world_outcomes) is None
+
+
+@pytest.mark.parametrize("cls", _params("fused_adam"))
+def test_adam_optimizers_are_built_fused(cls, tmp_path, world_outcomes):
+    assert check("fused_adam", cls, tmp_path, world_outcomes) is None
