@@ -254,18 +254,27 @@ class Untraceable(nn.Module):
         return out
 
 
+def fallback_twins(build, updates):
+    """Twins of ``build``, filled alike: one trains eagerly, the other compiled, expecting fallbacks.
+
+    Returns ``(eager, compiled, eager losses, compiled losses, CompileFallbackWarning messages)``.
+    """
+    eager, compiled = twins(build)
+    fill(eager, 64)
+    fill(compiled, 64)
+    expected = train(eager, updates, compiled=False)
+    with pytest.warns(CompileFallbackWarning) as record:
+        got = train(compiled, updates, compiled=True)
+    messages = [str(w.message) for w in record if issubclass(w.category, CompileFallbackWarning)]
+    return eager, compiled, expected, got, messages
+
+
 def test_untraceable_network_falls_back_with_one_warning():
     def build():
         q = Untraceable()
         return DQN(q, copy.deepcopy(q), torch.optim.Adam, nn.MSELoss(reduction="sum"), batch_size=16)
 
-    eager, compiled = twins(build)
-    fill(eager, 64)
-    fill(compiled, 64)
-    expected = train(eager, 20, compiled=False)
-    with pytest.warns(CompileFallbackWarning) as record:
-        got = train(compiled, 20, compiled=True)
-    messages = [str(w.message) for w in record if issubclass(w.category, CompileFallbackWarning)]
+    eager, compiled, expected, got, messages = fallback_twins(build, 20)
     assert len(messages) == 1
     assert "DQN._td_loss cannot be compiled" in messages[0] and "graph_break" in messages[0]
     assert "forward" in messages[0]  # where in the user's code tracing stopped
@@ -309,13 +318,7 @@ def test_an_optimizer_step_that_cannot_compile_steps_eagerly_with_the_fused_adam
         return real(self, template, name, fullgraph)
 
     monkeypatch.setattr(CompiledSteps, "_compile", refuse_optimizer_steps)
-    eager, compiled = twins(dqn)
-    fill(eager, 64)
-    fill(compiled, 64)
-    expected = train(eager, 10, compiled=False)
-    with pytest.warns(CompileFallbackWarning) as record:
-        got = train(compiled, 10, compiled=True)
-    messages = [str(w.message) for w in record if issubclass(w.category, CompileFallbackWarning)]
+    _, compiled, expected, got, messages = fallback_twins(dqn, 10)
     assert len(messages) == 1 and "the step of DQN.qnet_optim cannot be compiled" in messages[0]
     assert [g["fused"] for g in compiled.qnet_optim.param_groups] == [True]
     assert got == pytest.approx(expected, rel=1e-5)
