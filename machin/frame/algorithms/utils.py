@@ -98,7 +98,7 @@ def build_optimizer(optimizer: Callable, params: Iterable[Any], learning_rate: f
     when every parameter is a floating-point tensor on a device with torch's fused kernel
     (the CPU from torch 2.4 on, CUDA). The fused step does the same arithmetic in one kernel
     per parameter group instead of about a dozen tensor operations per parameter: on the
-    small networks of RL it takes about a fifth of the default step's CPU time, and its
+    small networks of RL it takes a quarter to a fifth of the default step's CPU time, and its
     results differ from the default step's in the last bits of a float only. Pass
     ``functools.partial(torch.optim.Adam, fused=False)`` to keep torch's default step.
 
