@@ -28,8 +28,9 @@ from ...utils.compat import warn_caller
 from ...utils.logging import default_logger
 from ...utils.schedules import check_progress
 from ..buffers import Buffer
+from ..optimizers import build_optimizer
 from .options import Option, install_options, positive
-from .utils import _unwrap, build_optimizer
+from .utils import _unwrap
 
 __all__ = ["TorchFramework", "Driver", "UpdateResult", "pack_result", "NetworkMismatchError"]
 

@@ -40,6 +40,7 @@ from torch import nn
 from torch.optim import optimizer as optimizer_module
 
 from ...utils.compat import warn_caller
+from .. import optimizers
 from . import utils
 from .utils import _tensors
 
@@ -545,7 +546,7 @@ class CompiledSteps:
         unfused = False
         try:
             if step.compiled is None:
-                unfused = utils.unfuse_default(optimizer)  # inductor fuses the plain step itself
+                unfused = optimizers.unfuse_default(optimizer)  # inductor fuses the plain step itself
                 if self.cudagraphs:
                     _make_capturable(optimizer)
                 step.compiled = self._compile(_optimizer_step, _code_name(step.name), True)
@@ -553,7 +554,7 @@ class CompiledSteps:
                 step.compiled(optimizer, step.raw, params, max_norm)
         except Exception as error:  # noqa: BLE001 - compiling failed before the step ran: step eagerly
             if unfused:
-                utils.fuse_default(optimizer)
+                optimizers.fuse_default(optimizer)
             self._eager_step(optimizer, params, max_norm)
             self._give_up(step, error)
             return

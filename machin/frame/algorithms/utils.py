@@ -8,7 +8,6 @@ arguments. The signature of ``forward`` is read once per module and cached.
 
 from __future__ import annotations
 
-import functools
 import inspect
 import warnings
 import weakref
@@ -31,7 +30,6 @@ __all__ = [
     "Hidden",
     "map_hidden",
     "SharedNetworkSync",
-    "build_optimizer",
 ]
 
 
@@ -59,93 +57,6 @@ _MISSING = object()
 _Remembered = Tuple[torch.Tensor, Dict[str, Any], str]
 _first_parameter: weakref.WeakKeyDictionary[nn.Module, _Remembered] = weakref.WeakKeyDictionary()
 _parameter_lists: weakref.WeakKeyDictionary[nn.Module, tuple] = weakref.WeakKeyDictionary()
-
-
-#: Optimizer classes that machin builds with ``fused=True`` where torch has the fused kernel.
-_FUSABLE_OPTIMIZERS = (torch.optim.Adam, torch.optim.AdamW)
-#: The optimizers :func:`build_optimizer` fused without being asked to (``compile()`` unfuses them).
-_fused_by_default: weakref.WeakSet[torch.optim.Optimizer] = weakref.WeakSet()
-
-
-def _fused_devices() -> frozenset:
-    """Device types with torch's fused optimizer kernels (CUDA since torch 2.0, the CPU since 2.4)."""
-    try:
-        from torch.utils._foreach_utils import _get_fused_kernels_supported_devices
-    except ImportError:  # a torch without the query: fuse nothing
-        return frozenset()
-    return frozenset(_get_fused_kernels_supported_devices())
-
-
-def _fusable(optimizer: Callable, params: list) -> bool:
-    """Whether ``optimizer(params, lr=...)`` may be built with ``fused=True`` (see :func:`build_optimizer`)."""
-    keywords: Mapping[str, Any] = {}
-    if isinstance(optimizer, functools.partial):
-        if optimizer.args:
-            return False
-        optimizer, keywords = optimizer.func, optimizer.keywords
-    if optimizer not in _FUSABLE_OPTIMIZERS or keywords.keys() & {"fused", "foreach", "differentiable"}:
-        return False
-    devices = _fused_devices()
-    return bool(params) and all(
-        isinstance(p, torch.Tensor) and torch.is_floating_point(p) and p.device.type in devices for p in params)
-
-
-def build_optimizer(optimizer: Callable, params: Iterable[Any], learning_rate: float) -> torch.optim.Optimizer:
-    """``optimizer(params, lr=learning_rate)``, fused where that is the same algorithm, only faster.
-
-    ``torch.optim.Adam`` and ``AdamW`` (the classes, or a ``functools.partial`` of them that
-    sets none of ``fused``, ``foreach`` and ``differentiable``) are built with ``fused=True``
-    when every parameter is a floating-point tensor on a device with torch's fused kernel
-    (the CPU from torch 2.4 on, CUDA). The fused step does the same arithmetic in one kernel
-    per parameter group instead of about a dozen tensor operations per parameter: on the
-    small networks of RL it takes a quarter to a fifth of the default step's CPU time, and its
-    results differ from the default step's in the last bits of a float only. Pass
-    ``functools.partial(torch.optim.Adam, fused=False)`` to keep torch's default step.
-
-    Args:
-        optimizer: The optimizer class (or a callable building one as ``optimizer(params, lr=...)``).
-        params: The tensors (or parameter groups) to optimize.
-        learning_rate: The ``lr`` passed to ``optimizer``.
-    """
-    params = list(params)
-    if not _fusable(optimizer, params):
-        return optimizer(params, lr=learning_rate)
-    built = optimizer(params, lr=learning_rate, fused=True)
-    _fused_by_default.add(built)
-    return built
-
-
-def unfuse_default(optimizer: Any) -> bool:
-    """Give an optimizer that :func:`build_optimizer` fused on its own torch's plain step; whether it did.
-
-    torch.compile does not trace into the fused kernel, so a compiled update compiles the
-    plain step (and inductor fuses it). Optimizers fused at the user's request stay fused.
-
-    Args:
-        optimizer: The optimizer a compiled step is about to step.
-    """
-    if optimizer not in _fused_by_default:
-        return False
-    _fused_by_default.discard(optimizer)
-    _set_fused(optimizer, False)
-    return True
-
-
-def fuse_default(optimizer: Any) -> None:
-    """Undo :func:`unfuse_default` (its compiled step could not be built: it steps eagerly, fused).
-
-    Args:
-        optimizer: An optimizer that :func:`unfuse_default` gave the plain step.
-    """
-    _set_fused(optimizer, True)
-    _fused_by_default.add(optimizer)
-
-
-def _set_fused(optimizer: Any, fused: bool) -> None:
-    optimizer.defaults["fused"] = fused
-    for group in optimizer.param_groups:
-        group["fused"] = fused
-    optimizer._step_supports_amp_scaling = fused  # what Adam's constructor sets for fused steps
 
 
 def _tensors(module: nn.Module) -> tuple:

@@ -39,6 +39,7 @@ from ...parallel.server import (
     PushPullModelServer,
     PushPullModelServerImpl,
 )
+from ..optimizers import build_optimizer
 
 __all__ = ["grad_server_helper", "model_server_helper", "role_groups", "RoleGroups", "place_replay",
            "ForwardedReplay", "build_from_roles"]
@@ -131,7 +132,7 @@ def grad_server_helper(
             server = PushPullGradServerImpl(name, group, primary_reducer=primary)
             if world.name == primary:
                 model = creator()
-                opt = optimizer(model.parameters(), lr=rates[i], **opt_kwargs[i])
+                opt = build_optimizer(optimizer, model.parameters(), rates[i], **opt_kwargs[i])
                 sched = (
                     None
                     if lr_scheduler is None

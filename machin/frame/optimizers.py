@@ -1,0 +1,106 @@
+"""Building optimizers: PyTorch's fused Adam where it is the same algorithm, only faster.
+
+Every algorithm builds its optimizers from the class the user passes through
+:func:`build_optimizer`, and so do the gradient servers of
+:func:`~machin.frame.helpers.servers.grad_server_helper`. ``compile()`` gives the optimizers
+fused here the plain step back (:func:`unfuse_default`), since torch.compile does not trace
+into the fused kernel.
+"""
+
+from __future__ import annotations
+
+import functools
+import weakref
+from typing import Any, Callable, Iterable, Mapping
+
+import torch
+
+__all__ = ["build_optimizer", "unfuse_default", "fuse_default"]
+
+#: Optimizer classes that machin builds with ``fused=True`` where torch has the fused kernel.
+_FUSABLE_OPTIMIZERS = (torch.optim.Adam, torch.optim.AdamW)
+#: The optimizers :func:`build_optimizer` fused without being asked to (``compile()`` unfuses them).
+_fused_by_default: weakref.WeakSet[torch.optim.Optimizer] = weakref.WeakSet()
+
+
+def _fused_devices() -> frozenset:
+    """Device types with torch's fused optimizer kernels (CUDA since torch 2.0, the CPU since 2.4)."""
+    try:
+        from torch.utils._foreach_utils import _get_fused_kernels_supported_devices
+    except ImportError:  # a torch without the query: fuse nothing
+        return frozenset()
+    return frozenset(_get_fused_kernels_supported_devices())
+
+
+def _fusable(optimizer: Callable, params: list, kwargs: Mapping[str, Any]) -> bool:
+    """Whether ``optimizer(params, lr=..., **kwargs)`` may be built with ``fused=True`` (see :func:`build_optimizer`)."""
+    keywords: Mapping[str, Any] = kwargs
+    if isinstance(optimizer, functools.partial):
+        if optimizer.args:
+            return False
+        optimizer, keywords = optimizer.func, {**optimizer.keywords, **kwargs}
+    if optimizer not in _FUSABLE_OPTIMIZERS or keywords.keys() & {"fused", "foreach", "differentiable"}:
+        return False
+    devices = _fused_devices()
+    return bool(params) and all(
+        isinstance(p, torch.Tensor) and torch.is_floating_point(p) and p.device.type in devices for p in params)
+
+
+def build_optimizer(optimizer: Callable, params: Iterable[Any], learning_rate: float,
+                    **kwargs: Any) -> torch.optim.Optimizer:
+    """``optimizer(params, lr=learning_rate, **kwargs)``, fused where that is the same algorithm, only faster.
+
+    ``torch.optim.Adam`` and ``AdamW`` (the classes, or a ``functools.partial`` of them, where
+    neither the partial nor ``kwargs`` set ``fused``, ``foreach`` or ``differentiable``) are built with ``fused=True``
+    when every parameter is a floating-point tensor on a device with torch's fused kernel
+    (the CPU from torch 2.4 on, CUDA). The fused step does the same arithmetic in one kernel
+    per parameter group instead of about a dozen tensor operations per parameter: on the
+    small networks of RL it takes a quarter to a fifth of the default step's CPU time, and its
+    results differ from the default step's in the last bits of a float only. Pass
+    ``functools.partial(torch.optim.Adam, fused=False)`` to keep torch's default step.
+
+    Args:
+        optimizer: The optimizer class (or a callable building one as ``optimizer(params, lr=...)``).
+        params: The tensors (or parameter groups) to optimize.
+        learning_rate: The ``lr`` passed to ``optimizer``.
+        kwargs: Further keyword arguments of ``optimizer``.
+    """
+    params = list(params)
+    if not _fusable(optimizer, params, kwargs):
+        return optimizer(params, lr=learning_rate, **kwargs)
+    built = optimizer(params, lr=learning_rate, fused=True, **kwargs)
+    _fused_by_default.add(built)
+    return built
+
+
+def unfuse_default(optimizer: Any) -> bool:
+    """Give an optimizer that :func:`build_optimizer` fused on its own torch's plain step; whether it did.
+
+    torch.compile does not trace into the fused kernel, so a compiled update compiles the
+    plain step (and inductor fuses it). Optimizers fused at the user's request stay fused.
+
+    Args:
+        optimizer: The optimizer a compiled step is about to step.
+    """
+    if optimizer not in _fused_by_default:
+        return False
+    _fused_by_default.discard(optimizer)
+    _set_fused(optimizer, False)
+    return True
+
+
+def fuse_default(optimizer: Any) -> None:
+    """Undo :func:`unfuse_default` (its compiled step could not be built: it steps eagerly, fused).
+
+    Args:
+        optimizer: An optimizer that :func:`unfuse_default` gave the plain step.
+    """
+    _set_fused(optimizer, True)
+    _fused_by_default.add(optimizer)
+
+
+def _set_fused(optimizer: Any, fused: bool) -> None:
+    optimizer.defaults["fused"] = fused
+    for group in optimizer.param_groups:
+        group["fused"] = fused
+    optimizer._step_supports_amp_scaling = fused  # what Adam's constructor sets for fused steps

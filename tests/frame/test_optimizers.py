@@ -1,0 +1,71 @@
+"""machin.frame.optimizers: PyTorch's fused Adam where it is the same algorithm."""
+
+import functools
+
+import pytest
+import torch
+from torch import nn
+
+from machin.frame.optimizers import build_optimizer
+
+
+def _fused(optimizer):
+    return [group["fused"] for group in optimizer.param_groups]
+
+
+def test_build_optimizer_fuses_adam_and_adamw_unless_the_caller_chose_an_implementation():
+    net = nn.Linear(3, 2)
+    for cls in (torch.optim.Adam, torch.optim.AdamW):
+        built = build_optimizer(cls, net.parameters(), 0.01)
+        assert type(built) is cls and _fused(built) == [True] and built.defaults["lr"] == 0.01
+    kept = build_optimizer(functools.partial(torch.optim.Adam, eps=1e-5), net.parameters(), 0.01)
+    assert _fused(kept) == [True] and kept.defaults["eps"] == 1e-5
+    for chosen in ({"fused": False}, {"foreach": True}, {"foreach": False}):
+        built = build_optimizer(functools.partial(torch.optim.Adam, **chosen), net.parameters(), 0.01)
+        assert not built.defaults["fused"], chosen
+        assert all(built.defaults[k] == v for k, v in chosen.items())
+        built = build_optimizer(torch.optim.Adam, net.parameters(), 0.01, **chosen)  # keywords given apart
+        assert not built.defaults["fused"] and all(built.defaults[k] == v for k, v in chosen.items())
+    assert _fused(build_optimizer(torch.optim.AdamW, net.parameters(), 0.01, weight_decay=0.5)) == [True]
+
+    class MyAdam(torch.optim.Adam):
+        pass
+
+    for other in (torch.optim.SGD, torch.optim.RMSprop, MyAdam):
+        assert not build_optimizer(other, net.parameters(), 0.01).defaults.get("fused"), other
+    # integer tensors have no fused kernel; parameter groups are passed on as they are
+    assert not build_optimizer(torch.optim.Adam, [torch.zeros(2, dtype=torch.long)], 0.01).defaults["fused"]
+    grouped = build_optimizer(torch.optim.Adam, [{"params": net.parameters(), "lr": 0.5}], 0.01)
+    assert not grouped.defaults["fused"] and grouped.param_groups[0]["lr"] == 0.5
+
+
+def test_an_algorithm_with_fused_adam_trains_like_one_with_the_default_step():
+    from machin.frame.algorithms import DQN
+
+    class Q(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.net = nn.Sequential(nn.Linear(4, 16), nn.ReLU(), nn.Linear(16, 2))
+
+        def forward(self, state):
+            return self.net(state)
+
+    runs = []
+    for optimizer in (torch.optim.Adam, functools.partial(torch.optim.Adam, fused=False)):
+        torch.manual_seed(0)
+        q = Q()
+        dqn = DQN(q, Q(), optimizer, nn.MSELoss(), batch_size=16, replay_size=64)
+        generator = torch.Generator().manual_seed(1)
+        for _ in range(64):
+            dqn.store_transition({"state": {"state": torch.randn(1, 4, generator=generator)},
+                                  "action": {"action": torch.randint(2, (1, 1), generator=generator)},
+                                  "next_state": {"state": torch.randn(1, 4, generator=generator)},
+                                  "reward": float(torch.rand((), generator=generator)), "terminal": False})
+        losses = [dqn.update() for _ in range(50)]
+        runs.append((dqn, losses))
+    (fused, fused_losses), (plain, plain_losses) = runs
+    assert _fused(fused.qnet_optim) == [True] and _fused(plain.qnet_optim) == [False]
+    assert fused_losses == pytest.approx(plain_losses, rel=1e-4, abs=1e-6)
+    for a, b in zip(fused.qnet.parameters(), plain.qnet.parameters()):
+        assert torch.allclose(a, b, rtol=1e-4, atol=1e-6)
+    assert fused_losses[0] != fused_losses[-1]  # it trained
