@@ -51,9 +51,9 @@ def build_optimizer(optimizer: Callable, params: Iterable[Any], learning_rate: f
     """``optimizer(params, lr=learning_rate, **kwargs)``, fused where that is the same algorithm, only faster.
 
     ``torch.optim.Adam`` and ``AdamW`` (the classes, or a ``functools.partial`` of them, where
-    neither the partial nor ``kwargs`` set ``fused``, ``foreach`` or ``differentiable``) are built with ``fused=True``
-    when every parameter is a floating-point tensor on a device with torch's fused kernel
-    (the CPU from torch 2.4 on, CUDA). The fused step does the same arithmetic in one kernel
+    neither the partial nor ``kwargs`` set ``fused``, ``foreach`` or ``differentiable``) are
+    built with ``fused=True`` when every parameter is a floating-point tensor on a device with
+    torch's fused kernel (the CPU from torch 2.4 on, CUDA). The fused step does the same arithmetic in one kernel
     per parameter group instead of about a dozen tensor operations per parameter: on the
     small networks of RL it takes a quarter to a fifth of the default step's CPU time, and its
     results differ from the default step's in the last bits of a float only. Pass
