@@ -426,7 +426,7 @@ def check_fused_adam(cls: type, case: ContractCase, directory: str, ctx: Optiona
     for name, optimizer in enumerate(optimizers):
         adam = type(optimizer) in (torch.optim.Adam, torch.optim.AdamW)
         fused = [group["fused"] for group in optimizer.param_groups] + [optimizer.defaults.get("fused")]
-        assert all(f is adam or (not adam and not f) for f in fused), (
+        assert all((f is True) if adam else not f for f in fused), (
             f"optimizer {name}: a {type(optimizer).__name__} with fused={fused} (Adam and AdamW fused, others not)")
 
 
