@@ -42,19 +42,13 @@ def test_build_optimizer_fuses_adam_and_adamw_unless_the_caller_chose_an_impleme
 def test_an_algorithm_with_fused_adam_trains_like_one_with_the_default_step():
     from machin.frame.algorithms import DQN
 
-    class Q(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.net = nn.Sequential(nn.Linear(4, 16), nn.ReLU(), nn.Linear(16, 2))
-
-        def forward(self, state):
-            return self.net(state)
+    from .algorithms.nets import QNet
 
     runs = []
     for optimizer in (torch.optim.Adam, functools.partial(torch.optim.Adam, fused=False)):
         torch.manual_seed(0)
-        q = Q()
-        dqn = DQN(q, Q(), optimizer, nn.MSELoss(), batch_size=16, replay_size=64)
+        q = QNet(hidden=16)
+        dqn = DQN(q, QNet(hidden=16), optimizer, nn.MSELoss(), batch_size=16, replay_size=64)
         generator = torch.Generator().manual_seed(1)
         for _ in range(64):
             dqn.store_transition({"state": {"state": torch.randn(1, 4, generator=generator)},

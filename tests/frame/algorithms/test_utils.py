@@ -435,4 +435,3 @@ def test_probabilities_pass():
 def test_non_probabilities_raise(tensor, match):
     with pytest.raises(ValueError, match=match):
         assert_output_is_probs(tensor)
-
