@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import functools
 import weakref
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any, Callable, Dict, Iterable, Mapping, Optional
 
 import torch
 
-__all__ = ["build_optimizer", "unfuse_default", "fuse_default"]
+__all__ = ["build_optimizer", "adopt", "fused_by_default", "unfuse_default", "fuse_default"]
 
 #: Optimizer classes that machin builds with ``fused=True`` where torch has the fused kernel.
 _FUSABLE_OPTIMIZERS = (torch.optim.Adam, torch.optim.AdamW)
@@ -66,11 +66,57 @@ def build_optimizer(optimizer: Callable, params: Iterable[Any], learning_rate: f
         kwargs: Further keyword arguments of ``optimizer``.
     """
     params = list(params)
-    if not _fusable(optimizer, params, kwargs):
-        return optimizer(params, lr=learning_rate, **kwargs)
-    built = optimizer(params, lr=learning_rate, fused=True, **kwargs)
-    _fused_by_default.add(built)
-    return built
+    fused = _fusable(optimizer, params, kwargs)
+    built = optimizer(params, lr=learning_rate, fused=True, **kwargs) if fused else optimizer(
+        params, lr=learning_rate, **kwargs)
+    return adopt(built, fused)
+
+
+def adopt(optimizer: Any, fused_by_default: bool = False) -> Any:
+    """Take an optimizer into machin's care; returns it.
+
+    Loading a state dict (a checkpoint) then keeps the optimizer's own ``fused``,
+    ``foreach`` and ``capturable`` settings: they choose how this process computes a
+    step, not what the step computes, and a checkpoint written by an eager run, a
+    compiled one or another torch version must not switch them. (A compiled step would
+    otherwise fall back to eager after loading a fused state, and a torch without the
+    fused CPU kernel could not step after loading one.)
+
+    Args:
+        optimizer: An optimizer (anything else is returned unchanged).
+        fused_by_default: Whether machin fused it without being asked to (see
+            :func:`build_optimizer`); ``compile()`` gives such optimizers the plain step.
+    """
+    if not isinstance(optimizer, torch.optim.Optimizer):
+        return optimizer
+    if fused_by_default:
+        _fused_by_default.add(optimizer)
+    register = getattr(optimizer, "register_load_state_dict_pre_hook", None)  # where torch has the hook
+    if register is not None:
+        register(_keep_implementation)
+    return optimizer
+
+
+def fused_by_default(optimizer: Any) -> bool:
+    """Whether :func:`build_optimizer` fused ``optimizer`` without being asked to (and it still is)."""
+    return optimizer in _fused_by_default
+
+
+#: Parameter-group entries that choose how a step is computed, not what it computes.
+_IMPLEMENTATION_KEYS = ("fused", "foreach", "capturable")
+
+
+def _keep_implementation(optimizer: torch.optim.Optimizer, state_dict: Dict[str, Any]) -> Optional[Dict[str, Any]]:
+    """``load_state_dict`` pre-hook: the loaded parameter groups take the optimizer's implementation entries."""
+    saved = state_dict.get("param_groups")
+    if not isinstance(saved, list) or len(saved) != len(optimizer.param_groups):
+        return None  # torch reports the mismatch
+    groups = []
+    for live, group in zip(optimizer.param_groups, saved):
+        group = dict(group)
+        group.update((key, live[key]) for key in _IMPLEMENTATION_KEYS if key in live)
+        groups.append(group)
+    return {**state_dict, "param_groups": groups}
 
 
 def unfuse_default(optimizer: Any) -> bool:

@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch import nn
 
-from machin.frame.optimizers import build_optimizer
+from machin.frame.optimizers import adopt, build_optimizer, fused_by_default
 
 
 def _fused(optimizer):
@@ -63,3 +63,47 @@ def test_an_algorithm_with_fused_adam_trains_like_one_with_the_default_step():
     for a, b in zip(fused.qnet.parameters(), plain.qnet.parameters()):
         assert torch.allclose(a, b, rtol=1e-4, atol=1e-6)
     assert fused_losses[0] != fused_losses[-1]  # it trained
+
+
+def _stepped(optimizer, params):
+    for p in params:
+        p.grad = torch.ones_like(p)
+    optimizer.step()
+    return optimizer
+
+
+def test_a_loaded_state_keeps_the_optimizers_own_implementation():
+    net = nn.Linear(3, 2)
+    fused = _stepped(build_optimizer(torch.optim.Adam, net.parameters(), 0.01), list(net.parameters()))
+    other = nn.Linear(3, 2)
+    plain = _stepped(torch.optim.Adam(other.parameters(), lr=0.5, foreach=True), list(other.parameters()))
+    _stepped(plain, list(other.parameters()))
+    fused.load_state_dict(plain.state_dict())
+    group = fused.param_groups[0]
+    assert group["fused"] and group["foreach"] is None and group["lr"] == 0.5  # the learning state is loaded
+    assert float(fused.state[net.weight]["step"]) == 2
+    assert torch.equal(fused.state[net.weight]["exp_avg"], plain.state[other.weight]["exp_avg"])
+    _stepped(fused, list(net.parameters()))  # and it steps, fused
+    # the other way round: an optimizer built unfused stays so after loading a fused state
+    unfused = build_optimizer(functools.partial(torch.optim.Adam, fused=False), other.parameters(), 0.01)
+    unfused.load_state_dict(fused.state_dict())
+    assert not unfused.param_groups[0]["fused"] and float(unfused.state[other.weight]["step"]) == 3
+    # torch's own load, for comparison, takes the saved implementation
+    torch_adam = torch.optim.Adam(other.parameters(), lr=0.01)
+    torch_adam.load_state_dict(fused.state_dict())
+    assert torch_adam.param_groups[0]["fused"]
+
+
+def test_a_rebuilt_optimizer_is_adopted_again():
+    from machin.frame.algorithms.maddpg import _PortableOptimizer, _rebuild_optimizer
+
+    net = nn.Linear(3, 2)
+    built = build_optimizer(torch.optim.Adam, net.parameters(), 0.01)
+    assert fused_by_default(built)
+    rebuilt = _rebuild_optimizer(*_PortableOptimizer(built).__reduce__()[1])
+    assert rebuilt is not built and fused_by_default(rebuilt)
+    rebuilt.load_state_dict(torch.optim.Adam(net.parameters(), lr=0.01).state_dict())
+    assert rebuilt.param_groups[0]["fused"]
+    sgd = adopt(torch.optim.SGD(net.parameters(), lr=0.1))
+    assert not fused_by_default(sgd) and not fused_by_default(
+        _rebuild_optimizer(*_PortableOptimizer(sgd).__reduce__()[1]))

@@ -32,6 +32,7 @@ from torch import nn
 
 from ...parallel.pool import CtxPool, ThreadPool
 from ...utils.compat import ignores_extra_args
+from .. import optimizers
 from ..buffers import Buffer, PrioritizedBuffer
 from ..buffers.shm_buffer import SHMBuffer, TransitionLike
 from ..noise.dispatch import DEFAULT_NOISE_PARAM, noise_adder, resolve_noise_mode
@@ -810,7 +811,8 @@ class _PortableOptimizer:
 
     def __reduce__(self) -> Tuple[Any, ...]:
         cls = type(self.optimizer)
-        return _rebuild_optimizer, (cls.__module__, cls.__qualname__, self.optimizer.__getstate__())
+        return _rebuild_optimizer, (cls.__module__, cls.__qualname__, self.optimizer.__getstate__(),
+                                    optimizers.fused_by_default(self.optimizer))
 
 
 def _rebuild_framework(cls: type, state: Dict[str, Any]) -> MADDPG:
@@ -819,10 +821,11 @@ def _rebuild_framework(cls: type, state: Dict[str, Any]) -> MADDPG:
     return framework
 
 
-def _rebuild_optimizer(module: str, qualname: str, state: Dict[str, Any]) -> torch.optim.Optimizer:
+def _rebuild_optimizer(module: str, qualname: str, state: Dict[str, Any],
+                       fused_by_default: bool = False) -> torch.optim.Optimizer:
     cls: Any = importlib.import_module(module)
     for name in qualname.split("."):
         cls = getattr(cls, name)
     optimizer = cls.__new__(cls)
     optimizer.__setstate__(state)
-    return optimizer
+    return optimizers.adopt(optimizer, fused_by_default)

@@ -340,6 +340,22 @@ def test_an_adam_fused_at_the_users_request_stays_fused_and_steps_eagerly():
     assert agent.qnet_optim.state  # it stepped
 
 
+def test_a_compiled_update_keeps_its_plain_step_after_loading_an_eager_optimizer_state():
+    eager, compiled = twins(dqn)
+    for agent in (eager, compiled):
+        fill(agent, 64)
+    train(eager, 3, compiled=False)
+    train(compiled, 3, compiled=True)
+    saved = eager.qnet_optim.state_dict()  # an eager run's checkpoint: fused Adam
+    assert [g["fused"] for g in saved["param_groups"]] == [True]
+    compiled.qnet_optim.load_state_dict(saved)
+    assert [g["fused"] for g in compiled.qnet_optim.param_groups] == [False]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", CompileFallbackWarning)
+        compiled.update()
+    assert float(compiled.qnet_optim.state[compiled.qnet.net[0].weight]["step"]) == 4  # 3 loaded + 1
+
+
 class NeedsHidden(nn.Module):
     def __init__(self):
         super().__init__()
