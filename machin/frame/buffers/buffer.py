@@ -158,7 +158,7 @@ class _FastLayout:
     """
 
     __slots__ = ("nkeys", "keys", "custom_names", "tensors", "scalars", "others", "targets", "required",
-                 "store_dict")
+                 "store_dict", "gathers")
 
     def __init__(self, buffer: Buffer):
         self.keys = frozenset(buffer._keys)
@@ -191,6 +191,8 @@ class _FastLayout:
         self.tensors, self.scalars, self.others = tuple(tensors), tuple(scalars), tuple(others)
         self.targets = tuple(tensor_targets + scalar_targets + other_targets)
         self.store_dict = _dict_store_function(self)
+        # Concatenated samples of a list of attributes, by (attributes, default dtype): see _gather_function.
+        self.gathers: Dict[Tuple[Any, ...], Callable[[torch.Tensor, np.ndarray], Tuple[Any, ...]]] = {}
 
 
 def _dict_store_function(plan: _FastLayout) -> Callable[[Dict[str, Any], bool, int], bool]:
@@ -265,6 +267,49 @@ def _dict_store_function(plan: _FastLayout) -> Callable[[Dict[str, Any], bool, i
     store = scope["store"]
     store.source = source
     return store
+
+
+def _gather_function(buffer: Buffer, sample_attrs: Sequence[str]) -> Callable[[torch.Tensor, np.ndarray], Tuple[Any, ...]]:
+    """``gather(index, rows)``: what ``buffer._gather`` returns for ``sample_attrs``, concatenated.
+
+    Written out for the buffer's present columns (see :func:`_dict_store_function`): every
+    column that numpy views is one ``take`` of the rows ``rows`` (the numpy form of the
+    storage positions ``index``); other columns (custom ones) go through
+    :meth:`_Column.gather`. The result equals that of the general path, for the default
+    dtype the function was written under. The buffer drops it with its columns.
+    """
+    scope: Dict[str, Any] = {"from_numpy": torch.from_numpy}
+    parts: List[str] = []
+
+    def column(col: _Column, as_tensor: bool, name: str) -> str:
+        j = len(scope)
+        view = False if col.values is not None or not as_tensor else (
+            col.view if col.view is not None else col._make_view())
+        if view is False:
+            scope[f"C{j}"] = col
+            return f"C{j}.gather(index, True, {as_tensor}, None, {name!r}, rows)"
+        scope[f"V{j}"] = view
+        code = f"from_numpy(V{j}.take(rows, axis=0))"
+        if col.kind is float and col.tensor.dtype != torch.get_default_dtype():
+            scope[f"D{j}"] = torch.get_default_dtype()
+            code += f".to(D{j})"
+        return code
+
+    named = set(sample_attrs)
+    for name in sample_attrs:
+        if name == "*":
+            parts.append("{" + ", ".join(f"{k!r}: {column(c, False, k)}" for k, c in buffer._custom.items()
+                                         if k not in named) + "}")
+        elif name in buffer._major:
+            parts.append("{" + ", ".join(f"{k!r}: {column(c, True, '')}" for k, c in buffer._major[name].items())
+                         + "}")
+        elif name in buffer._sub:
+            parts.append(column(buffer._sub[name], True, ""))
+        elif name in buffer._custom:
+            parts.append(column(buffer._custom[name], False, name))
+    source = f"def gather(index, rows):\n    return ({''.join(p + ', ' for p in parts)})\n"
+    exec(compile(source, f"<machin buffer gather {list(sample_attrs)}>", "exec"), scope)
+    return scope["gather"]
 
 
 def _fast_path_allowed(cls: type) -> Tuple[bool, bool]:
@@ -1155,6 +1200,15 @@ class Buffer:
 
     def _gather(self, index: torch.Tensor, concatenate: bool, device, sample_attrs, additional_concat_attrs):
         """Read the rows at storage positions ``index`` for the requested attributes."""
+        if sample_attrs is not None and concatenate and not additional_concat_attrs and (
+                device is None or torch.device(device) == self.buffer_device):
+            plan = self._fast if self._fast is not None else self._fast_layout()
+            if plan and index.is_cpu:  # the common call: one generated function gathers every column
+                key = (*sample_attrs, torch.get_default_dtype())
+                gather = plan.gathers.get(key)
+                if gather is None:
+                    gather = plan.gathers[key] = _gather_function(self, sample_attrs)
+                return gather(index, index.numpy())
         device = torch.device(device) if device is not None else None
         if sample_attrs is None:
             sample_attrs = self._keys

@@ -103,6 +103,50 @@ def test_fast_appends_store_and_sample_exactly_what_the_full_path_does(size, as_
     assert_same(fast.sample_batch(5, concatenate=False), full.sample_batch(5, concatenate=False))
 
 
+def general_gather(buffer: Buffer, *args):
+    """``buffer._gather`` the general way: without a cached layout there is no generated gather."""
+    cached, buffer._fast = buffer._fast, False
+    try:
+        return buffer._gather(*args)
+    finally:
+        buffer._fast = cached
+
+
+def store(buffer: Buffer, size: int) -> None:
+    """Fill ``buffer`` to ``size`` rows, with custom attributes of every storage kind."""
+    while buffer.size() < size:
+        i = buffer.size()
+        buffer.append(step(i, note=f"n{i}", count=i, weight=i / 7, vec=torch.full((1, 2), float(i))))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_concatenated_samples_through_the_generated_gather_equal_the_general_ones(dtype):
+    buffer = Buffer(3000)
+    attrs = [None, ["state", "action", "reward", "next_state", "terminal", "*"], ["*"], ["reward", "count", "nope"],
+             ["next_state", "note", "vec", "terminal"], ["weight"]]
+    default = torch.get_default_dtype()
+    for size in (900, 1500):  # growing past 1024 rows replaces the columns and their views
+        store(buffer, size)
+        index = torch.randint(size, (40,), generator=torch.Generator().manual_seed(size))
+        torch.set_default_dtype(dtype)  # float rewards come back in the default dtype
+        try:
+            for sample_attrs in attrs:
+                assert_same(buffer._gather(index, True, None, sample_attrs, None),
+                            general_gather(buffer, index, True, None, sample_attrs, None))
+            state, action, reward, *_ = buffer._gather(index, True, None, attrs[1], None)
+        finally:
+            torch.set_default_dtype(default)
+        assert buffer._fast.gathers  # the generated path was taken
+        assert action["a"].dtype == torch.long and reward.dtype == dtype and state["img"].shape == (40, 2, 2)
+        assert torch.equal(state["pos"], buffer._major["state"]["pos"].tensor[index])
+    # other calls keep the general path: per-sample lists, extra concatenated attributes, another device
+    before = len(buffer._fast.gathers)
+    for args in [(False, None, attrs[1], None), (True, None, attrs[1], ["count"])]:
+        assert_same(buffer._gather(index, *args), general_gather(buffer, index, *args))
+    assert buffer._gather(index, True, "meta", attrs[1], None)[0]["pos"].device.type == "meta"
+    assert len(buffer._fast.gathers) == before
+
+
 def test_the_fast_path_is_taken_after_the_first_append(count_full_writes):
     buffer = Buffer(5000)
     for i in range(1500):
