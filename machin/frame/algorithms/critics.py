@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 from .base import split_output
-from .utils import as_column, hard_update, soft_update
+from .utils import as_column, hard_update, soft_update_pairs
 
 __all__ = ["CriticSet", "critic_action_input", "value_column", "soft_update_targets", "restore_online"]
 
@@ -67,8 +67,7 @@ def soft_update_targets(pairs: Iterable[Tuple[nn.Module, nn.Module]], update_rat
         pairs: ``(online, target)`` networks.
         update_rate: Soft update rate tau: ``target = tau * online + (1 - tau) * target``.
     """
-    for online, target in pairs:
-        soft_update(target, online, update_rate)
+    soft_update_pairs(pairs, update_rate)
 
 
 def restore_online(pairs: Iterable[Tuple[nn.Module, nn.Module]]) -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import inspect
 import warnings
 import weakref
-from typing import Any, Callable, Dict, Iterable, Mapping, Optional, Tuple, Union
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Tuple, Union
 
 import torch
 from torch import nn
@@ -393,7 +393,6 @@ def _raise_with_input_shapes(class_name: str, kwargs: Dict[str, Any], error: Run
     raise new_error from error
 
 
-@torch.no_grad()
 def soft_update(target_net: nn.Module, source_net: nn.Module, update_rate: float) -> None:
     """Move ``target_net`` towards ``source_net``: ``target = (1 - rate) * target + rate * source``.
 
@@ -405,22 +404,40 @@ def soft_update(target_net: nn.Module, source_net: nn.Module, update_rate: float
         source_net: The network it moves towards.
         update_rate: The step ``rate`` in ``[0, 1]``.
     """
-    target_params, target_buffers = _tensors(target_net)
-    source_params, _ = _tensors(source_net)
-    if len(target_params) != len(source_params):
-        raise ValueError(
-            f"soft_update needs networks of the same structure, got {len(target_params)} target "
-            f"parameters and {len(source_params)} source parameters"
-        )
-    if target_params:
-        torch._foreach_lerp_(target_params, source_params, update_rate)
-    if not target_buffers:
-        return
-    for t, s in zip(target_net.buffers(), source_net.buffers()):
-        if t.is_floating_point():
-            t.lerp_(s, update_rate)
-        else:
-            t.copy_(s)
+    soft_update_pairs(((source_net, target_net),), update_rate)
+
+
+@torch.no_grad()
+def soft_update_pairs(pairs: Iterable[Tuple[nn.Module, nn.Module]], update_rate: float) -> None:
+    """:func:`soft_update` of every ``(source, target)`` pair, their parameters in one ``foreach`` call.
+
+    Args:
+        pairs: ``(source, target)`` networks; each target moves towards its source.
+        update_rate: The step ``rate`` in ``[0, 1]``.
+    """
+    targets: List[torch.Tensor] = []
+    sources: List[torch.Tensor] = []
+    with_buffers = []
+    for source_net, target_net in pairs:
+        target_params, target_buffers = _tensors(target_net)
+        source_params, _ = _tensors(source_net)
+        if len(target_params) != len(source_params):
+            raise ValueError(
+                f"soft_update needs networks of the same structure, got {len(target_params)} target "
+                f"parameters and {len(source_params)} source parameters"
+            )
+        targets += target_params
+        sources += source_params
+        if target_buffers:
+            with_buffers.append((source_net, target_net))
+    if targets:
+        torch._foreach_lerp_(targets, sources, update_rate)
+    for source_net, target_net in with_buffers:
+        for t, s in zip(target_net.buffers(), source_net.buffers()):
+            if t.is_floating_point():
+                t.lerp_(s, update_rate)
+            else:
+                t.copy_(s)
 
 
 @torch.no_grad()

@@ -3,6 +3,7 @@
 Checklist 6.9 items 108-112 (safe_call) and the soft/hard update contract of section 3.7.
 """
 
+import copy
 import gc
 import warnings
 import weakref
@@ -389,6 +390,23 @@ def test_soft_update_rate_one_copies_and_zero_keeps():
     assert all(torch.equal(p, torch.ones_like(p)) for p in target.parameters())
     soft_update(target, source, 1.0)
     assert all(torch.equal(a, b) for a, b in zip(target.parameters(), source.parameters()))
+
+
+def test_soft_update_pairs_moves_every_target_as_soft_update_does_and_checks_before_moving():
+    pairs, expected = [], []
+    for _ in range(2):
+        target, source = make_pair()
+        twin_target, twin_source = copy.deepcopy(target), copy.deepcopy(source)
+        soft_update(twin_target, twin_source, 0.25)
+        pairs.append((source, target))
+        expected.append(twin_target)
+    utils.soft_update_pairs(pairs, 0.25)
+    for (_, target), want in zip(pairs, expected):
+        assert all(torch.equal(a, b) for a, b in zip(target.state_dict().values(), want.state_dict().values()))
+    before = [p.clone() for _, t in pairs for p in t.parameters()]
+    with pytest.raises(ValueError, match="same structure"):
+        utils.soft_update_pairs(pairs + [(nn.Linear(2, 2), nn.Sequential(nn.Linear(2, 2), nn.Linear(2, 2)))], 0.5)
+    assert all(torch.equal(a, b) for a, b in zip(before, [p for _, t in pairs for p in t.parameters()]))
 
 
 def test_soft_update_rejects_different_structures():
