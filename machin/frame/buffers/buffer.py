@@ -586,7 +586,9 @@ class Buffer:
         # the copy builds its own cache. Pickling may also move the columns to shared memory
         # (torch.multiprocessing), which leaves this buffer's views behind: drop them too.
         self._forget_views()
-        return self.__dict__.copy()
+        state = self.__dict__.copy()
+        state.pop("_unique_scratch", None)  # sampling's scratch space (see sample_method_random_unique)
+        return state
 
     def _forget_views(self) -> None:
         """Drop the cached numpy views of the columns; call it after moving a column's storage
@@ -1070,27 +1072,29 @@ class Buffer:
         if n <= 0:
             return 0, torch.empty(0, dtype=torch.long)
         if 16 * n <= size:  # below, a permutation of every position is the cheaper way
-            # Draw with replacement and redraw until no position repeats. Only equality decides
-            # what is redrawn, so every ordered tuple of distinct positions stays equally likely.
-            # When repeats are unlikely (n * n <= 2 * size: a clean draw has probability above
-            # 1/e) redrawing everything is cheapest; otherwise only the later copies are redrawn.
-            redraw_all = n * n <= 2 * size
+            # Draw with replacement and redraw the repeats until no position repeats. Writing each
+            # entry's number at its position in a scratch array and reading it back marks every
+            # copy of a position but one; which one depends only on where the copies are, not on
+            # the positions drawn, so every ordered tuple of distinct positions stays equally likely.
             index = buffer._randint(size, n)
             values = index.numpy()  # a view: writing to it rewrites ``index``
-            for _ in range(64):
-                ordered = values.copy()  # numpy: far less call overhead than torch.unique
-                ordered.sort()
-                if not np.count_nonzero(ordered[1:] == ordered[:-1]):
-                    return n, index
-                if redraw_all:
-                    index = buffer._randint(size, n)
-                    values = index.numpy()
-                    continue
-                # A stable sort keeps equal positions in their order: ``later`` is every copy but the first.
-                order = values.argsort(kind="stable")
-                ordered = values[order]
-                later = np.sort(order[1:][ordered[1:] == ordered[:-1]])
-                values[later] = buffer._randint(size, later.size).numpy()
+            # The scratch (4 bytes a row) belongs to one call at a time: taking it from the buffer
+            # is atomic, and a call that finds none (another thread holds it) makes its own.
+            kept = getattr(buffer, "__dict__", {})
+            scratch, order = kept.pop("_unique_scratch", None) or (None, None)
+            if scratch is None or scratch.shape[0] < size:
+                scratch = np.empty(max(size, getattr(buffer, "_capacity", size)), dtype=np.int32)
+            if order is None or order.shape[0] != n:
+                order = np.arange(n, dtype=np.int32)
+            try:
+                for _ in range(64):
+                    scratch[values] = order
+                    repeats = np.flatnonzero(scratch[values] != order)
+                    if not repeats.size:
+                        return n, index
+                    values[repeats] = buffer._randint(size, repeats.size).numpy()
+            finally:
+                kept["_unique_scratch"] = (scratch, order)
             # Fall through to an exact permutation if rejection did not settle.
         return n, torch.randperm(size, generator=buffer.generator)[:n]
 

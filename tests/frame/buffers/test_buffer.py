@@ -254,8 +254,8 @@ def test_random_unique_uses_rejection_path_without_duplicates():
     "stored, n",
     [
         (40, 10),  # 16 * n > stored: a prefix of a random permutation
-        (1500, 60),  # repeats are frequent: only the repeated draws are redrawn
-        (500, 20),  # n * n <= 2 * stored: a sample with repeats is redrawn whole
+        (1500, 60),  # repeats are frequent: the repeated draws are redrawn
+        (500, 20),  # repeats are rare
     ],
 )
 def test_random_unique_is_uniform_and_in_random_order(stored, n):
@@ -279,6 +279,28 @@ def test_random_unique_is_uniform_and_in_random_order(stored, n):
     assert 0.7 * draws / 10 < min(groups) and max(groups) < 1.3 * draws / 10
     # With a random order the first position is the smallest one time in n.
     assert 0.6 * draws / n < first_is_smallest < 1.4 * draws / n
+
+
+def test_random_unique_from_several_threads_at_once_stays_distinct_and_is_not_pickled():
+    import pickle
+    import threading
+
+    buffer = filled(3000, size=3000, generator=torch.Generator().manual_seed(4))
+    failures = []
+
+    def draw():
+        for _ in range(300):
+            size, positions = Buffer.sample_method_random_unique(buffer, 150)
+            if size != 150 or len(set(positions.tolist())) != 150:
+                failures.append(positions.tolist())
+
+    threads = [threading.Thread(target=draw) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert not any(thread.is_alive() for thread in threads) and not failures
+    assert "_unique_scratch" in vars(buffer) and "_unique_scratch" not in vars(pickle.loads(pickle.dumps(buffer)))
 
 
 def test_random_with_replacement_may_repeat():
