@@ -15,7 +15,7 @@ from typing import Any, Callable, Dict, Iterable, Mapping, Optional
 
 import torch
 
-__all__ = ["build_optimizer", "adopt", "fused_by_default", "unfuse_default", "fuse_default"]
+__all__ = ["build_optimizer", "adopt", "is_fused_by_default", "unfuse_default", "fuse_default"]
 
 #: Optimizer classes that machin builds with ``fused=True`` where torch has the fused kernel.
 _FUSABLE_OPTIMIZERS = (torch.optim.Adam, torch.optim.AdamW)
@@ -97,7 +97,7 @@ def adopt(optimizer: Any, fused_by_default: bool = False) -> Any:
     return optimizer
 
 
-def fused_by_default(optimizer: Any) -> bool:
+def is_fused_by_default(optimizer: Any) -> bool:
     """Whether :func:`build_optimizer` fused ``optimizer`` without being asked to (and it still is)."""
     return optimizer in _fused_by_default
 

@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch import nn
 
-from machin.frame.optimizers import adopt, build_optimizer, fused_by_default
+from machin.frame.optimizers import adopt, build_optimizer, is_fused_by_default
 
 
 def _fused(optimizer):
@@ -99,11 +99,11 @@ def test_a_rebuilt_optimizer_is_adopted_again():
 
     net = nn.Linear(3, 2)
     built = build_optimizer(torch.optim.Adam, net.parameters(), 0.01)
-    assert fused_by_default(built)
+    assert is_fused_by_default(built)
     rebuilt = _rebuild_optimizer(*_PortableOptimizer(built).__reduce__()[1])
-    assert rebuilt is not built and fused_by_default(rebuilt)
+    assert rebuilt is not built and is_fused_by_default(rebuilt)
     rebuilt.load_state_dict(torch.optim.Adam(net.parameters(), lr=0.01).state_dict())
     assert rebuilt.param_groups[0]["fused"]
     sgd = adopt(torch.optim.SGD(net.parameters(), lr=0.1))
-    assert not fused_by_default(sgd) and not fused_by_default(
+    assert not is_fused_by_default(sgd) and not is_fused_by_default(
         _rebuild_optimizer(*_PortableOptimizer(sgd).__reduce__()[1]))

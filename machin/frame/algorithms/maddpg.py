@@ -812,7 +812,7 @@ class _PortableOptimizer:
     def __reduce__(self) -> Tuple[Any, ...]:
         cls = type(self.optimizer)
         return _rebuild_optimizer, (cls.__module__, cls.__qualname__, self.optimizer.__getstate__(),
-                                    optimizers.fused_by_default(self.optimizer))
+                                    optimizers.is_fused_by_default(self.optimizer))
 
 
 def _rebuild_framework(cls: type, state: Dict[str, Any]) -> MADDPG:
