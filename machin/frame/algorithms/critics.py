@@ -4,8 +4,8 @@
 * :func:`critic_action_input`: the default ``action_transform_function``, which turns
   an actor's action into the critic's keyword input ``{"action": action}``;
 * :func:`value_column`: a critic's value ``[B, 1]`` out of whatever it returned;
-* :func:`soft_update_targets` / :func:`restore_online`: move the target networks
-  towards their online networks, and copy loaded targets back into them.
+* :func:`restore_online`: copy loaded target networks back into their online networks
+  (soft updates of several pairs are :func:`~machin.frame.algorithms.utils.soft_update_pairs`).
 """
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ import torch
 from torch import nn
 
 from .base import split_output
-from .utils import as_column, hard_update, soft_update_pairs
+from .utils import as_column, hard_update
 
-__all__ = ["CriticSet", "critic_action_input", "value_column", "soft_update_targets", "restore_online"]
+__all__ = ["CriticSet", "critic_action_input", "value_column", "restore_online"]
 
 
 class CriticSet(NamedTuple):
@@ -56,18 +56,6 @@ def value_column(output: Any, size: int, network: str) -> torch.Tensor:
         ValueError: When the value is not one number per sample.
     """
     return as_column(split_output(output)[0], size, f"{network} output")
-
-
-def soft_update_targets(pairs: Iterable[Tuple[nn.Module, nn.Module]], update_rate: float) -> None:
-    """Move every target towards its online network by ``update_rate``.
-
-    See :func:`~machin.frame.algorithms.utils.soft_update`.
-
-    Args:
-        pairs: ``(online, target)`` networks.
-        update_rate: Soft update rate tau: ``target = tau * online + (1 - tau) * target``.
-    """
-    soft_update_pairs(pairs, update_rate)
 
 
 def restore_online(pairs: Iterable[Tuple[nn.Module, nn.Module]]) -> None:

@@ -26,12 +26,11 @@ from .critics import (
     CriticSet,
     critic_action_input,
     restore_online,
-    soft_update_targets,
     value_column,
 )
 from .options import ActorCriticOptions, Option, SoftTargetOptions, optional
 from .replay import ReplayMixin, SampledBatch
-from .utils import assert_output_is_probs, hard_update, safe_call
+from .utils import assert_output_is_probs, hard_update, safe_call, soft_update_pairs
 
 # NOISE_MODES and resolve_noise_mode live in machin.frame.noise.dispatch, CriticSet in
 # .critics; they stay importable from here.
@@ -294,7 +293,7 @@ class DDPG(ReplayMixin, SoftTargetOptions, ActorCriticOptions, TorchFramework):
 
     @compilable()
     def _update_targets(self) -> None:
-        soft_update_targets(self._online_target_pairs(), self.update_rate)
+        soft_update_pairs(self._online_target_pairs(), self.update_rate)
 
     @ignores_extra_args
     def update(self, update_value: bool = True, update_policy: bool = True, update_target: bool = True,

@@ -39,7 +39,7 @@ from ..noise.dispatch import DEFAULT_NOISE_PARAM, noise_adder, resolve_noise_mod
 from ..noise.generator import OrnsteinUhlenbeckNoiseGen
 from ..transition import as_transition
 from .base import TorchFramework, UpdateResult, pack_result, split_output
-from .critics import critic_action_input, restore_online, soft_update_targets, value_column
+from .critics import critic_action_input, restore_online, value_column
 from .options import (
     ActorCriticOptions,
     BufferOptions,
@@ -51,7 +51,7 @@ from .options import (
     positive_int,
 )
 from .replay import REQUIRED_ATTRS, SampledBatch, bellman_target, make_batch, value_loss
-from .utils import assert_output_is_probs, hard_update, safe_call
+from .utils import assert_output_is_probs, hard_update, safe_call, soft_update_pairs
 
 # SHMBuffer lives in machin.frame.buffers.shm_buffer; it stays importable from here.
 __all__ = ["MADDPG", "SHMBuffer"]
@@ -614,7 +614,7 @@ class MADDPG(BufferOptions, SoftTargetOptions, ActorCriticOptions, TorchFramewor
         return results
 
     def _update_targets(self) -> None:
-        soft_update_targets(self._online_target_pairs(), self.update_rate)
+        soft_update_pairs(self._online_target_pairs(), self.update_rate)
 
     def update(self, update_value: bool = True, update_policy: bool = True, update_target: bool = True,
                concatenate_samples: bool = True) -> Optional[UpdateResult]:

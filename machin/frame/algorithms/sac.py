@@ -11,11 +11,11 @@ from torch import nn
 from ...utils.compat import ignores_extra_args
 from .base import Driver, TorchFramework, UpdateResult
 from .compiled import compilable
-from .critics import critic_action_input, restore_online, soft_update_targets, value_column
+from .critics import critic_action_input, restore_online, value_column
 from .options import ActorCriticOptions, Option, SoftTargetOptions, non_negative, optional, positive
 from .policy import split_actor_output
 from .replay import ReplayMixin, SampledBatch
-from .utils import as_column, hard_update, safe_call
+from .utils import as_column, hard_update, safe_call, soft_update_pairs
 
 __all__ = ["SAC"]
 
@@ -201,8 +201,7 @@ class SAC(ReplayMixin, SoftTargetOptions, ActorCriticOptions, TorchFramework):
 
     @compilable()
     def _update_targets(self) -> None:
-        soft_update_targets([(self.critic, self.critic_target), (self.critic2, self.critic2_target)],
-                            self.update_rate)
+        soft_update_pairs([(self.critic, self.critic_target), (self.critic2, self.critic2_target)], self.update_rate)
 
     @ignores_extra_args
     def update(self, update_value: bool = True, update_policy: bool = True, update_target: bool = True,
