@@ -4,8 +4,8 @@ An update is a short sequence of *steps*, and the library compiles each step onc
 :func:`torch.compile`:
 
 * **Loss steps** are the update hooks marked with :func:`compilable`: the hook that
-  computes a loss (e.g. DQN's TD loss, the critics' losses of DDPG) and the hooks that
-  need no gradient (a Bellman target, the soft update of the target networks). A loss
+  computes a loss (e.g. DQN's TD loss, the critics' losses of DDPG, each with the
+  Bellman target it regresses onto), or a hook that needs no gradient. A loss
   step that trains networks is compiled *together with its backward pass*: the traced
   function computes the loss and ``torch.autograd.grad`` of it with respect to the
   trained parameters, so forward, loss and backward are one compiled call that returns

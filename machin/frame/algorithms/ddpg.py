@@ -243,8 +243,8 @@ class DDPG(ReplayMixin, SoftTargetOptions, ActorCriticOptions, TorchFramework):
         """Value ``[B, 1]`` of the next state (TD3 takes the minimum of two target critics)."""
         return self._critic_value(self.critic_target, batch.next_state, next_action, batch.size, "critic_target")
 
-    @compilable()
     def _bellman_target(self, batch: SampledBatch) -> torch.Tensor:
+        """The Bellman target ``[B, 1]`` of the critics (no gradient; traced into the compiled critic step)."""
         with torch.no_grad():
             next_action = self.action_transform_function(self._target_action(batch), batch.next_state,
                                                          batch.others)
@@ -254,14 +254,15 @@ class DDPG(ReplayMixin, SoftTargetOptions, ActorCriticOptions, TorchFramework):
                                         batch.terminal.to(device), batch.others)
 
     @compilable(lambda self: [critic.net for critic in self._critics()], after="_after_value_loss")
-    def _critic_losses(self, batch: SampledBatch, target: torch.Tensor) -> List[torch.Tensor]:
-        """The value loss of every critic against ``target`` (one compiled step after :meth:`compile`)."""
+    def _critic_losses(self, batch: SampledBatch) -> List[torch.Tensor]:
+        """The value loss of every critic against the Bellman target (one compiled step after :meth:`compile`)."""
+        target = self._bellman_target(batch)
         return [self._value_loss(self._critic_value(critic.net, batch.state, batch.action, batch.size, critic.name), target, batch)
                 for critic in self._critics()]
 
-    def _update_critics(self, batch: SampledBatch, target: torch.Tensor, step: bool) -> float:
-        """Regress every critic onto ``target``; returns their mean loss."""
-        losses = self._critic_losses(batch, target)
+    def _update_critics(self, batch: SampledBatch, step: bool) -> float:
+        """Regress every critic onto the Bellman target; returns their mean loss."""
+        losses = self._critic_losses(batch)
         for critic, loss in zip(self._critics(), losses):
             self._maybe_visualize(loss, critic.name)
             if step:
@@ -291,7 +292,6 @@ class DDPG(ReplayMixin, SoftTargetOptions, ActorCriticOptions, TorchFramework):
             self._optimize(loss, self.actor_optim, self.actor, self.gradient_max)
         return -loss.item()
 
-    @compilable()
     def _update_targets(self) -> None:
         soft_update_pairs(self._online_target_pairs(), self.update_rate)
 
@@ -315,9 +315,8 @@ class DDPG(ReplayMixin, SoftTargetOptions, ActorCriticOptions, TorchFramework):
             return None
         online = [net for net, _ in self._online_target_pairs()]
         self._set_mode(True, *online)
-        target = self._bellman_target(batch)
         skipped = getattr(self, "skipped_updates", 0)
-        value_loss = self._update_critics(batch, target, update_value)
+        value_loss = self._update_critics(batch, update_value)
         self.updates_done += 1
         due = self._policy_step_due()
         policy_value = self._update_actor(batch, update_policy and due)

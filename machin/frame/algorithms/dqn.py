@@ -226,7 +226,6 @@ class DQN(ReplayMixin, TorchFramework):
         target = self._bellman_target(batch)
         return self._value_loss(self._predicted_value(batch), target, batch)
 
-    @compilable()
     def _update_targets(self) -> None:
         if self.mode == "vanilla":
             return

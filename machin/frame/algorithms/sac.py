@@ -160,9 +160,8 @@ class SAC(ReplayMixin, SoftTargetOptions, ActorCriticOptions, TorchFramework):
     action_transform_function = staticmethod(critic_action_input)
 
     # -- update -----------------------------------------------------------------------
-    @compilable()
     def _bellman_target(self, batch: SampledBatch, alpha: torch.Tensor) -> torch.Tensor:
-        """Soft Bellman target ``[B, 1]`` (no gradient)."""
+        """Soft Bellman target ``[B, 1]`` (no gradient; traced into the compiled critic step)."""
         with torch.no_grad():
             next_action, next_log_prob = self._sample_action(batch.next_state, batch.size)
             next_q = self._min_q((self.critic_target, self.critic2_target), batch.next_state,
@@ -173,7 +172,9 @@ class SAC(ReplayMixin, SoftTargetOptions, ActorCriticOptions, TorchFramework):
                                         batch.terminal.to(device), batch.others)
 
     @compilable(("critic", "critic2"), after="_after_value_loss")
-    def _critic_losses(self, batch: SampledBatch, target: torch.Tensor) -> List[torch.Tensor]:
+    def _critic_losses(self, batch: SampledBatch, alpha: torch.Tensor) -> List[torch.Tensor]:
+        """The value losses of both critics against the soft Bellman target (one compiled step)."""
+        target = self._bellman_target(batch, alpha)
         return [self._value_loss(self._critic_value(critic, batch.state, batch.action, batch.size), target, batch)
                 for critic in (self.critic, self.critic2)]
 
@@ -199,7 +200,6 @@ class SAC(ReplayMixin, SoftTargetOptions, ActorCriticOptions, TorchFramework):
         entropy_gap = (log_prob.detach() + self.target_entropy).mean().to(self.log_alpha.device)
         return [actor_loss, -self.log_alpha * entropy_gap], policy_value
 
-    @compilable()
     def _update_targets(self) -> None:
         soft_update_pairs([(self.critic, self.critic_target), (self.critic2, self.critic2_target)], self.update_rate)
 
@@ -229,8 +229,7 @@ class SAC(ReplayMixin, SoftTargetOptions, ActorCriticOptions, TorchFramework):
         self._set_mode(True, *networks)
         alpha = self.log_alpha.detach().exp()
 
-        target = self._bellman_target(batch, alpha)
-        critic_losses = self._critic_losses(batch, target)
+        critic_losses = self._critic_losses(batch, alpha)
         if update_value:
             for loss, critic, optim, name in zip(critic_losses, (self.critic, self.critic2),
                                                  (self.critic_optim, self.critic2_optim), ("critic", "critic2")):

@@ -299,7 +299,7 @@ def test_backend_failure_falls_back_to_eager_with_one_warning():
         got = [compiled.update() for _ in range(10)]
     messages = [str(w.message) for w in record if issubclass(w.category, CompileFallbackWarning)]
     assert len(messages) == 1
-    assert "DDPG._bellman_target" in messages[0] and "no working C++ compiler" in messages[0]
+    assert "DDPG._critic_losses" in messages[0] and "no working C++ compiler" in messages[0]
     assert "keeps training eagerly" in messages[0]
     assert compiled._compiled_steps.disabled is not None
     np.testing.assert_allclose(np.array(got), np.array(expected), rtol=1e-6)
