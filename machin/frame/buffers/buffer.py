@@ -1089,7 +1089,7 @@ class Buffer:
             try:
                 for _ in range(64):
                     scratch[values] = order
-                    repeats = np.flatnonzero(scratch[values] != order)
+                    repeats = (scratch[values] != order).nonzero()[0]
                     if not repeats.size:
                         return n, index
                     values[repeats] = buffer._randint(size, repeats.size).numpy()
