@@ -223,6 +223,25 @@ def test_compiled_updates_equal_eager_ones_and_compile_once(name):
                for p, q in zip(net.parameters(), initial[key]))
 
 
+@pytest.mark.parametrize("name, loss_steps", [
+    ("DQN-double", {"DQN._td_loss"}),
+    ("DDPG", {"DDPG._critic_losses", "DDPG._actor_loss"}),
+    ("TD3", {"TD3._critic_losses", "TD3._actor_loss"}),
+    ("SAC", {"SAC._critic_losses", "SAC._actor_and_alpha_losses"}),
+])
+def test_the_bellman_target_is_traced_into_the_critic_step_and_target_updates_stay_eager(name, loss_steps):
+    # Entering compiled code costs more than a foreach soft update, and a separate call for the
+    # Bellman target would cost it once more: an update enters one loss step per loss it trains.
+    agent = CASES[name]()
+    fill(agent, 64)
+    names = [name for name in agent.get_top() if name.endswith("_target")]
+    before = {name: [p.detach().clone() for p in getattr(agent, name).parameters()] for name in names}
+    train(agent, 3, compiled=True)
+    assert {step.name for step in agent._compiled_steps._steps.values()} == loss_steps
+    for name in names:  # the eager soft updates moved every target network
+        assert all(not torch.equal(p, q) for p, q in zip(getattr(agent, name).parameters(), before[name])), name
+
+
 def test_no_recompilation_after_warm_up_with_partial_batches():
     torch.manual_seed(0)
     agent = dqn("double").compile(backend=BACKEND)
