@@ -8,7 +8,9 @@ The target is a ratio of at most 0.7: the compiled library update beats the eage
 floor by 30 % or more. The compile time printed is the wall time of the first updates,
 until no new graph is compiled.
 
-``python -m benchmarks.compiled`` (CPU, one thread) or ``python -m benchmarks.compiled cuda``.
+``python -m benchmarks.compiled`` (CPU, one thread) or ``python -m benchmarks.compiled cuda``;
+``python -m benchmarks.compiled cpu cpp_wrapper`` compiles with ``options={"cpp_wrapper": True}``
+(inductor's calling code in C++ as well: longer compiles, faster calls).
 """
 
 from __future__ import annotations
@@ -55,6 +57,8 @@ except ImportError:  # run as a script
 
 B = ac_updates.B
 N = 20_000
+#: Keyword arguments of every ``compile()`` call (``main``'s ``options``).
+COMPILE: dict = {}
 
 
 def dqn_data(n: int = N):
@@ -139,7 +143,7 @@ def bench_dqn(mse) -> None:
     dqn.replay_buffer.extend(
         Transition(state={"state": s[i:i + 1]}, action={"action": a[i:i + 1]}, next_state={"state": s2[i:i + 1]},
                    reward=float(r[i]), terminal=bool(d[i])) for i in range(N))
-    row("DQN update (double, MLP 4-16-16-2)", dqn.compile(), dqn_floor(copy.deepcopy(qnet), data), number=100)
+    row("DQN update (double, MLP 4-16-16-2)", dqn.compile(**COMPILE), dqn_floor(copy.deepcopy(qnet), data), number=100)
 
 
 def bench_ddpg(data, mse) -> None:
@@ -150,7 +154,7 @@ def bench_ddpg(data, mse) -> None:
     fill(ddpg, data)
     floor = ddpg_floor((copy.deepcopy(actor), copy.deepcopy(actor), [copy.deepcopy(critic)], [copy.deepcopy(critic)]),
                        data)
-    row("DDPG update", ddpg.compile(), floor)
+    row("DDPG update", ddpg.compile(**COMPILE), floor)
 
 
 def bench_td3(data, mse) -> None:
@@ -162,7 +166,7 @@ def bench_td3(data, mse) -> None:
     fill(td3, data)
     floor = ddpg_floor((copy.deepcopy(actor), copy.deepcopy(actor), [copy.deepcopy(critic), copy.deepcopy(critic2)],
                         [copy.deepcopy(critic), copy.deepcopy(critic2)]), data, twin=True, delay=2)
-    row("TD3 update", td3.compile(), floor)
+    row("TD3 update", td3.compile(**COMPILE), floor)
 
 
 def bench_sac(data, mse) -> None:
@@ -174,7 +178,7 @@ def bench_sac(data, mse) -> None:
     fill(sac, data)
     floor = sac_floor((copy.deepcopy(gactor), [copy.deepcopy(critic), copy.deepcopy(critic2)],
                        [copy.deepcopy(critic), copy.deepcopy(critic2)]), data)
-    row("SAC update", sac.compile(), floor)
+    row("SAC update", sac.compile(**COMPILE), floor)
 
 
 def bench_ppo() -> None:
@@ -189,12 +193,18 @@ def bench_ppo() -> None:
     ppo, library, floor, name = ac_updates.ppo_setup(ac_updates.DEVICE, store=False)
     ppo.replay_buffer.clear = lambda: None
     library()  # stores the rollout, once
-    row(name, ppo.compile(), floor, number=3, warmup=1, max_calls=8)
+    row(name, ppo.compile(**COMPILE), floor, number=3, warmup=1, max_calls=8)
 
 
-def main(device: str = "cpu") -> None:
-    """Every compiled update against its eager floor, networks on ``device``."""
+def main(device: str = "cpu", *options: str) -> None:
+    """Every compiled update against its eager floor, networks on ``device``.
+
+    ``options`` are names of inductor options switched on for every compile, e.g. ``cpp_wrapper``.
+    """
     setup_torch()
+    if options:
+        COMPILE["options"] = dict.fromkeys(options, True)
+        print(f"  compile(options={COMPILE['options']})", flush=True)
     ac_updates.DEVICE = torch.device(device)
     mse = nn.MSELoss(reduction="sum")
     data = ac_updates.replay_data(N)
@@ -208,4 +218,4 @@ def main(device: str = "cpu") -> None:
 if __name__ == "__main__":
     import sys
 
-    main(sys.argv[1] if len(sys.argv) > 1 else "cpu")
+    main(*(sys.argv[1:] or ["cpu"]))

@@ -436,14 +436,15 @@ def test_bad_settings_are_refused_at_compile_time():
         dqn().compile(backend="no_such_backend")
 
 
-def test_one_small_inductor_compile_matches_eager():
+@pytest.mark.parametrize("options", [None, {"cpp_wrapper": True}], ids=["python-wrapper", "cpp-wrapper"])
+def test_one_small_inductor_compile_matches_eager(options):
     eager, compiled = twins(lambda: dqn("vanilla"))  # two graphs: the TD loss with its gradients, Adam's step
     fill(eager, 64)
     fill(compiled, 64)
     expected = train(eager, 3, compiled=False)
     with warnings.catch_warnings():
         warnings.simplefilter("error", CompileFallbackWarning)
-        compiled.compile()  # inductor, generated C++
+        compiled.compile(options=options)  # inductor, generated C++ (cpp_wrapper: the calling code too)
         got = train(compiled, 3, compiled=False)
     np.testing.assert_allclose(np.array(got), np.array(expected), rtol=1e-4, atol=1e-5)
     for want, have in zip(eager.qnet.parameters(), compiled.qnet.parameters()):
