@@ -200,8 +200,12 @@ class SAC(ReplayMixin, SoftTargetOptions, ActorCriticOptions, TorchFramework):
         entropy_gap = (log_prob.detach() + self.target_entropy).mean().to(self.log_alpha.device)
         return [actor_loss, -self.log_alpha * entropy_gap], policy_value
 
+    def _online_target_pairs(self) -> List[Tuple[nn.Module, nn.Module]]:
+        """``(online, target)`` for both critics (SAC's actor has no target)."""
+        return [(self.critic, self.critic_target), (self.critic2, self.critic2_target)]
+
     def _update_targets(self) -> None:
-        soft_update_pairs([(self.critic, self.critic_target), (self.critic2, self.critic2_target)], self.update_rate)
+        soft_update_pairs(self._online_target_pairs(), self.update_rate)
 
     @ignores_extra_args
     def update(self, update_value: bool = True, update_policy: bool = True, update_target: bool = True,
@@ -250,4 +254,4 @@ class SAC(ReplayMixin, SoftTargetOptions, ActorCriticOptions, TorchFramework):
         return UpdateResult(float(policy_value), sum(loss.item() for loss in critic_losses) / 2)
 
     def _post_load(self) -> None:
-        restore_online([(self.critic, self.critic_target), (self.critic2, self.critic2_target)])
+        restore_online(self._online_target_pairs())

@@ -234,12 +234,12 @@ def test_the_bellman_target_is_traced_into_the_critic_step_and_target_updates_st
     # Bellman target would cost it once more: an update enters one loss step per loss it trains.
     agent = CASES[name]()
     fill(agent, 64)
-    names = [name for name in agent.get_top() if name.endswith("_target")]
-    before = {name: [p.detach().clone() for p in getattr(agent, name).parameters()] for name in names}
+    targets = [key for key in agent.get_top() if key.endswith("_target")]
+    before = {key: [p.detach().clone() for p in getattr(agent, key).parameters()] for key in targets}
     train(agent, 3, compiled=True)
     assert {step.name for step in agent._compiled_steps._steps.values()} == loss_steps
-    for name in names:  # the eager soft updates moved every target network
-        assert all(not torch.equal(p, q) for p, q in zip(getattr(agent, name).parameters(), before[name])), name
+    for key in targets:  # the eager soft updates moved every target network
+        assert all(not torch.equal(p, q) for p, q in zip(getattr(agent, key).parameters(), before[key])), key
 
 
 def test_no_recompilation_after_warm_up_with_partial_batches():
