@@ -195,6 +195,23 @@ class _FastLayout:
         self.gathers: Dict[Tuple[Any, ...], Callable[[torch.Tensor, np.ndarray], Tuple[Any, ...]]] = {}
 
 
+def _host_array(tensor: torch.Tensor) -> np.ndarray:
+    """The values of ``tensor`` as a numpy array: a view on the CPU, a host copy of a tensor on a GPU.
+
+    Raises for tensors numpy cannot hold (bfloat16, tensors that require grad): the full
+    path stores those.
+    """
+    try:
+        return tensor.numpy()
+    except TypeError:  # on another device (a dtype numpy lacks raises again)
+        return tensor.cpu().numpy()
+
+
+def _host_array_lines(name: str) -> List[str]:
+    """:func:`_host_array` for the variable ``name``, written out for generated code (no call on the CPU)."""
+    return [f"try: {name} = {name}.numpy()", f"except TypeError: {name} = {name}.cpu().numpy()"]
+
+
 def _dict_store_function(plan: _FastLayout) -> Callable[[Dict[str, Any], bool, int], bool]:
     """``store(values, check, i)``: check a transition dict against ``plan`` and write it to row ``i``.
 
@@ -214,7 +231,7 @@ def _dict_store_function(plan: _FastLayout) -> Callable[[Dict[str, Any], bool, i
                   f"if type(g) is not dict or len(g) != {nkeys}: return False",
                   f"v{j} = g[{key!r}]",
                   f"if type(v{j}) is not Tensor: return False",
-                  f"v{j} = v{j}.numpy()",
+                  *_host_array_lines(f"v{j}"),
                   f"if v{j}.shape != S{j} or v{j}.dtype is not D{j}: return False"]
         if mode == _CHECK_ROW:
             finite.append(f"sum(v{j}.tolist()[0])")
@@ -241,7 +258,7 @@ def _dict_store_function(plan: _FastLayout) -> Callable[[Dict[str, Any], bool, i
             shape, dtype, mode, binary = spec
             scope[f"S{j}"], scope[f"D{j}"] = shape, dtype
             lines += [f"if type(v{j}) is not Tensor: return False",
-                      f"v{j} = v{j}.numpy()",
+                      *_host_array_lines(f"v{j}"),
                       f"if v{j}.shape != S{j} or v{j}.dtype is not D{j}: return False"]
             if mode:
                 blocks.append(f"v{j}")
@@ -946,7 +963,7 @@ class Buffer:
                 array = group[key]
                 if type(array) is not torch.Tensor:
                     return None
-                array = array.numpy()  # raises for tensors that require grad or live elsewhere
+                array = _host_array(array)
                 if array.shape != shape or array.dtype is not dtype:
                     return None
                 if mode and check:
@@ -974,7 +991,7 @@ class Buffer:
                     shape, dtype, mode, binary = spec
                     if type(value) is not torch.Tensor:
                         return None
-                    value = value.numpy()
+                    value = _host_array(value)
                     if value.shape != shape or value.dtype is not dtype:
                         return None
                     if mode and check and not _block_is_finite(value):

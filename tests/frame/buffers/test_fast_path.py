@@ -194,6 +194,24 @@ def test_numpy_scalars_and_tensor_sub_attributes_take_the_fast_path(count_full_w
     assert_same(everything(fast), everything(full))
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("as_transition", [False, True])
+def test_cuda_tensors_are_copied_into_the_cpu_columns_on_the_fast_path(count_full_writes, as_transition):
+    def cuda_step(i):  # states and actions on the GPU, as a loop that acts on the GPU has them
+        data = step(i)
+        data["state"] = {k: v.cuda() for k, v in data["state"].items()}
+        data["action"] = {"a": data["action"]["a"].cuda()}
+        return Transition(**data) if as_transition else data
+
+    fast, full = Buffer(10), FullPathBuffer(10)
+    for i in range(15):
+        fast.append(cuda_step(i))
+        full.append(cuda_step(i))
+    assert_same(everything(fast), everything(full))
+    assert everything(fast)[0]["pos"].device.type == "cpu"
+    assert len(count_full_writes) - 15 == 1  # of the fast buffer's appends only the first went the full way
+
+
 def test_values_the_full_path_converts_still_store_the_same(count_full_writes):
     fast, full = Buffer(10), FullPathBuffer(10)
     variants = [step(0), step(1), {**step(2), "reward": 2}, {**step(3), "terminal": 1},
