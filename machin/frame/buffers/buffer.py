@@ -1221,14 +1221,15 @@ class Buffer:
 
     def _gather(self, index: torch.Tensor, concatenate: bool, device, sample_attrs, additional_concat_attrs):
         """Read the rows at storage positions ``index`` for the requested attributes."""
-        if sample_attrs is not None and concatenate and not additional_concat_attrs and (
+        if concatenate and not additional_concat_attrs and (
                 device is None or torch.device(device) == self.buffer_device):
             plan = self._fast if self._fast is not None else self._fast_layout()
             if plan and index.is_cpu:  # the common call: one generated function gathers every column
-                key = (*sample_attrs, torch.get_default_dtype())
+                attrs = self._keys if sample_attrs is None else sample_attrs
+                key = (*attrs, torch.get_default_dtype())
                 gather = plan.gathers.get(key)
                 if gather is None:
-                    gather = plan.gathers[key] = _gather_function(self, sample_attrs)
+                    gather = plan.gathers[key] = _gather_function(self, attrs)
                 return gather(index, index.numpy())
         device = torch.device(device) if device is not None else None
         if sample_attrs is None:

@@ -133,6 +133,7 @@ def test_concatenated_samples_through_the_generated_gather_equal_the_general_one
             for sample_attrs in attrs:
                 assert_same(buffer._gather(index, True, None, sample_attrs, None),
                             general_gather(buffer, index, True, None, sample_attrs, None))
+            assert (*buffer._keys, dtype) in buffer._fast.gathers  # every attribute (sample_attrs=None) too
             state, action, reward, *_ = buffer._gather(index, True, None, attrs[1], None)
         finally:
             torch.set_default_dtype(default)
