@@ -211,6 +211,12 @@ def test_cuda_tensors_are_copied_into_the_cpu_columns_on_the_fast_path(count_ful
     assert_same(everything(fast), everything(full))
     assert everything(fast)[0]["pos"].device.type == "cpu"
     assert len(count_full_writes) - 15 == 1  # of the fast buffer's appends only the first went the full way
+    # an episode of them goes the full way (one host copy per column, not one per tensor)
+    episode = [cuda_step(i) for i in range(15, 55)]
+    fast.extend(episode)
+    full.extend([cuda_step(i) for i in range(15, 55)])
+    assert_same(everything(fast), everything(full))
+    assert count_full_writes[-2] == 40
 
 
 def test_values_the_full_path_converts_still_store_the_same(count_full_writes):
