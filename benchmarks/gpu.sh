@@ -5,6 +5,8 @@
 #
 # Each part has its own time limit and log, so a part that fails or hangs leaves the others'
 # results. The rows it prints are the ones benchmarks/README.md lists under "GPU".
+# The parts' limits add up to 570 s, so the whole script fits one 600 s command on a lent machine
+# (on an H200 it took 213 s).
 set -uo pipefail
 log="${1:-gpu-logs}"
 mkdir -p "$log"
