@@ -195,6 +195,41 @@ def test_numpy_scalars_and_tensor_sub_attributes_take_the_fast_path(count_full_w
     assert_same(everything(fast), everything(full))
 
 
+@pytest.mark.parametrize("as_transition", [False, True])
+def test_tensors_that_numpy_refuses_are_copied_to_the_host_on_the_fast_path(monkeypatch, count_full_writes,
+                                                                            as_transition):
+    # Without a GPU: tensors marked "elsewhere" behave as CUDA tensors do, numpy() raises a
+    # TypeError and cpu() returns a host copy. (The CUDA test below does the same on a GPU.)
+    elsewhere, numpy, cpu = set(), torch.Tensor.numpy, torch.Tensor.cpu
+
+    def fake_numpy(tensor, *args, **kwargs):
+        if id(tensor) in elsewhere:
+            raise TypeError("can't convert cuda:0 device type tensor to numpy")
+        return numpy(tensor, *args, **kwargs)
+
+    def fake_cpu(tensor, *args, **kwargs):
+        return tensor.clone() if id(tensor) in elsewhere else cpu(tensor, *args, **kwargs)
+
+    monkeypatch.setattr(torch.Tensor, "numpy", fake_numpy)
+    monkeypatch.setattr(torch.Tensor, "cpu", fake_cpu)
+    kept = []  # the marked tensors stay alive, so that no other tensor takes their id
+
+    def remote_step(i):
+        data = step(i)
+        data = Transition(**data) if as_transition else data
+        values = data.__dict__ if as_transition else data  # a Transition holds copies of its tensors
+        kept.extend([values["state"]["pos"], values["action"]["a"]])
+        elsewhere.update(map(id, kept[-2:]))
+        return data
+
+    fast, full = Buffer(10), FullPathBuffer(10)
+    for i in range(15):
+        fast.append(remote_step(i))
+        full.append(step(i))
+    assert_same(everything(fast), everything(full))
+    assert len(count_full_writes) - 15 == 1  # of the fast buffer's appends only the first went the full way
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 @pytest.mark.parametrize("as_transition", [False, True])
 def test_cuda_tensors_are_copied_into_the_cpu_columns_on_the_fast_path(count_full_writes, as_transition):
