@@ -228,6 +228,10 @@ def test_tensors_that_numpy_refuses_are_copied_to_the_host_on_the_fast_path(monk
         full.append(step(i))
     assert_same(everything(fast), everything(full))
     assert len(count_full_writes) - 15 == 1  # of the fast buffer's appends only the first went the full way
+    fast.extend([remote_step(i) for i in range(15, 55)])  # an episode of them: the full way, once
+    full.extend([step(i) for i in range(15, 55)])
+    assert_same(everything(fast), everything(full))
+    assert count_full_writes[-2] == 40
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
