@@ -5,20 +5,23 @@
   an actor's action into the critic's keyword input ``{"action": action}``;
 * :func:`value_column`: a critic's value ``[B, 1]`` out of whatever it returned;
 * :func:`restore_online`: copy loaded target networks back into their online networks
-  (soft updates of several pairs are :func:`~machin.frame.algorithms.utils.soft_update_pairs`).
+  (soft updates of several pairs are :func:`~machin.frame.algorithms.utils.soft_update_pairs`);
+* :class:`SoftTargets`: the ``update_rate`` option with the target update and the restore
+  after loading, for an algorithm that names its ``(online, target)`` pairs.
 """
 
 from __future__ import annotations
 
-from typing import Any, Dict, Iterable, NamedTuple, Tuple
+from typing import Any, Dict, Iterable, List, NamedTuple, Tuple
 
 import torch
 from torch import nn
 
 from .base import split_output
-from .utils import as_column, hard_update
+from .options import SoftTargetOptions
+from .utils import as_column, hard_update, soft_update_pairs
 
-__all__ = ["CriticSet", "critic_action_input", "value_column", "restore_online"]
+__all__ = ["CriticSet", "critic_action_input", "value_column", "restore_online", "SoftTargets"]
 
 
 class CriticSet(NamedTuple):
@@ -66,3 +69,22 @@ def restore_online(pairs: Iterable[Tuple[nn.Module, nn.Module]]) -> None:
     """
     for online, target in pairs:
         hard_update(online, target)
+
+
+class SoftTargets(SoftTargetOptions):
+    """Target networks that follow their online networks by soft updates (DDPG, TD3, SAC, MADDPG).
+
+    The host class names its pairs in :meth:`_online_target_pairs`; every target moves by
+    ``update_rate`` in one ``foreach`` call, and after :meth:`load` the loaded targets are
+    copied into their online networks.
+    """
+
+    def _online_target_pairs(self) -> List[Tuple[nn.Module, nn.Module]]:
+        """``(online, target)`` for every network with a target."""
+        raise NotImplementedError
+
+    def _update_targets(self) -> None:
+        soft_update_pairs(self._online_target_pairs(), self.update_rate)
+
+    def _post_load(self) -> None:
+        restore_online(self._online_target_pairs())

@@ -22,15 +22,10 @@ from ..noise.dispatch import NOISE_MODES, resolve_noise_mode
 from ..noise.dispatch import noise_adder as _noise_adder
 from .base import Driver, TorchFramework, UpdateResult, pack_result, split_output
 from .compiled import compilable
-from .critics import (
-    CriticSet,
-    critic_action_input,
-    restore_online,
-    value_column,
-)
+from .critics import CriticSet, SoftTargets, critic_action_input, value_column
 from .options import ActorCriticOptions, Option, SoftTargetOptions, optional
 from .replay import ReplayMixin, SampledBatch
-from .utils import assert_output_is_probs, hard_update, safe_call, soft_update_pairs
+from .utils import assert_output_is_probs, hard_update, safe_call
 
 # NOISE_MODES and resolve_noise_mode live in machin.frame.noise.dispatch, CriticSet in
 # .critics; they stay importable from here.
@@ -45,7 +40,7 @@ def _action_range(name: str, value: Any) -> Tuple[Any, Any]:
     return tuple(value)
 
 
-class DDPG(ReplayMixin, SoftTargetOptions, ActorCriticOptions, TorchFramework):
+class DDPG(ReplayMixin, SoftTargets, ActorCriticOptions, TorchFramework):
     """Deep Deterministic Policy Gradient for continuous (or probability-vector) actions.
 
     The actor maps states to actions; the critic maps states and actions to a value
@@ -292,9 +287,6 @@ class DDPG(ReplayMixin, SoftTargetOptions, ActorCriticOptions, TorchFramework):
             self._optimize(loss, self.actor_optim, self.actor, self.gradient_max)
         return -loss.item()
 
-    def _update_targets(self) -> None:
-        soft_update_pairs(self._online_target_pairs(), self.update_rate)
-
     @ignores_extra_args
     def update(self, update_value: bool = True, update_policy: bool = True, update_target: bool = True,
                concatenate_samples: bool = True) -> Optional[UpdateResult]:
@@ -325,6 +317,3 @@ class DDPG(ReplayMixin, SoftTargetOptions, ActorCriticOptions, TorchFramework):
             self._update_targets()
         self._set_mode(False, *online)
         return UpdateResult(policy_value, value_loss)
-
-    def _post_load(self) -> None:
-        restore_online(self._online_target_pairs())

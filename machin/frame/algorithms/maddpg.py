@@ -39,7 +39,7 @@ from ..noise.dispatch import DEFAULT_NOISE_PARAM, noise_adder, resolve_noise_mod
 from ..noise.generator import OrnsteinUhlenbeckNoiseGen
 from ..transition import as_transition
 from .base import TorchFramework, UpdateResult, pack_result, split_output
-from .critics import critic_action_input, restore_online, value_column
+from .critics import SoftTargets, critic_action_input, value_column
 from .options import (
     ActorCriticOptions,
     BufferOptions,
@@ -51,7 +51,7 @@ from .options import (
     positive_int,
 )
 from .replay import REQUIRED_ATTRS, SampledBatch, bellman_target, make_batch, value_loss
-from .utils import assert_output_is_probs, hard_update, safe_call, soft_update_pairs
+from .utils import assert_output_is_probs, hard_update, safe_call
 
 # SHMBuffer lives in machin.frame.buffers.shm_buffer; it stays importable from here.
 __all__ = ["MADDPG", "SHMBuffer"]
@@ -89,7 +89,7 @@ def _plain_buffer(name: str, value: Any) -> Buffer:
     return value
 
 
-class MADDPG(BufferOptions, SoftTargetOptions, ActorCriticOptions, TorchFramework):
+class MADDPG(BufferOptions, SoftTargets, ActorCriticOptions, TorchFramework):
     """Multi-agent DDPG with centralised critics and optional policy ensembles.
 
     Agent ``i`` has ``sub_policy_num + 1`` actors (``actors[i][k]``; the replicas
@@ -613,9 +613,6 @@ class MADDPG(BufferOptions, SoftTargetOptions, ActorCriticOptions, TorchFramewor
             optim._opt_called = True  # what a step here would record (read by lr schedulers)
         return results
 
-    def _update_targets(self) -> None:
-        soft_update_pairs(self._online_target_pairs(), self.update_rate)
-
     def update(self, update_value: bool = True, update_policy: bool = True, update_target: bool = True,
                concatenate_samples: bool = True) -> Optional[UpdateResult]:
         """Sample the same rows from every agent's buffer and train every agent on them.
@@ -751,9 +748,6 @@ class MADDPG(BufferOptions, SoftTargetOptions, ActorCriticOptions, TorchFramewor
                 raise StateDictMismatchError(f"network {attr!r} (file {path!r}): {e}") from e
         for attr, state in fitted.items():
             getattr(self, attr).load_state_dict(state)
-
-    def _post_load(self) -> None:
-        restore_online(self._online_target_pairs())
 
 
 # -- process-pool plumbing ------------------------------------------------------------------------

@@ -11,11 +11,11 @@ from torch import nn
 from ...utils.compat import ignores_extra_args
 from .base import Driver, TorchFramework, UpdateResult
 from .compiled import compilable
-from .critics import critic_action_input, restore_online, value_column
-from .options import ActorCriticOptions, Option, SoftTargetOptions, non_negative, optional, positive
+from .critics import SoftTargets, critic_action_input, value_column
+from .options import ActorCriticOptions, Option, non_negative, optional, positive
 from .policy import split_actor_output
 from .replay import ReplayMixin, SampledBatch
-from .utils import as_column, hard_update, safe_call, soft_update_pairs
+from .utils import as_column, hard_update, safe_call
 
 __all__ = ["SAC"]
 
@@ -26,7 +26,7 @@ def _number(name: str, value: Any) -> float:
     return float(value)
 
 
-class SAC(ReplayMixin, SoftTargetOptions, ActorCriticOptions, TorchFramework):
+class SAC(ReplayMixin, SoftTargets, ActorCriticOptions, TorchFramework):
     """Soft actor-critic (off-policy, maximum entropy) with a learned temperature alpha.
 
     The actor is called as ``actor(<state keys>, action=None)`` and returns
@@ -204,9 +204,6 @@ class SAC(ReplayMixin, SoftTargetOptions, ActorCriticOptions, TorchFramework):
         """``(online, target)`` for both critics (SAC's actor has no target)."""
         return [(self.critic, self.critic_target), (self.critic2, self.critic2_target)]
 
-    def _update_targets(self) -> None:
-        soft_update_pairs(self._online_target_pairs(), self.update_rate)
-
     @ignores_extra_args
     def update(self, update_value: bool = True, update_policy: bool = True, update_target: bool = True,
                update_entropy_alpha: bool = True,
@@ -252,6 +249,3 @@ class SAC(ReplayMixin, SoftTargetOptions, ActorCriticOptions, TorchFramework):
             self._update_targets()
         self._set_mode(False, *networks)
         return UpdateResult(float(policy_value), sum(loss.item() for loss in critic_losses) / 2)
-
-    def _post_load(self) -> None:
-        restore_online(self._online_target_pairs())

@@ -195,6 +195,25 @@ def test_numpy_scalars_and_tensor_sub_attributes_take_the_fast_path(count_full_w
     assert_same(everything(fast), everything(full))
 
 
+def assert_stored_through_host_copies(off_host_step, count_full_writes):
+    """Transitions ``off_host_step(i)``, with tensors off the host, store what ``step(i)`` stores.
+
+    Appended one by one, all but the first take the fast path (each tensor copied to the host);
+    an episode of them goes the full way, once (one host copy per column, not one per tensor).
+    """
+    fast, full = Buffer(10), FullPathBuffer(10)
+    for i in range(15):
+        fast.append(off_host_step(i))
+        full.append(step(i))
+    assert_same(everything(fast), everything(full))
+    assert everything(fast)[0]["pos"].device.type == "cpu"
+    assert len(count_full_writes) - 15 == 1  # of the fast buffer's appends only the first went the full way
+    fast.extend([off_host_step(i) for i in range(15, 55)])
+    full.extend([step(i) for i in range(15, 55)])
+    assert_same(everything(fast), everything(full))
+    assert count_full_writes[-2] == 40
+
+
 @pytest.mark.parametrize("as_transition", [False, True])
 def test_tensors_that_numpy_refuses_are_copied_to_the_host_on_the_fast_path(monkeypatch, count_full_writes,
                                                                             as_transition):
@@ -222,16 +241,7 @@ def test_tensors_that_numpy_refuses_are_copied_to_the_host_on_the_fast_path(monk
         elsewhere.update(map(id, kept[-2:]))
         return data
 
-    fast, full = Buffer(10), FullPathBuffer(10)
-    for i in range(15):
-        fast.append(remote_step(i))
-        full.append(step(i))
-    assert_same(everything(fast), everything(full))
-    assert len(count_full_writes) - 15 == 1  # of the fast buffer's appends only the first went the full way
-    fast.extend([remote_step(i) for i in range(15, 55)])  # an episode of them: the full way, once
-    full.extend([step(i) for i in range(15, 55)])
-    assert_same(everything(fast), everything(full))
-    assert count_full_writes[-2] == 40
+    assert_stored_through_host_copies(remote_step, count_full_writes)
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
@@ -243,19 +253,7 @@ def test_cuda_tensors_are_copied_into_the_cpu_columns_on_the_fast_path(count_ful
         data["action"] = {"a": data["action"]["a"].cuda()}
         return Transition(**data) if as_transition else data
 
-    fast, full = Buffer(10), FullPathBuffer(10)
-    for i in range(15):
-        fast.append(cuda_step(i))
-        full.append(cuda_step(i))
-    assert_same(everything(fast), everything(full))
-    assert everything(fast)[0]["pos"].device.type == "cpu"
-    assert len(count_full_writes) - 15 == 1  # of the fast buffer's appends only the first went the full way
-    # an episode of them goes the full way (one host copy per column, not one per tensor)
-    episode = [cuda_step(i) for i in range(15, 55)]
-    fast.extend(episode)
-    full.extend([cuda_step(i) for i in range(15, 55)])
-    assert_same(everything(fast), everything(full))
-    assert count_full_writes[-2] == 40
+    assert_stored_through_host_copies(cuda_step, count_full_writes)
 
 
 def test_values_the_full_path_converts_still_store_the_same(count_full_writes):
