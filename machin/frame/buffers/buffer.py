@@ -158,7 +158,7 @@ class _FastLayout:
     """
 
     __slots__ = ("nkeys", "keys", "custom_names", "tensors", "scalars", "others", "targets", "required",
-                 "store_dict", "gathers")
+                 "store_dict", "row_dict", "gathers")
 
     def __init__(self, buffer: Buffer):
         self.keys = frozenset(buffer._keys)
@@ -190,7 +190,7 @@ class _FastLayout:
                 scalar_targets.append(view[:, 0])
         self.tensors, self.scalars, self.others = tuple(tensors), tuple(scalars), tuple(others)
         self.targets = tuple(tensor_targets + scalar_targets + other_targets)
-        self.store_dict = _dict_store_function(self)
+        self.store_dict, self.row_dict = _dict_functions(self)
         # Concatenated samples of a list of attributes, by (attributes, default dtype): see _gather_function.
         self.gathers: Dict[Tuple[Any, ...], Callable[[torch.Tensor, np.ndarray], Tuple[Any, ...]]] = {}
 
@@ -212,78 +212,93 @@ def _host_array_lines(name: str) -> List[str]:
     return [f"try: {name} = {name}.numpy()", f"except TypeError: {name} = {name}.cpu().numpy()"]
 
 
-def _dict_store_function(plan: _FastLayout) -> Callable[[Dict[str, Any], bool, int], bool]:
-    """``store(values, check, i)``: check a transition dict against ``plan`` and write it to row ``i``.
+def _dict_functions(plan: _FastLayout) -> Tuple[Callable[[Dict[str, Any], bool, int], bool],
+                                                  Callable[[Dict[str, Any], bool], Optional[tuple]]]:
+    """``store(values, check, i)`` and ``row(values, check)``: the checks of a transition dict against ``plan``.
 
     The checks of :meth:`Buffer._fast_row` for a dict, unrolled for this one layout (the
-    way ``dataclasses`` writes its methods): no loop over the layout, no intermediate row.
-    Returns ``False``, having written nothing, for anything the full path must see.
+    way ``dataclasses`` writes its methods): no loop over the layout, no intermediate list.
+    ``store`` (for ``append``) writes the values to row ``i`` and returns ``True``; it copies
+    tensors on a GPU to the host. ``row`` (for ``extend``) returns the values in the order of
+    ``plan.targets``; it refuses tensors on a GPU (an episode of them is faster the full
+    way, one host copy per column). Both return a false value, having written nothing, for
+    anything the full path must see.
     """
-    lines = [f"if len(values) != {plan.nkeys}: return False"]
-    finite: List[str] = []  # expressions summed for the finite check
-    blocks: List[str] = []  # arrays checked with _block_is_finite
     scope: Dict[str, Any] = {"Tensor": torch.Tensor, "dict": dict, "isinstance": isinstance, "copy": copy,
                              "_block_is_finite": _block_is_finite, "isfinite": math.isfinite}
-    written = []
-    for j, (name, nkeys, key, shape, dtype, mode) in enumerate(plan.tensors):
-        scope[f"S{j}"], scope[f"D{j}"] = shape, dtype
-        lines += [f"g = values[{name!r}]",
-                  f"if type(g) is not dict or len(g) != {nkeys}: return False",
-                  f"v{j} = g[{key!r}]",
-                  f"if type(v{j}) is not Tensor: return False",
-                  *_host_array_lines(f"v{j}"),
-                  f"if v{j}.shape != S{j} or v{j}.dtype is not D{j}: return False"]
-        if mode == _CHECK_ROW:
-            finite.append(f"sum(v{j}.tolist()[0])")
-        elif mode == _CHECK_FLAT:
-            finite.append(f"sum(v{j}.tolist())")
-        elif mode == _CHECK_BLOCK:
-            blocks.append(f"v{j}")
-        written.append(f"v{j}")
-    for name, types, bounded, check_finite, binary in plan.scalars:
-        j = len(written)
-        scope[f"T{j}"] = types
-        lines += [f"v{j} = values[{name!r}]", f"if type(v{j}) not in T{j}: return False"]
-        if bounded:
-            lines.append(f"if not {_INT64[0]} <= v{j} <= {_INT64[1]}: return False")
-        if binary:
-            lines.append(f"if v{j} != 0 and v{j} != 1: return False")
-        if check_finite:
-            finite.append(f"v{j}")
-        written.append(f"v{j}")
-    for name, code, spec in plan.others:
-        j = len(written)
-        lines.append(f"v{j} = values[{name!r}]")
-        if code == 0:  # a tensor sub attribute
-            shape, dtype, mode, binary = spec
+
+    def checks(to_host: bool) -> Tuple[str, List[str]]:
+        """The indented body that checks ``values`` into ``v0, v1, ...``, and those names."""
+        lines = [f"if len(values) != {plan.nkeys}: return False"]
+        finite: List[str] = []  # expressions summed for the finite check
+        blocks: List[str] = []  # arrays checked with _block_is_finite
+        written: List[str] = []
+
+        def to_array(name: str) -> List[str]:
+            return _host_array_lines(name) if to_host else [f"{name} = {name}.numpy()"]
+
+        for j, (name, nkeys, key, shape, dtype, mode) in enumerate(plan.tensors):
             scope[f"S{j}"], scope[f"D{j}"] = shape, dtype
-            lines += [f"if type(v{j}) is not Tensor: return False",
-                      *_host_array_lines(f"v{j}"),
+            lines += [f"g = values[{name!r}]",
+                      f"if type(g) is not dict or len(g) != {nkeys}: return False",
+                      f"v{j} = g[{key!r}]",
+                      f"if type(v{j}) is not Tensor: return False",
+                      *to_array(f"v{j}"),
                       f"if v{j}.shape != S{j} or v{j}.dtype is not D{j}: return False"]
-            if mode:
+            if mode == _CHECK_ROW:
+                finite.append(f"sum(v{j}.tolist()[0])")
+            elif mode == _CHECK_FLAT:
+                finite.append(f"sum(v{j}.tolist())")
+            elif mode == _CHECK_BLOCK:
                 blocks.append(f"v{j}")
+            written.append(f"v{j}")
+        for name, types, bounded, check_finite, binary in plan.scalars:
+            j = len(written)
+            scope[f"T{j}"] = types
+            lines += [f"v{j} = values[{name!r}]", f"if type(v{j}) not in T{j}: return False"]
+            if bounded:
+                lines.append(f"if not {_INT64[0]} <= v{j} <= {_INT64[1]}: return False")
             if binary:
-                lines.append(f"if not ((v{j} == 0) | (v{j} == 1)).all(): return False")
-        else:  # a list column keeps its own copy, as a Transition would
-            lines.append(f"v{j} = v{j}.detach().clone() if isinstance(v{j}, Tensor) else copy.deepcopy(v{j})")
-        written.append(f"v{j}")
-    checks = [f"if not _block_is_finite({b}): return False" for b in blocks]
-    if finite:
-        checks.append(f"if not isfinite({' + '.join(finite)}): return False")
-    if checks:
-        lines.append("if check:")
-        lines += ["    " + c for c in checks]
-    body = "\n".join("        " + line for line in lines)
+                lines.append(f"if v{j} != 0 and v{j} != 1: return False")
+            if check_finite:
+                finite.append(f"v{j}")
+            written.append(f"v{j}")
+        for name, code, spec in plan.others:
+            j = len(written)
+            lines.append(f"v{j} = values[{name!r}]")
+            if code == 0:  # a tensor sub attribute
+                shape, dtype, mode, binary = spec
+                scope[f"S{j}"], scope[f"D{j}"] = shape, dtype
+                lines += [f"if type(v{j}) is not Tensor: return False",
+                          *to_array(f"v{j}"),
+                          f"if v{j}.shape != S{j} or v{j}.dtype is not D{j}: return False"]
+                if mode:
+                    blocks.append(f"v{j}")
+                if binary:
+                    lines.append(f"if not ((v{j} == 0) | (v{j} == 1)).all(): return False")
+            else:  # a list column keeps its own copy, as a Transition would
+                lines.append(f"v{j} = v{j}.detach().clone() if isinstance(v{j}, Tensor) else copy.deepcopy(v{j})")
+            written.append(f"v{j}")
+        tests = [f"if not _block_is_finite({b}): return False" for b in blocks]
+        if finite:
+            tests.append(f"if not isfinite({' + '.join(finite)}): return False")
+        if tests:
+            lines.append("if check:")
+            lines += ["    " + t for t in tests]
+        return "\n".join("        " + line for line in lines), written
+
     for j, target in enumerate(plan.targets):
         scope[f"W{j}"] = target
+    store_body, written = checks(to_host=True)
+    row_body, _ = checks(to_host=False)
     writes = "\n".join(f"    W{j}[i] = {v}" for j, v in enumerate(written))
-    source = (f"def store(values, check, i):\n    try:\n{body}\n"
-              f"    except Exception:  # whatever went wrong, the full path reports it properly\n"
-              f"        return False\n{writes}\n    return True\n")
+    catch = "    except Exception:  # whatever went wrong, the full path reports it properly\n        return False\n"
+    source = (f"def store(values, check, i):\n    try:\n{store_body}\n{catch}{writes}\n    return True\n\n"
+              f"def row(values, check):\n    try:\n{row_body}\n{catch}    return ({', '.join(written)},)\n")
     exec(compile(source, f"<machin buffer layout {sorted(plan.keys)}>", "exec"), scope)
-    store = scope["store"]
-    store.source = source
-    return store
+    store, row = scope["store"], scope["row"]
+    store.source = row.source = source
+    return store, row
 
 
 def _gather_function(buffer: Buffer, sample_attrs: Sequence[str]) -> Callable[[torch.Tensor, np.ndarray], Tuple[Any, ...]]:
@@ -1048,11 +1063,11 @@ class Buffer:
             return None
         if self._size + min(len(transitions), self.buffer_size) > self._capacity and self._capacity < self.buffer_size:
             return None  # the columns must grow first: the full path does that
-        check = self.check_finite
+        check, row_dict = self.check_finite, plan.row_dict
         rows = []
         for transition in transitions:
-            row = self._fast_row(plan, transition, check)
-            if row is None:
+            row = row_dict(transition, check) if type(transition) is dict else self._fast_row(plan, transition, check)
+            if not row:
                 return None
             rows.append(row)
         rows = rows[-self.buffer_size:]

@@ -169,6 +169,27 @@ def test_fast_extend_matches_the_full_path_and_wraps(count_full_writes):
     assert len([n for n in count_full_writes if n]) == 4 + 1 + 1  # FullPathBuffer's, plus fast's first extend
 
 
+def test_extend_checks_dicts_with_the_generated_row_function_and_transitions_without():
+    buffer = Buffer(100)
+    buffer.extend([step(i) for i in range(5)])  # builds the layout
+    plan, calls = buffer._fast_layout(), []
+    generated = plan.row_dict
+    plan.row_dict = lambda values, check: calls.append(values) or generated(values, check)
+    dicts = [step(i) for i in range(5, 10)]
+    assert buffer.extend(dicts) == list(range(5, 10))
+    assert calls == dicts  # every dict, in order
+    assert buffer.extend([Transition(**step(i)) for i in range(10, 13)]) == [10, 11, 12]
+    assert len(calls) == 5  # Transition objects take the general row check
+    bad = step(13)
+    bad["state"]["pos"] = torch.zeros(1, 2)
+    assert plan.row_dict(bad, True) is False  # refused, so the full path reports it
+    values, row = step(14), generated(step(14), True)
+    assert len(row) == len(plan.targets)  # the values in the order of plan.targets
+    for j, (name, _, key, *_) in enumerate(plan.tensors):
+        assert np.array_equal(row[j], values[name][key].numpy())
+    assert row[len(plan.tensors):] == (values["reward"], values["terminal"])
+
+
 def test_numpy_scalars_and_tensor_sub_attributes_take_the_fast_path(count_full_writes):
     def numpy_step(i):
         data = step(i)
