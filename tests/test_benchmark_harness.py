@@ -6,6 +6,7 @@ evaluation protocol and the report) working as the library changes.
 """
 
 import json
+import sys
 
 import pytest
 import torch
@@ -51,3 +52,11 @@ def test_the_command_line_writes_the_table_and_the_json(tmp_path, capsys):
     assert [r["seed"] for r in saved["runs"]] == [0, 1] and saved["rows"][0]["task"] == "dqn"
     with pytest.raises(SystemExit):
         sample_efficiency.main(["--final-episodes", "-1"])
+
+
+def test_the_versus_benchmark_without_stable_baselines3_says_so_and_stops(monkeypatch, capsys):
+    from benchmarks import versus
+
+    monkeypatch.setitem(sys.modules, "stable_baselines3", None)  # as if not installed: import raises
+    assert versus.main() is None
+    assert versus.SKIP_MESSAGE in capsys.readouterr().out
