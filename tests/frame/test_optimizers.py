@@ -1,11 +1,14 @@
 """machin.frame.optimizers: PyTorch's fused Adam where it is the same algorithm."""
 
 import functools
+import warnings
 
 import pytest
 import torch
 from torch import nn
+from torch.optim.optimizer import register_optimizer_step_pre_hook
 
+from machin.frame import optimizers
 from machin.frame.optimizers import adopt, build_optimizer, is_fused_by_default
 
 
@@ -107,3 +110,82 @@ def test_a_rebuilt_optimizer_is_adopted_again():
     sgd = adopt(torch.optim.SGD(net.parameters(), lr=0.1))
     assert not is_fused_by_default(sgd) and not is_fused_by_default(
         _rebuild_optimizer(*_PortableOptimizer(sgd).__reduce__()[1]))
+
+
+# -- step / clear_grads: optimizer.step() and zero_grad() without torch's idle wrappers ---------------
+def _trained_pair(cls, **kwargs):
+    torch.manual_seed(0)
+    nets = [nn.Sequential(nn.Linear(3, 8), nn.ReLU(), nn.Linear(8, 2)) for _ in range(2)]
+    nets[1].load_state_dict(nets[0].state_dict())
+    return nets, [cls(net.parameters(), lr=0.01, **kwargs) for net in nets]
+
+
+@pytest.mark.parametrize("cls, kwargs", [(torch.optim.Adam, {"fused": True}), (torch.optim.Adam, {}),
+                                         (torch.optim.SGD, {"momentum": 0.9}), (torch.optim.RMSprop, {})])
+def test_step_and_clear_grads_change_parameters_and_state_exactly_as_the_methods(cls, kwargs):
+    (plain_net, fast_net), (plain, fast) = _trained_pair(cls, **kwargs)
+    x = torch.randn(16, 3)
+    for _ in range(5):
+        plain.zero_grad(set_to_none=True)
+        plain_net(x).pow(2).sum().backward()
+        plain.step()
+        optimizers.clear_grads(fast)
+        fast_net(x).pow(2).sum().backward()
+        optimizers.step(fast)
+    for a, b in zip(plain_net.parameters(), fast_net.parameters()):
+        assert torch.equal(a, b) and a.grad is not None and torch.equal(a.grad, b.grad)
+    assert str(plain.state_dict()) == str(fast.state_dict())
+    optimizers.clear_grads(fast)
+    assert all(p.grad is None for p in fast_net.parameters())
+    assert torch.is_grad_enabled()  # the step's own grad-mode switch was undone
+
+
+def test_step_runs_the_hooks_the_profiler_ranges_and_replaced_steps_as_the_method_does():
+    (net, _), (optimizer, _) = _trained_pair(torch.optim.Adam)
+    net(torch.ones(1, 3)).sum().backward()
+    calls = []
+    handle = optimizer.register_step_post_hook(lambda *_: calls.append("own"))
+    optimizers.step(optimizer)
+    handle.remove()
+    handle = register_optimizer_step_pre_hook(lambda *_: calls.append("global"))
+    optimizers.step(optimizer)
+    handle.remove()
+    optimizers.step(optimizer)
+    assert calls == ["own", "global"]
+    with torch.profiler.profile() as profile:
+        optimizers.step(optimizer)
+        optimizers.clear_grads(optimizer)
+    names = {event.name for event in profile.events()}
+    assert {"Optimizer.step#Adam.step", "Optimizer.zero_grad#Adam.zero_grad"} <= names
+    scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=1)  # replaces optimizer.step to count it
+    net(torch.ones(1, 3)).sum().backward()
+    optimizers.step(optimizer)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # torch warns when the scheduler steps before the optimizer did
+        scheduler.step()
+    assert optimizer.param_groups[0]["lr"] == pytest.approx(0.001)
+
+
+def test_optimizers_of_their_own_kind_are_called_as_they_are():
+    class Counting:  # duck-typed, as A3C's gradient-pushing optimizer
+        param_groups: list = []
+
+        def __init__(self):
+            self.calls = []
+
+        def step(self):
+            self.calls.append("step")
+
+        def zero_grad(self, set_to_none=True):
+            self.calls.append(("zero_grad", set_to_none))
+
+    class OwnZeroGrad(torch.optim.SGD):
+        def zero_grad(self, set_to_none=True):
+            counting.calls.append("own zero_grad")
+            super().zero_grad(set_to_none)
+
+    counting = Counting()
+    optimizers.step(counting)
+    optimizers.clear_grads(counting)
+    optimizers.clear_grads(OwnZeroGrad(nn.Linear(2, 2).parameters(), lr=0.1))
+    assert counting.calls == ["step", ("zero_grad", True), "own zero_grad"]

@@ -27,6 +27,7 @@ from torch import nn
 from ...utils.compat import warn_caller
 from ...utils.logging import default_logger
 from ...utils.schedules import check_progress
+from .. import optimizers as optimizers_module
 from ..buffers import Buffer
 from ..optimizers import build_optimizer
 from .options import Option, install_options, positive
@@ -343,7 +344,7 @@ class TorchFramework:
         if compiled is not None and not joint:
             return compiled.optimize(self, loss, optimizer, parameters, gradient_max)
         for one_optimizer in optimizers:
-            one_optimizer.zero_grad(set_to_none=True)
+            optimizers_module.clear_grads(one_optimizer)
         stepped = self._stepped_parameters(optimizers, networks, losses) if compiled is None else None
         for one_loss in losses:  # from a compiled loss step when there is one, else by a backward pass
             if compiled is not None:
@@ -358,7 +359,7 @@ class TorchFramework:
             if compiled is not None:
                 compiled.step(self, one_optimizer, (), math.inf)  # clipped jointly above
             else:
-                one_optimizer.step()
+                optimizers_module.step(one_optimizer)
         return True
 
     def _stepped_parameters(self, optimizers: Sequence[torch.optim.Optimizer], networks: Sequence[Any],

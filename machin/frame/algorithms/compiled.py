@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import inspect
 import math
 import types
 import weakref
@@ -37,7 +36,6 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import torch
 from torch import nn
-from torch.optim import optimizer as optimizer_module
 
 from ...utils.compat import warn_caller
 from .. import optimizers
@@ -275,28 +273,6 @@ class _OptimizerStep:
         self.eager = raw is None
 
 
-def _raw_step(optimizer: Any) -> Optional[Callable]:
-    """The undecorated ``step`` of a built-in torch optimizer (``None``: step it eagerly).
-
-    ``Optimizer.step`` is wrapped for profiling, step hooks and grad mode, and those
-    wrappers break torch.compile's graph; the compiled step calls the function inside
-    them (under ``no_grad``, as the wrapper does). Optimizers of other libraries, and
-    ones with step hooks or ``differentiable=True``, are stepped as they are.
-    """
-    if not isinstance(optimizer, torch.optim.Optimizer) or not type(optimizer).__module__.startswith("torch.optim"):
-        return None
-    if optimizer.defaults.get("differentiable", False):
-        return None
-    return inspect.unwrap(type(optimizer).step)
-
-
-def _has_step_hooks(optimizer: Any) -> bool:
-    return bool(getattr(optimizer, "_optimizer_step_pre_hooks", None)
-                or getattr(optimizer, "_optimizer_step_post_hooks", None)
-                or getattr(optimizer_module, "_global_optimizer_pre_hooks", None)
-                or getattr(optimizer_module, "_global_optimizer_post_hooks", None))
-
-
 def _reason(error: BaseException) -> str:
     """A short description of why compiling failed: the error, and where in the user's code."""
     inner = getattr(error, "inner_exception", None)  # BackendCompilerFailed wraps the backend's error
@@ -502,12 +478,7 @@ class CompiledSteps:
         pending = self._pending.pop(id(loss), None)
         if pending is not None and pending[0] is not loss:
             pending = None
-        if pending is not None and step.raw is not None:
-            for group in optimizer.param_groups:  # zero_grad(set_to_none=True), without its profiler record
-                for param in group["params"]:
-                    param.grad = None
-        else:
-            optimizer.zero_grad(set_to_none=True)
+        optimizers.clear_grads(optimizer)
         _put_gradients(framework, loss, pending)
         self._clip_and_step(step, optimizer, parameters, gradient_max)
         return True
@@ -517,7 +488,7 @@ class CompiledSteps:
         if entry is None or entry[0] is not optimizer:
             name = next((f"the step of {self.owner}.{k}" for k, v in vars(framework).items() if v is optimizer),
                         f"the step of {type(optimizer).__name__}")
-            entry = self._optimizer_steps[id(optimizer)] = (optimizer, _OptimizerStep(name, _raw_step(optimizer)))
+            entry = self._optimizer_steps[id(optimizer)] = (optimizer, _OptimizerStep(name, optimizers.raw_step(optimizer)))
         return entry[1]
 
     def step(self, framework: Any, optimizer: Any, parameters: Union[nn.Module, Any], gradient_max: float) -> None:
@@ -540,7 +511,7 @@ class CompiledSteps:
         max_norm = None if gradient_max == math.inf else gradient_max
         params = [] if max_norm is None else (
             _tensors(parameters)[0] if isinstance(parameters, nn.Module) else list(parameters))
-        if step.eager or self.disabled is not None or _has_step_hooks(optimizer):
+        if step.eager or self.disabled is not None or optimizers.has_step_hooks(optimizer):
             self._eager_step(optimizer, params, max_norm)
             return
         unfused = False
@@ -576,7 +547,7 @@ class CompiledSteps:
     def _eager_step(optimizer: Any, params: list, max_norm: Optional[float]) -> None:
         if max_norm is not None:
             nn.utils.clip_grad_norm_(params, max_norm)
-        optimizer.step()
+        optimizers.step(optimizer)
 
     # -- failures -----------------------------------------------------------------------------
     def _give_up(self, step: Union[_Step, _OptimizerStep], error: BaseException) -> None:
