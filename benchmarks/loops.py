@@ -23,8 +23,12 @@ library does: a plain ``loss.backward()`` also computes the critic's, about 50 u
 Adam is torch's fused one on both sides: the library builds it so from ``torch.optim.Adam``,
 and the floors use ``common.floor_adam``. For information, the eager library loops are
 then timed against the same floors with torch's default (per-tensor) Adam, as hand-written
-scripts such as CleanRL's use it. Both loops are then run once more with the library's
-update compiled (``agent.compile()``, the documented opt-in), against the fused eager floors.
+scripts such as CleanRL's use it. The floors call ``optimizer.zero_grad(set_to_none=True)``
+and ``optimizer.step()`` as hand-written code does; the library calls what those methods wrap
+when their profiler range and step hooks would do nothing (``machin.frame.optimizers.step``),
+so for information the loops are also timed against floors that do the same (``bare``). Both
+loops are then run once more with the library's update compiled (``agent.compile()``, the
+documented opt-in), against the fused eager floors.
 
 Printed per algorithm, as ``library / floor`` per step: the thread CPU time and the wall
 time of the whole loop, and the thread CPU time of the store inside the loop (timed around
@@ -115,14 +119,27 @@ class Columns:
         return [torch.from_numpy(v.take(index, axis=0)) for v in self.views]
 
 
-def adam_step(loss: torch.Tensor, optimizer: torch.optim.Optimizer, only_stepped: bool = False) -> None:
-    """Zero, backward, step; ``only_stepped`` computes gradients for the stepped parameters alone."""
-    optimizer.zero_grad(set_to_none=True)
+def adam_step(loss: torch.Tensor, optimizer: torch.optim.Optimizer, only_stepped: bool = False,
+              bare: bool = False) -> None:
+    """Zero, backward, step; ``only_stepped`` computes gradients for the stepped parameters alone.
+
+    ``bare`` drops the gradients and steps without the wrappers of ``zero_grad`` and ``step``
+    (a profiler range, step hooks), as the library does when they would do nothing.
+    """
+    params = optimizer.param_groups[0]["params"]
+    if bare:
+        for p in params:
+            p.grad = None
+    else:
+        optimizer.zero_grad(set_to_none=True)
     if only_stepped:  # the actor's loss runs through the critic: leave the critic's gradients out
-        torch.autograd.backward(loss, inputs=optimizer.param_groups[0]["params"])
+        torch.autograd.backward(loss, inputs=params)
     else:
         loss.backward()
-    optimizer.step()
+    if bare:
+        type(optimizer).step.__wrapped__(optimizer)
+    else:
+        optimizer.step()
 
 
 def observe(obs: np.ndarray) -> torch.Tensor:
@@ -178,8 +195,9 @@ class LibraryDQN(Side):
 
 
 class FloorDQN(Side):
-    def __init__(self, qnet: nn.Module, fused: Optional[bool] = None):
+    def __init__(self, qnet: nn.Module, fused: Optional[bool] = None, bare: bool = False):
         super().__init__("CartPole-v1")
+        self.bare = bare
         self.q, self.q_target = copy.deepcopy(qnet), copy.deepcopy(qnet)
         self.optimizer = floor_adam(self.q.parameters(), lr=1e-3, fused=fused)
         self.params, self.target_params = list(self.q.parameters()), list(self.q_target.parameters())
@@ -209,7 +227,7 @@ class FloorDQN(Side):
             next_action = self.q(s2).argmax(1, keepdim=True)
             target = r + GAMMA * (1 - d) * self.q_target(s2).gather(1, next_action)
         loss = self.mse(self.q(s).gather(1, a), target)
-        adam_step(loss, self.optimizer)
+        adam_step(loss, self.optimizer, bare=self.bare)
         with torch.no_grad():
             torch._foreach_lerp_(self.target_params, self.params, TAU)
         return loss.item()
@@ -240,8 +258,9 @@ class LibraryDDPG(Side):
 
 
 class FloorDDPG(Side):
-    def __init__(self, actor: nn.Module, critic: nn.Module, fused: Optional[bool] = None):
+    def __init__(self, actor: nn.Module, critic: nn.Module, fused: Optional[bool] = None, bare: bool = False):
         super().__init__("Pendulum-v1")
+        self.bare = bare
         self.actor, self.actor_target = copy.deepcopy(actor), copy.deepcopy(actor)
         self.critic, self.critic_target = copy.deepcopy(critic), copy.deepcopy(critic)
         self.actor_optimizer = floor_adam(self.actor.parameters(), lr=5e-4, fused=fused)
@@ -269,8 +288,8 @@ class FloorDDPG(Side):
         with torch.no_grad():
             target = r + GAMMA * (1 - d) * self.critic_target(s2, self.actor_target(s2))
         loss = self.mse(self.critic(s, a), target)
-        adam_step(loss, self.critic_optimizer)
-        adam_step(-self.critic(s, self.actor(s)).mean(), self.actor_optimizer, only_stepped=True)
+        adam_step(loss, self.critic_optimizer, bare=self.bare)
+        adam_step(-self.critic(s, self.actor(s)).mean(), self.actor_optimizer, only_stepped=True, bare=self.bare)
         with torch.no_grad():
             torch._foreach_lerp_(self.target_params, self.params, TAU)
         return loss.item()
@@ -330,6 +349,11 @@ def main() -> None:
                   show_store=False)
     compare_loops("DDPG against a default-Adam floor, Pendulum-v1,", LibraryDDPG(actor, critic),
                   FloorDDPG(actor, critic, fused=False), show_store=False)
+    # Info: against floors that also skip the idle wrappers of zero_grad and step, as the library does.
+    compare_loops("DQN against a floor without the optimizer wrappers, CartPole-v1,", LibraryDQN(qnet),
+                  FloorDQN(qnet, bare=True), show_store=False)
+    compare_loops("DDPG against a floor without the optimizer wrappers, Pendulum-v1,", LibraryDDPG(actor, critic),
+                  FloorDDPG(actor, critic, bare=True), show_store=False)
     # The same loops with the library's update compiled (``agent.compile()``), against the same eager floors.
     # The first updates compile (tens of seconds) during the warm-up runs.
     compare_loops("DQN with compile(), CartPole-v1,", LibraryDQN(qnet, compiled=True), FloorDQN(qnet),
