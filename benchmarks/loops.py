@@ -295,13 +295,16 @@ class FloorDDPG(Side):
         return loss.item()
 
 
-def compare_loops(name: str, library: Side, floor: Side, *, steps: int = STEPS, repeats: int = 11,
+def compare_loops(name: str, library: Side, floor: Side, *, steps: int = STEPS, repeats: int = 21,
                   warmup: int = 2, show_store: bool = True) -> Dict[str, float]:
     """Time both loops, alternating ``repeats`` runs of ``steps`` steps; print three lines, return the ratios.
 
     Each side first runs ``warmup`` untimed runs (beyond the steps that fill its replay past one
-    batch). Reported are the medians over the repeats of the per-step thread CPU time and wall
-    time of the whole loop, and (with ``show_store``) of the CPU time spent storing, in the format of
+    batch). Every repeat runs both sides back to back, in an order drawn anew (seeded), and gives
+    one ratio library / floor; the ratio reported is the median of those paired ratios, which a
+    machine whose speed drifts between repeats disturbs far less than a ratio of two medians.
+    Reported with it are the medians of the per-step thread CPU time and wall time of the whole
+    loop, and (with ``show_store``) of the CPU time spent storing, in the format of
     :func:`benchmarks.common.compare`.
     """
     for side in (library, floor):
@@ -314,8 +317,11 @@ def compare_loops(name: str, library: Side, floor: Side, *, steps: int = STEPS, 
     gc_was_enabled = gc.isenabled()
     gc.disable()
     try:
+        order = [("floor", floor), ("lib", library)]
+        shuffle = random.Random(0).shuffle
         for _ in range(repeats):
-            for key, side in (("floor", floor), ("lib", library)):
+            shuffle(order)
+            for key, side in order:
                 cpu, wall = time.thread_time(), time.perf_counter()
                 store = side.run(steps)
                 times[key]["wall"].append((time.perf_counter() - wall) / steps)
@@ -331,9 +337,9 @@ def compare_loops(name: str, library: Side, floor: Side, *, steps: int = STEPS, 
         del labels["store"]
     for what, label in labels.items():
         lib, flo = statistics.median(times["lib"][what]), statistics.median(times["floor"][what])
-        ratios[what] = lib / flo
-        print(f"{label}: library {lib * 1e3:.4f} ms, floor {flo * 1e3:.4f} ms, ratio {lib / flo:.2f} "
-              f"({repeats} repeats)", flush=True)
+        ratios[what] = statistics.median(x / y for x, y in zip(times["lib"][what], times["floor"][what]))
+        print(f"{label}: library {lib * 1e3:.4f} ms, floor {flo * 1e3:.4f} ms, ratio {ratios[what]:.2f} "
+              f"({repeats} repeats, median of the paired ratios)", flush=True)
     return ratios
 
 
