@@ -4,10 +4,11 @@ Stable-Baselines3 is not a dependency of machin; this benchmark runs when it is 
 (``pip install stable-baselines3``) and otherwise says so and stops. Run it with
 ``python -m benchmarks.versus`` (or ``python -m benchmarks versus``).
 
-Every row times three sides in one process, alternating, one torch thread: the
-hand-written floor of ``buffers.py`` / ``loops.py``, machin, and Stable-Baselines3, each
-called the way its users call it. Printed: milliseconds per call (CPU time of this thread;
-the loops also wall time) and each library's ratio to the floor.
+Every row times three sides in one process, one torch thread: the hand-written floor of
+``buffers.py`` / ``loops.py``, machin, and Stable-Baselines3, each called the way its users
+call it, back to back in a new random order every repeat. Printed: milliseconds per call
+(CPU time of this thread; the loops also wall time) and each library's ratio to the floor,
+the median of the ratios within the repeats.
 
 * ``append``: one CartPole transition into a full ring of 10k. machin:
   ``Buffer.append`` of the documented dict of tensors; SB3: ``ReplayBuffer.add`` of the
@@ -35,6 +36,7 @@ machin builds from ``torch.optim.Adam``), SB3 its default (per-tensor) Adam.
 from __future__ import annotations
 
 import gc
+import random
 import statistics
 import sys
 import time
@@ -57,11 +59,14 @@ SKIP_MESSAGE = ("versus: Stable-Baselines3 is not importable here (it is not a m
 
 def _time_sides(name: str, sides: Dict[str, Callable[[], object]], *, number: int, repeats: int = 11,
                 warmup: int = 2, wall: bool = False, per: int = 1) -> Dict[str, float]:
-    """Time each side ``number`` calls per repeat, alternating; print one line; return the ratios to the floor.
+    """Time each side ``number`` calls per repeat; print one line per clock; return the ratios to the floor.
 
-    ``sides`` maps ``"floor"``, ``"machin"`` and ``"sb3"`` to one call each; reported are
-    the medians over the repeats (thread CPU time, and with ``wall`` also wall time), in
-    milliseconds per call divided by ``per`` (the steps one call runs).
+    ``sides`` maps ``"floor"``, ``"machin"`` and ``"sb3"`` to one call each. Every repeat runs
+    the three back to back in an order drawn anew (seeded); a library's ratio is the median
+    over the repeats of its time divided by the floor's in the same repeat, as in
+    ``loops.compare_loops``. Printed with the ratios: the median times (thread CPU time, and
+    with ``wall`` also wall time) in milliseconds per call divided by ``per`` (the steps one
+    call runs).
     """
     for _ in range(warmup):
         for call in sides.values():
@@ -72,8 +77,11 @@ def _time_sides(name: str, sides: Dict[str, Callable[[], object]], *, number: in
     was_enabled = gc.isenabled()
     gc.disable()
     try:
+        order, shuffle = list(sides), random.Random(0).shuffle
         for _ in range(repeats):
-            for key, call in sides.items():
+            shuffle(order)
+            for key in order:
+                call = sides[key]
                 start_cpu, start_wall = time.thread_time(), time.perf_counter()
                 for _ in range(number):
                     call()
@@ -88,8 +96,8 @@ def _time_sides(name: str, sides: Dict[str, Callable[[], object]], *, number: in
         floor = median["floor"]
         parts = [f"floor {floor * 1e3:.4f} ms"]
         for key in ("machin", "sb3"):
-            ratios[f"{key} {clock}"] = median[key] / floor
-            parts.append(f"{'SB3' if key == 'sb3' else key} {median[key] * 1e3:.4f} ms ({median[key] / floor:.2f})")
+            ratio = ratios[f"{key} {clock}"] = statistics.median(x / y for x, y in zip(times[key], times["floor"]))
+            parts.append(f"{'SB3' if key == 'sb3' else key} {median[key] * 1e3:.4f} ms ({ratio:.2f})")
         print(f"{name} ({clock} time per {'step' if per > 1 else 'call'}): " + ", ".join(parts) + f" ({repeats} repeats)", flush=True)
     return ratios
 
