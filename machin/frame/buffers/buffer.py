@@ -216,8 +216,9 @@ def _dict_functions(plan: _FastLayout) -> Tuple[Callable[[Dict[str, Any], bool, 
                                                   Callable[[Dict[str, Any], bool], Optional[tuple]]]:
     """``store(values, check, i)`` and ``row(values, check)``: the checks of a transition dict against ``plan``.
 
-    The checks of :meth:`Buffer._fast_row` for a dict, unrolled for this one layout (the
-    way ``dataclasses`` writes its methods): no loop over the layout, no intermediate list.
+    The checks :meth:`Buffer._fast_row` makes of a :class:`Transition`, for a dict and unrolled
+    for this one layout (the way ``dataclasses`` writes its methods): no loop over the layout,
+    no intermediate list.
     ``store`` (for ``append``) writes the values to row ``i`` and returns ``True``; it copies
     tensors on a GPU to the host. ``row`` (for ``extend``) returns the values in the order of
     ``plan.targets``; it refuses tensors on a GPU (an episode of them is faster the full
@@ -959,20 +960,16 @@ class Buffer:
         return True
 
     def _fast_row(self, plan: _FastLayout, transition: Any, check: bool, to_host: bool = False) -> Optional[list]:
-        """The values of ``transition`` in the order of ``plan.targets``, or ``None`` for the full path.
+        """The values of a :class:`Transition` in the order of ``plan.targets``, or ``None`` for the full path.
 
-        ``to_host`` takes tensors on a GPU too, each copied to the host on its own: right for one
+        (Dicts are checked by the layout's generated ``store_dict`` and ``row_dict``.) ``to_host``
+        takes tensors on a GPU too, each copied to the host on its own: right for one
         transition; an episode of them is faster the full way (one copy per column).
         """
         numpy = _host_array if to_host else torch.Tensor.numpy
-        if type(transition) is dict:
-            values, copy_custom = transition, True
-            if len(values) != plan.nkeys:
-                return None
-        elif type(transition) is Transition and transition._custom_attr == plan.custom_names:
-            values, copy_custom = transition.__dict__, False
-        else:
+        if type(transition) is not Transition or transition._custom_attr != plan.custom_names:
             return None
+        values = transition.__dict__  # a Transition holds its own copies of custom values
         row = []
         total = 0.0  # the sum of every checked floating value: finite iff each one is
         try:
@@ -1018,8 +1015,6 @@ class Buffer:
                         return None
                     if binary and not ((value == 0) | (value == 1)).all():
                         return None
-                elif copy_custom:  # a list column keeps its own copy, as a Transition would
-                    value = value.detach().clone() if isinstance(value, torch.Tensor) else copy.deepcopy(value)
                 row.append(value)
         except Exception:  # whatever went wrong, the full path reports it properly
             return None

@@ -490,7 +490,7 @@ def test_fast_path_is_off_for_subclasses_that_wrap_storing():
     assert buffer.calls == 5  # append never skips the overridden extend
     assert (Locked._fast_store_ok, Locked._fast_append_ok) == (True, False)
     assert (FullPathBuffer._fast_store_ok, FullPathBuffer._fast_append_ok) == (False, False)
-    with mock.patch.object(Buffer, "_fast_row", side_effect=AssertionError("fast path used")):
+    with mock.patch.object(Buffer, "_extend_fast", side_effect=AssertionError("fast path used")):
         FullPathBuffer(10).extend([step(i) for i in range(3)])
 
 
