@@ -23,7 +23,7 @@ part() {  # part NAME SECONDS COMMAND...: run one part with a time limit, log it
 part machine 30 python3 -c "import torch, platform; print('python', platform.python_version(), '| torch', torch.__version__, '|', torch.cuda.get_device_name(), '|', torch.cuda.get_device_properties(0).total_memory // 2**30, 'GiB')"
 part tests 150 python3 -m pytest -n 4 -q -p no:cacheprovider -rs -k "cuda or gpu" \
     tests/frame/algorithms/test_compiled.py tests/frame/buffers/test_buffer_d.py tests/frame/buffers/test_fast_path.py tests/parallel/test_pool.py \
-    tests/parallel/test_pickle.py tests/parallel/test_assigner.py
+    tests/parallel/test_pickle.py tests/parallel/test_assigner.py tests/frame/test_optimizers.py
 part compiled 270 python3 -m benchmarks.compiled cuda
 part dqn_step 60 python3 -m benchmarks.dqn_loop cuda
 part sac_update 60 python3 -m benchmarks.ac_updates cuda

@@ -113,18 +113,18 @@ def test_a_rebuilt_optimizer_is_adopted_again():
 
 
 # -- step / clear_grads: optimizer.step() and zero_grad() without torch's idle wrappers ---------------
-def _trained_pair(cls, **kwargs):
+def _trained_pair(cls, device="cpu", **kwargs):
     torch.manual_seed(0)
-    nets = [nn.Sequential(nn.Linear(3, 8), nn.ReLU(), nn.Linear(8, 2)) for _ in range(2)]
+    nets = [nn.Sequential(nn.Linear(3, 8), nn.ReLU(), nn.Linear(8, 2)).to(device) for _ in range(2)]
     nets[1].load_state_dict(nets[0].state_dict())
     return nets, [cls(net.parameters(), lr=0.01, **kwargs) for net in nets]
 
 
 @pytest.mark.parametrize("cls, kwargs", [(torch.optim.Adam, {"fused": True}), (torch.optim.Adam, {}),
                                          (torch.optim.SGD, {"momentum": 0.9}), (torch.optim.RMSprop, {})])
-def test_step_and_clear_grads_change_parameters_and_state_exactly_as_the_methods(cls, kwargs):
-    (plain_net, fast_net), (plain, fast) = _trained_pair(cls, **kwargs)
-    x = torch.randn(16, 3)
+def test_step_and_clear_grads_change_parameters_and_state_exactly_as_the_methods(cls, kwargs, device="cpu"):
+    (plain_net, fast_net), (plain, fast) = _trained_pair(cls, device, **kwargs)
+    x = torch.randn(16, 3, device=device)
     for _ in range(5):
         plain.zero_grad(set_to_none=True)
         plain_net(x).pow(2).sum().backward()
@@ -138,6 +138,13 @@ def test_step_and_clear_grads_change_parameters_and_state_exactly_as_the_methods
     optimizers.clear_grads(fast)
     assert all(p.grad is None for p in fast_net.parameters())
     assert torch.is_grad_enabled()  # the step's own grad-mode switch was undone
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("cls, kwargs", [(torch.optim.Adam, {"fused": True}), (torch.optim.Adam, {"capturable": True}),
+                                         (torch.optim.AdamW, {})])
+def test_step_and_clear_grads_on_cuda_change_parameters_and_state_exactly_as_the_methods(cls, kwargs):
+    test_step_and_clear_grads_change_parameters_and_state_exactly_as_the_methods(cls, kwargs, "cuda")
 
 
 def test_step_runs_the_hooks_the_profiler_ranges_and_replaced_steps_as_the_method_does():
