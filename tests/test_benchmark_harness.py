@@ -60,3 +60,32 @@ def test_the_versus_benchmark_without_stable_baselines3_says_so_and_stops(monkey
     monkeypatch.setitem(sys.modules, "stable_baselines3", None)  # as if not installed: import raises
     assert versus.main() is None
     assert versus.SKIP_MESSAGE in capsys.readouterr().out
+
+
+def test_the_target_table_sets_each_printed_ratio_against_its_target():
+    from benchmarks.__main__ import target_table
+
+    output = "\n".join([
+        "== buffers",
+        "buffer append (dict): library 0.0100 ms, floor 0.0050 ms, ratio 2.00 (11 repeats)",
+        "buffer append (dict, check_finite=False; info): library 0.0100 ms, floor 0.0050 ms, ratio 2.60 (11 repeats)",
+        "update_priority(256) in 100k: library 0.2 ms, floor 0.1 ms, ratio 1.60 (11 repeats)",
+        "DQN, CartPole-v1, loop (CPU time per step): library 1.5 ms, floor 1.4 ms, ratio 1.07 (21 repeats, median)",
+        "DQN, CartPole-v1, loop (wall time per step): library 1.5 ms, floor 1.6 ms, ratio 0.94 (21 repeats, median)",
+        "compiled SAC update vs eager floor: library 1 ms, floor 2 ms, ratio 0.50 (11 repeats, wall)",
+        "compiled SAC update vs eager floor: library 1 ms, floor 1.2 ms, ratio 0.83 (11 repeats, wall)",
+    ])
+    table = target_table(output)
+    assert table[:2] == ["| row | target | ratio | met |", "| --- | --- | --- | --- |"]
+    rows = {line for line in table[2:]}
+    assert "| buffer append (dict) | <= 2.5 | 2.00 | yes |" in rows
+    assert not any("check_finite=False" in line for line in rows)  # an info row, not the target's
+    assert "| update_priority(256) in 100k | <= 1.5 | 1.60 | no |" in rows
+    assert "| DQN, CartPole-v1, loop (CPU time per step) | <= 1 | 1.07 | no |" in rows
+    assert not any("wall time" in line for line in rows)
+    assert {"| compiled SAC update vs eager floor | <= 0.7 | 0.50 | yes |",
+            "| compiled SAC update vs eager floor | <= 0.7 | 0.83 | no |"} <= rows
+    assert "| compiled PPO update | <= 0.7 | not run | - |" in rows
+    assert len(table) == 2 + 5 + 7  # 5 ratios of 4 targets found, 7 targets not run
+    assert len(target_table(output, every_module=False)) == 2 + 5  # some modules only: found rows only
+    assert target_table("== safe_call\nsafe_call: library 1 ms, floor 1 ms, ratio 1.00 (9 repeats)", False) == []
