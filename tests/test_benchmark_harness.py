@@ -89,3 +89,39 @@ def test_the_target_table_sets_each_printed_ratio_against_its_target():
     assert len(table) == 2 + 5 + 7  # 5 ratios of 4 targets found, 7 targets not run
     assert len(target_table(output, every_module=False)) == 2 + 5  # some modules only: found rows only
     assert target_table("== safe_call\nsafe_call: library 1 ms, floor 1 ms, ratio 1.00 (9 repeats)", False) == []
+
+
+def test_the_original_benchmark_without_its_source_says_so_and_stops(monkeypatch, tmp_path, capsys):
+    from benchmarks import original
+
+    monkeypatch.setenv("MACHIN_ORIGINAL", str(tmp_path))  # no machin package there
+    assert original.original_path() is None
+    assert original.main() is None
+    assert original.SKIP_MESSAGE in capsys.readouterr().out
+    (tmp_path / "machin").mkdir()
+    (tmp_path / "machin" / "__init__.py").write_text("")
+    assert original.original_path() == tmp_path
+    with pytest.raises(RuntimeError, match="process of its own"):  # this process has machin imported
+        original.import_original(tmp_path)
+
+
+def test_the_original_benchmark_table_divides_the_two_ratios():
+    from benchmarks import original
+
+    lines = original.table({"append": 1.25, "DQN loop": 1.1, "new path": 1.0}, {"append": 25.0, "DQN loop": 3.3})
+    assert lines[2:] == ["| append | 1.25 | 25.00 | 20.0x |", "| DQN loop | 1.10 | 3.30 | 3.0x |"]
+
+
+def test_the_stand_ins_of_missing_modules_accept_what_the_original_does_with_them():
+    from benchmarks.original import _Inert, _InertModule
+
+    module = _InertModule("colorlog")
+    formatter = module.ColoredFormatter("%(message)s", log_colors={"INFO": "green"})  # built at import time
+    formatter.format(object()).anything()
+
+    class Env(_InertModule("gym").Env):  # subclassed at import time
+        pass
+
+    assert isinstance(Env().reset(seed=0), _Inert)
+    with pytest.raises(AttributeError):  # dunder lookups (hasattr, copy, pickle) see a plain module
+        assert module.__version__ is None
