@@ -70,9 +70,14 @@ def replay_data(n=20_000):
 
 def fill(agent, data):
     s, a, r, s2, d = data
-    agent.replay_buffer.extend(
-        Transition(state={"state": s[i:i + 1]}, action={"action": a[i:i + 1]}, next_state={"state": s2[i:i + 1]},
-                   reward=float(r[i]), terminal=bool(d[i])) for i in range(s.shape[0]))
+    rows = (Transition(state={"state": s[i:i + 1]}, action={"action": a[i:i + 1]}, next_state={"state": s2[i:i + 1]},
+                       reward=float(r[i]), terminal=bool(d[i])) for i in range(s.shape[0]))
+    extend = getattr(agent.replay_buffer, "extend", None)
+    if extend is None:  # Machin 0.3.4's buffer (benchmarks/original.py) stores one at a time
+        for row in rows:
+            agent.replay_buffer.append(row)
+    else:
+        extend(rows)
 
 
 DEVICE = torch.device("cpu")
@@ -238,28 +243,34 @@ def main(device: str = "cpu") -> None:
         sac_bench(data, mse)
         return
 
+    ddpg_bench(data, mse)
+    td3_bench(data, mse)
+    sac_bench(data, mse)
+    ppo_bench()
+
+
+def ddpg_bench(data, mse) -> float:
     actor, critic = Actor(), Critic()
     ddpg = DDPG(copy.deepcopy(actor), copy.deepcopy(actor), copy.deepcopy(critic), copy.deepcopy(critic),
                 torch.optim.Adam, mse, batch_size=B, update_rate=TAU, replay_size=len(data[0]))
     fill(ddpg, data)
     floor = ddpg_floor((copy.deepcopy(actor), copy.deepcopy(actor), [copy.deepcopy(critic)], [copy.deepcopy(critic)]),
                        data)
-    compare("DDPG update", ddpg.update, floor, number=50, repeats=11)
+    return compare("DDPG update", ddpg.update, floor, number=50, repeats=11)
 
-    critic2 = Critic()
+
+def td3_bench(data, mse) -> float:
+    actor, critic, critic2 = Actor(), Critic(), Critic()
     td3 = TD3(copy.deepcopy(actor), copy.deepcopy(actor), copy.deepcopy(critic), copy.deepcopy(critic),
               copy.deepcopy(critic2), copy.deepcopy(critic2), torch.optim.Adam, mse, batch_size=B, update_rate=TAU,
               replay_size=len(data[0]))
     fill(td3, data)
     floor = ddpg_floor((copy.deepcopy(actor), copy.deepcopy(actor), [copy.deepcopy(critic), copy.deepcopy(critic2)],
                         [copy.deepcopy(critic), copy.deepcopy(critic2)]), data, twin=True, delay=2)
-    compare("TD3 update", td3.update, floor, number=50, repeats=11)
-
-    sac_bench(data, mse)
-    ppo_bench()
+    return compare("TD3 update", td3.update, floor, number=50, repeats=11)
 
 
-def sac_bench(data, mse):
+def sac_bench(data, mse) -> float:
     gactor, critic, critic2 = GaussianActor().to(DEVICE), Critic().to(DEVICE), Critic().to(DEVICE)
     sac = SAC(copy.deepcopy(gactor), copy.deepcopy(critic), copy.deepcopy(critic), copy.deepcopy(critic2),
               copy.deepcopy(critic2), torch.optim.Adam, mse, batch_size=B, update_rate=TAU,
@@ -267,7 +278,7 @@ def sac_bench(data, mse):
     fill(sac, data)
     floor = sac_floor((copy.deepcopy(gactor), [copy.deepcopy(critic), copy.deepcopy(critic2)],
                        [copy.deepcopy(critic), copy.deepcopy(critic2)]), data)
-    compare(f"SAC update on {DEVICE}", sac.update, floor, number=50, repeats=11, clock=clock_for(DEVICE))
+    return compare(f"SAC update on {DEVICE}", sac.update, floor, number=50, repeats=11, clock=clock_for(DEVICE))
 
 
 if __name__ == "__main__":

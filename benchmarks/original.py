@@ -22,7 +22,8 @@ floors cancel out machine drift between the two processes). Rows:
   ``update()``), 11 paired repeats of 200 steps. The original's ``act_discrete_with_noise``
   samples from the softmax of the Q values instead of acting epsilon-greedily (one network
   call either way), and its ``act_with_noise`` returns actions attached to the actor's graph,
-  which its loop detaches before handing them to the environment.
+  which its loop detaches before handing them to the environment;
+* the ``update()`` of DDPG, TD3 and SAC on a filled buffer, as in ``ac_updates.py``.
 
 Each library builds its optimizers as its users get them: machin torch's fused Adam from
 ``torch.optim.Adam``, the original the default (per-tensor) Adam.
@@ -119,10 +120,11 @@ def measure(original: bool = False) -> Dict[str, float]:
         original: This process imported the original (see :func:`import_original`).
     """
     import numpy as np
+    import torch
 
     from machin.frame.buffers import Buffer, PrioritizedBuffer
 
-    from . import buffers, loops
+    from . import ac_updates, buffers, loops
     from .common import compare, setup_torch
 
     setup_torch()
@@ -184,6 +186,11 @@ def measure(original: bool = False) -> Dict[str, float]:
         ddpg.agent.act_with_noise = lambda *args, **kwargs: act(ddpg.agent, *args, **kwargs).detach()
     ratios["DDPG loop"] = loops.compare_loops("DDPG, Pendulum-v1,", ddpg, loops.FloorDDPG(actor, critic),
                                               repeats=11, show_store=False)["cpu"]
+
+    data, mse = ac_updates.replay_data(), torch.nn.MSELoss(reduction="sum")
+    ratios["DDPG update"] = ac_updates.ddpg_bench(data, mse)
+    ratios["TD3 update"] = ac_updates.td3_bench(data, mse)
+    ratios["SAC update"] = ac_updates.sac_bench(data, mse)
     return ratios
 
 
