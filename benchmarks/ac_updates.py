@@ -199,8 +199,14 @@ def ppo_setup(device="cpu", store=True):
     mse = nn.MSELoss(reduction="sum")
     value_t, gae_t = torch.tensor(values, device=device).view(-1, 1), torch.tensor(gaes, device=device).view(-1, 1)
 
+    extend = getattr(ppo.replay_buffer, "extend", None)
+
     def library():
-        ppo.replay_buffer.extend(episode, required_attrs=())
+        if extend is None:  # Machin 0.3.4's buffer (benchmarks/original.py) stores one at a time
+            for row in episode:
+                ppo.replay_buffer.append(row, required_attrs=())
+        else:
+            extend(episode, required_attrs=())
         ppo.update()
 
     stored = (torch.cat(list(states)).to(device), torch.cat(list(actions)).to(device))
@@ -227,9 +233,9 @@ def ppo_setup(device="cpu", store=True):
     return ppo, library, floor, f"PPO update ({rollout}-step rollout, {actor_times}+{critic_times} steps of {batch})"
 
 
-def ppo_bench():
+def ppo_bench() -> float:
     _, library, floor, name = ppo_setup()
-    compare(name, library, floor, number=3, repeats=9, warmup=1)
+    return compare(name, library, floor, number=3, repeats=9, warmup=1)
 
 
 def main(device: str = "cpu") -> None:

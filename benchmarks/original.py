@@ -23,7 +23,9 @@ floors cancel out machine drift between the two processes). Rows:
   samples from the softmax of the Q values instead of acting epsilon-greedily (one network
   call either way), and its ``act_with_noise`` returns actions attached to the actor's graph,
   which its loop detaches before handing them to the environment;
-* the ``update()`` of DDPG, TD3 and SAC on a filled buffer, as in ``ac_updates.py``.
+* the ``update()`` of DDPG, TD3 and SAC on a filled buffer, and PPO storing a 2048-step rollout
+  and updating on it, as in ``ac_updates.py`` (the original stores the rollout one transition at
+  a time: its buffer has no ``extend``).
 
 Each library builds its optimizers as its users get them: machin torch's fused Adam from
 ``torch.optim.Adam``, the original the default (per-tensor) Adam.
@@ -191,6 +193,7 @@ def measure(original: bool = False) -> Dict[str, float]:
     ratios["DDPG update"] = ac_updates.ddpg_bench(data, mse)
     ratios["TD3 update"] = ac_updates.td3_bench(data, mse)
     ratios["SAC update"] = ac_updates.sac_bench(data, mse)
+    ratios["PPO store + update"] = ac_updates.ppo_bench()
     return ratios
 
 
