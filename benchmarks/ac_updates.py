@@ -68,16 +68,22 @@ def replay_data(n=20_000):
             torch.randn(n, S, generator=g), (torch.rand(n, 1, generator=g) < 0.01).float())
 
 
+def store_all(buffer, rows, **kwargs):
+    """``buffer.extend(rows)``; one ``append`` per row where a buffer has no ``extend`` (Machin 0.3.4's,
+    in ``benchmarks/original.py``)."""
+    extend = getattr(buffer, "extend", None)
+    if extend is None:
+        for row in rows:
+            buffer.append(row, **kwargs)
+    else:
+        extend(rows, **kwargs)
+
+
 def fill(agent, data):
     s, a, r, s2, d = data
-    rows = (Transition(state={"state": s[i:i + 1]}, action={"action": a[i:i + 1]}, next_state={"state": s2[i:i + 1]},
-                       reward=float(r[i]), terminal=bool(d[i])) for i in range(s.shape[0]))
-    extend = getattr(agent.replay_buffer, "extend", None)
-    if extend is None:  # Machin 0.3.4's buffer (benchmarks/original.py) stores one at a time
-        for row in rows:
-            agent.replay_buffer.append(row)
-    else:
-        extend(rows)
+    store_all(agent.replay_buffer, (
+        Transition(state={"state": s[i:i + 1]}, action={"action": a[i:i + 1]}, next_state={"state": s2[i:i + 1]},
+                   reward=float(r[i]), terminal=bool(d[i])) for i in range(s.shape[0])))
 
 
 DEVICE = torch.device("cpu")
@@ -199,14 +205,8 @@ def ppo_setup(device="cpu", store=True):
     mse = nn.MSELoss(reduction="sum")
     value_t, gae_t = torch.tensor(values, device=device).view(-1, 1), torch.tensor(gaes, device=device).view(-1, 1)
 
-    extend = getattr(ppo.replay_buffer, "extend", None)
-
     def library():
-        if extend is None:  # Machin 0.3.4's buffer (benchmarks/original.py) stores one at a time
-            for row in episode:
-                ppo.replay_buffer.append(row, required_attrs=())
-        else:
-            extend(episode, required_attrs=())
+        store_all(ppo.replay_buffer, episode, required_attrs=())
         ppo.update()
 
     stored = (torch.cat(list(states)).to(device), torch.cat(list(actions)).to(device))
