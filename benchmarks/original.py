@@ -1,17 +1,16 @@
 """machin against the original Machin 0.3.4 on the paths both have, each timed against the same floor.
 
-The original's source is not part of this repository (nor installable on a current stack: its
+The original's source is not part of this repository, nor installable on a current stack: its
 package imports ``gym``, ``colorlog``, ``torchviz``, ``moviepy`` and ``GPUtil``, and uses
-``torch.distributed`` functions and numpy aliases removed since). Where a copy of its source tree is found (the
-directory holding its ``machin`` package: ``$MACHIN_ORIGINAL``, by default
+``torch.distributed`` functions and numpy aliases removed since. Where a copy of its source tree
+is found (the directory holding its ``machin`` package: ``$MACHIN_ORIGINAL``, by default
 ``../shared/reference/machin-0.3.4`` beside the repository), this benchmark imports it with those
-modules replaced by inert stand-ins that nothing on the timed paths calls (and the numpy aliases
-put back); otherwise it says so
-and stops. Run it with ``python -m benchmarks.original``.
+modules replaced by inert stand-ins that nothing on the timed paths calls, and the numpy aliases
+put back; otherwise it says so and stops. Run it with ``python -m benchmarks.original``.
 
 Both packages are called ``machin``, so each side runs in a process of its own: the same rows of
-``buffers.py`` and ``loops.py`` code, each library against the same hand-written floor, measured
-in the same process as the library. The table then sets the two ratios side by side; their
+``buffers.py``, ``loops.py`` and ``ac_updates.py`` code, each library against the same hand-written
+floor, measured in the same process as the library. The table then sets the two ratios side by side; their
 quotient is how many times less time machin takes than the original for the same work (the
 floors cancel out machine drift between the two processes). Rows:
 
