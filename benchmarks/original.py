@@ -37,6 +37,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import types
 from pathlib import Path
 from typing import Any, Dict, List, Optional
@@ -196,19 +197,41 @@ def measure(original: bool = False) -> Dict[str, float]:
     return ratios
 
 
+def run_child(command: List[str], prefix: str, timeout: float) -> Optional[Dict[str, float]]:
+    """Run ``command`` (from the repository root), printing its output live behind ``prefix``; its RESULT.
+
+    The child is killed after ``timeout`` seconds. Raises ``RuntimeError`` when it fails, is
+    killed or prints no RESULT line (its output, tracebacks included, was printed already).
+    """
+    child = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    killed = threading.Event()
+
+    def kill() -> None:
+        killed.set()
+        child.kill()
+
+    watchdog = threading.Timer(timeout, kill)
+    watchdog.start()
+    result = None
+    try:
+        for line in child.stdout:
+            if line.startswith(_RESULT):
+                result = json.loads(line[len(_RESULT):])
+            else:
+                print(f"{prefix}{line.rstrip()}", flush=True)
+        code = child.wait()
+    finally:
+        watchdog.cancel()
+        child.stdout.close()
+    if code != 0 or result is None:
+        why = f"killed after {timeout:g} s" if killed.is_set() else f"exit {code}"
+        raise RuntimeError(f"{' '.join(command)} failed ({why}; its output is above)")
+    return result
+
+
 def _side(which: str, path: Path, timeout: float) -> Dict[str, float]:
-    """Run :func:`measure` in a child process for ``which`` side; its printed lines pass through."""
-    command = [sys.executable, "-m", "benchmarks.original", which, str(path)]
-    child = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
-    ratios = None
-    for line in child.stdout.splitlines():
-        if line.startswith(_RESULT):
-            ratios = json.loads(line[len(_RESULT):])
-        else:
-            print(f"  [{which}] {line}", flush=True)
-    if child.returncode != 0 or ratios is None:
-        raise RuntimeError(f"the {which} side failed (exit {child.returncode}):\n{child.stderr[-4000:]}")
-    return ratios
+    """Run :func:`measure` in a child process for ``which`` side."""
+    return run_child([sys.executable, "-m", "benchmarks.original", which, str(path)], f"  [{which}] ", timeout)
 
 
 def table(machin: Dict[str, float], original: Dict[str, float]) -> List[str]:

@@ -125,3 +125,18 @@ def test_the_stand_ins_of_missing_modules_accept_what_the_original_does_with_the
     assert isinstance(Env().reset(seed=0), _Inert)
     with pytest.raises(AttributeError):  # dunder lookups (hasattr, copy, pickle) see a plain module
         assert module.__version__ is None
+
+
+def test_a_benchmark_child_prints_live_returns_its_result_and_is_killed_when_it_hangs(capsys):
+    from benchmarks.original import run_child
+
+    talk = "print('first'); print('RESULT ' + '{\"append\": 1.5}'); print('last')"
+    assert run_child([sys.executable, "-c", talk], "  [side] ", timeout=60) == {"append": 1.5}
+    assert capsys.readouterr().out.splitlines() == ["  [side] first", "  [side] last"]
+    with pytest.raises(RuntimeError, match="exit 3"):
+        run_child([sys.executable, "-c", "import sys; print('RESULT {}'); sys.exit(3)"], "", timeout=60)
+    with pytest.raises(RuntimeError, match="exit 0"):  # finished without a result
+        run_child([sys.executable, "-c", "print('nothing')"], "", timeout=60)
+    with pytest.raises(RuntimeError, match="killed after 1 s"):
+        run_child([sys.executable, "-c", "import time; print('waiting', flush=True); time.sleep(60)"], "", timeout=1)
+    assert "waiting" in capsys.readouterr().out
