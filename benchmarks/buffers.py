@@ -145,6 +145,7 @@ class FloorSumTree:
         self.shifts = np.arange(1, self.first.bit_length())
         self.owner = np.zeros(size, dtype=np.int64)
         self.order = np.arange(4096)
+        self.max_weight = 1.0  # the running maximum a default priority takes (never lowered)
 
     def total(self) -> float:
         return float(self.tree[1])
@@ -181,6 +182,12 @@ class FloorSumTree:
         nodes, weights = index[last] + self.first, weights[last]
         np.add.at(self.tree, nodes[:, None] >> self.shifts, (weights - self.tree[nodes])[:, None])
         self.tree[nodes] = weights
+
+    def update_priorities(self, index: np.ndarray, priorities: np.ndarray) -> None:
+        """What ``update_priority`` does: weights ``(|p| + 0.01) ** 0.6``, and the running maximum."""
+        weights = (np.abs(priorities) + 0.01) ** 0.6
+        self.update(index, weights)
+        self.max_weight = max(self.max_weight, weights.max())
 
 
 def bench_append() -> None:
@@ -264,7 +271,6 @@ def bench_prioritized_append() -> None:
     floor, tree = FloorColumns(size), FloorSumTree(size)
     tree.set_all(np.ones(size))
     counter = {"lib": 0, "floor": 0}
-    running_max = [1.0]
 
     def library():
         i = counter["lib"] = (counter["lib"] + 1) % len(dicts)
@@ -272,7 +278,7 @@ def bench_prioritized_append() -> None:
 
     def floor_append():
         i = counter["floor"] = (counter["floor"] + 1) % len(dicts)
-        tree.update_one(floor.append(dicts[i]), running_max[0])
+        tree.update_one(floor.append(dicts[i]), tree.max_weight)
 
     compare("prioritized append (dict, default priority) into 500k", library, floor_append, number=2000)
 
@@ -294,7 +300,6 @@ def bench_prioritized() -> None:
         _, _, index, _ = buffer.sample_batch(BATCH)
         updates.append((rng.random(BATCH), index))
     counter = {"lib": 0, "floor": 0}
-    running_max = [1.0]
 
     def library_update():
         i = counter["lib"] = (counter["lib"] + 1) % len(updates)
@@ -303,9 +308,7 @@ def bench_prioritized() -> None:
     def floor_update():
         i = counter["floor"] = (counter["floor"] + 1) % len(updates)
         new, index = updates[i]
-        weights = (np.abs(new) + 0.01) ** 0.6
-        tree.update(index, weights)
-        running_max[0] = max(running_max[0], weights.max())
+        tree.update_priorities(index, new)
 
     compare("update_priority(256) in 100k", library_update, floor_update, number=500)
 

@@ -161,7 +161,7 @@ def measure(original: bool = False) -> Dict[str, float]:
     tree.set_all(np.ones(stored))
     ratios["prioritized append"] = compare(
         "prioritized append into 100k", cycling("lib", per.append),
-        cycling("floor", lambda d: tree.update_one(floor.append(d), 1.0)), number=2000)
+        cycling("floor", lambda d: tree.update_one(floor.append(d), tree.max_weight)), number=2000)
 
     rng = np.random.default_rng(0)
     updates = [(rng.random(256) + 0.1, rng.choice(stored, 256, replace=False)) for _ in range(16)]
@@ -174,7 +174,7 @@ def measure(original: bool = False) -> Dict[str, float]:
     def floor_update():
         i = turn["floor"] = (turn["floor"] + 1) % len(updates)
         new, index = updates[i]
-        tree.update(index, (np.abs(new) + 0.01) ** 0.6)
+        tree.update_priorities(index, new)
 
     ratios["update_priority"] = compare("update_priority(256) in 100k", library_update, floor_update, number=500)
 
