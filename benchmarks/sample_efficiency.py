@@ -51,7 +51,8 @@ DQN, CartPole-v1: 50k steps, MLP 256-256 ReLU, Adam lr 2.3e-3, batch 64, buffer 
     steps the target during a burst is therefore the online network as the burst started.
     machin counts updates, and ``update_steps=128`` (a copy after every burst) gives the
     same targets exactly. ``learning_starts`` is also, as in SB3, a phase of uniformly
-    random actions (see "Warm-up" below).
+    random actions (see "Warm-up" below). ``--dqn-mode double`` trains machin's default
+    rule instead (the online network picks the next action, the target network values it).
 PPO, CartPole-v1: 8 environments, 100k steps, n_steps 32 (rollouts of 256 transitions),
     batch 256, 20 epochs, gamma 0.98, gae_lambda 0.8, ent_coef 0, learning rate linear
     from 1e-3 to 0 and clip range linear from 0.2 to 0 (``LinearSchedule`` driven by the
@@ -135,6 +136,8 @@ _FRESH_STARTS = False
 # ``--final-episodes N``: after training, the greedy policy plays N more episodes (reset with
 # seed + 2 * 10**6 + j, starts no evaluation used) and their mean is reported as "final N".
 _FINAL_EPISODES = 0
+# ``--dqn-mode``: the DQN task's target rule; "fixed_target" is SB3's, "double" machin's default.
+_DQN_MODE = "fixed_target"
 SKIP_MESSAGE = "sample_efficiency: skipped (run by name: python -m benchmarks sample_efficiency)"
 
 
@@ -330,7 +333,7 @@ class _Trainer(Trainer):
 
 def _train_dqn(task: Task, steps: int, seed: int, eval_episodes: int) -> Any:
     dqn = DQN(QNet(4, 2), QNet(4, 2), torch.optim.Adam, nn.SmoothL1Loss(),
-              mode="fixed_target", update_rate=None, update_steps=128, learning_rate=2.3e-3,
+              mode=_DQN_MODE, update_rate=None, update_steps=128, learning_rate=2.3e-3,
               batch_size=64, replay_size=100_000, discount=0.99, gradient_max=10.0,
               epsilon=LinearSchedule(1.0, 0.04, 0.16))
     trainer = _Trainer(dqn, _make(task.env_id), eval_env=_make(task.env_id), act_method="act_discrete_with_noise",
@@ -459,19 +462,21 @@ def _train_sb3(name: str, task: Task, steps: int, seed: int, eval_episodes: int)
 
 
 def run_seed(name: str, seed: int, steps_scale: float = 1.0, eval_episodes: int = 5,
-             library: str = "machin", eval_starts: str = "same", final_episodes: int = 0) -> Dict[str, Any]:
+             library: str = "machin", eval_starts: str = "same", final_episodes: int = 0,
+             dqn_mode: str = "fixed_target") -> Dict[str, Any]:
     """Train task ``name`` with seed ``seed``; return its evaluations and summary (a JSON-able dict).
 
     ``library="sb3"`` trains it with Stable-Baselines3 instead. ``eval_starts="fresh"`` resets
     every evaluation's episodes with seeds of its own (see ``_FRESH_STARTS``); ``final_episodes``
-    adds a final evaluation of that many episodes (``final_eval``, see ``_FINAL_EPISODES``).
+    adds a final evaluation of that many episodes (``final_eval``, see ``_FINAL_EPISODES``);
+    ``dqn_mode`` is the machin DQN's ``mode`` (see ``_DQN_MODE``).
 
     Keys: ``task``, ``library``, ``seed``, ``budget``, ``steps_taken``, ``eval_steps``, ``eval_returns``,
     ``steps_to_threshold`` (``None``: never reached), ``final_return`` (the evaluation at the
     budget; ``None`` when there was none), ``cpu_seconds`` and ``wall_seconds``.
     """
-    global _FRESH_STARTS, _FINAL_EPISODES
-    _FRESH_STARTS, _FINAL_EPISODES = eval_starts == "fresh", final_episodes
+    global _FRESH_STARTS, _FINAL_EPISODES, _DQN_MODE
+    _FRESH_STARTS, _FINAL_EPISODES, _DQN_MODE = eval_starts == "fresh", final_episodes, dqn_mode
     task = TASKS[name]
     budget = max(1, int(round(task.steps * steps_scale)))
     torch.set_num_threads(1)
@@ -553,15 +558,16 @@ def print_table(rows: List[Dict[str, Any]]) -> None:
 
 def run(tasks: Sequence[str], seeds: int, workers: Optional[int], steps_scale: float = 1.0,
         eval_episodes: int = 5, json_path: Optional[str] = None, library: str = "machin",
-        eval_starts: str = "same", final_episodes: int = 0) -> List[Dict[str, Any]]:
+        eval_starts: str = "same", final_episodes: int = 0, dqn_mode: str = "fixed_target") -> List[Dict[str, Any]]:
     """Run every (task, seed), ``workers`` at a time; print one line per run and the table."""
-    jobs = [(name, seed, steps_scale, eval_episodes, library, eval_starts, final_episodes)
+    jobs = [(name, seed, steps_scale, eval_episodes, library, eval_starts, final_episodes, dqn_mode)
             for name in tasks for seed in range(seeds)]
     # the longest runs first, so that the last worker to finish does not start late
     jobs.sort(key=lambda job: {"sac": 0, "td3": 1, "dqn": 2, "ppo": 3}[job[0]])
     workers = min(len(jobs), workers or os.cpu_count() or 1)
     print(f"{library}: {len(jobs)} runs ({', '.join(tasks)} x {seeds} seeds), {workers} worker process(es), "
-          f"one torch thread each, budgets x{steps_scale:g}, evaluation starts: {eval_starts}", flush=True)
+          f"one torch thread each, budgets x{steps_scale:g}, evaluation starts: {eval_starts}"
+          + (f", DQN mode {dqn_mode}" if "dqn" in tasks and library == "machin" else ""), flush=True)
     started, runs = time.perf_counter(), []
 
     def report(result: Dict[str, Any]) -> None:
@@ -615,13 +621,16 @@ def main(argv: Optional[List[str]] = None) -> Optional[List[Dict[str, Any]]]:
     parser.add_argument("--final-episodes", type=int, default=0,
                         help="after training, evaluate the greedy policy on this many more episodes and report "
                              "their mean next to the last evaluation (default 0: none)")
+    parser.add_argument("--dqn-mode", choices=["fixed_target", "double"], default="fixed_target",
+                        help="machin DQN's target rule: SB3's max over the target network (default) or machin's "
+                             "default double DQN")
     args = parser.parse_args(argv)
     if args.seeds < 1 or (args.workers is not None and args.workers < 1) or args.steps_scale <= 0:
         parser.error("--seeds and --workers must be positive, --steps-scale greater than 0")
     if args.final_episodes < 0:
         parser.error("--final-episodes must be 0 or more")
     return run(args.tasks, args.seeds, args.workers, args.steps_scale, args.eval_episodes, args.json, args.library,
-               args.eval_starts, args.final_episodes)
+               args.eval_starts, args.final_episodes, args.dqn_mode)
 
 
 if __name__ == "__main__":

@@ -41,6 +41,24 @@ def test_fresh_evaluation_starts_differ_between_evaluations():
     assert sample_efficiency._eval_seed(3, 1, 0) == sample_efficiency._eval_seed(3, 2, 0) == 3 + 10**6
 
 
+def test_dqn_mode_reaches_the_dqn_task(monkeypatch, capsys):
+    modes = []
+
+    class RecordingDQN(sample_efficiency.DQN):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            modes.append(self.mode)
+
+    monkeypatch.setattr(sample_efficiency, "DQN", RecordingDQN)
+    sample_efficiency.main(["--tasks", "dqn", "--seeds", "1", "--workers", "1", "--steps-scale", "0.02",
+                            "--dqn-mode", "double"])
+    assert modes == ["double"] and "DQN mode double" in capsys.readouterr().out
+    sample_efficiency.run_seed("dqn", 0, steps_scale=0.02)
+    assert modes == ["double", "fixed_target"]  # SB3's rule unless asked
+    with pytest.raises(SystemExit):
+        sample_efficiency.main(["--dqn-mode", "vanilla"])
+
+
 def test_the_command_line_writes_the_table_and_the_json(tmp_path, capsys):
     path = tmp_path / "runs.json"
     rows = sample_efficiency.main(["--tasks", "dqn", "--seeds", "2", "--workers", "1", "--steps-scale", "0.02",
