@@ -17,6 +17,7 @@ import torch
 
 from ...utils.compat import warn_caller
 from ..buffers import Buffer, PrioritizedBuffer
+from ..buffers.buffer import DEFAULT_REQUIRED_ATTRS
 from ..returns import n_step_episode
 from ..transition import Transition
 from .options import BufferOptions, Option, optional, positive_int
@@ -24,7 +25,7 @@ from .options import BufferOptions, Option, optional, positive_int
 __all__ = ["REQUIRED_ATTRS", "SampledBatch", "make_batch", "bellman_target", "value_loss", "ReplayMixin",
            "PrioritizedReplayMixin"]
 
-REQUIRED_ATTRS = ("state", "action", "next_state", "reward", "terminal")
+REQUIRED_ATTRS = DEFAULT_REQUIRED_ATTRS  # state, action, next_state, reward, terminal (Buffer._append_dict's)
 SAMPLE_ATTRS = ["state", "action", "reward", "next_state", "terminal", "*"]
 
 
@@ -143,7 +144,12 @@ class ReplayMixin(BufferOptions):
                 f"{type(self).__name__} with n_step={self.n_step} computes n-step returns over whole "
                 f"episodes: call store_episode instead of store_transition"
             )
-        self.replay_buffer.append(transition, required_attrs=REQUIRED_ATTRS)
+        buffer = self.replay_buffer
+        if type(transition) is dict:  # the usual loop: one call where the buffer offers it (see Buffer)
+            append = getattr(buffer, "_append_dict", None)
+            if append is not None and append(buffer, transition) is not None:
+                return
+        buffer.append(transition, required_attrs=REQUIRED_ATTRS)
 
     def store_episode(self, episode: List[Union[Transition, Dict[str, Any]]]) -> None:
         """Store every step of an episode in one write (as n-step transitions when ``n_step > 1``).

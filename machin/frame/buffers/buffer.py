@@ -158,7 +158,7 @@ class _FastLayout:
     """
 
     __slots__ = ("nkeys", "keys", "custom_names", "tensors", "scalars", "others", "targets", "required",
-                 "store_dict", "row_dict", "gathers")
+                 "append_dict", "append_default", "row_dict", "gathers")
 
     def __init__(self, buffer: Buffer):
         self.keys = frozenset(buffer._keys)
@@ -190,7 +190,9 @@ class _FastLayout:
                 scalar_targets.append(view[:, 0])
         self.tensors, self.scalars, self.others = tuple(tensors), tuple(scalars), tuple(others)
         self.targets = tuple(tensor_targets + scalar_targets + other_targets)
-        self.store_dict, self.row_dict = _dict_functions(self)
+        self.append_dict, self.row_dict = _dict_functions(self, buffer)
+        # What a buffer offers as ``_append_dict``: dicts of this layout meet the default required attributes.
+        self.append_default = self.append_dict if set(DEFAULT_REQUIRED_ATTRS) <= self.keys else None
         # Concatenated samples of a list of attributes, by (attributes, default dtype): see _gather_function.
         self.gathers: Dict[Tuple[Any, ...], Callable[[torch.Tensor, np.ndarray], Tuple[Any, ...]]] = {}
 
@@ -212,24 +214,27 @@ def _host_array_lines(name: str) -> List[str]:
     return [f"try: {name} = {name}.numpy()", f"except TypeError: {name} = {name}.cpu().numpy()"]
 
 
-def _dict_functions(plan: _FastLayout) -> Tuple[Callable[[Dict[str, Any], bool, int], bool],
-                                                  Callable[[Dict[str, Any], bool], Optional[tuple]]]:
-    """``store(values, check, i)`` and ``row(values, check)``: the checks of a transition dict against ``plan``.
+def _dict_functions(plan: _FastLayout, buffer: Buffer) -> Tuple[Callable[[Buffer, Dict[str, Any]], Optional[int]],
+                                                                  Callable[[Dict[str, Any], bool], Optional[tuple]]]:
+    """``append(buffer, values)`` and ``row(values, check)``: a transition dict checked against ``plan``.
 
     The checks :meth:`Buffer._fast_row` makes of a :class:`Transition`, for a dict and unrolled
     for this one layout (the way ``dataclasses`` writes its methods): no loop over the layout,
     no intermediate list.
-    ``store`` (for ``append``) writes the values to row ``i`` and returns ``True``; it copies
-    tensors on a GPU to the host. ``row`` (for ``extend``) returns the values in the order of
-    ``plan.targets``; it refuses tensors on a GPU (an episode of them is faster the full
-    way, one host copy per column). Both return a false value, having written nothing, for
-    anything the full path must see.
+    ``append`` (for :meth:`Buffer.append`) does the whole append of one dict into ``buffer``, whose
+    columns ``plan`` was made from: it writes the next row, moves the ring's position and size,
+    and returns the row; it copies tensors on a GPU to the host. It returns ``None``, having
+    written nothing, for anything the full path must see, when the columns must grow first,
+    and once ``plan`` is no longer the buffer's layout (so a caller may keep it).
+    ``row`` (for ``extend``) returns the values in the order of ``plan.targets``, or ``False``;
+    it refuses tensors on a GPU (an episode of them is faster the full way, one host copy per
+    column).
     """
     scope: Dict[str, Any] = {"Tensor": torch.Tensor, "dict": dict, "isinstance": isinstance, "copy": copy,
                              "_block_is_finite": _block_is_finite, "isfinite": math.isfinite}
 
-    def checks(to_host: bool) -> Tuple[str, List[str]]:
-        """The indented body that checks ``values`` into ``v0, v1, ...``, and those names."""
+    def checks(to_host: bool, fail: str) -> Tuple[str, List[str]]:
+        """The indented body that checks ``values`` into ``v0, v1, ...`` (returning ``fail`` if one fails), and those names."""
         lines = [f"if len(values) != {plan.nkeys}: return False"]
         finite: List[str] = []  # expressions summed for the finite check
         blocks: List[str] = []  # arrays checked with _block_is_finite
@@ -286,26 +291,37 @@ def _dict_functions(plan: _FastLayout) -> Tuple[Callable[[Dict[str, Any], bool, 
         if tests:
             lines.append("if check:")
             lines += ["    " + t for t in tests]
-        return "\n".join("        " + line for line in lines), written
+        return "\n".join("        " + line.replace("return False", f"return {fail}") for line in lines), written
 
     for j, target in enumerate(plan.targets):
         scope[f"W{j}"] = target
-    store_body, written = checks(to_host=True)
-    row_body, _ = checks(to_host=False)
+    scope["PLAN"] = plan
+    capacity = buffer._capacity
+    append_body, written = checks(to_host=True, fail="None")
+    row_body, _ = checks(to_host=False, fail="False")
     writes = "\n".join(f"    W{j}[i] = {v}" for j, v in enumerate(written))
-    catch = "    except Exception:  # whatever went wrong, the full path reports it properly\n        return False\n"
-    source = (f"def store(values, check, i):\n    try:\n{store_body}\n{catch}{writes}\n    return True\n\n"
-              f"def row(values, check):\n    try:\n{row_body}\n{catch}    return ({', '.join(written)},)\n")
+    catch = "    except Exception:  # whatever went wrong, the full path reports it properly\n        return {}\n"
+    grow = "    if size == {capacity}: return None  # the columns must grow: the full path does that\n"
+    source = (f"def append(buf, values):\n"
+              f"    if buf._fast is not PLAN: return None  # the layout changed since\n"
+              f"    i, size, check = buf._pos, buf._size, buf.check_finite\n"
+              f"{grow.format(capacity=capacity) if capacity < buffer.buffer_size else ''}"
+              f"    try:\n{append_body}\n{catch.format('None')}{writes}\n"
+              f"    buf._pos = i + 1 if i < {capacity - 1} else 0\n"
+              f"    if size < {capacity}: buf._size = size + 1\n"
+              f"    return i\n\n"
+              f"def row(values, check):\n    try:\n{row_body}\n{catch.format('False')}"
+              f"    return ({', '.join(written)},)\n")
     exec(compile(source, f"<machin buffer layout {sorted(plan.keys)}>", "exec"), scope)
-    store, row = scope["store"], scope["row"]
-    store.source = row.source = source
-    return store, row
+    append, row = scope["append"], scope["row"]
+    append.source = row.source = source
+    return append, row
 
 
 def _gather_function(buffer: Buffer, sample_attrs: Sequence[str]) -> Callable[[torch.Tensor, np.ndarray], Tuple[Any, ...]]:
     """``gather(index, rows)``: what ``buffer._gather`` returns for ``sample_attrs``, concatenated.
 
-    Written out for the buffer's present columns (see :func:`_dict_store_function`): every
+    Written out for the buffer's present columns (see :func:`_dict_functions`): every
     column that numpy views is one ``take`` of the rows ``rows`` (the numpy form of the
     storage positions ``index``); other columns (custom ones) go through
     :meth:`_Column.gather`. The result equals that of the general path, for the default
@@ -345,19 +361,21 @@ def _gather_function(buffer: Buffer, sample_attrs: Sequence[str]) -> Callable[[t
     return scope["gather"]
 
 
-def _fast_path_allowed(cls: type) -> Tuple[bool, bool]:
-    """Whether ``cls`` may store through the fast path in ``extend`` and in ``append``.
+def _fast_path_allowed(cls: type) -> Tuple[bool, bool, bool]:
+    """Whether ``cls`` may store through the fast path in ``extend``, in ``append``, and around ``append``.
 
     The fast path stands in for the checking and writing methods of :class:`Buffer`; a
     subclass that overrides one of them stores the full way. ``append`` also skips
     ``extend``, which it may only do where ``extend`` is the one the appending class wrote
     its fast path against (a subclass wrapping ``extend``, e.g. with a lock, keeps it).
+    The third: whether the buffer may offer ``_append_dict`` (see :class:`Buffer`), which
+    stands in for a call of ``append`` itself, so only where that is :meth:`Buffer.append`.
     """
     hooks = ("_as_transition", "_check", "_check_all", "_write", "_reserve", "_create_layout")
     store = all(getattr(cls, h) is getattr(Buffer, h) for h in hooks)
     owner = next(c for c in cls.__mro__ if "append" in vars(c))  # whose append runs
     append = store and vars(owner).get("_has_fast_append", False) and cls.extend is owner.extend
-    return store, append
+    return store, append, append and owner is Buffer
 
 
 class SampleMethodError(ValueError, RuntimeError):
@@ -567,6 +585,13 @@ class Buffer:
     :meth:`sample_batch` for batches). This is what lets a sample method written for
     Machin 0.3.4, which picked transitions from a list, run unchanged.
 
+    For callers that append dicts one at a time (an algorithm's ``store_transition``): once
+    ``append`` has stored a dict with the default required attributes, ``_append_dict`` is
+    a function ``f(buffer, transition_dict)`` that does what ``append(transition_dict)``
+    does for a dict of the same layout, in one call, and returns the row; for anything
+    else it stores nothing and returns ``None``, and the caller calls ``append``. It is
+    ``None`` where the class's ``append`` is not this one.
+
     Not thread-safe.
     """
 
@@ -575,7 +600,7 @@ class Buffer:
 
     def __init_subclass__(cls, **kwargs: Any):
         super().__init_subclass__(**kwargs)
-        cls._fast_store_ok, cls._fast_append_ok = _fast_path_allowed(cls)
+        cls._fast_store_ok, cls._fast_append_ok, cls._direct_append_ok = _fast_path_allowed(cls)
 
     @ignores_extra_args
     def __init__(self, buffer_size: int = 1_000_000, buffer_device: Union[str, torch.device] = "cpu", *,
@@ -607,6 +632,8 @@ class Buffer:
         self._keys: Optional[List[str]] = None
         # The cached layout of the fast path: None until built, False where it cannot be used.
         self._fast: Union[_FastLayout, bool, None] = None
+        # ``append_dict`` of a layout, offered to callers that append dicts (see the class docstring).
+        self._append_dict: Optional[Callable[[Buffer, Dict[str, Any]], Optional[int]]] = None
         self._major: Dict[str, Dict[str, _Column]] = {}
         self._sub: Dict[str, _Column] = {}
         self._custom: Dict[str, _Column] = {}
@@ -626,7 +653,7 @@ class Buffer:
     def _forget_views(self) -> None:
         """Drop the cached numpy views of the columns; call it after moving a column's storage
         (e.g. ``share_memory_()``), which numpy views do not follow."""
-        self._fast = self._spare = None
+        self._fast = self._spare = self._append_dict = None
         for col in self._columns():
             col.view = None
 
@@ -836,7 +863,11 @@ class Buffer:
             position = self._append_fast(transition, required_attrs)
             if position is not None:
                 return position
-        return self.extend([transition], required_attrs)[0]
+        position = self.extend([transition], required_attrs)[0]
+        if self._direct_append_ok and type(transition) is dict:  # the layout is known now: offer its function
+            plan = self._fast_layout()
+            self._append_dict = plan.append_default if plan else None
+        return position
 
     def extend(self, transitions: Iterable[Union[TransitionBase, Dict[str, Any]]],
                required_attrs: Iterable[str] = DEFAULT_REQUIRED_ATTRS) -> List[int]:
@@ -962,7 +993,7 @@ class Buffer:
     def _fast_row(self, plan: _FastLayout, transition: Any, check: bool, to_host: bool = False) -> Optional[list]:
         """The values of a :class:`Transition` in the order of ``plan.targets``, or ``None`` for the full path.
 
-        (Dicts are checked by the layout's generated ``store_dict`` and ``row_dict``.) ``to_host``
+        (Dicts are checked by the layout's generated ``append_dict`` and ``row_dict``.) ``to_host``
         takes tensors on a GPU too, each copied to the host on its own: right for one
         transition; an episode of them is faster the full way (one copy per column).
         """
@@ -1033,19 +1064,20 @@ class Buffer:
                 return None
         if required_attrs is not plan.required and not self._fast_required(plan, required_attrs):
             return None
+        if type(transition) is dict:
+            position = plan.append_dict(self, transition)
+            if position is not None and self._direct_append_ok:
+                self._append_dict = plan.append_default  # (again) after a new layout or clear()
+            return position
         size, cap = self._size, self._capacity
         if size == cap and cap < self.buffer_size:
             return None  # the columns must grow: the full path does that
         i = self._pos
-        if type(transition) is dict:
-            if not plan.store_dict(transition, self.check_finite, i):
-                return None
-        else:
-            row = self._fast_row(plan, transition, self.check_finite, True)
-            if row is None:
-                return None
-            for target, value in zip(plan.targets, row):
-                target[i] = value
+        row = self._fast_row(plan, transition, self.check_finite, True)
+        if row is None:
+            return None
+        for target, value in zip(plan.targets, row):
+            target[i] = value
         self._pos = i + 1 if i + 1 < cap else 0
         if size < cap:
             self._size = size + 1
@@ -1338,7 +1370,7 @@ class Buffer:
         return tuple(result)
 
 
-Buffer._fast_store_ok, Buffer._fast_append_ok = _fast_path_allowed(Buffer)
+Buffer._fast_store_ok, Buffer._fast_append_ok, Buffer._direct_append_ok = _fast_path_allowed(Buffer)
 # Functions whose positions sample_batch trusts (static methods read through an instance are these functions).
 _BUILT_IN_METHODS = frozenset(
     (Buffer.sample_method_random_unique, Buffer.sample_method_random, Buffer.sample_method_all)

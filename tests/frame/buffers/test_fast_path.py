@@ -548,3 +548,130 @@ def test_after_clear_another_layout_or_a_bad_value_is_handled_as_in_an_empty_buf
     assert buffer.size() == 0 and buffer.attribute_names is None  # nothing stored, no layout kept
     buffer.append(other[0])  # so any layout is still welcome
     assert buffer.size() == 1 and buffer.attribute_names == list(other[0])
+
+
+# -- _append_dict: one call per dict, for the algorithms' store_transition ----------------------
+def append_through_append_dict(buffer: Buffer, transition: dict):
+    """What ReplayMixin.store_transition does: the offered function, else append; which one stored."""
+    offered = buffer._append_dict
+    if offered is not None:
+        position = offered(buffer, transition)
+        if position is not None:
+            return position, "direct"
+    return buffer.append(transition), "append"
+
+
+@pytest.mark.parametrize("size", [7, 2000])  # a small ring that wraps; a buffer that grows past 1024 rows
+def test_append_dict_stores_exactly_what_append_stores(size):
+    fast, full = Buffer(size), FullPathBuffer(size)
+    ways = []
+    for i in range(1300):
+        position, way = append_through_append_dict(fast, step(i, note=f"n{i}", count=i))
+        assert position == full.append(step(i, note=f"n{i}", count=i))
+        ways.append(way)
+    assert (fast._pos, fast._size, fast._capacity) == (full._pos, full._size, full._capacity)
+    assert_same(everything(fast), everything(full))
+    # append stores the first dict and the one for which the columns must grow; the function the rest
+    grown = [i for i in range(1, 1300) if ways[i] == "append"]
+    assert ways[0] == "append" and grown == ([] if size == 7 else [1024])
+    assert FullPathBuffer._direct_append_ok is False and full._append_dict is None
+
+
+@pytest.mark.parametrize("change", [
+    lambda d: d.update(reward=NAN),
+    lambda d: d["next_state"].update(pos=torch.tensor([[0.0, INF, 1.0]])),
+    lambda d: d.pop("terminal"),
+    lambda d: d.update(terminal=0.5),
+    lambda d: d.update(extra=1.0),
+    lambda d: d["state"].update(pos=torch.zeros(1, 4)),
+    lambda d: d["action"].update(a=torch.tensor([[1.5]])),
+    lambda d: d["state"].update(pos=[[0.0, 0.0, 0.0]]),
+])
+def test_append_dict_declines_anything_else_and_changes_nothing(change):
+    buffer = Buffer(6)
+    for i in range(9):  # a full ring
+        buffer.append(step(i))
+    offered = buffer._append_dict
+    before = snapshot(buffer)
+    bad = step(99)
+    change(bad)
+    assert offered(buffer, bad) is None
+    assert_same(snapshot(buffer), before)
+    assert offered(buffer, step(100)) == before[0]  # and it still stores what fits
+
+
+def test_append_dict_reads_check_finite_at_every_call():
+    buffer = Buffer(10)
+    buffer.append(step(0))
+    assert buffer._append_dict(buffer, {**step(1), "reward": INF}) is None
+    buffer.check_finite = False
+    assert buffer._append_dict(buffer, {**step(1), "reward": INF}) == 1
+
+
+def test_a_kept_append_dict_declines_once_the_layout_or_the_storage_changed():
+    buffer = Buffer(10)
+    for i in range(3):
+        buffer.append(step(i))
+    kept = buffer._append_dict
+    buffer.clear()
+    other = {"state": {"x": torch.ones(1, 2)}, "action": {"a": torch.zeros(1, 1)},
+             "next_state": {"x": torch.ones(1, 2)}, "reward": 1.0, "terminal": False}
+    buffer.append(other)
+    assert kept(buffer, step(3)) is None and buffer.size() == 1  # the old layout's function stores nothing
+    function = buffer._append_dict
+    assert function(buffer, other) == 1  # the new layout's does
+    for clone in (copy.deepcopy(buffer), pickle.loads(pickle.dumps(buffer))):
+        # copying forgets the original's views (see Buffer.__getstate__), so neither offers a function now
+        assert clone._append_dict is None and buffer._append_dict is None
+        assert function(clone, other) is None and function(buffer, other) is None
+        clone.append(other)  # a copy offers its own function after its next append
+        assert clone._append_dict(clone, other) == 3 and buffer.size() == 2
+    buffer.append(other)
+    function = buffer._append_dict
+    assert function(buffer, other) == 3
+    for col in buffer._columns():  # storage that moves (see test_moving_columns_to_shared_memory_after_forget_views)
+        col.tensor.share_memory_()
+    buffer._forget_views()
+    assert function(buffer, other) is None and buffer._append_dict is None and buffer.size() == 4
+    buffer.append(other)
+    assert buffer._append_dict(buffer, other) == 5 and buffer.size() == 6
+
+
+def test_append_dict_is_offered_only_where_the_class_appends_as_buffer_does():
+    class Counting(Buffer):
+        def append(self, transition, required_attrs=buffer_module.DEFAULT_REQUIRED_ATTRS):
+            self.calls = getattr(self, "calls", 0) + 1
+            return super().append(transition, required_attrs)
+
+    for cls in (PrioritizedBuffer, Counting):
+        buffer = cls(10)
+        for i in range(3):
+            buffer.append(step(i))
+        assert not cls._direct_append_ok and buffer._append_dict is None
+
+
+def test_store_transition_takes_the_offered_function(count_full_writes):
+    from machin.frame.algorithms import DQN
+
+    class Q(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = torch.nn.Linear(3, 2)
+
+        def forward(self, state):
+            return self.fc(state)
+
+    dqn = DQN(Q(), Q(), torch.optim.Adam, torch.nn.MSELoss(), replay_size=5)
+    calls = []
+    dqn.replay_buffer.append = lambda *a, **k: calls.append(1) or Buffer.append(dqn.replay_buffer, *a, **k)
+    transitions = [{"state": {"state": torch.full((1, 3), float(i))}, "action": {"action": torch.tensor([[i % 2]])},
+                    "next_state": {"state": torch.ones(1, 3)}, "reward": float(i), "terminal": False}
+                   for i in range(8)]
+    for t in transitions:
+        dqn.store_transition(t)
+    assert calls == [1] and len(count_full_writes) == 1  # only the first went through append
+    _, (reward,) = dqn.replay_buffer.sample_batch(-1, sample_method="all", sample_attrs=["reward"])
+    assert reward.view(-1).tolist() == [3.0, 4.0, 5.0, 6.0, 7.0]
+    with pytest.raises(ValueError, match="reward"):
+        dqn.store_transition({**transitions[0], "reward": NAN})  # declined, then append names the problem
+    assert calls == [1, 1] and dqn.replay_buffer.size() == 5
