@@ -39,7 +39,7 @@ Rows (library time / floor time, measured in one run, CPU time of this thread):
 
 from __future__ import annotations
 
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Tuple
 
 import numpy as np
 import torch
@@ -190,6 +190,25 @@ class FloorSumTree:
         self.max_weight = max(self.max_weight, weights.max())
 
 
+def update_priority_sides(buffer: Any, tree: FloorSumTree, updates: List[Tuple[np.ndarray, Any]]):
+    """``(library, floor)``: ``buffer.update_priority`` and the floor's, each cycling through ``updates``.
+
+    ``updates`` holds ``(new priorities, indexes)`` pairs; each side keeps its own turn.
+    """
+    turn = {"lib": 0, "floor": 0}
+
+    def library_update():
+        i = turn["lib"] = (turn["lib"] + 1) % len(updates)
+        buffer.update_priority(*updates[i])
+
+    def floor_update():
+        i = turn["floor"] = (turn["floor"] + 1) % len(updates)
+        new, index = updates[i]
+        tree.update_priorities(index, new)
+
+    return library_update, floor_update
+
+
 def bench_append() -> None:
     size = 10_000
     transitions = cartpole_transitions(2000)
@@ -299,18 +318,7 @@ def bench_prioritized() -> None:
     for _ in range(16):
         _, _, index, _ = buffer.sample_batch(BATCH)
         updates.append((rng.random(BATCH), index))
-    counter = {"lib": 0, "floor": 0}
-
-    def library_update():
-        i = counter["lib"] = (counter["lib"] + 1) % len(updates)
-        buffer.update_priority(*updates[i])
-
-    def floor_update():
-        i = counter["floor"] = (counter["floor"] + 1) % len(updates)
-        new, index = updates[i]
-        tree.update_priorities(index, new)
-
-    compare("update_priority(256) in 100k", library_update, floor_update, number=500)
+    compare("update_priority(256) in 100k", *update_priority_sides(buffer, tree, updates), number=500)
 
     beta = [0.4]
 

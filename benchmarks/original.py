@@ -165,18 +165,8 @@ def measure(original: bool = False) -> Dict[str, float]:
 
     rng = np.random.default_rng(0)
     updates = [(rng.random(256) + 0.1, rng.choice(stored, 256, replace=False)) for _ in range(16)]
-    turn = {"lib": 0, "floor": 0}
-
-    def library_update():
-        i = turn["lib"] = (turn["lib"] + 1) % len(updates)
-        per.update_priority(*updates[i])
-
-    def floor_update():
-        i = turn["floor"] = (turn["floor"] + 1) % len(updates)
-        new, index = updates[i]
-        tree.update_priorities(index, new)
-
-    ratios["update_priority"] = compare("update_priority(256) in 100k", library_update, floor_update, number=500)
+    ratios["update_priority"] = compare("update_priority(256) in 100k",
+                                        *buffers.update_priority_sides(per, tree, updates), number=500)
 
     qnet = loops.QNet()
     ratios["DQN loop"] = loops.compare_loops("DQN, CartPole-v1,", loops.LibraryDQN(qnet), loops.FloorDQN(qnet),
