@@ -110,6 +110,7 @@ class DQN(ReplayMixin, TorchFramework):
         self._set_mode(False, self.qnet, self.qnet_target)
         self.qnet_optim = self._make_optimizer(optimizer, self.qnet, self.learning_rate)
         self.replay_buffer = self._make_buffer(self._default_buffer)
+        self._uniform = torch.empty(())  # what act_discrete_with_noise draws its epsilon test into
 
     def _optimizers(self):
         return [self.qnet_optim]
@@ -119,7 +120,7 @@ class DQN(ReplayMixin, TorchFramework):
         return self.qnet_target if use_target else self.qnet
 
     def _greedy_action(self, q_output: torch.Tensor) -> torch.Tensor:
-        """Greedy ``[B, 1]`` actions from the network's first output."""
+        """Greedy ``[B, 1]`` actions from the network's first output, in a new tensor (exploration may overwrite it)."""
         return q_output.argmax(dim=1, keepdim=True)
 
     def _act(self, state: Dict[str, Any], use_target: bool):
@@ -163,8 +164,10 @@ class DQN(ReplayMixin, TorchFramework):
         action = self._greedy_action(output)
         epsilon = self.epsilon
         if action.shape[0] == 1:  # one state (the usual loop): one scalar draw decides
-            if epsilon > 0.0 and torch.rand(()).item() < epsilon:
-                action = torch.randint_like(action, output.shape[1])
+            # The draws of torch.rand(()) and torch.randint_like, from the same generator, without
+            # allocating: into a scalar kept for it, and into the new tensor of the greedy action.
+            if epsilon > 0.0 and self._uniform.uniform_().item() < epsilon:
+                action = action.random_(0, output.shape[1])
         elif epsilon > 0.0:
             explore = torch.rand(action.shape, device=action.device) < epsilon
             if explore.any():

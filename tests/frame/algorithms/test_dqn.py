@@ -114,6 +114,22 @@ def test_noisy_action_explores_and_epsilon_decays():
     assert dqn.epsilon == 0.0
 
 
+def test_exploration_draws_from_torchs_generator_as_rand_and_randint_like_do():
+    """One state: the test is torch.rand(()) < epsilon, the random action torch.randint_like's draw."""
+    dqn = make(epsilon=0.5, epsilon_decay=1.0)
+    state = torch.randn(1, 4)
+    greedy = dqn.act_discrete({"state": state})
+    torch.manual_seed(3)
+    actions = [dqn.act_discrete_with_noise({"state": state}).item() for _ in range(200)]
+    torch.manual_seed(3)
+    expected = []
+    for _ in range(200):
+        explore = torch.rand(()).item() < 0.5
+        expected.append(torch.randint_like(greedy, 2).item() if explore else greedy.item())
+    assert actions == expected
+    explored = sum(a != greedy.item() for a in actions)
+    assert 20 < explored < 80  # about a quarter: half explore, half of those pick the other action
+    assert dqn.act_discrete({"state": state}).item() == greedy.item()  # overwriting explored actions left it alone
 def test_use_target_acts_with_target_network():
     dqn = make("fixed_target")
     with torch.no_grad():
