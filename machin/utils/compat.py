@@ -67,10 +67,11 @@ def ignores_extra_args(fn: F) -> F:
 def _written_wrapper(fn: Callable, positional: list, keyword_only: list, is_method: bool) -> Callable:
     """``fn`` behind a function that declares its parameters followed by ``*_`` and ``**__``."""
     names = [p.name for p in positional + keyword_only]
-    scope = {"__fn__": fn, "__ignored__": _warn_ignored}
+    scope = {"__fn__": fn, "__ignored__": _warn_ignored, "__type__": type}
     clash = [name for name in names if name in ("_", "__") or name.startswith("__d") or name in scope]
     if clash:
         raise TypeError(f"{fn.__qualname__} has parameters named {clash}, which the wrapper needs for itself")
+
     def declare(i: int, p: inspect.Parameter) -> str:
         if p.default is p.empty:
             return p.name
@@ -86,7 +87,7 @@ def _written_wrapper(fn: Callable, positional: list, keyword_only: list, is_meth
     declared.append("**__")
     passed = [p.name for p in positional] + [f"{p.name}={p.name}" for p in keyword_only]
     # name the class of the instance (a subclass inheriting the method), not the definer
-    owner = f"type({names[0]}).__name__ + '.{fn.__name__}'" if is_method else repr(fn.__qualname__)
+    owner = f"__type__({names[0]}).__name__ + '.{fn.__name__}'" if is_method else repr(fn.__qualname__)
     source = (f"def wrapper({', '.join(declared)}):\n"
               f"    if _ or __:\n"
               f"        __ignored__({owner}, _, __)\n"

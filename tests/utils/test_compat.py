@@ -24,6 +24,10 @@ class Base:
     def positional_only(self, a, /, b=4):
         return a, b
 
+    @ignores_extra_args
+    def shadowing(self, type=None, len=0):  # parameters named like the builtins a wrapper might use
+        return type, len
+
 
 class Child(Base):
     pass
@@ -49,9 +53,11 @@ def test_extras_are_dropped_with_a_warning_at_the_calling_line():
         warnings.simplefilter("always")
         assert obj.method(1, 2, 3, c=4, z=5) == (1, 2, 4)
         assert Base.static(1, 2, 3) == 3
-    assert [type(w.message) for w in caught] == [ExtraArgumentsWarning] * 2
+        assert obj.shadowing("t", 1, 2) == ("t", 1)
+    assert [type(w.message) for w in caught] == [ExtraArgumentsWarning] * 3
     assert "Child.method() does not use 1 positional argument(s) and keyword argument(s) 'z'" in str(caught[0].message)
     assert "Base.static() does not use 1 positional argument(s)" in str(caught[1].message)
+    assert "Child.shadowing() does not use 1 positional argument(s)" in str(caught[2].message)
     assert {w.filename for w in caught} == {__file__}
 
 
