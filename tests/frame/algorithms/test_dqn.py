@@ -130,6 +130,8 @@ def test_exploration_draws_from_torchs_generator_as_rand_and_randint_like_do():
     explored = sum(a != greedy.item() for a in actions)
     assert 20 < explored < 80  # about a quarter: half explore, half of those pick the other action
     assert dqn.act_discrete({"state": state}).item() == greedy.item()  # overwriting explored actions left it alone
+
+
 def test_use_target_acts_with_target_network():
     dqn = make("fixed_target")
     with torch.no_grad():
