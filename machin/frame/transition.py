@@ -117,29 +117,34 @@ class TransitionBase:
             self._set_sub(name, value)
         for name, value in zip(self._custom_attr, custom_data):
             self._set_custom(name, value)
+        for name in self._sub_attr:
+            if not isinstance(getattr(self, name), torch.Tensor):
+                self._check_scalar_rows(name)
         # From now on the attribute set is closed (see __setattr__).
         object.__setattr__(self, "_sealed", True)
 
     # -- validation ---------------------------------------------------------------
-    def _check_batch(self, name: str, tensor: torch.Tensor) -> None:
+    def _check_batch(self, name: str, what: str, tensor: torch.Tensor) -> None:
+        # ``what`` names the value as Machin 0.3.4's messages did, whose phrases are kept.
         if tensor.dim() == 0:
             raise ValueError(
-                f"attribute {name!r} must have a batch dimension, got a 0-dimensional tensor "
-                f"(an invalid tensor); use shape [1, ...] or a Python scalar"
+                f"attribute {name!r} must have a batch dimension, got a 0-dimensional tensor; "
+                f"use shape [1, ...] or a Python scalar ({what} is a invalid tensor)"
             )
         rows = tensor.shape[0]
         required = self._required_batch_size
         if required is not None and rows != required:
             raise ValueError(
                 f"{type(self).__name__} holds batch size {required}: the first dimension of "
-                f"attribute {name!r} must be {required}, got shape {tuple(tensor.shape)}"
+                f"attribute {name!r} must be {required}, got shape {tuple(tensor.shape)} "
+                f"({what} has invalid batch size {rows})"
             )
         if self._batch_size is None:
             object.__setattr__(self, "_batch_size", rows)
         elif rows != self._batch_size:
             raise ValueError(
                 f"attribute {name!r} has batch size {rows}, but earlier attributes have "
-                f"batch size {self._batch_size} (invalid batch size)"
+                f"batch size {self._batch_size} ({what} has invalid batch size {rows})"
             )
 
     def _set_major(self, name: str, value: Any) -> None:
@@ -149,25 +154,38 @@ class TransitionBase:
             )
         stored = {}
         for key, tensor in value.items():
+            what = f"Key {key!r} of transition major attribute {name!r}"
             if not isinstance(tensor, torch.Tensor):
                 raise ValueError(
                     f"major attribute {name!r} must hold tensors, but key {key!r} holds "
-                    f"{type(tensor).__name__} (an invalid tensor)"
+                    f"{type(tensor).__name__} ({what} is a invalid tensor)"
                 )
-            self._check_batch(f"{name}.{key}", tensor)
+            self._check_batch(f"{name}.{key}", what, tensor)
             stored[key] = tensor.detach().clone()
         object.__setattr__(self, name, stored)
 
     def _set_sub(self, name: str, value: Any) -> None:
         if isinstance(value, torch.Tensor):
-            self._check_batch(name, value)
+            self._check_batch(name, f"Transition sub attribute {name!r}", value)
             value = value.detach().clone()
         elif not _is_scalar(value):
             raise ValueError(
                 f"sub attribute {name!r} must be a scalar or a tensor, got {type(value).__name__} "
-                f"(invalid value {value!r}, requires scalar or tensor)"
+                f"(Transition sub attribute {name!r} has invalid value {value!r}, requires "
+                f"scalar or tensor)"
             )
+        elif self.__dict__.get("_sealed", False):
+            self._check_scalar_rows(name)
         object.__setattr__(self, name, value)
+
+    def _check_scalar_rows(self, name: str) -> None:
+        """A scalar sub attribute stands for one row: refuse it in a batch of several."""
+        rows = self._batch_size
+        if rows is not None and rows != 1:
+            raise ValueError(
+                f"Transition sub attribute {name!r} is a scalar, but batch size is {rows}: "
+                f"give one value per row, as a tensor of shape [{rows}, ...]"
+            )
 
     def _set_custom(self, name: str, value: Any) -> None:
         if isinstance(value, torch.Tensor):

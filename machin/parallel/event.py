@@ -12,9 +12,12 @@ members: its own ``set`` and ``clear`` do nothing, as in Machin 0.3.4.
 """
 
 import threading
+from threading import Event, Lock
 from typing import Callable, Iterator, List, Optional
 
-__all__ = ["MultiEvent", "OrEvent", "AndEvent", "init_or_register"]
+# Event and Lock are threading's: Machin 0.3.4's module had no __all__, so
+# ``from machin.parallel.event import *`` brought them along, and its tutorial relies on it.
+__all__ = ["MultiEvent", "OrEvent", "AndEvent", "init_or_register", "Event", "Lock"]
 
 
 def _hook(event: threading.Event, callback: Callable[[], None]) -> None:

@@ -52,7 +52,9 @@ def load_config_cmd(
     is kept as the plain string (``--conf device=cuda:1`` gives ``"cuda:1"``).
     Note that the shell removes unescaped quotes before Python sees them. The
     option may be repeated and may carry several pairs (``--conf a=1 b=2``). Other
-    command-line arguments are ignored.
+    command-line arguments are left to the script, except misspellings of
+    ``--conf`` such as ``--conf1=2``, which raise (Machin 0.3.4 stopped at any
+    unknown argument).
 
     Args:
         merge_conf: Configuration to merge the parsed values into (it is modified
@@ -64,11 +66,12 @@ def load_config_cmd(
 
     Raises:
         ValueError: When a ``--conf`` item is not of the form ``key=value`` with a
-            non-empty key.
+            non-empty key, or an argument starts with ``--conf`` but is not ``--conf``.
     """
     parser = argparse.ArgumentParser(add_help=False)
     parser.add_argument("--conf", action="append", nargs="+", default=[])
-    known, _unknown = parser.parse_known_args(sys.argv[1:] if args is None else list(args))
+    known, unknown = parser.parse_known_args(sys.argv[1:] if args is None else list(args))
+    _refuse_misspelled_conf(unknown)
     parsed: Dict[str, Any] = {}
     for group in known.conf:
         for item in group:
@@ -78,6 +81,20 @@ def load_config_cmd(
                 raise ValueError(f"--conf expects items of the form key=value, got {item!r}")
             parsed[key] = _parse_value(value)
     return merge_config(Config() if merge_conf is None else merge_conf, parsed)
+
+
+def _refuse_misspelled_conf(unknown: Sequence[str]) -> None:
+    """Raise for an argument that looks like ``--conf`` but is not (``--conf1=2``, ``--confs``).
+
+    Machin 0.3.4 stopped at any unknown argument; machin leaves the others to the
+    script, but a misspelt ``--conf`` would otherwise be dropped without a word.
+    """
+    for arg in unknown:
+        if arg.startswith("--conf"):
+            raise ValueError(
+                f"unrecognized argument {arg!r}: write configuration overrides as "
+                f"--conf key=value (or --conf=key=value)"
+            )
 
 
 def load_config_file(

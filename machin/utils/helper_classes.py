@@ -130,7 +130,7 @@ class Object:
         # Only called when normal lookup fails. Dunder names, and anything before
         # ``data`` exists (during unpickling), must fail normally.
         if (item.startswith("__") and item.endswith("__")) or "data" not in self.__dict__:
-            raise AttributeError(item)
+            raise AttributeError(f"Failed to find attribute: {item}")
         return self.__dict__["data"].get(item)
 
     def __getitem__(self, item: Any) -> Any:

@@ -125,9 +125,9 @@ def test_transitions_are_hashable():
 @pytest.mark.parametrize(
     "kwargs, phrase",
     [
-        ({"state": {"s": [1.0]}}, "invalid tensor"),
-        ({"reward": torch.tensor(1.0)}, "invalid tensor"),
-        ({"reward": "high"}, "requires scalar or tensor"),
+        ({"state": {"s": [1.0]}}, "Key 's' of transition major attribute 'state' is a invalid tensor"),
+        ({"reward": torch.tensor(1.0)}, "Transition sub attribute 'reward' is a invalid tensor"),
+        ({"reward": "high"}, "Transition sub attribute 'reward' has invalid value 'high', requires scalar or tensor"),
         ({"state": {"s": torch.zeros(2, 3)}}, "must be 1"),
     ],
 )
@@ -140,8 +140,27 @@ def test_invalid_transition_attributes_raise_value_error(kwargs, phrase):
 
 
 def test_inconsistent_batch_sizes_raise_value_error():
-    with pytest.raises(ValueError, match="invalid batch size"):
+    with pytest.raises(ValueError, match="Transition sub attribute 'value' has invalid batch size 2"):
         TransitionBase(["obs"], ["value"], [], [{"x": torch.zeros(3, 2)}], [torch.ones(2, 1)], [])
+    with pytest.raises(ValueError, match="Key 'y' of transition major attribute 'obs' has invalid batch size 1"):
+        TransitionBase(["obs"], [], [], [{"x": torch.zeros(3, 2), "y": torch.zeros(1, 2)}], [], [])
+
+
+@pytest.mark.parametrize("order", ["scalar first", "tensor first"])
+def test_a_scalar_sub_attribute_in_a_batch_of_several_raises(order):
+    # 0.3.4 refused a scalar sub attribute once the batch had more than one row.
+    subs = [("done", False), ("value", torch.ones(3, 1))]
+    if order == "tensor first":
+        subs.reverse()
+    names, values = zip(*subs)
+    with pytest.raises(ValueError, match="Transition sub attribute 'done' is a scalar, but batch size is 3"):
+        TransitionBase(["obs"], names, [], [{"x": torch.zeros(3, 2)}], values, [])
+    single = TransitionBase(["obs"], names, [], [{"x": torch.zeros(1, 2)}], [v if k == "done" else torch.ones(1, 1) for k, v in subs], [])
+    assert single.batch_size == 1
+    batch = TransitionBase(["obs"], ["value"], [], [{"x": torch.zeros(3, 2)}], [torch.ones(3, 1)], [])
+    with pytest.raises(ValueError, match="'value' is a scalar, but batch size is 3"):
+        batch.value = 1.0
+    assert torch.equal(batch.value, torch.ones(3, 1))  # unchanged
 
 
 # ================================================================================== buffer

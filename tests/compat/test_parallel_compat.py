@@ -123,6 +123,26 @@ def test_event_rejects_non_events_with_0_3_4_phrase():
         init_or_register(threading.Event(), "parent")
 
 
+@pytest.mark.parametrize(
+    "module, names",
+    [
+        ("machin.parallel.event", {"Event", "Lock", "OrEvent", "AndEvent"}),
+        ("machin.parallel.server", {"ordered_server", "param_server"}),
+        ("machin.model.nets", {"base", "resnet", "ResNet"}),
+    ],
+)
+def test_star_imports_bring_what_0_3_4_brought(module, names):
+    # 0.3.4's event module had no __all__, so a star import carried threading's Event and
+    # Lock (its tutorial builds `Event()` after one); two packages listed their submodules.
+    namespace = {}
+    exec(f"from {module} import *", namespace)
+    assert names <= set(namespace)
+    if module == "machin.parallel.event":
+        combined = namespace["OrEvent"](namespace["Event"](), namespace["Event"]())
+        assert not combined.is_set()
+        assert namespace["Event"] is threading.Event
+
+
 def test_get_leaf_events_flattens_nested_events():
     a, b, c = threading.Event(), threading.Event(), threading.Event()
     nested = OrEvent(AndEvent(a, b), c)

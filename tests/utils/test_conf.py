@@ -63,6 +63,20 @@ def test_load_config_cmd_rejects_items_without_key(item):
         load_config_cmd(args=["--conf", item])
 
 
+@pytest.mark.parametrize("arg", ["--conf1=2", "--confs", "--config=a=1"])
+def test_load_config_cmd_refuses_misspelled_conf(arg):
+    # 0.3.4 stopped at every unknown argument; machin keeps others for the script but a
+    # misspelt --conf would silently leave its key unset.
+    base = Config(a=0)
+    with pytest.raises(ValueError, match=f"unrecognized argument '{arg}': write configuration"):
+        load_config_cmd(base, args=["--conf", "a=5", arg])
+    assert base.data == {"a": 0}
+
+
+def test_load_config_cmd_takes_the_equals_form():
+    assert load_config_cmd(args=["--conf=conf1=2"]).conf1 == 2
+
+
 def test_save_then_load_round_trips(tmp_path):
     path = tmp_path / "config.json"
     conf = Config(a=1, b="x", c=[1.5, None], d={"k": True})

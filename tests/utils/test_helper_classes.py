@@ -83,7 +83,7 @@ def test_object_missing_entries_read_as_none():
     obj = Object({"x": 1})
     assert obj.missing is None
     assert obj["missing"] is None
-    with pytest.raises(AttributeError):
+    with pytest.raises(AttributeError, match="Failed to find attribute: __missing_dunder__"):
         _ = obj.__missing_dunder__
 
 

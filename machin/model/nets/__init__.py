@@ -8,6 +8,7 @@ from .base import (
     dynamic_module_wrapper,
     static_module_wrapper,
 )
+from . import base, resnet
 from .resnet import ResNet
 
 __all__ = [
@@ -18,4 +19,6 @@ __all__ = [
     "ModuleWrapper",
     "StaticModuleWrapper",
     "DynamicModuleWrapper",
+    "base",  # the submodules, listed in Machin 0.3.4's __all__
+    "resnet",
 ]

@@ -1,5 +1,6 @@
 """Servers built on RPC groups: a versioned key-value server and parameter servers."""
 
+from . import ordered_server, param_server
 from .ordered_server import OrderedServerBase, OrderedServerSimple, OrderedServerSimpleImpl
 from .param_server import (
     PushPullGradServer,
@@ -16,4 +17,6 @@ __all__ = [
     "PushPullGradServerImpl",
     "PushPullModelServer",
     "PushPullModelServerImpl",
+    "ordered_server",  # the submodules, listed in Machin 0.3.4's __all__
+    "param_server",
 ]

@@ -80,7 +80,7 @@ class OrderedServerSimple(OrderedServerBase):
 
 
 class OrderedServerSimpleImpl:
-    """A key-value server that keeps the last ``version_depth`` versions of each key.
+    """A key-value server that keeps the newest version of each key and ``version_depth`` older ones.
 
     Construct it only in the process that serves it, a member of ``group``. It
     registers the push and pull services in ``group`` and pairs an
@@ -95,7 +95,10 @@ class OrderedServerSimpleImpl:
     Args:
         server_name: Name of the server, unique in the group.
         group: The RPC group it serves.
-        version_depth: How many versions of each key to keep (1: only the newest).
+        version_depth: How many versions older than the newest to keep for each key.
+            With the default 1, after versions 1, 2 and 3 of a key, 2 and 3 can be
+            pulled. This is what Machin 0.3.4 did (its docstring said that 1 keeps only
+            the newest, but its code and tutorials kept one more).
 
     Raises:
         ValueError: If ``version_depth`` is not a positive int (also an
@@ -142,7 +145,7 @@ class OrderedServerSimpleImpl:
             if version != newest:
                 versions.pop(version, None)  # a reused old version becomes the newest
             versions[version] = value
-            while len(versions) > self.version_depth:
+            while len(versions) > self.version_depth + 1:
                 versions.popitem(last=False)
             return True
 

@@ -14,7 +14,7 @@ def _ordered_server_checks(rank):
     world = World(rpc_timeout=30)
     group = world.create_rpc_group("kv", world.get_members())
     if rank == 0:
-        OrderedServerSimpleImpl("server", group, version_depth=2)
+        OrderedServerSimpleImpl("server", group)  # version_depth=1
         with pytest.raises(ValueError, match="version_depth must be a positive int, got 0"):
             OrderedServerSimpleImpl("other", group, version_depth=0)
     group.barrier()
@@ -27,7 +27,7 @@ def _ordered_server_checks(rank):
         assert server.push("k", "v2", 2, 1) and server.push("k", "v3", 3, 2)
         assert server.pull("k") == ("v3", 3)
         assert server.pull("k", version=2) == ("v2", 2)
-        assert server.pull("k", version=1) is None  # beyond version_depth=2
+        assert server.pull("k", version=1) is None  # older than the newest and 1 more
         assert server.pull("k", version=7) is None
         assert server.push("k", "v3 again", 3, 3)  # version == prev_version replaces the newest
         assert server.pull("k") == ("v3 again", 3)
