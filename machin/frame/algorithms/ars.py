@@ -70,6 +70,12 @@ def _as_array(x: Any) -> np.ndarray:
     return np.asarray(x, dtype=np.float64)
 
 
+def _as_tensor(x: Any) -> torch.Tensor:
+    """A float64 tensor of ``x``: numpy turns 0-dimensional results into scalars, which
+    ``torch.from_numpy`` refuses."""
+    return torch.from_numpy(np.asarray(x, dtype=np.float64))
+
+
 class RunningStat:
     """Mean and variance of a stream of samples, updated one sample (or batch) at a time.
 
@@ -162,12 +168,12 @@ class RunningStat:
     @property
     def mean(self) -> torch.Tensor:
         """Mean of the samples (zeros before the first)."""
-        return torch.from_numpy(self._M)
+        return _as_tensor(self._M)
 
     @property
     def var(self) -> torch.Tensor:
         """Sample variance (divisor ``n - 1``); with fewer than two samples, the squared mean (as 0.3.4)."""
-        return torch.from_numpy(self._S / (self._n - 1) if self._n > 1 else np.square(self._M))
+        return _as_tensor(self._S / (self._n - 1) if self._n > 1 else np.square(self._M))
 
     @property
     def std(self) -> torch.Tensor:

@@ -44,6 +44,18 @@ def test_running_stat_matches_numpy_for_single_samples_and_batches():
         np.testing.assert_allclose(stat.std.numpy(), data.std(axis=0, ddof=1), rtol=1e-5)
 
 
+def test_running_stat_of_scalar_samples():
+    # shape (): numpy's 0-dimensional arithmetic yields scalars; the statistics stay tensors
+    stat = RunningStat(())
+    for x in (1.0, torch.tensor(3.0, dtype=torch.float64), np.float64(8.0)):
+        stat.push(x)
+    stat.update(stat.copy())
+    assert stat.mean.shape == () and stat.mean.dtype == torch.float64
+    assert stat.mean.item() == pytest.approx(4.0)
+    assert stat.var.item() == pytest.approx(np.var([1, 3, 8, 1, 3, 8], ddof=1))
+    assert stat.std.item() == pytest.approx(np.std([1, 3, 8, 1, 3, 8], ddof=1))
+
+
 def test_running_stat_update_merges_like_pushing_everything_into_one():
     data = np.random.default_rng(1).normal(size=(30, 4))
     left, right, whole = RunningStat(4), RunningStat(4), RunningStat(4)
