@@ -48,8 +48,10 @@ class WeightTree:
     """A sum tree over ``size`` non-negative leaf weights.
 
     Read as the flat array :attr:`weights`, the tree lists the leaves first and the root
-    last; each level holds the pairwise sums of the level below (an odd last element is
-    carried up alone). For leaves ``[1, 2, 3, 4]`` that is ``[1, 2, 3, 4, 3, 7, 10]``.
+    last; each level holds the pairwise sums of the level below. The leaves are padded with
+    zeros to a power of two, as in Machin 0.3.4: for leaves ``[1, 2, 3, 4]`` that is
+    ``[1, 2, 3, 4, 3, 7, 10]``, and for ``[1, 1, 1, 1, 3]`` it is
+    ``[1, 1, 1, 1, 3, 0, 0, 0, 2, 2, 3, 0, 4, 3, 7]``.
 
     Inside, it is one heap-ordered array: node ``j`` has the children ``2j`` and ``2j + 1``,
     the root is node 1, and the leaves are the nodes from ``L`` on, ``L`` being the power of
@@ -78,10 +80,8 @@ class WeightTree:
         self._tree = np.zeros(2 * first)  # node 0 is unused
         depth = first.bit_length()
         self._ancestor_shifts = np.arange(1, depth, dtype=np.int64)
-        sizes = [self.size]
-        while sizes[-1] > 1:
-            sizes.append((sizes[-1] + 1) // 2)
-        self._level_sizes = sizes  # as many levels as the heap has (``depth``)
+        # Nodes of each level, leaves first, padding included (``depth`` levels).
+        self._level_sizes = [first >> level for level in range(depth)]
         self._block_shift = min(depth - 1, max(6, depth // 2))
         self._bind_views()
         self._block_max = np.zeros(self._blocks.shape[0])  # an upper bound where _dirty

@@ -37,10 +37,12 @@ def test_flat_layout_leaves_first_root_last():
     assert tree.get_weight_sum() == 10.0
 
 
-def test_odd_leaf_count_carries_the_last_node_up():
+def test_leaves_are_padded_to_a_power_of_two_as_in_0_3_4():
     tree = WeightTree(5)
-    tree.update_all_leaves([1, 2, 3, 4, 5])
-    assert tree.weights.tolist() == [1, 2, 3, 4, 5, 3, 7, 5, 10, 5, 15]
+    tree.update_all_leaves([1, 1, 1, 1, 3])
+    assert tree.weights.tolist() == [1, 1, 1, 1, 3, 0, 0, 0, 2, 2, 3, 0, 4, 3, 7]
+    assert tree.sizes.tolist() == [8, 4, 2, 1] and tree.offsets.tolist() == [0, 8, 12, 14, 15]
+    assert tree.depth == 4 and tree.find_leaf_index(6.99) == 4
     single = WeightTree(1)
     single.update_leaf(2.5, 0)
     assert single.get_weight_sum() == 2.5 and single.find_leaf_index(1.0) == 0
