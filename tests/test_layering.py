@@ -6,7 +6,9 @@ together. An edge ``a -> b`` means module ``a`` has an ``import`` statement anyw
 in its file that loads module ``b``; ``from package import name`` loads
 ``package.name`` when that is a module, else ``package``. Parent packages, which
 Python imports implicitly, are not edges: a package's ``__init__`` importing its own
-submodules would otherwise make every package a cycle.
+submodules would otherwise make every package a cycle. Nor are imports under
+``if TYPE_CHECKING:``, which never run: a callback may name the trainer that calls it
+in its annotations without importing it.
 
 Rules checked:
 
@@ -50,12 +52,25 @@ def _resolve(module: str, is_package: bool, level: int, target: str) -> str:
     return ".".join(base + ([target] if target else []))
 
 
+def _type_checking_only(tree: ast.AST) -> Set[int]:
+    """Ids of the nodes inside ``if TYPE_CHECKING:`` blocks (imports for annotations only)."""
+    skipped = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            for child in node.body:
+                skipped.update(id(n) for n in ast.walk(child))
+    return skipped
+
+
 def imports_of(module: str, path: Path, known: Set[str]) -> Set[str]:
-    """The modules of ``known`` that ``module`` imports anywhere in its source."""
+    """The modules of ``known`` that ``module`` imports anywhere in its source (that runs)."""
     tree = ast.parse(path.read_text(), str(path))
     is_package = path.name == "__init__.py"
+    skipped = _type_checking_only(tree)
     found = set()
     for node in ast.walk(tree):
+        if id(node) in skipped:
+            continue
         if isinstance(node, ast.Import):
             names = [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom):

@@ -1,5 +1,5 @@
 """Algorithms, replay buffers, exploration noise, transitions, the vectorised sampler and the trainer."""
 
-from . import algorithms, buffers, noise, sampler, trainer, transition
+from . import algorithms, buffers, callbacks, noise, sampler, trainer, transition
 
-__all__ = ["algorithms", "buffers", "noise", "sampler", "trainer", "transition"]
+__all__ = ["algorithms", "buffers", "callbacks", "noise", "sampler", "trainer", "transition"]

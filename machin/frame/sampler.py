@@ -221,6 +221,45 @@ def _check_count(name: str, value: Any) -> None:
         raise ValueError(f"{name} must be a positive integer or None, got {value!r}")
 
 
+def _env_group(envs: Any) -> Union[_WrapperEnvs, _GymVectorEnvs]:
+    """The sampler's view of a supported group of environments."""
+    if isinstance(envs, (ParallelWrapperDummy, ParallelWrapperSubProc)):
+        return _WrapperEnvs(envs)
+    if isinstance(envs, VectorEnv):
+        return _GymVectorEnvs(envs)
+    raise TypeError(
+        "envs must be a ParallelWrapperDummy, a ParallelWrapperSubProc or a gymnasium "
+        f"VectorEnv, got {type(envs).__name__}"
+    )
+
+
+def _check_sampler_options(framework: Any, act_kwargs: Any, state_key: Any, action_key: Any, store: Any,
+                           seed: Any, state_dtype: Any, functions: Dict[str, Any]) -> None:
+    """The type and value checks of :class:`VecSampler`'s options (``functions``: the optional callables)."""
+    if act_kwargs is not None and not isinstance(act_kwargs, dict):
+        raise TypeError(f"act_kwargs must be a dict or None, got {type(act_kwargs).__name__}")
+    for name, key in (("state_key", state_key), ("action_key", action_key)):
+        if not isinstance(key, str):
+            raise TypeError(f"{name} must be a str, got {key!r} of type {type(key).__name__}")
+    if store not in _STORE_MODES:
+        raise ValueError(f"store must be one of {_STORE_MODES}, got {store!r}")
+    store_name = f"store_{store}"
+    if not callable(getattr(framework, store_name, None)):
+        raise ValueError(
+            f'store="{store}" needs framework.{store_name}, which '
+            f"{type(framework).__name__} does not have"
+        )
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+        raise TypeError(
+            f"seed must be an int or None, got {seed!r} of type {type(seed).__name__}"
+        )
+    if state_dtype is not None and not isinstance(state_dtype, torch.dtype):
+        raise TypeError(f"state_dtype must be a torch.dtype or None, got {state_dtype!r}")
+    for name, function in functions.items():
+        if function is not None and not callable(function):
+            raise TypeError(f"{name} must be callable or None, got {function!r}")
+
+
 class VecSampler:
     """Collect experience from N environments with one batched ``act*`` call per step.
 
@@ -335,38 +374,10 @@ class VecSampler:
         initial_hidden: Optional[Hidden] = None,
         hidden_fn: Optional[HiddenFn] = None,
     ) -> None:
-        if isinstance(envs, (ParallelWrapperDummy, ParallelWrapperSubProc)):
-            self._envs: Union[_WrapperEnvs, _GymVectorEnvs] = _WrapperEnvs(envs)
-        elif isinstance(envs, VectorEnv):
-            self._envs = _GymVectorEnvs(envs)
-        else:
-            raise TypeError(
-                "envs must be a ParallelWrapperDummy, a ParallelWrapperSubProc or a gymnasium "
-                f"VectorEnv, got {type(envs).__name__}"
-            )
+        self._envs = _env_group(envs)
         self._act = self._find_act(framework, act_method)
-        if act_kwargs is not None and not isinstance(act_kwargs, dict):
-            raise TypeError(f"act_kwargs must be a dict or None, got {type(act_kwargs).__name__}")
-        for name, key in (("state_key", state_key), ("action_key", action_key)):
-            if not isinstance(key, str):
-                raise TypeError(f"{name} must be a str, got {key!r} of type {type(key).__name__}")
-        if store not in _STORE_MODES:
-            raise ValueError(f"store must be one of {_STORE_MODES}, got {store!r}")
-        store_name = f"store_{store}"
-        if not callable(getattr(framework, store_name, None)):
-            raise ValueError(
-                f'store="{store}" needs framework.{store_name}, which '
-                f"{type(framework).__name__} does not have"
-            )
-        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
-            raise TypeError(
-                f"seed must be an int or None, got {seed!r} of type {type(seed).__name__}"
-            )
-        if state_dtype is not None and not isinstance(state_dtype, torch.dtype):
-            raise TypeError(f"state_dtype must be a torch.dtype or None, got {state_dtype!r}")
-        for name, function in (("action_fn", action_fn), ("custom_fn", custom_fn), ("hidden_fn", hidden_fn)):
-            if function is not None and not callable(function):
-                raise TypeError(f"{name} must be callable or None, got {function!r}")
+        _check_sampler_options(framework, act_kwargs, state_key, action_key, store, seed, state_dtype,
+                               {"action_fn": action_fn, "custom_fn": custom_fn, "hidden_fn": hidden_fn})
         check_hidden_options(hidden_key, initial_hidden, hidden_fn, state_key)
 
         self.framework = framework
@@ -382,7 +393,7 @@ class VecSampler:
         self.hidden_key = hidden_key
         self.initial_hidden = None if initial_hidden is None else map_hidden(torch.Tensor.detach, initial_hidden)
         self.hidden_fn = hidden_fn
-        self._store = getattr(framework, store_name)
+        self._store = getattr(framework, f"store_{store}")
         _array_space(self._envs.observation_space, "observation")
         self._action_shape, self._action_dtype = _array_space(self._envs.action_space, "action")
         self._action_size = math.prod(self._action_shape)

@@ -33,6 +33,10 @@ rl-baselines3-zoo: off-policy updates in bursts (``train_freq`` environment step
 the training progress ``steps_done / steps`` after every step, so that its schedules
 (:mod:`machin.utils.schedules`) advance.
 
+Around the loop, evaluation, checkpoints and logs are callbacks
+(:mod:`machin.frame.callbacks`): the trainer builds its own from the options below, each
+can be replaced, and ``callbacks=[...]`` adds the user's.
+
 MADDPG (several agents) and the distributed algorithms
 (A3C, IMPALA, DQNApex, DDPGApex) have no defaults: their loops differ, so a
 :class:`Trainer` is only made for them when ``act_method``, ``eval_act_method`` and
@@ -41,10 +45,8 @@ MADDPG (several agents) and the distributed algorithms
 
 from __future__ import annotations
 
-import csv
 import math
 import os
-import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple, Union
 
@@ -56,17 +58,39 @@ from gymnasium.vector import VectorEnv
 from ..env.wrappers.openai_gym import ParallelWrapperDummy, ParallelWrapperSubProc
 from ..utils.save_env import SaveEnv
 from ..utils.schedules import check_progress
-from .algorithms.base import Driver
+from ._trainer_options import (
+    Acting,
+    Updates,
+    acting_options,
+    check_group_options,
+    check_number,
+    check_parts,
+    check_random_options,
+    check_run_options,
+    evaluation_options,
+    update_options,
+)
 from .algorithms.utils import Hidden
-from .sampler import VecSampler, check_hidden_options
+from .callbacks import (
+    BestCheckpoint,
+    Callback,
+    CSVLogger,
+    EpisodeEnd,
+    EpisodeGif,
+    Evaluation,
+    Evaluator,
+    LearningCurve,
+    ProgressBar,
+    TensorBoardLogger,
+    run_directories,
+)
+from .sampler import VecSampler
 
 __all__ = ["Trainer", "TrainResult"]
 
 EnvSource = Union[gym.Env, Callable[[], gym.Env]]
 EnvGroup = Union[ParallelWrapperDummy, ParallelWrapperSubProc, VectorEnv]
 _ENV_GROUPS = (ParallelWrapperDummy, ParallelWrapperSubProc, VectorEnv)
-_STORE_MODES = ("transition", "episode")
-_CSV_FIELDS = ["episode", "steps", "return", "smoothed", "eval_return", "seconds"]
 
 
 @dataclass
@@ -76,14 +100,6 @@ class _LiveEpisode:
     state: Dict[str, Any]
     steps: List[Dict[str, Any]] = field(default_factory=list)
     total: float = 0.0
-
-
-def _family_defaults(framework: Any) -> Tuple[Optional[Driver], str]:
-    """The driver the algorithm's class declares (inherited from its family), or why there is none."""
-    driver = getattr(type(framework), "driver", None)
-    if driver is None:
-        return None, getattr(type(framework), "driver_unavailable", "it is not a machin algorithm")
-    return driver, ""
 
 
 @dataclass
@@ -213,20 +229,35 @@ class Trainer:
             the same starts). In a group, environment ``i`` is reset with ``seed + i``
             once and then continues its own random stream. Networks and exploration are
             seeded by the caller (:func:`machin.utils.seed`).
+        callbacks: :class:`~machin.frame.callbacks.Callback` objects called at every event
+            of a run, after the trainer's own parts.
+        evaluator: Replaces the :class:`~machin.frame.callbacks.Evaluator` made from
+            ``eval_interval`` and ``eval_every_steps``; :meth:`evaluate` plays its
+            ``evaluate`` episodes.
+        loggers: Replace the loggers made from ``log_dir``, ``tensorboard``, ``progress``
+            and ``gif_env`` (a list of callbacks; ``[]`` logs nothing).
+        checkpointer: Replaces the :class:`~machin.frame.callbacks.BestCheckpoint` made
+            with ``log_dir`` (assign ``trainer.checkpointer = None`` to write no checkpoints).
+
+    Attributes:
+        evaluator: The part that evaluates (an :class:`~machin.frame.callbacks.Evaluator`).
+        checkpointer: The part that saves the networks, or ``None``.
+        loggers: The parts that log (a list of callbacks).
+        callbacks: The user's callbacks.
+        result: The :class:`TrainResult` of the run in progress (or of the last run).
+        episode_limit: The ``episodes`` limit of the run in progress.
+        step_limit: The ``steps`` limit of the run in progress.
 
     Raises:
         TypeError: If the framework has no defaults and a method is not given, an
-            environment is neither a ``gym.Env`` nor callable, or the action space needs
-            an ``action_to_env``.
+            environment is neither a ``gym.Env`` nor callable, the action space needs
+            an ``action_to_env``, or a part is not a callback.
         ValueError: If an option is out of range, a named method does not exist or the
             recurrent options do not go together.
     """
 
     def __init__(
-        self,
-        framework: Any,
-        env: Union[EnvSource, EnvGroup],
-        *,
+        self, framework: Any, env: Union[EnvSource, EnvGroup], *,
         eval_env: Optional[EnvSource] = None,
         act_method: Optional[str] = None,
         act_kwargs: Optional[Dict[str, Any]] = None,
@@ -257,155 +288,97 @@ class Trainer:
         hidden_key: Optional[str] = None,
         initial_hidden: Optional[Hidden] = None,
         seed: Optional[int] = None,
+        callbacks: Optional[List[Callback]] = None,
+        evaluator: Optional[Evaluator] = None,
+        loggers: Optional[List[Callback]] = None,
+        checkpointer: Optional[Callback] = None,
     ) -> None:
-        defaults, reason = _family_defaults(framework)
-        if defaults is None and None in (act_method, eval_act_method, store):
-            raise TypeError(
-                f"Trainer has no defaults for {type(framework).__name__} ({reason}); give "
-                f"act_method, eval_act_method and store"
-            )
-        if defaults is not None and defaults.needs_hidden and hidden_key is None:
-            raise TypeError(
-                f"{type(framework).__name__} acts with a recurrent network: give hidden_key and initial_hidden "
-                f"(e.g. hidden_key='hidden', initial_hidden=torch.zeros(1, hidden_size))"
-            )
-        check_hidden_options(hidden_key, initial_hidden, None, state_key)
-        defaults = defaults or Driver("", {}, "", "")
+        acting = acting_options(framework, act_method, act_kwargs, eval_act_method, eval_act_kwargs, store,
+                                hidden_key, initial_hidden, state_key)
+        updates = update_options(acting.store, updates_per_step, updates_per_episode, train_freq,
+                                 gradient_steps, rollout_steps, warmup_steps)
+        self.eval_interval, self.eval_every_steps = evaluation_options(eval_interval, eval_every_steps,
+                                                                       eval_episodes)
+        check_run_options(smoothing, solved_reward, solved_repeat, seed, log_dir, gif_env)
+        check_random_options(random_steps, random_action, isinstance(env, _ENV_GROUPS), acting.store, hidden_key)
+        check_parts(callbacks, evaluator, loggers, checkpointer)
         self.framework = framework
-        self.act_method = act_method or defaults.act_method
-        if act_kwargs is None:
-            act_kwargs = defaults.act_kwargs if act_method is None else {}
-        self.act_kwargs = dict(act_kwargs)
-        self.eval_act_method = eval_act_method or defaults.eval_act_method
-        self.eval_act_kwargs = dict(eval_act_kwargs or {})
-        for name in ("act_method", "eval_act_method"):
-            method = getattr(self, name)
-            if not callable(getattr(framework, method, None)):
-                raise ValueError(f"{name} {method!r} is not a method of {type(framework).__name__}")
-        self.store = store or defaults.store
-        if self.store not in _STORE_MODES:
-            raise ValueError(f"store must be 'transition' or 'episode', got {self.store!r}")
-        episodic = self.store == "episode"
-        _check_number("warmup_steps", warmup_steps, minimum=0, integer=True)
-        self.train_freq, self.gradient_steps = _burst_options(train_freq, gradient_steps, updates_per_step)
-        if rollout_steps is not None:
-            _check_number("rollout_steps", rollout_steps, minimum=1, integer=True)
-            given = {"updates_per_step": updates_per_step, "updates_per_episode": updates_per_episode,
-                     "train_freq": train_freq, "gradient_steps": gradient_steps, "warmup_steps": warmup_steps or None}
-            contradicting = [f"{name}={value!r}" for name, value in given.items() if value is not None]
-            if contradicting:
-                raise ValueError(
-                    f"rollout_steps makes one update per rollout: leave out updates_per_step, updates_per_episode, "
-                    f"train_freq, gradient_steps and warmup_steps, got rollout_steps={rollout_steps} with "
-                    f"{', '.join(contradicting)}"
-                )
-            if not episodic:
-                raise ValueError(f"rollout_steps stores each rollout with store_episode: it needs store='episode', "
-                                 f"got store={self.store!r}")
-            updates_per_step, updates_per_episode = 0.0, 0
-        if updates_per_step is None:
-            updates_per_step = 0.0 if episodic or self.train_freq is not None else 1.0
-        _check_number("updates_per_step", updates_per_step, minimum=0)
-        if updates_per_episode is None:
-            updates_per_episode = 1 if episodic and self.train_freq is None else 0
-        _check_number("updates_per_episode", updates_per_episode, minimum=0, integer=True)
-        if eval_every_steps is not None:
-            _check_number("eval_every_steps", eval_every_steps, minimum=0, integer=True)
-        if eval_interval is None:
-            eval_interval = 0 if eval_every_steps else 10
-        _check_number("eval_interval", eval_interval, minimum=0, integer=True)
-        if eval_interval and eval_every_steps:
-            raise ValueError(
-                f"evaluate every eval_interval episodes or every eval_every_steps steps, not both: got "
-                f"eval_interval={eval_interval} and eval_every_steps={eval_every_steps}"
-            )
-        _check_number("eval_episodes", eval_episodes, minimum=1, integer=True)
-        _check_number("solved_repeat", solved_repeat, minimum=1, integer=True)
-        if isinstance(smoothing, bool) or not isinstance(smoothing, (int, float)) or not 0 <= smoothing < 1:
-            raise ValueError(f"smoothing must be a number in [0, 1), got {smoothing!r}")
-        if solved_reward is not None:
-            _check_number("solved_reward", solved_reward)
-        if seed is not None:
-            _check_number("seed", seed, minimum=0, integer=True)
-        if gif_env is not None and log_dir is None:
-            raise ValueError("gif_env needs a log_dir to write episode.gif into, got log_dir=None")
-        if log_dir is not None and not isinstance(log_dir, (str, os.PathLike, SaveEnv)):
-            raise TypeError(f"log_dir must be a path, a SaveEnv or None, got {type(log_dir).__name__}")
-
-        _check_number("random_steps", random_steps, minimum=0, integer=True)
-        if random_steps:
-            why = None
-            if isinstance(env, _ENV_GROUPS):
-                why = "it needs a single environment, not a group"
-            elif episodic:
-                why = f"it needs store='transition' (random actions carry no log-probabilities), got {self.store!r}"
-            elif hidden_key is not None:
-                why = "a random action comes with no hidden state"
-            if why:
-                raise ValueError(f"random_steps plays random actions on one environment: {why}")
-        elif random_action is not None:
-            raise ValueError("random_action is only used with random_steps > 0, got random_steps=0")
-        if random_action is not None and not callable(random_action):
-            raise TypeError(f"random_action must be a function returning an action, got {type(random_action).__name__}")
-
-        self.updates_per_step = float(updates_per_step)
-        self.updates_per_episode = updates_per_episode
-        self.rollout_steps = rollout_steps
-        self.eval_every_steps = eval_every_steps or 0
-        self.warmup_steps = warmup_steps
-        self.random_steps = random_steps
-        self.state_key = state_key
-        self.hidden_key = hidden_key
-        self.initial_hidden = initial_hidden
+        self._keep(acting, updates)
+        self.eval_episodes, self.random_steps = eval_episodes, random_steps
+        self.state_key, self.hidden_key, self.initial_hidden = state_key, hidden_key, initial_hidden
         self.obs_to_state = obs_to_state or _default_obs_to_state
-        self.eval_interval = eval_interval
-        self.eval_episodes = eval_episodes
-        self.smoothing = float(smoothing)
-        self.solved_reward = solved_reward
-        self.solved_repeat = solved_repeat
-        self.log_dir = log_dir
-        self.tensorboard = tensorboard
-        self.progress = progress
-        self.seed = seed
+        self.smoothing, self.solved_reward, self.solved_repeat = float(smoothing), solved_reward, solved_repeat
+        self.log_dir, self.tensorboard, self.progress, self.seed = log_dir, tensorboard, progress, seed
+        self.sampler = self._group_sampler(env, eval_env, obs_to_state)
+        self._environments(env, eval_env, gif_env, action_to_env, random_action)
+        self._set_parts(callbacks, evaluator, loggers, checkpointer)
+        self._reset_run_state(None, None)
 
+    def _keep(self, acting: Acting, updates: Updates) -> None:
+        """Keep the checked acting and update options as attributes of the same names."""
+        self.act_method, self.act_kwargs = acting.act_method, acting.act_kwargs
+        self.eval_act_method, self.eval_act_kwargs = acting.eval_act_method, acting.eval_act_kwargs
+        self.store = acting.store
+        self.updates_per_step, self.updates_per_episode = updates.updates_per_step, updates.updates_per_episode
+        self.train_freq, self.gradient_steps = updates.train_freq, updates.gradient_steps
+        self.rollout_steps, self.warmup_steps = updates.rollout_steps, updates.warmup_steps
+
+    def _set_parts(self, callbacks: Optional[List[Callback]], evaluator: Optional[Evaluator],
+                   loggers: Optional[List[Callback]], checkpointer: Optional[Callback]) -> None:
+        """The evaluator, checkpointer and loggers (the given ones, else those the options ask for), the callbacks."""
+        self.evaluator = evaluator if evaluator is not None else Evaluator(self.eval_interval,
+                                                                           self.eval_every_steps)
+        directories = None if self.log_dir is None else run_directories(self.log_dir)
+        if checkpointer is None and directories is not None:
+            checkpointer = BestCheckpoint(directories["checkpoints"])
+        self.checkpointer = checkpointer
+        self.loggers = self._default_loggers(directories) if loggers is None else list(loggers)
+        self.callbacks = list(callbacks or [])
+        self._parts: List[Callback] = []  # those of the run in progress
+
+    def _default_loggers(self, directories: Optional[Dict[str, str]]) -> List[Callback]:
+        """The loggers that ``log_dir``, ``tensorboard``, ``progress`` and ``gif_env`` ask for."""
+        loggers: List[Callback] = []
+        if directories is not None:
+            loggers.append(CSVLogger(directories["log"]))
+            if self.tensorboard:
+                loggers.append(TensorBoardLogger(directories["tensorboard"]))
+        if self.progress:
+            loggers.append(ProgressBar())
+        if directories is not None:
+            loggers.append(LearningCurve(directories["images"]))
+            if self.gif_env is not None:
+                loggers.append(EpisodeGif(self.gif_env, directories["images"]))
+        return loggers
+
+    # -- environments -------------------------------------------------------------------
+    def _group_sampler(self, env: Any, eval_env: Any, obs_to_state: Any) -> Optional[VecSampler]:
+        """The sampler that steps a group of environments, or ``None`` for a single environment."""
+        if not isinstance(env, _ENV_GROUPS):
+            return None
+        check_group_options(obs_to_state, eval_env, self.eval_interval, self.eval_every_steps)
+        return VecSampler(self.framework, env, act_method=self.act_method, act_kwargs=self.act_kwargs,
+                          state_key=self.state_key, store=self.store, seed=self.seed,
+                          hidden_key=self.hidden_key, initial_hidden=self.initial_hidden)
+
+    def _environments(self, env: Any, eval_env: Any, gif_env: Any, action_to_env: Any, random_action: Any) -> None:
+        """Make the environments, check the ones that need it and pick the action conversions.
+
+        On an error the environments made so far are closed.
+        """
         self._owned: List[gym.Env] = []  # environments made from factories, closed by close()
-        self.sampler: Optional[VecSampler] = None
-        if isinstance(env, _ENV_GROUPS):
-            if obs_to_state is not None:
-                raise ValueError("obs_to_state only applies to a single environment: a group's sampler "
-                                 "makes the state tensors itself (see VecSampler's state_dtype)")
-            if eval_env is None and (eval_interval or self.eval_every_steps):
-                raise ValueError(
-                    f"a group of environments is not used for evaluation: give eval_env (one "
-                    f"environment or a function making one) or eval_interval=0, got eval_interval={eval_interval}"
-                    + (f" and eval_every_steps={self.eval_every_steps}" if self.eval_every_steps else "")
-                )
-            self.sampler = VecSampler(framework, env, act_method=self.act_method, act_kwargs=self.act_kwargs,
-                                      state_key=state_key, store=self.store, seed=seed,
-                                      hidden_key=hidden_key, initial_hidden=initial_hidden)
         try:
             self.env = None if self.sampler is not None else self._make("env", env)
             if eval_env is None and self.sampler is None:
                 eval_env = env if not isinstance(env, gym.Env) else self.env
             self.eval_env = None if eval_env is None else self._make("eval_env", eval_env)
             self.gif_env = None if gif_env is None else self._make("gif_env", gif_env)
-            if self.gif_env is not None and getattr(self.gif_env, "render_mode", None) != "rgb_array":
-                raise ValueError(
-                    f"gif_env must be made with render_mode='rgb_array', got render_mode="
-                    f"{getattr(self.gif_env, 'render_mode', None)!r}"
-                )
-            if (rollout_steps is not None and self.env is not None and self.eval_env is self.env
-                    and (eval_interval or self.eval_every_steps)):
-                raise ValueError(
-                    "rollout_steps keeps episodes running between rollouts, so an evaluation on the training "
-                    "environment itself would interrupt one: give eval_env (or env as a function, which makes "
-                    "a second environment) or eval_interval=0"
-                )
+            self._check_environment_use()
             acting_env = self.env or self.eval_env or self.gif_env
             self.action_to_env = action_to_env or (
                 None if acting_env is None else _default_action_to_env(acting_env.action_space)
             )
-            if random_steps and random_action is None:
+            if self.random_steps and random_action is None:
                 if action_to_env is not None:
                     raise TypeError(
                         "random_steps with action_to_env needs random_action: a function returning a random "
@@ -416,14 +389,22 @@ class Trainer:
         except BaseException:
             self.close()  # the environments made so far
             raise
-        # counters of the current run
-        self._steps = 0
-        self._credit = 0.0
-        self._update_sums: Dict[str, float] = {}
-        self._updates = 0
-        self._reset_run_state(None)
 
-    # -- environments -------------------------------------------------------------------
+    def _check_environment_use(self) -> None:
+        """The GIF needs frames; rollouts keep an episode running, so they cannot share it with evaluation."""
+        if self.gif_env is not None and getattr(self.gif_env, "render_mode", None) != "rgb_array":
+            raise ValueError(
+                f"gif_env must be made with render_mode='rgb_array', got render_mode="
+                f"{getattr(self.gif_env, 'render_mode', None)!r}"
+            )
+        if (self.rollout_steps is not None and self.env is not None and self.eval_env is self.env
+                and (self.eval_interval or self.eval_every_steps)):
+            raise ValueError(
+                "rollout_steps keeps episodes running between rollouts, so an evaluation on the training "
+                "environment itself would interrupt one: give eval_env (or env as a function, which makes "
+                "a second environment) or eval_interval=0"
+            )
+
     def _make(self, name: str, source: EnvSource) -> gym.Env:
         if isinstance(source, gym.Env):
             return source
@@ -487,6 +468,24 @@ class Trainer:
                 "reward": float(reward), "terminal": bool(terminated)}
         return step, bool(terminated), bool(truncated)
 
+    def play_episode(self, env: gym.Env, seed: Optional[int] = None,
+                     frames: Optional[List[np.ndarray]] = None) -> Tuple[float, int]:
+        """Play one episode with ``eval_act_method``, storing and updating nothing.
+
+        Args:
+            env: The environment to play on.
+            seed: The seed of its reset.
+            frames: When given, every rendered frame is appended to it.
+
+        Returns:
+            ``(return, length)`` of the episode.
+        """
+        return self._play(env, seed, learn=False, frames=frames)
+
+    def evaluation_seed(self, index: int) -> Optional[int]:
+        """The reset seed of evaluation episode ``index``: ``seed + 10**6 + index`` (``None`` without ``seed``)."""
+        return None if self.seed is None else self.seed + 10**6 + index
+
     def _play(self, env: gym.Env, seed: Optional[int], learn: bool,
               frames: Optional[List[np.ndarray]] = None) -> Tuple[float, int]:
         """Play one episode; when ``learn``, explore, store and update. Returns (return, length)."""
@@ -502,26 +501,35 @@ class Trainer:
                                                          learn and self._steps < self.random_steps)
             total, length, done = total + step["reward"], length + 1, terminated or truncated
             if learn:
-                if self.store == "transition":
-                    self.framework.store_transition(step)
-                else:
-                    step["truncated"] = truncated and not terminated
-                    episode.append(step)
-                self._count_steps(1)
-                if self.store == "transition":
-                    self._spend_credit()
-                self._maybe_evaluate_steps(between_episodes=False)
+                self._learn_from_step(step, terminated, truncated, episode)
             state = step["next_state"]
         if frames is not None:
             frames.append(env.render())
         if learn:
-            if episode:
-                self.framework.store_episode(episode)
-            self._episode_done()
-            self._spend_credit()
-            if self._steps > self.warmup_steps:
-                self._update(self.updates_per_episode)
+            self._learn_from_episode(episode)
         return total, length
+
+    def _learn_from_step(self, step: Dict[str, Any], terminated: bool, truncated: bool,
+                         episode: List[Dict[str, Any]]) -> None:
+        """Store a training step (or keep it for the episode), count it, make the updates it made due."""
+        if self.store == "transition":
+            self.framework.store_transition(step)
+        else:
+            step["truncated"] = truncated and not terminated
+            episode.append(step)
+        self._count_steps(1)
+        if self.store == "transition":
+            self._spend_credit()
+        self._emit("on_step", 1)
+
+    def _learn_from_episode(self, episode: List[Dict[str, Any]]) -> None:
+        """Store a finished training episode (in episode mode) and make the updates due after it."""
+        if episode:
+            self.framework.store_episode(episode)
+        self._episode_done()
+        self._spend_credit()
+        if self._steps > self.warmup_steps:
+            self._update(self.updates_per_episode)
 
     def _single_rollout(self) -> List[float]:
         """One rollout of ``rollout_steps`` steps on the training environment; the returns of the episodes it ended.
@@ -548,30 +556,34 @@ class Trainer:
                 finished.append(live.total)
                 self._live = None
                 self._episode_done()
-            self._maybe_evaluate_steps(between_episodes=False)
+            self._emit("on_step", 1)
         if self._live is not None and self._live.steps:
             self.framework.store_episode(self._live.steps)
             self._live.steps = []
         return finished
 
-    # -- schedules: updates, evaluations, progress ------------------------------------
-    def _reset_run_state(self, total_steps: Optional[int]) -> None:
-        """Start the counters of a run whose step limit is ``total_steps`` (``None``: unknown)."""
+    # -- schedules: updates and progress --------------------------------------------------
+    def _reset_run_state(self, episodes: Optional[int], steps: Optional[int]) -> None:
+        """Start the counters of a run limited to ``episodes`` and ``steps`` (``None``: no limit)."""
         self._steps, self._credit = 0, 0.0
-        self._total_steps = total_steps
+        self.episode_limit, self.step_limit = episodes, steps
         self._burst_mark, self._burst_episodes = 0, 0
-        self._next_eval = self.eval_every_steps
-        self._eval_due = False
-        self._unlogged_eval: Optional[float] = None
+        self._update_sums: Dict[str, float] = {}
+        self._updates = 0
         self._live: Optional[_LiveEpisode] = None
         self._episodes_started = 0
-        self._result: Optional[TrainResult] = None
-        self._files: Optional[_RunFiles] = None
+        self._stop_requested = False
+        self.result = TrainResult()
         set_progress = getattr(self.framework, "set_progress", None)
-        self._set_progress = set_progress if total_steps is not None and callable(set_progress) else None
+        self._set_progress = set_progress if steps is not None and callable(set_progress) else None
+
+    @property
+    def steps(self) -> int:
+        """Training environment steps taken in the run in progress (or the last run)."""
+        return self._steps
 
     def _count_steps(self, transitions: int) -> None:
-        """Count training steps: the updates they earn, the algorithm's progress, a due evaluation."""
+        """Count training steps: the updates they earn and the algorithm's progress."""
         before = self._steps
         self._steps += transitions
         if self.train_freq is None:
@@ -582,10 +594,7 @@ class Trainer:
             if bursts:
                 self._burst(bursts)
         if self._set_progress is not None:
-            self._set_progress(check_progress(min(1.0, self._steps / self._total_steps)))
-        if self.eval_every_steps and self._steps >= self._next_eval:
-            self._eval_due = True
-            self._next_eval = (self._steps // self.eval_every_steps + 1) * self.eval_every_steps
+            self._set_progress(check_progress(min(1.0, self._steps / self.step_limit)))
 
     def _episode_done(self) -> None:
         """Count a finished training episode (for bursts every ``n`` episodes)."""
@@ -602,29 +611,6 @@ class Trainer:
             else:  # -1: as many updates as steps since the previous burst
                 self._credit += self._steps - self._burst_mark
         self._burst_mark = self._steps
-
-    def _maybe_evaluate_steps(self, between_episodes: bool) -> None:
-        """Run the evaluation that ``eval_every_steps`` made due, unless it would interrupt a training episode."""
-        if not self._eval_due or self._result is None:
-            return
-        if not between_episodes and self.eval_env is self.env:
-            return  # evaluating on the training environment: wait for the end of its episode
-        self._eval_due = False
-        self._unlogged_eval = self._evaluation(self._steps)
-        if self._files is not None:
-            self._files.eval_scalar(self._unlogged_eval, self._steps)
-
-    def _evaluation(self, version: int) -> float:
-        """Evaluate, record the result, checkpoint an improvement as ``version``; return the mean return."""
-        value = self.evaluate()
-        result = self._result
-        result.eval_returns.append((result.episodes, value))
-        result.eval_steps.append(self._steps)
-        if value > result.best_eval_return:
-            result.best_eval_return = value
-            if self._files is not None and self._files.checkpoint(self.framework, version):
-                result.best_version = version
-        return value
 
     def _spend_credit(self) -> None:
         """Make the per-step updates that are due (fractions carry over)."""
@@ -643,8 +629,12 @@ class Trainer:
                     self._update_sums[name] = self._update_sums.get(name, 0.0) + float(value)
             self._updates += 1
 
+    # -- evaluation ---------------------------------------------------------------------
     def evaluate(self, episodes: Optional[int] = None) -> float:
         """Mean return of evaluation episodes, played with ``eval_act_method`` and stored nowhere.
+
+        The episodes are those of the evaluator's ``evaluate`` (by default
+        :meth:`Evaluator.evaluate <machin.frame.callbacks.Evaluator.evaluate>`).
 
         Args:
             episodes: Number of episodes (default ``eval_episodes``).
@@ -656,14 +646,35 @@ class Trainer:
             ValueError: If ``episodes`` is not a positive integer.
         """
         episodes = self.eval_episodes if episodes is None else episodes
-        _check_number("episodes", episodes, minimum=1, integer=True)
+        check_number("episodes", episodes, minimum=1, integer=True)
         if self.eval_env is None:
             raise ValueError("this trainer has no evaluation environment: give eval_env when it trains on a group")
-        returns = [self._play(self.eval_env, self._eval_seed(i), learn=False)[0] for i in range(episodes)]
-        return float(np.mean(returns))
+        return self.evaluator.evaluate(self, episodes)
 
-    def _eval_seed(self, index: int) -> Optional[int]:
-        return None if self.seed is None else self.seed + 10**6 + index
+    def record_evaluation(self, mean_return: float, by_steps: bool = False) -> Evaluation:
+        """Record an evaluation of the run in progress and tell every part (``on_evaluation``).
+
+        It is added to ``result.eval_returns`` and ``result.eval_steps``, and raises
+        ``result.best_eval_return`` when it improves on it.
+
+        Args:
+            mean_return: The evaluation's mean return.
+            by_steps: Whether a step count made it due: its checkpoint version is then the
+                step count, else the number of finished training episodes.
+
+        Returns:
+            The :class:`~machin.frame.callbacks.Evaluation` the parts received.
+        """
+        result = self.result
+        result.eval_returns.append((result.episodes, mean_return))
+        result.eval_steps.append(self._steps)
+        improved = mean_return > result.best_eval_return
+        if improved:
+            result.best_eval_return = mean_return
+        evaluation = Evaluation(mean_return, result.episodes, self._steps,
+                                self._steps if by_steps else result.episodes, by_steps, improved)
+        self._emit("on_evaluation", evaluation)
+        return evaluation
 
     # -- the loop -----------------------------------------------------------------------
     def run(self, episodes: Optional[int] = None, steps: Optional[int] = None) -> TrainResult:
@@ -671,7 +682,8 @@ class Trainer:
 
         An episode is never cut: with ``steps``, the run ends after the episode in which
         the step count reaches it (with ``rollout_steps``, after the rollout in which it
-        does, and with ``episodes``, after the rollout's update). Each call counts from
+        does, and with ``episodes``, after the rollout's update). A callback that returns
+        ``False`` also ends the run at the end of an episode. Each call counts from
         episode 1 again and rewrites the files in ``log_dir``; the framework keeps what it
         has learned. With ``steps`` and a framework that has a ``set_progress(progress)``
         method, ``set_progress(min(1, steps_done / steps))`` is called at the start and
@@ -692,52 +704,57 @@ class Trainer:
             raise ValueError("run needs a limit: give episodes, steps or both")
         for name, value in (("episodes", episodes), ("steps", steps)):
             if value is not None:
-                _check_number(name, value, minimum=1, integer=True)
-        self._reset_run_state(steps)
-        result = TrainResult()
-        files = _RunFiles(self.log_dir, self.tensorboard, result) if self.log_dir is not None else None
-        self._result, self._files = result, files
-        bar = _progress_bar(episodes, steps) if self.progress else None
-        smoothed, streak, start = 0.0, 0, time.time()
-        if self._set_progress is not None:
-            self._set_progress(0.0)
+                check_number(name, value, minimum=1, integer=True)
+        self._reset_run_state(episodes, steps)
+        result = self.result
+        self._parts = [part for part in (self.evaluator, self.checkpointer, *self.loggers, *self.callbacks)
+                       if part is not None]
+        completed = False
         try:
-            for episode, total in enumerate(self._training_episodes(episodes, steps), start=1):
-                smoothed = total if episode == 1 else self.smoothing * smoothed + (1 - self.smoothing) * total
-                result.episodes, result.steps = episode, self._steps
-                result.returns.append(total)
-                eval_return = None
-                if self.eval_interval and episode % self.eval_interval == 0:
-                    eval_return = self._evaluation(episode)
-                self._maybe_evaluate_steps(between_episodes=True)
-                by_steps, self._unlogged_eval = self._unlogged_eval, None
-                if files is not None:
-                    losses = {k: v / self._updates for k, v in self._update_sums.items()}
-                    files.log(episode, self._steps, total, smoothed, eval_return, time.time() - start, losses,
-                              eval_by_steps=by_steps)
-                if bar is not None:
-                    shown = {"smoothed": f"{smoothed:.1f}"}
-                    if result.eval_returns:
-                        shown["best_eval"] = f"{result.best_eval_return:.1f}"
-                    bar.set_postfix(shown)
-                    bar.update(1 if steps is None else min(self._steps, steps) - bar.n)
-                above = self.solved_reward is not None and smoothed > self.solved_reward
-                streak = streak + 1 if above else 0
-                if above and streak >= self.solved_repeat:
-                    result.solved_episode = episode
-                    break
+            self._emit("on_training_start")
+            if self._set_progress is not None:
+                self._set_progress(0.0)
+            self._episodes_loop(episodes, steps)
             result.steps = self._steps
-            if files is not None and self.gif_env is not None:
-                frames: List[np.ndarray] = []
-                self._play(self.gif_env, self._eval_seed(0), learn=False, frames=frames)
-                files.gif(frames)
+            completed = True
         finally:
-            self._result = self._files = None
-            if bar is not None:
-                bar.close()
-            if files is not None:
-                files.close(type(self.framework).__name__, self.smoothing)
+            self._finish(completed)
         return result
+
+    def _episodes_loop(self, episodes: Optional[int], steps: Optional[int]) -> None:
+        """Count, smooth and announce every training episode; stop when solved or asked to."""
+        result, smoothed, streak = self.result, 0.0, 0
+        for episode, total in enumerate(self._training_episodes(episodes, steps), start=1):
+            smoothed = total if episode == 1 else self.smoothing * smoothed + (1 - self.smoothing) * total
+            result.episodes, result.steps = episode, self._steps
+            result.returns.append(total)
+            losses = {name: value / self._updates for name, value in self._update_sums.items()}
+            self._emit("on_episode_end", EpisodeEnd(episode, self._steps, total, smoothed, losses))
+            above = self.solved_reward is not None and smoothed > self.solved_reward
+            streak = streak + 1 if above else 0
+            if above and streak >= self.solved_repeat:
+                result.solved_episode = episode
+                return
+            if self._stop_requested:
+                return
+
+    def _emit(self, event: str, *args: Any) -> None:
+        """Call ``event`` of every part; one returning ``False`` asks the run to stop."""
+        for part in self._parts:
+            if getattr(part, event)(self, *args) is False:
+                self._stop_requested = True
+
+    def _finish(self, completed: bool) -> None:
+        """``on_training_end`` to every part, even when one fails (the first error is raised after)."""
+        error: Optional[BaseException] = None
+        for part in self._parts:
+            try:
+                part.on_training_end(self, completed)
+            except BaseException as caught:  # the other parts still close their files
+                error = error or caught
+        self._parts = []
+        if error is not None:
+            raise error
 
     def _training_episodes(self, episodes: Optional[int], steps: Optional[int]) -> Iterator[float]:
         """Play, store and learn; yield the return of each training episode as it ends.
@@ -748,168 +765,62 @@ class Trainer:
         count = 0
 
         def more() -> bool:
-            return (episodes is None or count < episodes) and (steps is None or self._steps < steps)
+            return ((episodes is None or count < episodes) and (steps is None or self._steps < steps)
+                    and not self._stop_requested)
 
         self._update_sums, self._updates = {}, 0
         while more():
             if self.rollout_steps is not None:
-                if self.sampler is None:
-                    returns = self._single_rollout()
-                else:
-                    infos = self.sampler.collect_rollout(self.rollout_steps, on_step=self._after_group_step)
-                    returns = [info.episode_return for info in infos]
-                self._update(1)
+                returns = self._rollout()
                 for total in returns:  # all of them with a steps limit: the rollout is over anyway
                     count += 1
                     yield total
                     self._update_sums, self._updates = {}, 0
                     if episodes is not None and count >= episodes:
                         return
-                continue
-            if self.sampler is None:
+            elif self.sampler is None:
                 count += 1
                 seed = None if self.seed is None else self.seed + count
                 yield self._play(self.env, seed, learn=True)[0]
                 self._update_sums, self._updates = {}, 0
-                continue
-            # A group: the sampler stores the steps; updates follow the same schedule.
-            for info in self.sampler.collect(episodes=1, on_step=self._after_group_step):
-                if self.store == "episode":
-                    self._spend_credit()
-                if self._steps > self.warmup_steps:
-                    self._update(self.updates_per_episode)
-                count += 1
-                yield info.episode_return
-                self._update_sums, self._updates = {}, 0
-                if not more():
-                    return
+            else:
+                for total in self._group_episode():
+                    count += 1
+                    yield total
+                    self._update_sums, self._updates = {}, 0
+                    if not more():
+                        return
+
+    def _rollout(self) -> List[float]:
+        """One rollout and its update; the returns of the episodes it ended."""
+        if self.sampler is None:
+            returns = self._single_rollout()
+        else:
+            infos = self.sampler.collect_rollout(self.rollout_steps, on_step=self._after_group_step)
+            returns = [info.episode_return for info in infos]
+        self._update(1)
+        return returns
+
+    def _group_episode(self) -> Iterator[float]:
+        """Step the group until an episode ends; after each ended episode, its updates, then its return.
+
+        The sampler stores the steps; the updates follow the same schedule as on one environment.
+        """
+        for info in self.sampler.collect(episodes=1, on_step=self._after_group_step):
+            if self.store == "episode":
+                self._spend_credit()
+            if self._steps > self.warmup_steps:
+                self._update(self.updates_per_episode)
+            yield info.episode_return
 
     def _after_group_step(self, transitions: int, finished: List[Any]) -> None:
-        """Count the steps and episodes of a group, make the updates due (transition mode), evaluate when due."""
+        """Count the steps and episodes of a group, make the updates due (transition mode), tell the parts."""
         self._count_steps(transitions)
         for _ in finished:
             self._episode_done()
         if self.store == "transition":
             self._spend_credit()
-        self._maybe_evaluate_steps(between_episodes=False)
-
-
-class _RunFiles:
-    """The files of one run: CSV rows, TensorBoard scalars, checkpoints, curve and GIF.
-
-    A path ``log_dir`` holds ``progress.csv``, ``tensorboard/``, ``checkpoints/``,
-    ``learning_curve.png`` and ``episode.gif``; a :class:`SaveEnv` puts the CSV and the
-    scalars into its train-log directory, checkpoints into its model directory and the
-    pictures into its image directory.
-    """
-
-    def __init__(self, log_dir: Union[str, os.PathLike, SaveEnv], tensorboard: bool,
-                 result: TrainResult) -> None:
-        if isinstance(log_dir, SaveEnv):
-            log, self.models, self.images = (log_dir.get_trial_train_log_dir(),
-                                             log_dir.get_trial_model_dir(), log_dir.get_trial_image_dir())
-            board_dir = log
-        else:
-            log = self.images = os.fspath(log_dir)
-            self.models = os.path.join(log, "checkpoints")
-            board_dir = os.path.join(log, "tensorboard")
-        os.makedirs(log, exist_ok=True)
-        self.result = result
-        result.paths["csv"] = os.path.join(log, "progress.csv")
-        self.handle = open(result.paths["csv"], "w", newline="")  # noqa: SIM115 (closed in close())
-        self.rows = csv.DictWriter(self.handle, fieldnames=_CSV_FIELDS)
-        self.rows.writeheader()
-        self.board = None
-        if tensorboard:
-            from ..utils.tensor_board import TensorBoard
-
-            self.board = TensorBoard()
-            self.board.init(logdir=board_dir)
-            result.paths["tensorboard"] = board_dir
-
-    def log(self, episode: int, steps: int, total: float, smoothed: float, eval_return: Optional[float],
-            seconds: float, losses: Dict[str, float], eval_by_steps: Optional[float] = None) -> None:
-        """One CSV row and the episode's scalars; ``eval_by_steps``: the last step-based evaluation since the last row."""
-        shown = eval_return if eval_return is not None else eval_by_steps
-        self.rows.writerow({"episode": episode, "steps": steps, "return": total, "smoothed": smoothed,
-                            "eval_return": "" if shown is None else shown,
-                            "seconds": round(seconds, 3)})
-        self.handle.flush()
-        if self.board is None:
-            return
-        scalars = {"train/return": total, "train/smoothed_return": smoothed,
-                   **{f"train/{name}": value for name, value in losses.items()}}
-        if eval_return is not None:
-            scalars["eval/return"] = eval_return
-        for tag, value in scalars.items():
-            self.board.writer.add_scalar(tag, value, episode)
-
-    def eval_scalar(self, value: float, steps: int) -> None:
-        """A step-based evaluation's ``eval/return`` scalar, at the training step count."""
-        if self.board is not None:
-            self.board.writer.add_scalar("eval/return", value, steps)
-
-    def checkpoint(self, framework: Any, episode: int) -> bool:
-        """Save the framework as version ``episode``; False when it cannot be saved."""
-        if not callable(getattr(framework, "save", None)):
-            return False
-        framework.save(self.models, version=episode)
-        self.result.paths["checkpoints"] = self.models
-        return True
-
-    def gif(self, frames: List[np.ndarray]) -> None:
-        from ..utils.media import create_video
-
-        self.result.paths["gif"] = create_video(frames, self.images, "episode")
-
-    def close(self, title: str, smoothing: float) -> None:
-        self.handle.close()
-        if self.board is not None:
-            self.board.writer.close()
-        if self.result.returns:
-            from ..utils.media import create_learning_curve
-
-            self.result.paths["curve"] = create_learning_curve(
-                self.result.returns, self.images, "learning_curve", title=title, smoothing=smoothing
-            )
-
-
-def _check_number(name: str, value: Any, minimum: Optional[float] = None, integer: bool = False) -> None:
-    kinds = (int,) if integer else (int, float)
-    if isinstance(value, bool) or not isinstance(value, kinds) or (minimum is not None and value < minimum):
-        kind = "an integer" if integer else "a number"
-        bound = "" if minimum is None else f" >= {minimum}"
-        raise ValueError(f"{name} must be {kind}{bound}, got {value!r}")
-
-
-def _burst_options(train_freq: Any, gradient_steps: Any,
-                   updates_per_step: Any) -> Tuple[Optional[Tuple[int, str]], Optional[int]]:
-    """``(train_freq as (n, unit), gradient_steps)``, or ``(None, None)`` without bursts."""
-    if train_freq is None and gradient_steps is None:
-        return None, None
-    if updates_per_step is not None:
-        raise ValueError(
-            f"give updates_per_step (even updates) or train_freq / gradient_steps (bursts), not both: got "
-            f"updates_per_step={updates_per_step!r}, train_freq={train_freq!r}, gradient_steps={gradient_steps!r}"
-        )
-    if train_freq is None:
-        train_freq = 1
-    if isinstance(train_freq, (tuple, list)) and len(train_freq) == 2 and train_freq[1] in ("step", "episode"):
-        count, unit = train_freq
-    else:
-        count, unit = train_freq, "step"
-    if isinstance(count, bool) or not isinstance(count, int) or count < 1:
-        raise ValueError(
-            f"train_freq must be a positive integer (environment steps) or a pair (n, 'step') or "
-            f"(n, 'episode') with n a positive integer, got {train_freq!r}"
-        )
-    if gradient_steps is None:
-        gradient_steps = 1
-    if (isinstance(gradient_steps, bool) or not isinstance(gradient_steps, int)
-            or not (gradient_steps >= 1 or gradient_steps == -1)):
-        raise ValueError(f"gradient_steps must be a positive integer or -1 (as many as steps taken), "
-                         f"got {gradient_steps!r}")
-    return (count, unit), gradient_steps
+        self._emit("on_step", transitions)
 
 
 def _update_names(count: int) -> Tuple[str, ...]:
@@ -945,11 +856,3 @@ def _default_action_to_env(space: gym.Space) -> Callable[[torch.Tensor], Any]:
     if isinstance(space, gym.spaces.Box):
         return lambda action: np.clip(action.detach().cpu().numpy().reshape(space.shape), space.low, space.high)
     raise TypeError(f"give action_to_env for the action space {space!r} (defaults exist for Discrete and Box)")
-
-
-def _progress_bar(episodes: Optional[int], steps: Optional[int]) -> Any:
-    from tqdm import tqdm
-
-    if steps is not None:
-        return tqdm(total=steps, unit="step", dynamic_ncols=True)
-    return tqdm(total=episodes, unit="episode", dynamic_ncols=True)

@@ -457,63 +457,81 @@ def check_model(
     _check_interval(output_check_interval, "output_check_interval")
     _check_interval(param_check_interval, "param_check_interval")
 
-    handles: List[Any] = []
     forward_counter = Counter()
-
-    def due(counter: Counter, interval: int) -> bool:
-        return (counter.get() - 1) % interval == 0
-
-    def count_forward(_module: nn.Module, _args: tuple) -> None:
-        forward_counter.count()
-
     # Registered first so the count is updated before the checks of this pass.
-    handles.append(model.register_forward_pre_hook(count_forward))
-
+    handles: List[Any] = [model.register_forward_pre_hook(lambda _module, _args: forward_counter.count())]
+    io = _IOChecks(writer, model, name, forward_counter)
     for path, module in _checked_modules(model):
         if input_check_hooks:
-            name_inputs = _input_namer(module)
-
-            def check_inputs(
-                mod: nn.Module, args: tuple, kwargs: dict, _path=path, _name_inputs=name_inputs
-            ) -> None:
-                if due(forward_counter, input_check_interval):
-                    for arg_name, value in _name_inputs(args, kwargs):
-                        qualified = _join(name, _path, "input", arg_name)
-                        for hook in input_check_hooks:
-                            hook(forward_counter, writer, model, mod, qualified, value)
-
-            handles.append(module.register_forward_pre_hook(check_inputs, with_kwargs=True))
-
+            handles.append(io.watch_inputs(path, module, input_check_hooks, input_check_interval))
         if output_check_hooks:
-
-            def check_outputs(mod: nn.Module, _args: tuple, output: Any, _path=path) -> None:
-                if due(forward_counter, output_check_interval):
-                    for out_name, value in _name_outputs(mod, _path, output):
-                        qualified = _join(name, _path, "output", out_name)
-                        for hook in output_check_hooks:
-                            hook(forward_counter, writer, model, mod, qualified, value)
-
-            handles.append(module.register_forward_hook(check_outputs))
-
+            handles.append(io.watch_outputs(path, module, output_check_hooks, output_check_interval))
     if param_check_hooks:
-        for path, owner, param_name, param in _owned_parameters(model):
-            if not param.requires_grad:
-                continue
-            qualified = _join(name, path, "param", param_name)
-            counter = Counter()
-
-            def check_param(
-                p: torch.Tensor, _counter=counter, _owner=owner, _qualified=qualified
-            ) -> None:
-                _counter.count()
-                if due(_counter, param_check_interval):
-                    for hook in param_check_hooks:
-                        hook(_counter, writer, model, _owner, _qualified, p)
-
-            handles.append(param.register_post_accumulate_grad_hook(check_param))
+        handles.extend(_watch_parameters(writer, model, name, param_check_hooks, param_check_interval))
 
     def cancel() -> None:
         while handles:
             handles.pop().remove()
 
     return cancel
+
+
+def _due(counter: Counter, interval: int) -> bool:
+    """Whether the pass just counted is one of ``1, 1 + interval, 1 + 2 * interval, ...``."""
+    return (counter.get() - 1) % interval == 0
+
+
+class _IOChecks:
+    """Registers the input and output checks of the modules of one :func:`check_model` call."""
+
+    def __init__(self, writer: Optional[SummaryWriter], model: nn.Module, name: str,
+                 forward_counter: Counter) -> None:
+        self.writer = writer
+        self.model = model
+        self.name = name
+        self.forward_counter = forward_counter
+
+    def watch_inputs(self, path: str, module: nn.Module, hooks: Tuple[CheckHook, ...], interval: int) -> Any:
+        """Check the named inputs of ``module`` on the due forward passes; returns the hook handle."""
+        name_inputs = _input_namer(module)
+
+        def check_inputs(mod: nn.Module, args: tuple, kwargs: dict) -> None:
+            if _due(self.forward_counter, interval):
+                for arg_name, value in name_inputs(args, kwargs):
+                    self._run(hooks, mod, _join(self.name, path, "input", arg_name), value)
+
+        return module.register_forward_pre_hook(check_inputs, with_kwargs=True)
+
+    def watch_outputs(self, path: str, module: nn.Module, hooks: Tuple[CheckHook, ...], interval: int) -> Any:
+        """Check the named outputs of ``module`` on the due forward passes; returns the hook handle."""
+
+        def check_outputs(mod: nn.Module, _args: tuple, output: Any) -> None:
+            if _due(self.forward_counter, interval):
+                for out_name, value in _name_outputs(mod, path, output):
+                    self._run(hooks, mod, _join(self.name, path, "output", out_name), value)
+
+        return module.register_forward_hook(check_outputs)
+
+    def _run(self, hooks: Tuple[CheckHook, ...], mod: nn.Module, qualified: str, value: Any) -> None:
+        for hook in hooks:
+            hook(self.forward_counter, self.writer, self.model, mod, qualified, value)
+
+
+def _watch_parameters(writer: Optional[SummaryWriter], model: nn.Module, name: str,
+                      hooks: Tuple[CheckHook, ...], interval: int) -> List[Any]:
+    """Check every trainable parameter after its gradient is accumulated, counted per parameter."""
+    handles = []
+    for path, owner, param_name, param in _owned_parameters(model):
+        if not param.requires_grad:
+            continue
+        qualified = _join(name, path, "param", param_name)
+        counter = Counter()
+
+        def check_param(p: torch.Tensor, _counter=counter, _owner=owner, _qualified=qualified) -> None:
+            _counter.count()
+            if _due(_counter, interval):
+                for hook in hooks:
+                    hook(_counter, writer, model, _owner, _qualified, p)
+
+        handles.append(param.register_post_accumulate_grad_hook(check_param))
+    return handles

@@ -744,15 +744,7 @@ def prep_load_checkpoint(
         loaded (only with ``quiet``).
     """
     logger = default_logger if logger is None else logger
-    _check_model_map(model_map)
-    if not model_map:
-        raise ValueError("model_map must name at least one model, got an empty mapping")
-    if version is not None and (isinstance(version, bool) or not isinstance(version, int)):
-        raise TypeError(
-            f"version must be an int or None, got {version!r} of type {type(version).__name__}"
-        )
-    for name in extra:
-        prep_model_path(model_dir, name, 0)
+    _check_load_arguments(model_dir, model_map, version, extra)
     try:
         available = prep_list_model_versions(model_dir)
     except RuntimeError:
@@ -762,76 +754,117 @@ def prep_load_checkpoint(
             )
             return None
         raise
-    model_dir = os.fspath(model_dir)
-    names = list(model_map)
-    manifests = _read_manifests(model_dir)
-    candidates = set()
-    for name in names:
-        candidates.update(available.get(name, ()))
-    candidates.update(manifests)
-
-    def state_of(v: int) -> _Version:
-        return _version_state(model_dir, names, v, manifests, optional=extra)
-
-    def load(state: _Version) -> Dict[str, Any]:
-        fitted, extras = _read_version(model_dir, model_map, state, trusted, extra)
-        # every file is read and fits its model: only now is any model changed
-        for name, model in model_map.items():
-            model.load_state_dict(fitted[name])
-            path = prep_model_path(model_dir, name, state.version)
-            logger.info(f"loaded model {name!r} version {state.version} from {path!r}")
-        return extras
-
+    loader = _VersionLoader(os.fspath(model_dir), model_map, available, logger, trusted, extra)
     requested = None if version is None or version < 0 else version
     if requested is not None:
-        state = state_of(requested)
+        state = loader.state_of(requested)
         if state.complete:
-            return requested, load(state)
+            return requested, loader.load(state)
         if state.managed:
             raise RuntimeError(
-                f"cannot load version {requested} from {model_dir!r}: the version is incomplete, "
+                f"cannot load version {requested} from {loader.model_dir!r}: the version is incomplete, "
                 f"{state.reason}"
             )
-
-    skipped = []
-    for v in sorted(candidates, reverse=True):
-        state = state_of(v)
-        if not state.complete:
-            if state.managed:
-                skipped.append(f"version {v} (incomplete: {state.reason})")
-            continue
-        try:
-            extras = load(state)
-        except CheckpointLoadError as error:
-            if not getattr(error, "damaged", False):
-                raise  # pickled objects (needs trusted=True): an older version would be no better
-            skipped.append(f"version {v} ({error})")
-            continue
-        if requested is not None:
-            lacking = [name for name in names if requested not in available.get(name, ())]
-            logger.warning(
-                f"Specified version {requested} is invalid: version {requested} is missing for "
-                f"models {lacking} in {model_dir!r}; "
-                f"loading the newest common version {v} instead"
-            )
-        if skipped:
-            logger.warning(
-                f"Loaded version {v} from {model_dir!r}, the newest complete one; skipped "
-                + "; ".join(skipped)
-            )
-        return v, extras
-
-    detail = {name: available.get(name, []) for name in model_map}
-    message = (
-        f"Cannot find a valid version for all models in {model_dir!r}; "
-        f"versions found per model: {detail}"
-    )
-    if skipped:
-        message += "; skipped " + "; ".join(skipped)
+    loaded = loader.load_newest(requested)
+    if loaded is not None:
+        return loaded
+    message = loader.nothing_found()
     if quiet:
         logger.warning(message + ", nothing loaded")
         return None
     raise RuntimeError(message)
+
+
+def _check_load_arguments(model_dir: PathLike, model_map: Mapping[str, nn.Module], version: Any,
+                          extra: Sequence[str]) -> None:
+    """The argument checks of :func:`prep_load_checkpoint`."""
+    _check_model_map(model_map)
+    if not model_map:
+        raise ValueError("model_map must name at least one model, got an empty mapping")
+    if version is not None and (isinstance(version, bool) or not isinstance(version, int)):
+        raise TypeError(
+            f"version must be an int or None, got {version!r} of type {type(version).__name__}"
+        )
+    for name in extra:
+        prep_model_path(model_dir, name, 0)
+
+
+class _VersionLoader:
+    """Finds the complete versions of a set of models in one directory and loads one of them."""
+
+    def __init__(self, model_dir: str, model_map: Mapping[str, nn.Module], available: Mapping[str, List[int]],
+                 logger: Any, trusted: bool, extra: Sequence[str]) -> None:
+        self.model_dir = model_dir
+        self.model_map = model_map
+        self.names = list(model_map)
+        self.available = available
+        self.logger = logger
+        self.trusted = trusted
+        self.extra = extra
+        self.manifests = _read_manifests(model_dir)
+        #: Versions that were passed over, each with the reason, for the warnings and errors.
+        self.skipped: List[str] = []
+
+    def state_of(self, version: int) -> _Version:
+        return _version_state(self.model_dir, self.names, version, self.manifests, optional=self.extra)
+
+    def load(self, state: _Version) -> Dict[str, Any]:
+        """Read every file of ``state``, then load the models; returns the extra files' contents."""
+        fitted, extras = _read_version(self.model_dir, self.model_map, state, self.trusted, self.extra)
+        # every file is read and fits its model: only now is any model changed
+        for name, model in self.model_map.items():
+            model.load_state_dict(fitted[name])
+            path = prep_model_path(self.model_dir, name, state.version)
+            self.logger.info(f"loaded model {name!r} version {state.version} from {path!r}")
+        return extras
+
+    def load_newest(self, requested: Optional[int]) -> Optional[Tuple[int, Dict[str, Any]]]:
+        """Load the newest complete, undamaged version; ``None`` when there is none."""
+        candidates = set(self.manifests)
+        for name in self.names:
+            candidates.update(self.available.get(name, ()))
+        for v in sorted(candidates, reverse=True):
+            state = self.state_of(v)
+            if not state.complete:
+                if state.managed:
+                    self.skipped.append(f"version {v} (incomplete: {state.reason})")
+                continue
+            try:
+                extras = self.load(state)
+            except CheckpointLoadError as error:
+                if not getattr(error, "damaged", False):
+                    raise  # pickled objects (needs trusted=True): an older version would be no better
+                self.skipped.append(f"version {v} ({error})")
+                continue
+            self._warn_loaded(v, requested)
+            return v, extras
+        return None
+
+    def _warn_loaded(self, v: int, requested: Optional[int]) -> None:
+        """Say that version ``v`` was loaded instead of the requested one or of newer damaged ones."""
+        if requested is not None:
+            lacking = [name for name in self.names if requested not in self.available.get(name, ())]
+            self.logger.warning(
+                f"Specified version {requested} is invalid: version {requested} is missing for "
+                f"models {lacking} in {self.model_dir!r}; "
+                f"loading the newest common version {v} instead"
+            )
+        if self.skipped:
+            self.logger.warning(
+                f"Loaded version {v} from {self.model_dir!r}, the newest complete one; skipped "
+                + "; ".join(self.skipped)
+            )
+
+    def nothing_found(self) -> str:
+        """The message when no version could be loaded."""
+        detail = {name: self.available.get(name, []) for name in self.model_map}
+        message = (
+            f"Cannot find a valid version for all models in {self.model_dir!r}; "
+            f"versions found per model: {detail}"
+        )
+        if self.skipped:
+            message += "; skipped " + "; ".join(self.skipped)
+        return message
 
 
 def prep_load_model(

@@ -412,6 +412,29 @@ def perturb_model(
         ValueError: ``desired_action_stddev`` is negative or not finite.
         RuntimeError: ``model`` is already perturbed by a handle that was not cancelled.
     """
+    _check_perturb_arguments(model, perturb_switch, reset_switch, distance_func)
+    adaptive_noise = AdaptiveParamNoise(desired_action_stddev=desired_action_stddev)
+    make_noise, reset_noise = _noise_source(
+        model,
+        noise_generator,
+        noise_generator_args,
+        noise_generator_kwargs,
+        noise_generate_function,
+    )
+    return ModelPerturbation(
+        model,
+        perturb_switch,
+        reset_switch,
+        distance_func,
+        adaptive_noise,
+        make_noise,
+        reset_noise,
+        debug_backward,
+    )
+
+
+def _check_perturb_arguments(model: Any, perturb_switch: Any, reset_switch: Any, distance_func: Any) -> None:
+    """The argument checks of :func:`perturb_model`: types, an empty model (a warning), a second perturbation."""
     name = "perturb_model"
     if not isinstance(model, nn.Module):
         raise TypeError(
@@ -429,7 +452,7 @@ def perturb_model(
         warnings.warn(
             f"{name}: model {type(model).__name__} has no parameters to perturb; its outputs stay clean",
             UserWarning,
-            stacklevel=2,
+            stacklevel=3,
         )
     if any(
         isinstance(getattr(hook, "__self__", None), ModelPerturbation)
@@ -439,25 +462,6 @@ def perturb_model(
             f"{name}: model {type(model).__name__} is already perturbed; call the handle "
             f"returned by the first perturb_model to cancel it before perturbing again"
         )
-    adaptive_noise = AdaptiveParamNoise(desired_action_stddev=desired_action_stddev)
-    make_noise, reset_noise = _noise_source(
-        model,
-        noise_generator,
-        noise_generator_args,
-        noise_generator_kwargs,
-        noise_generate_function,
-    )
-    handle = ModelPerturbation(
-        model,
-        perturb_switch,
-        reset_switch,
-        distance_func,
-        adaptive_noise,
-        make_noise,
-        reset_noise,
-        debug_backward,
-    )
-    return handle
 
 
 def _noise_source(

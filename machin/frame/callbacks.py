@@ -1,0 +1,406 @@
+"""The replaceable parts of the :class:`~machin.frame.trainer.Trainer`: callbacks.
+
+The trainer's loop plays, stores and updates; everything around it is a
+:class:`Callback` that the loop calls at fixed points of a run, as Stable-Baselines3 and
+Tianshou users know them:
+
+==========================  ===========================================================
+event                       when
+==========================  ===========================================================
+``on_training_start``       :meth:`Trainer.run <machin.frame.trainer.Trainer.run>` begins
+                            (``trainer.result`` is the run's new, empty result)
+``on_step``                 after every training step (a step of the whole group with a
+                            group of environments), after the updates it made due
+``on_evaluation``           after every evaluation, with its :class:`Evaluation`
+``on_episode_end``          after every training episode, with its :class:`EpisodeEnd`
+``on_training_end``         when the run ends, also by an exception (``completed`` says which)
+==========================  ===========================================================
+
+``on_step``, ``on_episode_end`` and ``on_evaluation`` may return ``False`` to end the run;
+as with a ``steps`` limit, the episode in progress is played to its end first (the
+rollout in progress with ``rollout_steps``). Any other return value, ``None`` included,
+lets the run go on. Every part gets every event, in this order: the evaluator, the
+checkpointer, the loggers, then the user's callbacks.
+
+The trainer's own parts are callbacks too, and each can be replaced:
+
+* evaluation: :class:`Evaluator` (when to evaluate, and greedy evaluation episodes);
+* checkpointing: :class:`BestCheckpoint` (saves the networks at every improved evaluation);
+* logging: :class:`CSVLogger`, :class:`TensorBoardLogger`, :class:`ProgressBar`,
+  :class:`LearningCurve` and :class:`EpisodeGif`.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Union
+
+import numpy as np
+
+from ..utils.save_env import SaveEnv
+
+if TYPE_CHECKING:
+    import gymnasium as gym
+
+    from .trainer import Trainer
+
+__all__ = [
+    "Callback",
+    "EpisodeEnd",
+    "Evaluation",
+    "Evaluator",
+    "BestCheckpoint",
+    "CSVLogger",
+    "TensorBoardLogger",
+    "ProgressBar",
+    "LearningCurve",
+    "EpisodeGif",
+    "run_directories",
+]
+
+_CSV_FIELDS = ["episode", "steps", "return", "smoothed", "eval_return", "seconds"]
+
+
+@dataclass(frozen=True)
+class EpisodeEnd:
+    """A finished training episode, as ``on_episode_end`` receives it.
+
+    Attributes:
+        episode: Training episodes finished in this run, this one included.
+        steps: Training environment steps taken in this run.
+        episode_return: The episode's undiscounted return.
+        smoothed: The smoothed training return after this episode.
+        losses: The mean of what ``update()`` returned since the previous episode, by name
+            (``loss``, or ``policy_value`` and ``value_loss``); empty without updates.
+    """
+
+    episode: int
+    steps: int
+    episode_return: float
+    smoothed: float
+    losses: Dict[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """One evaluation, as ``on_evaluation`` receives it.
+
+    Attributes:
+        mean_return: The mean return of the evaluation episodes.
+        episode: Training episodes finished when it ran.
+        steps: Training steps taken when it ran.
+        version: The checkpoint version it stands for: ``episode``, or ``steps`` when it
+            was made due by a step count.
+        by_steps: Whether a step count made it due (``eval_every_steps``).
+        improved: Whether it is better than every earlier evaluation of the run.
+    """
+
+    mean_return: float
+    episode: int
+    steps: int
+    version: int
+    by_steps: bool
+    improved: bool
+
+
+class Callback:
+    """Base class of the trainer's parts: every event does nothing; override those you need.
+
+    Each method gets the :class:`~machin.frame.trainer.Trainer` first: its ``framework``,
+    ``result`` (the :class:`~machin.frame.trainer.TrainResult` of the run in progress),
+    ``steps`` (training steps so far), ``episode_limit`` and ``step_limit`` (the limits of
+    :meth:`~machin.frame.trainer.Trainer.run`) and its options are there to read.
+    """
+
+    def on_training_start(self, trainer: Trainer) -> None:
+        """The run begins; ``trainer.result`` is empty."""
+
+    def on_step(self, trainer: Trainer, transitions: int) -> Optional[bool]:
+        """A training step was taken (``transitions``: one per environment that stepped).
+
+        Returns:
+            ``False`` to end the run after the episode in progress.
+        """
+        return None
+
+    def on_episode_end(self, trainer: Trainer, episode: EpisodeEnd) -> Optional[bool]:
+        """A training episode ended.
+
+        Returns:
+            ``False`` to end the run now.
+        """
+        return None
+
+    def on_evaluation(self, trainer: Trainer, evaluation: Evaluation) -> Optional[bool]:
+        """An evaluation was made and recorded in ``trainer.result``.
+
+        Returns:
+            ``False`` to end the run after the episode in progress.
+        """
+        return None
+
+    def on_training_end(self, trainer: Trainer, completed: bool) -> None:
+        """The run ends: ``completed`` is false when it ends by an exception."""
+
+
+class Evaluator(Callback):
+    """Evaluates every ``interval`` training episodes or every ``every_steps`` training steps.
+
+    An evaluation calls ``trainer.evaluate()``, which plays :meth:`evaluate`'s greedy
+    episodes, and records the mean return with
+    :meth:`Trainer.record_evaluation <machin.frame.trainer.Trainer.record_evaluation>`. One
+    made due by the step count runs right after that step, unless the evaluation
+    environment is the training environment: it then waits for the end of the episode.
+
+    Args:
+        interval: Evaluate after every this many training episodes (0: never).
+        every_steps: Evaluate when the step count reaches a multiple of this (0: never).
+    """
+
+    def __init__(self, interval: int = 10, every_steps: int = 0) -> None:
+        self.interval = interval
+        self.every_steps = every_steps
+        self._next = every_steps
+        self._due = False
+
+    def on_training_start(self, trainer: Trainer) -> None:
+        self._next, self._due = self.every_steps, False
+
+    def on_step(self, trainer: Trainer, transitions: int) -> Optional[bool]:
+        if self.every_steps and trainer.steps >= self._next:
+            self._due = True
+            self._next = (trainer.steps // self.every_steps + 1) * self.every_steps
+        if self._due and trainer.eval_env is not trainer.env:
+            self._evaluate_by_steps(trainer)
+        return None
+
+    def on_episode_end(self, trainer: Trainer, episode: EpisodeEnd) -> Optional[bool]:
+        if self.interval and episode.episode % self.interval == 0:
+            trainer.record_evaluation(trainer.evaluate())
+        if self._due:
+            self._evaluate_by_steps(trainer)
+        return None
+
+    def _evaluate_by_steps(self, trainer: Trainer) -> None:
+        self._due = False
+        trainer.record_evaluation(trainer.evaluate(), by_steps=True)
+
+    def evaluate(self, trainer: Trainer, episodes: int) -> float:
+        """Mean return of ``episodes`` greedy episodes on ``trainer.eval_env``, which store nothing.
+
+        Evaluation episode ``j`` is reset with ``trainer.evaluation_seed(j)``.
+        """
+        returns = [trainer.play_episode(trainer.eval_env, trainer.evaluation_seed(i))[0] for i in range(episodes)]
+        return float(np.mean(returns))
+
+
+def run_directories(log_dir: Union[str, os.PathLike, SaveEnv]) -> Dict[str, str]:
+    """Where the parts write: ``{"log", "tensorboard", "checkpoints", "images": directory}``.
+
+    A path holds ``progress.csv`` and the pictures itself, and ``tensorboard/`` and
+    ``checkpoints/`` below it; a :class:`~machin.utils.save_env.SaveEnv` puts the CSV and
+    the scalars into its trial's train-log directory, checkpoints into its model
+    directory and the pictures into its image directory.
+    """
+    if isinstance(log_dir, SaveEnv):
+        log = log_dir.get_trial_train_log_dir()
+        return {"log": log, "tensorboard": log, "checkpoints": log_dir.get_trial_model_dir(),
+                "images": log_dir.get_trial_image_dir()}
+    log = os.fspath(log_dir)
+    return {"log": log, "tensorboard": os.path.join(log, "tensorboard"),
+            "checkpoints": os.path.join(log, "checkpoints"), "images": log}
+
+
+class BestCheckpoint(Callback):
+    """Saves the framework as version ``evaluation.version`` whenever an evaluation improves.
+
+    Sets ``trainer.result.best_version`` and ``result.paths["checkpoints"]``. A framework
+    without a ``save`` method is not saved.
+
+    Args:
+        directory: The checkpoint directory handed to ``framework.save``.
+    """
+
+    def __init__(self, directory: str) -> None:
+        self.directory = directory
+
+    def on_evaluation(self, trainer: Trainer, evaluation: Evaluation) -> Optional[bool]:
+        if evaluation.improved and callable(getattr(trainer.framework, "save", None)):
+            trainer.framework.save(self.directory, version=evaluation.version)
+            trainer.result.best_version = evaluation.version
+            trainer.result.paths["checkpoints"] = self.directory
+        return None
+
+
+class CSVLogger(Callback):
+    """Writes ``progress.csv``: one row per training episode, flushed at once.
+
+    Columns: ``episode``, ``steps``, ``return``, ``smoothed``, ``eval_return`` (the last
+    evaluation since the previous row, else empty) and ``seconds`` since the run began.
+    Each run rewrites the file.
+
+    Args:
+        directory: The directory of ``progress.csv`` (created if missing).
+    """
+
+    def __init__(self, directory: str) -> None:
+        self.directory = directory
+        self._handle: Any = None
+        self._rows: Optional[csv.DictWriter] = None
+        self._pending: Optional[float] = None
+        self._start = 0.0
+
+    def on_training_start(self, trainer: Trainer) -> None:
+        os.makedirs(self.directory, exist_ok=True)
+        path = trainer.result.paths["csv"] = os.path.join(self.directory, "progress.csv")
+        self._handle = open(path, "w", newline="")  # noqa: SIM115 (closed in on_training_end)
+        self._rows = csv.DictWriter(self._handle, fieldnames=_CSV_FIELDS)
+        self._rows.writeheader()
+        self._pending, self._start = None, time.time()
+
+    def on_evaluation(self, trainer: Trainer, evaluation: Evaluation) -> Optional[bool]:
+        self._pending = evaluation.mean_return
+        return None
+
+    def on_episode_end(self, trainer: Trainer, episode: EpisodeEnd) -> Optional[bool]:
+        shown, self._pending = self._pending, None
+        self._rows.writerow({"episode": episode.episode, "steps": episode.steps, "return": episode.episode_return,
+                             "smoothed": episode.smoothed, "eval_return": "" if shown is None else shown,
+                             "seconds": round(time.time() - self._start, 3)})
+        self._handle.flush()
+        return None
+
+    def on_training_end(self, trainer: Trainer, completed: bool) -> None:
+        if self._handle is not None:
+            self._handle.close()
+            self._handle = self._rows = None
+
+
+class TensorBoardLogger(Callback):
+    """Writes TensorBoard scalars through :class:`machin.utils.tensor_board.TensorBoard`.
+
+    By episode: ``train/return``, ``train/smoothed_return``, ``train/<name>`` for the
+    episode's mean update results and ``eval/return`` of an evaluation made at that
+    episode; an evaluation made due by the step count is written at once, by step.
+
+    Args:
+        directory: The directory of the event files.
+    """
+
+    def __init__(self, directory: str) -> None:
+        self.directory = directory
+        self._board: Any = None
+        self._episode_eval: Optional[float] = None
+
+    def on_training_start(self, trainer: Trainer) -> None:
+        from ..utils.tensor_board import TensorBoard
+
+        self._board = TensorBoard()
+        self._board.init(logdir=self.directory)
+        trainer.result.paths["tensorboard"] = self.directory
+        self._episode_eval = None
+
+    def on_evaluation(self, trainer: Trainer, evaluation: Evaluation) -> Optional[bool]:
+        if evaluation.by_steps:
+            self._board.writer.add_scalar("eval/return", evaluation.mean_return, evaluation.steps)
+        else:
+            self._episode_eval = evaluation.mean_return
+        return None
+
+    def on_episode_end(self, trainer: Trainer, episode: EpisodeEnd) -> Optional[bool]:
+        scalars = {"train/return": episode.episode_return, "train/smoothed_return": episode.smoothed,
+                   **{f"train/{name}": value for name, value in episode.losses.items()}}
+        if self._episode_eval is not None:
+            scalars["eval/return"] = self._episode_eval
+            self._episode_eval = None
+        for tag, value in scalars.items():
+            self._board.writer.add_scalar(tag, value, episode.episode)
+        return None
+
+    def on_training_end(self, trainer: Trainer, completed: bool) -> None:
+        if self._board is not None:
+            self._board.writer.close()
+            self._board = None
+
+
+class ProgressBar(Callback):
+    """A tqdm bar counting episodes (steps when the run has a step limit) with the smoothed return.
+
+    It also shows the best evaluation so far, once there is one.
+    """
+
+    def __init__(self) -> None:
+        self._bar: Any = None
+
+    def on_training_start(self, trainer: Trainer) -> None:
+        from tqdm import tqdm
+
+        if trainer.step_limit is not None:
+            self._bar = tqdm(total=trainer.step_limit, unit="step", dynamic_ncols=True)
+        else:
+            self._bar = tqdm(total=trainer.episode_limit, unit="episode", dynamic_ncols=True)
+
+    def on_episode_end(self, trainer: Trainer, episode: EpisodeEnd) -> Optional[bool]:
+        shown = {"smoothed": f"{episode.smoothed:.1f}"}
+        if trainer.result.eval_returns:
+            shown["best_eval"] = f"{trainer.result.best_eval_return:.1f}"
+        self._bar.set_postfix(shown)
+        limit = trainer.step_limit
+        self._bar.update(1 if limit is None else min(episode.steps, limit) - self._bar.n)
+        return None
+
+    def on_training_end(self, trainer: Trainer, completed: bool) -> None:
+        if self._bar is not None:
+            self._bar.close()
+            self._bar = None
+
+
+class LearningCurve(Callback):
+    """Draws ``learning_curve.png`` of the training returns when the run ends (also by an error).
+
+    Uses :func:`machin.utils.media.create_learning_curve` with the trainer's ``smoothing``
+    and the framework's class name as the title.
+
+    Args:
+        directory: The directory of the picture.
+    """
+
+    def __init__(self, directory: str) -> None:
+        self.directory = directory
+
+    def on_training_end(self, trainer: Trainer, completed: bool) -> None:
+        result = trainer.result
+        if result.returns:
+            from ..utils.media import create_learning_curve
+
+            result.paths["curve"] = create_learning_curve(
+                result.returns, self.directory, "learning_curve", title=type(trainer.framework).__name__,
+                smoothing=trainer.smoothing,
+            )
+
+
+class EpisodeGif(Callback):
+    """Records one greedy episode as ``episode.gif`` after a run that completed.
+
+    The episode is reset with ``trainer.evaluation_seed(0)``.
+
+    Args:
+        env: An environment made with ``render_mode="rgb_array"``.
+        directory: The directory of the GIF.
+    """
+
+    def __init__(self, env: gym.Env, directory: str) -> None:
+        self.env = env
+        self.directory = directory
+
+    def on_training_end(self, trainer: Trainer, completed: bool) -> None:
+        if not completed:
+            return
+        from ..utils.media import create_video
+
+        frames: List[np.ndarray] = []
+        trainer.play_episode(self.env, trainer.evaluation_seed(0), frames=frames)
+        trainer.result.paths["gif"] = create_video(frames, self.directory, "episode")
