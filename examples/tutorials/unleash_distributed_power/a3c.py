@@ -71,7 +71,9 @@ def main(rank, args):
     torch.manual_seed(args.seed)
     servers = grad_server_helper([Actor, Critic], learning_rate=0.003)
     torch.manual_seed(args.seed + rank)
-    a3c = A3C(Actor(), Critic(), nn.MSELoss(), servers, batch_size=1000, update_times=3, gae_lambda=0.95)
+    # Each update() pushes one gradient per network, computed on the whole episode (batch_size
+    # covers it): with the parameters fixed during an update, more update_times would only repeat it.
+    a3c = A3C(Actor(), Critic(), nn.MSELoss(), servers, batch_size=1000, update_times=1, gae_lambda=0.95)
     a3c.set_sync(False)  # pull once per episode, not on every act
     env = make_env()
     progress = Progress(rank)

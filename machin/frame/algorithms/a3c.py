@@ -1,42 +1,45 @@
 """Asynchronous advantage actor-critic (A3C): A2C whose optimizer steps happen on gradient servers.
 
-Every process samples, computes the A2C losses on its own data and, instead of
-stepping a local optimizer, pushes its gradients to a
-:class:`~machin.parallel.server.PushPullGradServer` (one for the actor, one for the
-critic). The servers reduce the gradients of all processes, step their own copy of
-each model and publish the new parameters, which every process pulls back.
+Every process samples and computes the A2C losses on its own data; instead of
+stepping local optimizers, each :meth:`A3C.update` sends the resulting gradients, once
+per trained network, to a :class:`~machin.parallel.server.PushPullGradServer` (one for
+the actor, one for the critic). The servers reduce the gradients of all processes,
+step their own copy of each model and publish the new parameters, which every
+process pulls back.
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, Sequence, Tuple
+from typing import Any, Callable, Dict, Optional, Sequence, Tuple
 
 from torch import nn
 
 from ...parallel.server import PushPullGradServer
 from ...utils.compat import ignores_extra_args
 from .a2c import A2C
+from .base import UpdateResult
 from .options import Option, positive_int
 
 __all__ = ["A3C", "GradPushOptimizer"]
 
 
 class GradPushOptimizer:
-    """Stands in for a local optimizer: :meth:`step` sends the gradients to a gradient server.
+    """Stands in for a local optimizer whose step changes nothing.
 
-    It lets :meth:`TorchFramework._optimize` (zero grads, backward, clip, step) run
-    unchanged, the step being a push of ``model``'s gradients followed by a pull of
-    the newest parameters.
+    :meth:`TorchFramework._optimize` (zero grads, backward, clip, step) runs as for
+    any algorithm and leaves the gradients of the step in ``model``; :meth:`step` only
+    records that a step was taken (``stepped``), so that :meth:`A3C.update` knows
+    which networks have gradients to push. A step skipped for a non-finite loss
+    leaves ``stepped`` as it was.
 
     Args:
-        server: Accessor of the gradient server managing the model.
         model: The local model whose gradients are pushed.
     """
 
-    def __init__(self, server: PushPullGradServer, model: nn.Module):
-        self.server = server
+    def __init__(self, model: nn.Module):
         self.model = model
         self.param_groups: list = []  # no local learning rate: the server owns it
+        self.stepped = False
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         """Clear the gradients of the local model.
@@ -47,8 +50,8 @@ class GradPushOptimizer:
         self.model.zero_grad(set_to_none=set_to_none)
 
     def step(self) -> None:
-        """Push the gradients to the server, then pull the newest parameters."""
-        self.server.push(self.model)
+        """Record that the model holds the gradients of a step (the parameters stay as they are)."""
+        self.stepped = True
 
 
 class A3C(A2C):
@@ -56,9 +59,8 @@ class A3C(A2C):
 
     Takes no optimizer: the gradient servers (created with
     :func:`~machin.frame.helpers.servers.grad_server_helper`) own the optimizers and
-    learning rates. Each :meth:`update` runs ``update_times`` actor steps and
-    ``update_times`` critic steps; every step pushes the local gradients and pulls
-    the parameters back. With syncing on (the default) :meth:`act` first pulls the
+    learning rates. Each :meth:`update` pushes each trained network's gradients once
+    (see there). With syncing on (the default) :meth:`act` first pulls the
     newest actor and :meth:`criticize` the newest critic; turn it off with
     ``set_sync(False)`` and call :meth:`manual_sync` when you choose (e.g. once per
     episode).
@@ -70,7 +72,7 @@ class A3C(A2C):
         grad_server: ``(actor_server, critic_server)``, two gradient-server accessors.
 
     The keyword options are A2C's, without the optimizer settings (learning rates and
-    schedulers belong to the gradient servers), with ``update_times`` for both step counts.
+    schedulers belong to the gradient servers), with ``update_times`` for both iteration counts.
 
     Raises:
         ValueError: When ``grad_server`` is not a pair of accessors or an option is out of range.
@@ -80,17 +82,19 @@ class A3C(A2C):
     driver = None
     driver_unavailable = "it is a distributed algorithm with its own worker loop"
     actor_learning_rate = critic_learning_rate = None
-    update_times = Option(50, positive_int, "Actor steps and critic steps per :meth:`update`.")
+    update_times = Option(50, positive_int, "Accepted as in Machin 0.3.4, which computed the losses of this many "
+                          "minibatches on unchanged parameters and pushed the last one's gradients; machin "
+                          "computes and pushes one minibatch's, which is the same push for a fraction of the work.")
 
     @property
     def actor_update_times(self) -> int:
-        """Actor steps per update: ``update_times``."""
-        return self.update_times
+        """Actor loss evaluations per update: 1 (see ``update_times``)."""
+        return 1
 
     @property
     def critic_update_times(self) -> int:
-        """Critic steps per update: ``update_times``."""
-        return self.update_times
+        """Critic loss evaluations per update: 1 (see ``update_times``)."""
+        return 1
 
     def __init__(self, actor: nn.Module, critic: nn.Module, criterion: Callable,
                  grad_server: Tuple[PushPullGradServer, PushPullGradServer]):
@@ -104,9 +108,35 @@ class A3C(A2C):
         super().__init__(actor, critic, None, criterion)
 
     def _make_optimizer(self, optimizer: Any, network: nn.Module, learning_rate: float) -> GradPushOptimizer:
-        """A push-to-server "optimizer" for the actor or the critic (``optimizer`` is unused)."""
-        server = self.grad_server[0] if network is self.actor else self.grad_server[1]
-        return GradPushOptimizer(server, network)
+        """A stand-in optimizer for the actor or the critic (``optimizer`` is unused)."""
+        return GradPushOptimizer(network)
+
+    @ignores_extra_args
+    def update(self, update_value: bool = True, update_policy: bool = True,
+               concatenate_samples: bool = True) -> Optional[UpdateResult]:
+        """Compute the A2C gradients on the stored samples, push them once, then clear the buffer.
+
+        Runs :meth:`A2C.update` once for each network with the local parameters
+        fixed (its steps change nothing here, and no pull happens during the update
+        whatever :meth:`set_sync` says), which computes the gradients of one
+        minibatch. Then these gradients are pushed: the actor's to the actor server
+        unless ``update_policy`` is false, the critic's to the critic server unless
+        ``update_value`` is false. A push also pulls the newest parameters of that
+        network. A network whose every step was skipped (non-finite losses) pushes
+        nothing. Arguments and result are :meth:`A2C.update`'s.
+        """
+        syncing, self.is_syncing = self.is_syncing, False
+        for optimizer in (self.actor_optim, self.critic_optim):
+            optimizer.stepped = False
+        try:
+            result = super().update(update_value, update_policy, concatenate_samples)
+        finally:
+            self.is_syncing = syncing
+        for server, network, optimizer in zip(self.grad_server, (self.actor, self.critic),
+                                              (self.actor_optim, self.critic_optim)):
+            if optimizer.stepped:
+                server.push(network)
+        return result
 
     # -- syncing ------------------------------------------------------------------------
     def set_sync(self, is_syncing: bool) -> None:

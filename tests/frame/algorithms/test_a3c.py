@@ -16,7 +16,7 @@ from .contract import ContractCase
 from .loops import run_episodes
 from .nets import CategoricalActor, ValueCritic, episode_steps, parameters, same
 
-pytestmark = [pytest.mark.multiprocess, pytest.mark.usefixtures("no_children_left")]
+pytestmark = pytest.mark.usefixtures("no_children_left")
 
 
 def _contract_args(ctx):
@@ -133,6 +133,7 @@ def _gradient_path(rank):
     return result
 
 
+@pytest.mark.multiprocess
 def test_pushed_gradients_reach_every_process():
     results = run_ranks(_gradient_path, 3, timeout=60)
     assert results[0] == results[1] == results[2]
@@ -143,13 +144,94 @@ def test_grad_server_must_be_a_pair():
         A3C(CategoricalActor(), ValueCritic(), nn.MSELoss(), (None,))
 
 
+class CountingServer:
+    """A stand-in gradient server that keeps a copy of the gradients of every push and counts pulls."""
+
+    def __init__(self):
+        self.pushes = []
+        self.pulls = 0
+
+    def push(self, model):
+        self.pushes.append([p.grad.clone() for p in model.parameters()])
+
+    def pull(self, model):
+        self.pulls += 1
+        return False
+
+
+class InfiniteLoss(nn.Module):
+    """A value loss that is never finite: every critic step is skipped."""
+
+    def forward(self, target, predicted):
+        return (predicted - target).pow(2).sum() * float("inf")
+
+
+def _counted(criterion=None, **options):
+    servers = (CountingServer(), CountingServer())
+    return A3C(CategoricalActor(4, 2, 8), ValueCritic(4, 8), criterion or nn.MSELoss(), servers, **options), servers
+
+
+def _push_counts(servers):
+    return [len(server.pushes) for server in servers]
+
+
+def test_update_pushes_each_network_once_and_keeps_its_parameters():
+    torch.manual_seed(0)
+    a3c, servers = _counted(update_times=7, batch_size=100)
+    before = [_flat(a3c.actor), _flat(a3c.critic)]
+    a3c.store_episode(_episode(12))
+    policy_value, value_loss = a3c.update()  # syncing is on, yet the update pulls nothing
+    assert _push_counts(servers) == [1, 1]
+    assert [server.pulls for server in servers] == [0, 0]
+    assert torch.equal(_flat(a3c.actor), before[0]) and torch.equal(_flat(a3c.critic), before[1])
+    assert a3c.is_syncing and a3c.replay_buffer.size() == 0
+    assert isinstance(policy_value, float) and value_loss > 0
+    # the parameters stay fixed, so seven iterations over every sample push one iteration's gradients
+    once, once_servers = _counted(update_times=1, batch_size=100)
+    once.actor.load_state_dict(a3c.actor.state_dict())
+    once.critic.load_state_dict(a3c.critic.state_dict())
+    once.store_episode(_episode(12))
+    once.update()
+    for server, reference in zip(servers, once_servers):
+        pushed, expected = server.pushes[0], reference.pushes[0]
+        assert all(torch.allclose(a, b) for a, b in zip(pushed, expected))
+        assert any(g.abs().sum() > 0 for g in pushed)
+
+
+@pytest.mark.parametrize(("switches", "counts"), [
+    ({"update_policy": False}, [0, 1]),
+    ({"update_value": False}, [1, 0]),
+    ({"update_policy": False, "update_value": False}, [0, 0]),
+])
+def test_update_pushes_only_the_networks_it_trains(switches, counts):
+    a3c, servers = _counted(update_times=3)
+    a3c.store_episode(_episode())
+    assert a3c.update(**switches) is not None
+    assert _push_counts(servers) == counts
+
+
+def test_update_of_an_empty_buffer_pushes_nothing():
+    a3c, servers = _counted()
+    assert a3c.update() is None
+    assert _push_counts(servers) == [0, 0]
+
+
+def test_critic_steps_skipped_for_a_non_finite_loss_push_nothing():
+    a3c, servers = _counted(InfiniteLoss(), update_times=3)
+    a3c.store_episode(_episode())
+    with pytest.warns(RuntimeWarning, match="not finite"):
+        a3c.update()
+    assert _push_counts(servers) == [1, 0]
+    assert a3c.skipped_updates == 3
+
+
 def _learn_cartpole(rank, max_episodes, threshold):
     world = World(rpc_timeout=60)
     group = world.create_rpc_group("control", world.get_members())
     torch.manual_seed(0)
     servers = grad_server_helper([CategoricalActor, ValueCritic], learning_rate=0.003)
     torch.manual_seed(rank)
-    a3c = A3C(CategoricalActor(), ValueCritic(), nn.MSELoss(), servers, batch_size=1000, update_times=3,
+    a3c = A3C(CategoricalActor(), ValueCritic(), nn.MSELoss(), servers, batch_size=1000, update_times=1,
               gae_lambda=0.95)
     a3c.set_sync(False)
 
@@ -177,6 +259,7 @@ def _learn_cartpole(rank, max_episodes, threshold):
 
 
 @pytest.mark.learning
+@pytest.mark.multiprocess
 def test_a3c_learns_cartpole_with_three_processes():
     results = run_ranks(_learn_cartpole, 3, args=(400, 150.0), timeout=110)
     reached = [r for r in results if r is not None]
