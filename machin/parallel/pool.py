@@ -25,6 +25,7 @@ name or a multiprocessing context) overrides the rule.
 import itertools
 import os
 import signal
+import sys
 import threading
 from functools import partial
 from multiprocessing import pool as mp_pool
@@ -412,7 +413,28 @@ class _P2PTaskQueue:
 
     def _discard_while(self, keep_going: Callable[[], bool]) -> None:
         for queue in self._queues:
-            queue._discard_while(keep_going)
+            _discard_tasks(queue, keep_going)
+
+
+#: Seconds a terminating pool waits for the read lock of a task pipe (see
+#: :func:`_discard_tasks`): live workers hand it over within moments.
+_READ_LOCK_WAIT = 5.0
+
+
+def _discard_tasks(queue: SimpleQueue, keep_going: Callable[[], bool]) -> None:
+    """Stop workers from taking tasks of ``queue`` and drop what waits there (on terminate).
+
+    A worker waits for its next task holding the read lock, so a worker killed then
+    (a lost worker) keeps it forever: when the lock does not come free, no worker
+    can read any more, and the pipe is drained without it (the workers are
+    terminated right after this).
+    """
+    if queue._rlock.acquire(timeout=_READ_LOCK_WAIT):
+        queue._rlock.release()
+        queue._discard_while(keep_going)
+        return
+    while keep_going() and not queue.empty():
+        queue._reader.recv_bytes()
 
 
 def _check_processes(processes: Optional[int]) -> int:
@@ -544,9 +566,13 @@ class _PoolAPI:
 
     _processes: int
 
-    def __del__(self) -> None:
-        # A constructor that rejected its arguments leaves no pool state behind.
-        if "_state" in self.__dict__:
+    def __del__(self, _finalizing: Callable[[], bool] = sys.is_finalizing) -> None:
+        # A constructor that rejected its arguments leaves no pool state behind. A pool
+        # collected while the interpreter shuts down was terminated by its exit finalizer
+        # already, and the standard __del__ would wake its handler through a queue whose
+        # module globals are gone by then ("'NoneType' object has no attribute 'dumps'").
+        # ``_finalizing`` is bound at definition, as module globals may be None then too.
+        if "_state" in self.__dict__ and not _finalizing():
             super().__del__()
 
     def __reduce__(self) -> None:
@@ -844,7 +870,10 @@ class Pool(_PoolAPI, mp_pool.Pool):
     def _help_stuff_finish(inqueue: Any, task_handler: threading.Thread, size: int) -> None:
         # On terminate: stop workers from taking tasks; unblock a task handler
         # waiting on a full pipe.
-        inqueue._discard_while(task_handler.is_alive)
+        if isinstance(inqueue, _P2PTaskQueue):
+            inqueue._discard_while(task_handler.is_alive)
+        else:
+            _discard_tasks(inqueue, task_handler.is_alive)
 
     def _wrap(self, func: Callable[..., Any]) -> Callable[..., Any]:
         return partial(_call_reporting_errors, proxy_caller, func)

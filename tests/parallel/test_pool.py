@@ -1,6 +1,9 @@
 import multiprocessing
 import multiprocessing.pool
 import os
+import subprocess
+import sys
+import textwrap
 import threading
 import time
 
@@ -363,3 +366,39 @@ def test_cuda_tensors_are_shared_with_spawned_workers():
         # Return a number: torch cannot send a received CUDA tensor back.
         assert pool.apply(lambda t: t.fill_(2.0).sum().item(), (tensor,)) == 8.0
     assert tensor.tolist() == [2.0] * 4
+
+
+_LEFT_OPEN = textwrap.dedent(
+    """
+    import os, signal, time
+    from machin.parallel.pool import Pool, ThreadPool
+
+    open_pool, thread_pool = Pool(2), ThreadPool(2)
+    print(open_pool.map(abs, [-1, -2]), thread_pool.map(abs, [-3]))
+    # a pool that lost its only worker while that worker waited for a task (holding
+    # the read lock of the task pipe)
+    lost = Pool(1)
+    print(lost.map(abs, [-4]))
+    lock = lost._inqueue._rlock
+    while lock.acquire(block=False):  # free until the worker waits for its next task
+        lock.release()
+        time.sleep(0.01)
+    os.kill(lost._pool[0].pid, signal.SIGKILL)
+    print("exiting", flush=True)
+    """
+)
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(120)
+def test_pools_left_open_or_with_a_lost_worker_end_quietly_with_the_interpreter():
+    # before: "Exception ignored in: <function _PoolAPI.__del__ ...> AttributeError:
+    # 'NoneType' object has no attribute 'dumps'" at exit, and a hang in the exit
+    # finalizer of the pool that lost its worker (the read lock never came free)
+    env = dict(os.environ, PYTHONPATH=os.getcwd(), PYTHONWARNINGS="ignore::DeprecationWarning")
+    done = subprocess.run(
+        [sys.executable, "-c", _LEFT_OPEN], capture_output=True, text=True, timeout=100, env=env
+    )
+    assert done.stdout == "[1, 2] [3]\n[4]\nexiting\n"
+    assert done.stderr == ""
+    assert done.returncode == 0
