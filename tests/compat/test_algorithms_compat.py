@@ -271,6 +271,11 @@ def test_determine_device_and_safe_return():
 def test_error_phrases_of_0_3_4():
     with pytest.raises(ValueError, match="Unknown DQN mode: 'bogus'"):
         BUILDERS["DQN"](mode="bogus")
+    dqn = BUILDERS["DQN"]()
+    # 0.3.4 raised at the next update(); machin refuses the assignment itself
+    with pytest.raises(ValueError, match="Unknown DQN mode: 'bogus'"):
+        dqn.mode = "bogus"
+    assert dqn.mode == "double"
     ddpg = BUILDERS["DDPG"]()
     with pytest.raises(ValueError, match="Unknown noise type: 'bogus'"):
         ddpg.act_with_noise({"state": torch.zeros(1, 3)}, mode="bogus")

@@ -32,6 +32,13 @@ class BatchDimensionError(ValueError, IndexError):
     """
 
 
+def _known_mode(name: str, value: Any) -> str:
+    """Check of ``mode``, with Machin 0.3.4's phrase."""
+    if value not in DQN._modes:
+        raise ValueError(f"Unknown DQN mode: {value!r}; {name} must be one of {list(DQN._modes)}")
+    return value
+
+
 class DQN(ReplayMixin, TorchFramework):
     """Deep Q-Network for discrete action spaces.
 
@@ -74,13 +81,12 @@ class DQN(ReplayMixin, TorchFramework):
     learning_rate = Option(0.001, positive, "Learning rate of the optimizer (or a schedule).", schedulable=True,
                            schedule_check=non_negative)
     _learning_rate_of = {"learning_rate": ("qnet_optim",)}
-    mode = Option("double", doc='``"vanilla"``, ``"fixed_target"`` or ``"double"``.')
+    mode = Option("double", _known_mode, doc='``"vanilla"``, ``"fixed_target"`` or ``"double"``; '
+                  'checked when set, also after construction (0.3.4 raised at the next update).')
 
     def __init__(self, qnet: nn.Module, qnet_target: Optional[nn.Module], optimizer: Callable, criterion: Callable):
         super().__init__()
         mode = self.mode
-        if mode not in self._modes:
-            raise ValueError(f"Unknown DQN mode: {mode!r}; choose one of {self._modes}")
         if self._mode_034 is not None and mode != self._mode_034:
             warn_caller(
                 f"{type(self).__name__} trains in mode={mode!r} as asked; note that Machin 0.3.4's "
