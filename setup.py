@@ -37,6 +37,8 @@ setup(
         # what the bundled examples and tests use beyond the library itself
         "examples": ["gymnasium[classic-control,box2d]>=1.1", "mpe2>=1.1", "pettingzoo>=1.24", "ale-py>=0.9"],
         "test": ["pytest>=8.0", "pytest-timeout>=2.3", "pytest-xdist>=3.5"],
+        # the Ray transport of machin.parallel.distributed (World(transport="ray"), launch_ray)
+        "ray": ["ray>=2.40"],
     },
     classifiers=[
         "Programming Language :: Python :: 3",

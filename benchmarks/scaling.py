@@ -1,6 +1,6 @@
 """How Ape-X DQN and IMPALA throughput grows with the number of samplers.
 
-For each number of samplers n (1, 2 and 4 by default) a world of one learner and n
+For each number of samplers n (1, 2, 4 and 8 by default) a world of one learner and n
 samplers runs on this machine (:func:`~machin.parallel.distributed.launch`, roles from
 :meth:`Roles.from_world <machin.parallel.distributed.roles.Roles.from_world>`), on
 CartPole with 200-step episodes. Samplers play with the newest network (pulled once per
@@ -10,8 +10,15 @@ warm-up, the learner measures for ``--seconds``:
 
 * environment steps per second collected by all samplers together (as the samplers
   report them to the run control),
-* learner updates per second,
+* learner updates per second, and the CPU time the learner's process spent per update
+  (all its threads: the update, the RPC replies it unpacks, the requests it serves),
 * the scaling efficiency of the steps: ``steps/s at n / (n x steps/s at 1)``.
+
+Right before each row, the **local reference** runs the same update in this one process
+(Ape-X: ``DQNPer`` on a local prioritized buffer of CartPole transitions; IMPALA: its
+update on local episodes, with no model push) for the same time; ``ratio`` is the
+learner's updates/s over the local ones. Measuring the two side by side keeps the ratio
+meaningful on a machine whose load changes.
 
 Every process runs torch with one thread. On a machine with fewer cores than processes
 the samplers and the learner share them, so the table shows the shape of the curve; the
@@ -20,29 +27,33 @@ figure needs at least n + 1 free cores.
 This benchmark takes minutes, so ``python -m benchmarks`` skips it; run it by name::
 
     python -m benchmarks scaling
-    python -m benchmarks.scaling --samplers 1 2 4 8 --seconds 20 --algorithms apex
+    python -m benchmarks.scaling --samplers 1 2 4 8 --seconds 20 --algorithms apex --backend rpc
 """
 
 from __future__ import annotations
 
 import argparse
+import inspect
 import os
+import random
 import sys
 import time
-from typing import Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 import gymnasium as gym
 import torch
 from torch import nn
 from torch.distributions import Categorical
 
-from machin.frame.algorithms import IMPALA, DQNApex
+from machin.frame.algorithms import IMPALA, DQNApex, DQNPer
 from machin.parallel.distributed import World, launch
 from machin.parallel.distributed.roles import Roles, RunControl
 
-__all__ = ["main", "measure"]
+__all__ = ["main", "measure", "local_updates", "run", "BACKENDS"]
 
 WARMUP_SECONDS = 5.0
+BACKENDS = ("rpc", "ray")
+APEX_BATCH, IMPALA_BATCH = 64, 4
 
 
 class QNet(nn.Module):
@@ -75,15 +86,25 @@ class Critic(nn.Module):
         return self.net(state)
 
 
-def _build(algorithm: str, roles: Roles):
+def _networks(algorithm: str) -> tuple:
     if algorithm == "apex":
-        return DQNApex.from_roles(roles, QNet(), QNet(), torch.optim.Adam, nn.MSELoss(reduction="none"),
-                                  batch_size=64, replay_size=20000)
-    return IMPALA.from_roles(roles, Actor(), Critic(), torch.optim.Adam, nn.MSELoss(), batch_size=4, replay_size=200)
+        return QNet(), QNet(), torch.optim.Adam, nn.MSELoss(reduction="none")
+    return Actor(), Critic(), torch.optim.Adam, nn.MSELoss()
 
 
-def _play(agent, algorithm: str, env, seed: int) -> int:
-    """One episode; returns its steps."""
+def _options(algorithm: str) -> Dict[str, int]:
+    if algorithm == "apex":
+        return {"batch_size": APEX_BATCH, "replay_size": 20000}
+    return {"batch_size": IMPALA_BATCH, "replay_size": 200}
+
+
+def _build(algorithm: str, roles: Roles):
+    cls = DQNApex if algorithm == "apex" else IMPALA
+    return cls.from_roles(roles, *_networks(algorithm), **_options(algorithm))
+
+
+def _play(agent, algorithm: str, env, seed: int, store: Optional[Callable[[Any], None]] = None) -> int:
+    """One episode; returns its steps. ``store`` receives what the agent would store (default: the agent)."""
     obs, _ = env.reset(seed=seed)
     state = torch.tensor(obs, dtype=torch.float32).view(1, -1)
     done, steps, stored = False, 0, []
@@ -97,16 +118,36 @@ def _play(agent, algorithm: str, env, seed: int) -> int:
         step = {"state": {"state": state}, "action": {"action": action}, "next_state": {"state": next_state},
                 "reward": float(reward), "terminal": terminated}
         if algorithm == "apex":
-            agent.store_transition(step)
+            (store or agent.store_transition)(step)
         else:
             stored.append({**step, "action_log_prob": log_prob.item()})
         state, done, steps = next_state, terminated or truncated, steps + 1
     if stored:
-        agent.store_episode(stored)
+        (store or agent.store_episode)(stored)
     return steps
 
 
-def _rank(rank: int, algorithm: str, seconds: float) -> Optional[Dict[str, float]]:
+def _learn(agent, algorithm: str, control: RunControl, seconds: float, warmup: float) -> Dict[str, float]:
+    """Update without pause; the rates over ``seconds`` after ``warmup`` seconds."""
+    warm = 200 if algorithm == "apex" else 8
+    while agent.replay_buffer.all_size() < warm:
+        time.sleep(0.05)
+    updates, begin, first = 0, time.monotonic(), None
+    while True:
+        agent.update()
+        updates += 1
+        now = time.monotonic()
+        if first is None and now - begin >= warmup:
+            first = (now, updates, sum(control.steps.values()), time.process_time())
+        elif first is not None and now - first[0] >= seconds:
+            last = (now, updates, sum(control.steps.values()), time.process_time())
+            break
+    elapsed, done = last[0] - first[0], last[1] - first[1]
+    return {"steps_per_s": (last[2] - first[2]) / elapsed, "updates_per_s": done / elapsed,
+            "cpu_ms_per_update": 1000 * (last[3] - first[3]) / done}
+
+
+def _rank(rank: int, algorithm: str, seconds: float, warmup: float) -> Optional[Dict[str, float]]:
     torch.set_num_threads(1)
     world = World(rpc_timeout=60)
     roles = Roles.from_world()
@@ -116,22 +157,8 @@ def _rank(rank: int, algorithm: str, seconds: float) -> Optional[Dict[str, float
     control = RunControl(agent.apex_group if algorithm == "apex" else agent.impala_group, roles)
     result = None
     if roles.is_learner:
-        warm = 200 if algorithm == "apex" else 8
-        while agent.replay_buffer.all_size() < warm:
-            time.sleep(0.05)
-        updates, begin, first = 0, time.monotonic(), None
-        while True:
-            agent.update()
-            updates += 1
-            now = time.monotonic()
-            if first is None and now - begin >= WARMUP_SECONDS:
-                first = (now, updates, sum(control.steps.values()))
-            elif first is not None and now - first[0] >= seconds:
-                last = (now, updates, sum(control.steps.values()))
-                break
+        result = _learn(agent, algorithm, control, seconds, warmup)
         control.request_stop("measured")
-        elapsed = last[0] - first[0]
-        result = {"steps_per_s": (last[2] - first[2]) / elapsed, "updates_per_s": (last[1] - first[1]) / elapsed}
     else:
         env = gym.make("CartPole-v1", max_episode_steps=200)
         episode = 0
@@ -145,32 +172,166 @@ def _rank(rank: int, algorithm: str, seconds: float) -> Optional[Dict[str, float
     return result
 
 
-def measure(algorithm: str, samplers: int, seconds: float) -> Dict[str, float]:
-    """Run one learner and ``samplers`` samplers; returns the learner's rates."""
-    return launch(_rank, samplers + 1, args=(algorithm, seconds), timeout=seconds + 180)[0]
+def _launcher(backend: str) -> Callable[..., List[Any]]:
+    """``launch`` for ``backend``; a clear error when this checkout cannot run it."""
+    if backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+    if backend == "rpc":
+        return launch
+    missing = []
+    if "transport" not in inspect.signature(launch).parameters:
+        missing.append("machin.parallel.distributed.launch(..., transport='ray')")
+    try:
+        import ray  # noqa: F401
+    except ImportError:
+        missing.append("the ray package (pip install machin[ray])")
+    if missing:
+        raise RuntimeError(f"backend 'ray' cannot run here: missing {' and '.join(missing)}")
+    return lambda *args, **kwargs: launch(*args, transport="ray", **kwargs)
 
 
-def run(samplers: Sequence[int] = (1, 2, 4), seconds: float = 15.0,
-        algorithms: Sequence[str] = ("apex", "impala")) -> List[Dict[str, float]]:
-    """Measure every combination and print the table; returns its rows."""
-    print(f"scaling on {os.cpu_count()} CPU core(s), one learner, {seconds:g} s measured after "
-          f"{WARMUP_SECONDS:g} s of warm-up", flush=True)
-    print(f"{'algorithm':<10}{'samplers':>9}{'env steps/s':>13}{'updates/s':>11}{'efficiency':>12}", flush=True)
+def measure(algorithm: str, samplers: int, seconds: float, backend: str = "rpc",
+            warmup: float = WARMUP_SECONDS) -> Dict[str, float]:
+    """Run one learner and ``samplers`` samplers; returns the learner's rates over ``seconds`` after ``warmup``.
+
+    Raises:
+        ValueError: For an unknown ``backend``.
+        RuntimeError: When ``backend`` cannot run in this checkout (the message names what is missing).
+    """
+    run_world = _launcher(backend)
+    return run_world(_rank, samplers + 1, args=(algorithm, seconds, warmup), timeout=seconds + warmup + 180)[0]
+
+
+class _Ready:
+    """A sample that is already there (what ``sample_batch_async`` returns, for a local buffer)."""
+
+    def __init__(self, result: Any):
+        self.result = result
+
+    def wait(self) -> Any:
+        return self.result
+
+
+class _LocalEpisodes:
+    """A stand-in for IMPALA's distributed buffer: episodes in a list, sampled in this process."""
+
+    def __init__(self, seed: int = 0):
+        self.episodes: List[Any] = []
+        self._random = random.Random(seed)
+
+    def sample_batch(self, count: int, *_: Any) -> tuple:
+        chosen = self._random.sample(self.episodes, min(count, len(self.episodes)))
+        return len(chosen), (chosen,)
+
+    def sample_batch_async(self, count: int, *args: Any, **_: Any) -> _Ready:
+        return _Ready(self.sample_batch(count, *args))
+
+
+class _NoServer:
+    """A model server that takes every push and serves nothing (the local reference pushes nowhere)."""
+
+    serves_here = True
+
+    def push(self, model: nn.Module, pull_on_fail: bool = True) -> bool:
+        return True
+
+    def pull(self, model: nn.Module) -> bool:
+        return False
+
+    def push_state(self, state: Dict[str, torch.Tensor], version: int) -> bool:
+        return True
+
+
+class _LocalIMPALA(IMPALA):
+    """IMPALA's update on episodes kept in this process, pushing nowhere: the local reference."""
+
+    def _default_buffer(self) -> _LocalEpisodes:
+        return _LocalEpisodes()
+
+
+def _local_agent(algorithm: str):
+    """The learner's update in one process, with its buffer filled from CartPole play."""
+    from machin.frame.buffers.episode_buffer_d import EpisodeTransition
+
+    env = gym.make("CartPole-v1", max_episode_steps=200)
+    if algorithm == "apex":
+        agent = DQNPer(*_networks(algorithm), **_options(algorithm))
+        while agent.replay_buffer.size() < 2000:
+            _play(agent, algorithm, env, agent.replay_buffer.size())
+    else:
+        agent = _LocalIMPALA(*_networks(algorithm), None, (_NoServer(),), **_options(algorithm))
+        episodes = agent.replay_buffer.episodes
+        for seed in range(40):
+            _play(agent, algorithm, env, seed, store=lambda steps: episodes.append(EpisodeTransition.from_episode(steps)))
+    env.close()
+    return agent
+
+
+def local_updates(algorithm: str, seconds: float) -> Dict[str, float]:
+    """Updates per second (and CPU ms per update) of the same update in this one process."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        torch.manual_seed(0)
+        agent = _local_agent(algorithm)
+        for _ in range(20):
+            agent.update()
+        updates, begin, cpu = 0, time.monotonic(), time.process_time()
+        while time.monotonic() - begin < seconds:
+            agent.update()
+            updates += 1
+        elapsed = time.monotonic() - begin
+        return {"updates_per_s": updates / elapsed, "cpu_ms_per_update": 1000 * (time.process_time() - cpu) / updates}
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _row(algorithm: str, n: int, rates: Dict[str, float], local: Dict[str, float], base: float) -> Dict[str, Any]:
+    return {"algorithm": algorithm, "samplers": n, **rates, "efficiency": rates["steps_per_s"] / (n * base),
+            "local_updates_per_s": local["updates_per_s"], "local_cpu_ms_per_update": local["cpu_ms_per_update"],
+            "ratio": rates["updates_per_s"] / local["updates_per_s"]}
+
+
+HEADER = (f"{'algorithm':<10}{'samplers':>9}{'env steps/s':>13}{'updates/s':>11}{'efficiency':>12}"
+          f"{'local upd/s':>13}{'ratio':>7}{'CPU ms/upd':>12}{'local CPU ms':>14}")
+
+
+def _print_row(row: Dict[str, Any]) -> None:
+    print(f"{row['algorithm']:<10}{row['samplers']:>9}{row['steps_per_s']:>13.0f}{row['updates_per_s']:>11.1f}"
+          f"{row['efficiency']:>12.2f}{row['local_updates_per_s']:>13.1f}{row['ratio']:>7.2f}"
+          f"{row['cpu_ms_per_update']:>12.2f}{row['local_cpu_ms_per_update']:>14.2f}", flush=True)
+
+
+def run(samplers: Sequence[int] = (1, 2, 4, 8), seconds: float = 15.0,
+        algorithms: Sequence[str] = ("apex", "impala"), backend: str = "rpc",
+        local_seconds: Optional[float] = None) -> List[Dict[str, Any]]:
+    """Measure every combination and print the table; returns its rows.
+
+    Args:
+        samplers: The numbers of samplers to measure.
+        seconds: Measured seconds per world (after the warm-up).
+        algorithms: ``"apex"`` and/or ``"impala"``.
+        backend: ``"rpc"`` or ``"ray"`` (see :func:`measure`).
+        local_seconds: Seconds of each local reference (default ``seconds``).
+    """
+    _launcher(backend)  # fail before anything runs
+    print(f"scaling on {os.cpu_count()} CPU core(s), backend {backend}, one learner, {seconds:g} s measured "
+          f"after {WARMUP_SECONDS:g} s of warm-up; local reference measured before each row", flush=True)
+    print(HEADER, flush=True)
     rows = []
     for algorithm in algorithms:
         base = None
         for n in samplers:
-            rates = measure(algorithm, n, seconds)
+            local = local_updates(algorithm, seconds if local_seconds is None else local_seconds)
+            rates = measure(algorithm, n, seconds, backend)
             if base is None:
                 base = rates["steps_per_s"] / n
-            efficiency = rates["steps_per_s"] / (n * base)
-            rows.append({"algorithm": algorithm, "samplers": n, **rates, "efficiency": efficiency})
-            print(f"{algorithm:<10}{n:>9}{rates['steps_per_s']:>13.0f}{rates['updates_per_s']:>11.1f}"
-                  f"{efficiency:>12.2f}", flush=True)
+            rows.append(_row(algorithm, n, rates, local, base))
+            _print_row(rows[-1])
     return rows
 
 
-def main(argv: Optional[List[str]] = None) -> Optional[List[Dict[str, float]]]:
+def main(argv: Optional[List[str]] = None) -> Optional[List[Dict[str, Any]]]:
     """Run the benchmark, but only when asked for by name (``python -m benchmarks scaling``)."""
     if argv is None:
         if "scaling" not in sys.argv[1:]:
@@ -178,11 +339,13 @@ def main(argv: Optional[List[str]] = None) -> Optional[List[Dict[str, float]]]:
             return None
         argv = []
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--samplers", type=int, nargs="+", default=[1, 2, 4])
+    parser.add_argument("--samplers", type=int, nargs="+", default=[1, 2, 4, 8])
     parser.add_argument("--seconds", type=float, default=15.0, help="measured seconds per run")
     parser.add_argument("--algorithms", nargs="+", choices=["apex", "impala"], default=["apex", "impala"])
+    parser.add_argument("--backend", choices=BACKENDS, default="rpc",
+                        help="transport of the world: torch RPC (default) or Ray actors")
     args = parser.parse_args(argv)
-    return run(args.samplers, args.seconds, args.algorithms)
+    return run(args.samplers, args.seconds, args.algorithms, args.backend)
 
 
 if __name__ == "__main__":

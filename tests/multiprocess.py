@@ -28,7 +28,15 @@ import torch
 
 from machin.parallel.distributed.launcher import Exited, LaunchError, launch
 
-__all__ = ["run_ranks", "wait_for", "no_children_left", "Exited", "LaunchError", "DEFAULT_TIMEOUT"]
+__all__ = [
+    "run_ranks",
+    "wait_for",
+    "no_children_left",
+    "keep_processes",
+    "Exited",
+    "LaunchError",
+    "DEFAULT_TIMEOUT",
+]
 
 #: Hard limit of one run, in seconds; keep it below the test's pytest timeout.
 DEFAULT_TIMEOUT = 60.0
@@ -85,13 +93,34 @@ def _warm_up() -> None:
     torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.1)
 
 
+#: Processes a fixture keeps alive across tests (a Ray cluster): they and their
+#: descendants are not leaks.
+_KEPT: set = set()
+
+
+class keep_processes:
+    """Exempt ``pids`` (and their descendants) from the leftover checks until ``release()``.
+
+    Args:
+        pids: Process ids, e.g. those of a cluster a module-scoped fixture started.
+    """
+
+    def __init__(self, pids: Iterable[int]):
+        self.pids = set(pids)
+        _KEPT.update(self.pids)
+
+    def release(self) -> None:
+        """Check these processes again (the fixture has ended them)."""
+        _KEPT.difference_update(self.pids)
+
+
 def _helper_pids() -> set:
     """Long-lived helpers multiprocessing starts once per session (not leaks)."""
     pids = {
         getattr(resource_tracker._resource_tracker, "_pid", None),
         getattr(forkserver._forkserver, "_forkserver_pid", None),
     }
-    return pids - {None}
+    return (pids - {None}) | _KEPT
 
 
 def _is_torch_helper(child: psutil.Process) -> bool:
@@ -113,7 +142,7 @@ def _live_children() -> List[psutil.Process]:
             chain = [child]  # the child and its ancestors below this process: a helper's workers count too
             while chain[-1].ppid() != me and chain[-1].parent() is not None:
                 chain.append(chain[-1].parent())
-            if not any(_is_torch_helper(p) for p in chain):
+            if not any(_is_torch_helper(p) or p.pid in _KEPT for p in chain):
                 live.append(child)
         except psutil.NoSuchProcess:
             pass

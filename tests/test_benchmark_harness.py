@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from benchmarks import sample_efficiency
+from tests.multiprocess import no_children_left  # noqa: F401 (a fixture)
 
 
 @pytest.fixture(autouse=True)
@@ -158,3 +159,44 @@ def test_a_benchmark_child_prints_live_returns_its_result_and_is_killed_when_it_
     with pytest.raises(RuntimeError, match="killed after 1 s"):
         run_child([sys.executable, "-c", "import time; print('waiting', flush=True); time.sleep(60)"], "", timeout=1)
     assert "waiting" in capsys.readouterr().out
+
+
+def test_scaling_local_reference_runs_the_learners_update_in_one_process():
+    from benchmarks import scaling
+
+    for algorithm in ("apex", "impala"):
+        rates = scaling.local_updates(algorithm, 0.3)
+        assert rates["updates_per_s"] > 0 and rates["cpu_ms_per_update"] > 0
+
+
+def test_scaling_rows_give_the_efficiency_and_the_ratio_to_the_local_update():
+    from benchmarks import scaling
+
+    rates = {"steps_per_s": 300.0, "updates_per_s": 40.0, "cpu_ms_per_update": 5.0}
+    row = scaling._row("apex", 2, rates, {"updates_per_s": 80.0, "cpu_ms_per_update": 4.0}, base=200.0)
+    assert row["efficiency"] == pytest.approx(0.75)  # 300 steps/s from 2 samplers, 200 from one
+    assert row["ratio"] == pytest.approx(0.5) and row["local_cpu_ms_per_update"] == 4.0
+
+
+def test_scaling_backend_option_names_what_a_ray_run_lacks():
+    from benchmarks import scaling
+
+    assert scaling._launcher("rpc") is scaling.launch
+    with pytest.raises(ValueError, match=r"backend must be one of \('rpc', 'ray'\), got 'tcp'"):
+        scaling._launcher("tcp")
+    try:
+        scaling._launcher("ray")
+    except RuntimeError as error:  # a checkout without the Ray transport
+        assert "backend 'ray' cannot run here: missing" in str(error)
+    with pytest.raises(SystemExit):
+        scaling.main(["--backend", "tcp"])
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(240)
+@pytest.mark.usefixtures("no_children_left")
+def test_scaling_measures_a_learner_with_one_sampler():
+    from benchmarks import scaling
+
+    rates = scaling.measure("apex", 1, 0.5, warmup=0.5)
+    assert rates["updates_per_s"] > 0 and rates["steps_per_s"] > 0 and rates["cpu_ms_per_update"] > 0

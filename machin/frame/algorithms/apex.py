@@ -20,10 +20,10 @@ from the world's size and rank), so one script runs on any number of processes.
 from __future__ import annotations
 
 from collections import Counter
-from contextlib import nullcontext
 from functools import partial
-from typing import Any, Callable, Dict, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
+import torch
 from torch import nn
 
 from ...parallel.distributed.roles import Roles
@@ -36,6 +36,8 @@ from .base import TorchFramework, UpdateResult
 from .ddpg_per import DDPGPer
 from .dqn_per import DQNPer
 from .options import BufferOptions, OneLearningRate
+from .prefetch import LearnerPipeline
+from .replay import SAMPLE_ATTRS, SampledBatch
 from .utils import SharedNetworkSync
 
 __all__ = ["ApexMixin", "DQNApex", "DDPGApex"]
@@ -50,12 +52,21 @@ def _cpu_only(name: str, value: Any) -> Any:
     return value
 
 
-class ApexMixin(SharedNetworkSync):
+class ApexMixin(LearnerPipeline, SharedNetworkSync):
     """Distributed buffer, model pushes and pulls shared by the Ape-X algorithms.
 
     The host names the network it shares in ``_shared_network`` (an attribute name, see
     :class:`~machin.frame.algorithms.utils.SharedNetworkSync`) and the constructor
     parameters of the networks that several learners train together in ``_ddp_networks``.
+
+    A learner's update overlaps its round trips with its work
+    (:class:`~machin.frame.algorithms.prefetch.LearnerPipeline`): the batch it trains on
+    was requested during the previous update (so it was **sampled one update earlier**,
+    before that update's priorities were sent; the first update, and the first after an
+    empty buffer or :meth:`flush`, samples and waits), and it sends the new priorities
+    and pushes the network without waiting, at most one of each in flight. An error of
+    either is raised by the next update, or by :meth:`flush`, which also runs when the
+    world stops.
     """
 
     _ddp_networks: Tuple[str, ...] = ()
@@ -107,35 +118,40 @@ class ApexMixin(SharedNetworkSync):
                                 ddp_networks=cls._ddp_networks, replay_chunk=replay_chunk)
 
     def _default_buffer(self) -> DistributedPrioritizedBuffer:
-        """This process's part of the group-wide prioritized buffer."""
-        return DistributedPrioritizedBuffer(type(self).__name__.lower() + "_buffer", self.apex_group,
-                                            self.replay_size)
+        """This process's part of the group-wide prioritized buffer (priority updates do not wait)."""
+        buffer = DistributedPrioritizedBuffer(type(self).__name__.lower() + "_buffer", self.apex_group,
+                                              self.replay_size)
+        buffer.set_async_priority_updates(True)
+        return buffer
 
     def _init_apex(self, apex_group: RpcGroup, model_server: Any) -> None:
         self.apex_group = apex_group
         self._init_sync(model_server, type(self).__name__)
 
     def _update_and_publish(self, update: Callable[[], Any]) -> Any:
-        """Run one update, then push the shared network if it trained.
+        """Run one update, then push the shared network without waiting, if it trained.
 
-        Priority updates travel while the optimizers step and the network is pushed
-        (:meth:`DistributedPrioritizedBuffer.deferred_priority_updates`); they are
-        applied everywhere when this returns.
+        The update's priorities and the push travel while the next update runs; the
+        next ones wait for them (see :class:`~machin.frame.algorithms.prefetch.LearnerPipeline`).
         """
-        deferred = getattr(self.replay_buffer, "deferred_priority_updates", None)
-        with deferred() if deferred is not None else nullcontext():
-            result = update()
-            if result is not None:
-                self.publish()
+        result = update()
+        if result is not None:
+            self._publish_nowait()
         return result
 
-    def _sample(self, *args: Any, **kwargs: Any) -> Any:
-        batch = super()._sample(*args, **kwargs)
-        if batch is not None and isinstance(batch.index, dict):
-            counts = self.__dict__.setdefault("_sampled_from", Counter())
-            for member, (index, _) in batch.index.items():
-                counts[member] += len(index)
-        return batch
+    def _sample(self, concatenate: bool, additional_concat_attrs: Optional[List[str]] = None
+                ) -> Optional[SampledBatch]:
+        """The batch sampled across the group during the previous update (see :meth:`_prefetched_sample`)."""
+        extra = None if additional_concat_attrs is None else tuple(additional_concat_attrs)
+        size, batch, index, is_weight = self._prefetched_sample(
+            self.batch_size, concatenate, None, tuple(SAMPLE_ATTRS), extra)
+        if size == 0:
+            return None
+        counts = self.__dict__.setdefault("_sampled_from", Counter())
+        for member, (sampled, _) in index.items():
+            counts[member] += len(sampled)
+        weight = torch.as_tensor(is_weight, dtype=torch.get_default_dtype()).view(size, 1)
+        return self._make_batch(size, batch, index=index, weight=weight)
 
     @property
     def sampled_from(self) -> Counter:
@@ -201,7 +217,9 @@ class DQNApex(ApexMixin, DQNPer):
         """One DQNPer update on a batch sampled across the group, then push ``qnet``.
 
         Priorities of the sampled transitions are updated in the processes that hold them.
-        ``qnet`` is pushed to the model server whenever a batch was sampled.
+        ``qnet`` is pushed to the model server whenever a batch was sampled. The batch was
+        sampled during the previous update, and the priorities and the push are sent
+        without waiting (see :class:`ApexMixin`).
 
         Args:
             update_value: Take the optimizer step on ``qnet``.
@@ -275,6 +293,8 @@ class DDPGApex(OneLearningRate, ApexMixin, DDPGPer):
         """One DDPGPer update on a batch sampled across the group, then push the actor.
 
         Priorities of the sampled transitions are updated in the processes that hold them.
+        The batch was sampled during the previous update, and the priorities and the push
+        are sent without waiting (see :class:`ApexMixin`).
 
         Args:
             update_value: Take an optimizer step on the critic.

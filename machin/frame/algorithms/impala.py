@@ -37,11 +37,12 @@ from .a2c import A2C
 from .base import UpdateResult, split_output
 from .options import OneLearningRate, Option, positive
 from .policy import PolicyBatch, split_actor_output
+from .prefetch import LearnerPipeline
 from .utils import SharedNetworkSync, as_column
 
 __all__ = ["EpisodeTransition", "EpisodeDistributedBuffer", "IMPALA", "vtrace"]
 
-class IMPALA(OneLearningRate, SharedNetworkSync, A2C):
+class IMPALA(OneLearningRate, LearnerPipeline, SharedNetworkSync, A2C):
     """Importance-weighted actor-learner architecture over an RPC group.
 
     Samplers (members of ``impala_group``) call :meth:`act` and :meth:`store_episode`;
@@ -84,6 +85,7 @@ class IMPALA(OneLearningRate, SharedNetworkSync, A2C):
     normalize_advantage = False
     value_target = "vtrace"
     _shared_network = "actor"
+    _sample_options = {"reported_sizes": True}  # no round trip for the parts' sizes (one update old)
     joint_update = False
     replay_device = "cpu"
     replay_buffer = None
@@ -199,11 +201,16 @@ class IMPALA(OneLearningRate, SharedNetworkSync, A2C):
             update_value: Step the critic (otherwise its loss is only measured).
             update_policy: Step the actor (otherwise its loss is only measured).
 
+        The episodes were sampled during the previous update, and the actor is pushed
+        without waiting (see :class:`~machin.frame.algorithms.prefetch.LearnerPipeline`):
+        the update overlaps both round trips with its work. The first update (and the
+        first after an empty buffer or :meth:`flush`) samples and waits.
+
         Returns:
             ``(policy value, value loss)`` as floats, or ``None`` when the group's
             buffer holds no episode.
         """
-        size, sampled = self.replay_buffer.sample_batch(self.batch_size)
+        size, sampled = self._prefetched_sample(self.batch_size)
         if size == 0:
             return None
         self._set_mode(True, self.actor, self.critic)
@@ -211,6 +218,6 @@ class IMPALA(OneLearningRate, SharedNetworkSync, A2C):
         policy_value = (self._update_actor if update_policy else self._evaluate_actor)(batch)
         value_loss = (self._update_critic if update_value else self._evaluate_critic)(batch)
         self._set_mode(False, self.actor, self.critic)
-        self.publish()
+        self._publish_nowait()
         return UpdateResult(policy_value, value_loss)
 

@@ -10,18 +10,20 @@ process's sampling for longer than that read.
 from __future__ import annotations
 
 import threading
-from typing import Any, Callable, Dict, Iterable, List, Optional, Set, Tuple, Union
+from functools import partial
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Set, Tuple, Union
 
 import numpy as np
 import torch
 
+from ...parallel.distributed._transport import MemberLostError
 from ...parallel.distributed.rpc_group import RpcGroup
 from ...parallel.exception import RemoteTraceback
 from ...utils.compat import ignores_extra_args
 from ..transition import TransitionBase
 from .buffer import Buffer
 
-__all__ = ["DistributedBuffer", "NotGroupMemberError", "BufferNameTakenError"]
+__all__ = ["DistributedBuffer", "NotGroupMemberError", "BufferNameTakenError", "PendingSample"]
 
 
 class NotGroupMemberError(ValueError, AssertionError):
@@ -96,6 +98,41 @@ class _Answered:
 
     def wait(self) -> Any:
         return self.value
+
+
+class PendingSample:
+    """A sample whose draws are still travelling from the members.
+
+    ``wait()`` collects the replies (skipping members that cannot be reached, as
+    :meth:`DistributedPart._call` does), joins them and returns the sample; later calls
+    return the same sample.
+
+    Args:
+        futures: The requests in flight, by member (as :meth:`DistributedPart._start` returns them).
+        join: Turns the replies, by member, into the sample.
+        collect: Waits for the futures; ``None`` for a sample that asked nobody.
+    """
+
+    __slots__ = ("_futures", "_join", "_collect", "_result")
+
+    def __init__(self, futures: Dict[str, Any], join: Callable[[Dict[str, Any]], Any],
+                 collect: Optional[Callable[[Dict[str, Any]], Dict[str, Any]]] = None):
+        self._futures: Optional[Dict[str, Any]] = futures
+        self._join = join
+        self._collect = collect
+        self._result: Any = None
+
+    def wait(self) -> Any:
+        """The sample (see the sampling method that returned this object).
+
+        Raises:
+            Exception: What a member raised while drawing (with its remote traceback).
+        """
+        futures, self._futures = self._futures, None
+        if futures is not None:
+            replies = self._collect(futures) if self._collect is not None else {}
+            self._result = self._join(replies)
+        return self._result
 
 
 class DistributedPart:
@@ -180,6 +217,8 @@ class DistributedPart:
         for member, future in futures.items():
             try:
                 replies[member] = future.wait()
+            except MemberLostError:  # died, or left (told by the member itself)
+                self._lost.add(member)
             except RuntimeError as error:
                 if isinstance(error.__cause__, RemoteTraceback):
                     raise
@@ -253,6 +292,8 @@ class DistributedBuffer(DistributedPart, Buffer):
         BufferNameTakenError: (a ``ValueError``) If ``buffer_name`` is already used there.
     """
 
+    _OPS = DistributedPart._OPS + ("sample_sized",)
+
     @ignores_extra_args
     def __init__(
         self,
@@ -263,6 +304,7 @@ class DistributedBuffer(DistributedPart, Buffer):
         generator: Optional[torch.Generator] = None,
     ):
         self._lock = threading.RLock()
+        self._reported_sizes: Dict[str, int] = {}  # see sample_batch_async
         Buffer.__init__(self, buffer_size, "cpu", generator=generator)
         seed = None if generator is None else int(torch.randint(2**62, (1,), generator=generator))
         self._join(buffer_name, group, np.random.default_rng(seed))
@@ -290,26 +332,70 @@ class DistributedBuffer(DistributedPart, Buffer):
             ~machin.frame.buffers.buffer.SampleMethodError: (a ``ValueError`` and a
                 ``RuntimeError``) for an unknown method name, before any member is asked.
         """
+        return self.sample_batch_async(
+            batch_size, concatenate, device, sample_method, sample_attrs, additional_concat_attrs
+        ).wait()
+
+    def sample_batch_async(
+        self,
+        batch_size: int,
+        concatenate: bool = True,
+        device: Union[str, torch.device, None] = None,
+        sample_method: Union[str, Callable[[Buffer, int], Tuple[int, Any]]] = "random_unique",
+        sample_attrs: Optional[Sequence[str]] = None,
+        additional_concat_attrs: Optional[Sequence[str]] = None,
+        *,
+        reported_sizes: bool = False,
+    ) -> PendingSample:
+        """Start :meth:`sample_batch` and return without waiting for the members' draws.
+
+        The split of the batch between members is decided now, from their sizes: asked
+        for now (a round trip), or with ``reported_sizes`` those the members reported with
+        their answers to the previous such sample (asked for only when there is none). A
+        learner that samples again and again saves the round trip this way, at the price of
+        sizes one sample old (a part that shrank since then may give fewer rows than its
+        share). ``wait()`` on the result collects the draws and returns what
+        :meth:`sample_batch` returns.
+
+        Raises:
+            ~machin.frame.buffers.buffer.SampleMethodError: for an unknown method name.
+        """
         self._sample_method(sample_method)  # unknown names fail here, before any RPC
         holders = self._holders()
         if sample_method == "all":
             shares = {m: 0 for m in holders}
         else:
-            sizes = self._call({m: ("size",) for m in holders})
-            shares = {
-                m: n for m, n in self._share(sizes, batch_size, sample_method).items() if n > 0
-            }
-        replies = self._call(
-            {
-                m: ("sample", n, concatenate, sample_method, sample_attrs, additional_concat_attrs)
-                for m, n in shares.items()
-            }
-        )
+            shares = self._share(self._sizes(holders, reported_sizes), batch_size, sample_method)
+            shares = {m: n for m, n in shares.items() if n > 0 or reported_sizes}
+        op = "sample_sized" if reported_sizes else "sample"
+        attrs = None if sample_attrs is None else list(sample_attrs)
+        extra = None if additional_concat_attrs is None else list(additional_concat_attrs)
+        futures = self._start({m: (op, n, concatenate, sample_method, attrs, extra) for m, n in shares.items()})
+        return PendingSample(futures, partial(self._joined_sample, device, reported_sizes), self._collect)
+
+    def _sizes(self, holders: List[str], reported: bool) -> Dict[str, int]:
+        """The size of every holder's part: asked for now, or as reported (asking for the missing ones)."""
+        sizes = dict(self._reported_sizes) if reported else {}
+        missing = [m for m in holders if m not in sizes]
+        if missing:
+            sizes.update(self._call({m: ("size",) for m in missing}))
+        return {m: sizes[m] for m in holders if m in sizes}
+
+    def _joined_sample(self, device: Union[str, torch.device, None], sized: bool,
+                       replies: Dict[str, Any]) -> Tuple[int, Any]:
+        """The members' draws as one batch (replies of ``"sample_sized"`` carry the part's size first)."""
+        if sized:
+            self._reported_sizes = {m: size for m, (size, _) in replies.items()}
+            replies = {m: reply for m, (_, reply) in replies.items()}
+        self._sampled(replies)
         parts = [values for size, values in replies.values() if size > 0]
         if not parts:
             return 0, None
         size = sum(size for size, _ in replies.values())
         return size, move_to(merge_batches(parts), device)
+
+    def _sampled(self, replies: Dict[str, Tuple[int, Any]]) -> None:
+        """Hook: the members' replies ``(count, values)`` to a sample, by member."""
 
     def _share(self, sizes: Dict[str, int], batch_size: int, method: Any) -> Dict[str, int]:
         """Split ``batch_size`` between members of the given sizes."""
@@ -341,3 +427,8 @@ class DistributedBuffer(DistributedPart, Buffer):
             return Buffer.sample_batch(
                 self, count, concatenate, None, method, sample_attrs, additional_concat_attrs
             )
+
+    def _op_sample_sized(self, *args: Any) -> Tuple[int, Tuple[int, Optional[Tuple[Any, ...]]]]:
+        """``(size of the part, what _op_sample returns)``, both under the lock."""
+        with self._lock:
+            return self.size(), self._op_sample(*args)

@@ -90,13 +90,10 @@ class EpisodeDistributedBuffer(DistributedBuffer):
         self.sampled_from: Counter = Counter()
         super().__init__(buffer_name, group, buffer_size, generator=generator)
 
-    def _call(self, requests: Dict[str, Tuple[Any, ...]]) -> Dict[str, Any]:
-        replies = super()._call(requests)
-        for member, request in requests.items():
-            reply = replies.get(member)
-            if request[0] == "sample" and reply is not None and reply[0] > 0:
-                self.sampled_from[member] += reply[0]
-        return replies
+    def _sampled(self, replies: Dict[str, Tuple[int, Any]]) -> None:
+        for member, (count, _) in replies.items():
+            if count > 0:
+                self.sampled_from[member] += count
 
     def append(self, transition: Union[EpisodeTransition, List[Any]],
                required_attrs: Iterable[str] = EPISODE_REQUIRED_ATTRS) -> int:

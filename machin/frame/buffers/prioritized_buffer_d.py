@@ -19,20 +19,24 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from contextlib import contextmanager
-from typing import Any, Dict, Iterator, List, Optional, Tuple, Union
+from functools import partial
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import torch
 
 from ...parallel.distributed.rpc_group import RpcGroup
 from ...utils.compat import ignores_extra_args
-from .buffer_d import DistributedPart, merge_batches, move_to
+from .buffer_d import DistributedPart, PendingSample, merge_batches, move_to
 from .prioritized_buffer import PrioritizedBuffer, _priority_array
 
 __all__ = ["DistributedPrioritizedBuffer"]
 
 #: member name -> (local storage indexes, write counters of those slots when sampled)
 SampledIndexes = "OrderedDict[str, Tuple[np.ndarray, np.ndarray]]"
+
+#: What sampling returns when nothing can be sampled.
+EMPTY_SAMPLE = (0, None, None, None)
 
 
 class DistributedPrioritizedBuffer(DistributedPart, PrioritizedBuffer):
@@ -105,6 +109,7 @@ class DistributedPrioritizedBuffer(DistributedPart, PrioritizedBuffer):
         self._known: Dict[str, Tuple[float, int]] = {}  # (weight, size) of parts, from the last update
         self._deferring = 0  # depth of deferred_priority_updates blocks
         self._pending: Optional[Dict[str, Any]] = None  # a deferred update's requests in flight
+        self._async_updates = False  # see set_async_priority_updates
         self._join(buffer_name, group, np.random.default_rng() if generator is None else generator)
 
     # -- taint table ----------------------------------------------------------------------
@@ -135,8 +140,9 @@ class DistributedPrioritizedBuffer(DistributedPart, PrioritizedBuffer):
 
         Each member's share of the batch is drawn in proportion to the total priority
         of its part; the member then samples its share by priority. A part's total
-        priority is the one its answer to the last :meth:`update_priority` reported
-        (saving a round trip per batch), or asked for now when there is none. The
+        priority is the one it reported with its answer to the last priority update
+        (saving a round trip per batch; each report is used once), or asked for now when
+        there is none. The
         importance-sampling weights use the same totals, so they match the draw.
 
         Args:
@@ -157,30 +163,56 @@ class DistributedPrioritizedBuffer(DistributedPart, PrioritizedBuffer):
             :meth:`update_priority`; ``is_weights`` the importance-sampling weights
             (max 1). ``(0, None, None, None)`` when nothing can be sampled.
         """
+        return self.sample_batch_async(batch_size, concatenate, device, sample_attrs, additional_concat_attrs).wait()
+
+    def sample_batch_async(
+        self,
+        batch_size: int,
+        concatenate: bool = True,
+        device: Union[str, torch.device, None] = None,
+        sample_attrs: Optional[Sequence[str]] = None,
+        additional_concat_attrs: Optional[Sequence[str]] = None,
+    ) -> PendingSample:
+        """Start :meth:`sample_batch` and return without waiting for the members' draws.
+
+        The split of the batch between members is decided now (a priority update in
+        flight is waited for first, as its answer carries the parts' totals); ``wait()``
+        on the result collects the draws and returns what :meth:`sample_batch` returns.
+        Start one sample at a time and wait for it before starting the next.
+        """
         if batch_size <= 0:
-            return 0, None, None, None
-        # The parts' total priorities and sizes: those the last priority update returned
-        # (each is used once), the others asked for now.
+            return PendingSample({}, lambda _: EMPTY_SAMPLE)
+        stats = self._part_totals()
+        weights = {m: w for m, (w, size) in stats.items() if w > 0 and size > 0}
+        total_weight = sum(weights.values())
+        if total_weight <= 0:
+            return PendingSample({}, lambda _: EMPTY_SAMPLE)
+        total_size = sum(size for _, size in stats.values())
+        shares = self._rng.multinomial(batch_size, np.array(list(weights.values())) / total_weight)
+        attrs = None if sample_attrs is None else list(sample_attrs)
+        extra = None if additional_concat_attrs is None else list(additional_concat_attrs)
+        requests = {m: ("sample", int(n), concatenate, attrs, extra) for m, n in zip(weights, shares) if n > 0}
+        shares_of = {m: w / total_weight for m, w in weights.items() if m in requests}
+        return PendingSample(self._start(requests), partial(self._joined_sample, shares_of, total_size, device),
+                             self._collect)
+
+    def _part_totals(self) -> Dict[str, Tuple[float, int]]:
+        """``(total priority, size)`` of every holder's part: as last reported, else asked now.
+
+        A reported total is used once; the priority update in flight, if any, is waited
+        for first (its answer brings the newest totals).
+        """
         self._settle()
         known, self._known = self._known, {}
         holders = self._holders()
         missing = [m for m in holders if m not in known]
         if missing:
             known.update(self._call({m: ("weight",) for m in missing}))
-        stats = {m: known[m] for m in holders if m in known}
-        weights = {m: w for m, (w, size) in stats.items() if w > 0 and size > 0}
-        total_weight = sum(weights.values())
-        if total_weight <= 0:
-            return 0, None, None, None
-        total_size = sum(size for _, size in stats.values())
-        shares = self._rng.multinomial(batch_size, np.array(list(weights.values())) / total_weight)
-        replies = self._call(
-            {
-                m: ("sample", int(n), concatenate, sample_attrs, additional_concat_attrs)
-                for m, n in zip(weights, shares)
-                if n > 0
-            }
-        )
+        return {m: known[m] for m in holders if m in known}
+
+    def _joined_sample(self, shares_of: Dict[str, float], total_size: int, device: Any,
+                       replies: Dict[str, Any]) -> Tuple[Any, ...]:
+        """The members' draws as one batch, with indexes and importance-sampling weights."""
         parts, probabilities = [], []
         indexes: SampledIndexes = OrderedDict()
         for member, (size, values, index, local_probability, taint) in replies.items():
@@ -188,9 +220,9 @@ class DistributedPrioritizedBuffer(DistributedPart, PrioritizedBuffer):
                 continue
             parts.append(values)
             indexes[member] = (index, taint)
-            probabilities.append(local_probability * (weights[member] / total_weight))
+            probabilities.append(local_probability * shares_of[member])
         if not parts:
-            return 0, None, None, None
+            return EMPTY_SAMPLE
         probability = np.concatenate(probabilities)
         with self._lock:
             beta = self.curr_beta
@@ -203,7 +235,9 @@ class DistributedPrioritizedBuffer(DistributedPart, PrioritizedBuffer):
         """Set new priorities for sampled transitions, where they live.
 
         Updates for slots overwritten (or cleared) since they were sampled are
-        dropped; so are those of members that left.
+        dropped; so are those of members that left. Inside
+        :meth:`deferred_priority_updates`, or after :meth:`set_async_priority_updates`,
+        it returns without waiting for the members.
 
         Args:
             priorities: New priorities, in the order of the sampled values.
@@ -212,6 +246,7 @@ class DistributedPrioritizedBuffer(DistributedPart, PrioritizedBuffer):
         Raises:
             ValueError: If the number of priorities differs from the number of indexes, or
                 a priority is not a finite number.
+            Exception: The error of the priority update still in flight, if it failed.
         """
         priorities = _priority_array("priorities", priorities)
         counts = [len(index) for index, _ in indexes.values()]
@@ -228,11 +263,34 @@ class DistributedPrioritizedBuffer(DistributedPart, PrioritizedBuffer):
                 requests[member] = ("update", priorities[offset : offset + count], index, taint)
             offset += count
         # each part answers with its new (weight, size)
-        if self._deferring:
-            self._settle()
+        self._settle()
+        if self._deferring or self._async_updates:
             self._pending = self._start(requests)
         else:
-            self._known = self._call(requests)
+            self._known.update(self._call(requests))
+
+    def set_async_priority_updates(self, enabled: bool) -> None:
+        """Let every :meth:`update_priority` return without waiting for the members.
+
+        At most one update is in flight: the next :meth:`update_priority` or
+        :meth:`sample_batch` waits for it first and raises its error, if it failed;
+        :meth:`wait_priority_updates` waits for it at any time, and so does turning this
+        off. The Ape-X learners turn it on.
+
+        Args:
+            enabled: ``True`` to stop waiting for priority updates.
+        """
+        self._async_updates = bool(enabled)
+        if not enabled:
+            self.wait_priority_updates()
+
+    def wait_priority_updates(self) -> None:
+        """Wait until the priority update in flight, if any, is applied everywhere.
+
+        Raises:
+            Exception: The error of an update that failed on a member (with the remote traceback).
+        """
+        self._settle()
 
     @contextmanager
     def deferred_priority_updates(self) -> Iterator[None]:
@@ -240,11 +298,9 @@ class DistributedPrioritizedBuffer(DistributedPart, PrioritizedBuffer):
 
         The updates are sent at once; the block's end waits until every member has
         applied them (and raises what failed there), and so does the next
-        :meth:`sample_batch` or :meth:`update_priority` inside the block. A learner's
-        update takes one round trip less this way: the priorities travel while it steps
-        its optimizers and pushes its network. The Ape-X algorithms wrap every update in
-        it. Blocks may be nested; the outermost one waits. The block belongs to the buffer
-        object, not to a thread: open it in the thread that samples and updates.
+        :meth:`sample_batch` or :meth:`update_priority` inside the block. Blocks may be
+        nested; the outermost one waits. The block belongs to the buffer object, not to a
+        thread: open it in the thread that samples and updates.
         """
         self._deferring += 1
         try:
@@ -255,10 +311,10 @@ class DistributedPrioritizedBuffer(DistributedPart, PrioritizedBuffer):
                 self._settle()
 
     def _settle(self) -> None:
-        """Wait for the deferred priority update in flight, if any."""
+        """Wait for the priority update in flight, if any (its answer carries the parts' totals)."""
         pending, self._pending = self._pending, None
         if pending:
-            self._known = self._collect(pending)
+            self._known.update(self._collect(pending))
 
     # -- what each member does for the sampler ----------------------------------------------
     def _op_weight(self) -> Tuple[float, int]:

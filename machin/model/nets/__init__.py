@@ -1,5 +1,6 @@
 """Network base classes, device wrappers and ResNet."""
 
+from . import base, resnet
 from .base import (
     DynamicModuleWrapper,
     ModuleWrapper,
@@ -8,7 +9,6 @@ from .base import (
     dynamic_module_wrapper,
     static_module_wrapper,
 )
-from . import base, resnet
 from .resnet import ResNet
 
 __all__ = [

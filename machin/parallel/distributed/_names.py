@@ -11,20 +11,34 @@ locally, so calling a service costs one round trip to its holder.
 The functions and values themselves never leave their holder: only names travel.
 
 The manager also runs the group barriers (the creation of a group is its first
-barrier). Barrier arrivals and table changes are handled by asynchronous RPC
-functions, so a member waiting at a barrier holds no RPC thread of the manager.
+barrier). Barrier arrivals and table changes are handled by functions that
+return futures (``returns_future=True`` of the transport), so on the ``rpc``
+transport a member waiting at a barrier holds no RPC thread of the manager.
+
+A process that leaves the world before the others (its ``World`` stopped without
+waiting, or its interpreter exiting) tells every other process first. From then on
+a barrier that still waits for it fails at once with an error naming it, and so
+does any later barrier of a group it belongs to, instead of running into the
+timeout.
 """
 
 import threading
 from typing import Any, Callable, Dict, Hashable, List, Optional, Sequence, Set, Tuple
 
 import torch
-import torch.distributed.rpc as rpc
 from torch.futures import Future
 
 from ..exception import KeyRuntimeError
-from ._context import require_world
-from ._transport import DillPayload, done_future, run_wrapped, transport_error, wait_local
+from ._context import current_world, require_world
+from ._transport import (
+    DillPayload,
+    MemberLeftError,
+    done_future,
+    run_wrapped,
+    transport_error,
+    wait_local,
+)
+from .transport import Transport
 
 SERVICE = "service"
 PAIRED = "paired value"
@@ -80,15 +94,24 @@ class NameService:
     Args:
         name: Name of this process in the world.
         timeout: Timeout of its internal RPCs, in seconds.
+        transport: The world's transport.
     """
 
-    def __init__(self, name: str, timeout: float):
+    def __init__(self, name: str, timeout: float, transport: Transport):
         self.name = name
         self.timeout = timeout
+        self.transport = transport
         self._lock = threading.Lock()
         self._groups: Dict[str, _GroupState] = {}
         self._barriers: Dict[Tuple[str, int], _Barrier] = {}
         self._held: Dict[Tuple[str, str, Hashable], Any] = {}
+        # member -> how it left the world (told by the member itself before it left)
+        self._departed: Dict[str, str] = {}
+        # members among them that shut down at once, without waiting for the others
+        self._left_at_once: Set[str] = set()
+        #: How this process leaves the world, once it has told the others (it then
+        #: serves no more calls); ``None`` while it stays.
+        self.leaving: Optional[str] = None
 
     # -- groups ------------------------------------------------------------------------
     def has_group(self, group: str) -> bool:
@@ -147,6 +170,8 @@ class NameService:
     def _barrier(self, group: str, members: Tuple[str, ...], count: int, timeout: float) -> None:
         manager = members[0]
         what = f"barrier {count} of RPC group {group!r}"
+        if manager in self._departed:
+            raise self.departure_error(what, manager)
         # The manager fails a member's wait after ``timeout`` naming the members that did
         # not arrive; the member's own limit, a little longer, only catches a manager
         # that is gone (then the manager is named).
@@ -155,11 +180,12 @@ class NameService:
             outcome = wait_local(self.arrive(group, count, self.name, members, timeout), wait, what)
         else:
             try:
-                outcome = rpc.rpc_sync(
+                outcome = self.transport.call_sync(
                     manager,
                     _rpc_arrive,
                     args=(group, count, self.name, members, timeout),
                     timeout=wait,
+                    returns_future=True,
                 )
             except Exception as error:
                 raise transport_error(what, manager, error) from error
@@ -196,6 +222,9 @@ class NameService:
         members that did not arrive if the barrier is still incomplete by then.
         """
         with self._lock:
+            gone = self._absent_departed(group, count, members)
+            if gone:
+                return done_future(("RuntimeError", self._barrier_left(group, count, gone)))
             barrier = self._barriers.setdefault((group, count), _Barrier(members))
             if barrier.members != members:
                 return done_future(
@@ -223,6 +252,94 @@ class NameService:
         for waiting in barrier.futures:
             waiting.set_result((None, ""))
         return future
+
+    # -- departures ----------------------------------------------------------------------
+    def departure(self, member: str) -> Optional[str]:
+        """How ``member`` left the world, or ``None`` if it has not told this process so."""
+        return self._departed.get(member)
+
+    def departed(self) -> List[str]:
+        """The members known to have left the world."""
+        with self._lock:
+            return list(self._departed)
+
+    def left_at_once(self) -> List[str]:
+        """The members known to have left without waiting for the others to stop too."""
+        with self._lock:
+            return sorted(self._left_at_once)
+
+    def departure_error(self, what: str, member: str) -> MemberLeftError:
+        """The error of ``what`` that could not be done because ``member`` left the world."""
+        return MemberLeftError(
+            f"{what} failed: member {member!r} left the world ({self._departed[member]})"
+        )
+
+    def record_departure(self, member: str, how: str, waits: bool = False) -> None:
+        """Note that ``member`` left the world, and fail every barrier still waiting for it.
+
+        ``waits``: the member still takes part in a graceful stop of the world.
+        """
+        with self._lock:
+            if not waits:
+                self._left_at_once.add(member)
+            if member in self._departed:
+                return
+            self._departed[member] = how
+            stuck = [
+                (key, barrier)
+                for key, barrier in self._barriers.items()
+                if member in barrier.members and member not in barrier.arrived
+            ]
+            for key, _ in stuck:
+                del self._barriers[key]
+        for (group, count), barrier in stuck:
+            for timer in barrier.timers:
+                timer.cancel()
+            message = self._barrier_left(group, count, [member])
+            for waiting in barrier.futures:
+                waiting.set_result(("RuntimeError", message))
+
+    def announce_departure(
+        self, members: Sequence[str], how: str, timeout: float, waits: bool = False
+    ) -> None:
+        """Tell the other ``members`` that this process leaves the world; wait at most ``timeout``.
+
+        From then on this process serves no more calls, and the barriers it manages
+        fail for want of it. ``waits``: it still takes part in a graceful stop.
+        Members that cannot be told (gone themselves) are skipped.
+        """
+        self.leaving = how
+        self.record_departure(self.name, how, waits=True)
+        futures = []
+        for member in members:
+            if member == self.name or member in self._departed:
+                continue
+            try:
+                futures.append(
+                    self.transport.call(
+                        member, _rpc_departed, args=(self.name, how, waits), timeout=timeout
+                    )
+                )
+            except Exception:  # this member cannot be reached: nobody left to tell there
+                continue
+        for future in futures:
+            try:
+                future.wait()
+            except Exception:
+                continue
+
+    def _absent_departed(self, group: str, count: int, members: Sequence[str]) -> List[str]:
+        """(Under the lock) departed members that have not arrived at a barrier."""
+        barrier = self._barriers.get((group, count))
+        return [
+            m
+            for m in members
+            if m in self._departed and (barrier is None or m not in barrier.arrived)
+        ]
+
+    def _barrier_left(self, group: str, count: int, gone: Sequence[str]) -> str:
+        reasons = "; ".join(f"member {m!r} left the world ({self._departed[m]})" for m in gone)
+        return f"barrier {count} of RPC group {group!r} cannot complete: {reasons}"
 
     # -- table ---------------------------------------------------------------------------
     def hold(self, group: str, kind: str, key: Hashable, obj: Any) -> None:
@@ -279,7 +396,9 @@ class NameService:
             return None if entry is None else entry[0]
         manager = members[0]
         try:
-            return rpc.rpc_sync(manager, _rpc_lookup, args=(group, kind, key), timeout=self.timeout)
+            return self.transport.call_sync(
+                manager, _rpc_lookup, args=(group, kind, key), timeout=self.timeout
+            )
         except Exception as error:
             raise transport_error(
                 f"looking up {kind} {key!r} of RPC group {group!r}", manager, error
@@ -299,11 +418,12 @@ class NameService:
             outcome = wait_local(self.decide(group, kind, op, key, self.name), self.timeout, what)
         else:
             try:
-                outcome = rpc.rpc_sync(
+                outcome = self.transport.call_sync(
                     manager,
                     _rpc_decide,
                     args=(group, kind, op, key, self.name),
                     timeout=self.timeout,
+                    returns_future=True,
                 )
             except Exception as error:
                 raise transport_error(what, manager, error) from error
@@ -349,7 +469,7 @@ class NameService:
         if not others:
             return done_future((None, ""))
         futures = [
-            rpc.rpc_async(
+            self.transport.call(
                 m, _rpc_apply, args=(group, kind, key, new_holder, version), timeout=self.timeout
             )
             for m in others
@@ -389,14 +509,12 @@ def _names() -> NameService:
     return require_world().names
 
 
-@rpc.functions.async_execution
 def _rpc_arrive(
     group: str, count: int, member: str, members: Tuple[str, ...], timeout: float = -1
 ) -> Future:
     return _names().arrive(group, count, member, members, timeout)
 
 
-@rpc.functions.async_execution
 def _rpc_decide(group: str, kind: str, op: str, key: Hashable, holder: str) -> Future:
     return _names().decide(group, kind, op, key, holder)
 
@@ -405,12 +523,32 @@ def _rpc_apply(group: str, kind: str, key: Hashable, holder: Optional[str], vers
     _names().apply(group, kind, key, holder, version)
 
 
+def _rpc_departed(member: str, how: str, waits: bool) -> None:
+    world = current_world()
+    if world is not None:  # a notice that arrives while this process stops is moot
+        world.names.record_departure(member, how, waits)
+
+
+def _serving() -> NameService:
+    """The name service, if this process still serves calls.
+
+    Raises:
+        RuntimeError: Naming this process, once it has left the world.
+    """
+    names = _names()
+    if names.leaving is not None:
+        raise MemberLeftError(
+            f"member {names.name!r} left the world ({names.leaving}) and serves no more calls"
+        )
+    return names
+
+
 def _rpc_lookup(group: str, kind: str, key: Hashable) -> Optional[str]:
     return _names().local_lookup(group, kind, key)
 
 
 def _call_held(group: str, key: Hashable, args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Any:
-    func: Callable = _names().held(group, SERVICE, key)
+    func: Callable = _serving().held(group, SERVICE, key)
     return func(*args, **kwargs)
 
 
@@ -428,4 +566,4 @@ def serve_raw(group: str, key: Hashable, args: Tuple[Any, ...], kwargs: Dict[str
 
 def paired_value(group: str, key: Hashable) -> DillPayload:
     """The value paired to ``key`` on this process, packed for the trip back."""
-    return DillPayload(_names().held(group, PAIRED, key))
+    return DillPayload(_serving().held(group, PAIRED, key))

@@ -26,6 +26,7 @@ from torch.futures import Future
 
 from ..exception import ExceptionWithTraceback
 from ..pickle import dumps, loads
+from ._context import current_world
 
 __all__ = [
     "RpcException",
@@ -213,9 +214,31 @@ def unwrap(reply: Tuple[bool, Any]) -> Any:
     raise as_rpc_exception(value)
 
 
-def transport_error(what: str, member: str, error: BaseException) -> RuntimeError:
-    """The error raised when an RPC to ``member`` failed in the transport layer."""
-    return RuntimeError(
+class MemberLostError(RuntimeError):
+    """A call failed because its member left the world, died or did not answer in time.
+
+    The type of every transport failure, so that code which can go on without a
+    member (a distributed buffer sampling the others, say) tells such a failure
+    apart from an error that a remote function raised.
+    """
+
+
+class MemberLeftError(MemberLostError):
+    """A call failed because its member left the world (and said so before it went)."""
+
+
+def transport_error(what: str, member: str, error: BaseException) -> MemberLostError:
+    """The error raised when an RPC to ``member`` failed in the transport layer.
+
+    When ``member`` told this process that it left the world, the error says so.
+    """
+    world = current_world()
+    how = None if world is None else world.names.departure(member)
+    if how is not None:
+        return MemberLeftError(
+            f"{what} failed: member {member!r} left the world ({how}). Cause: {error}"
+        )
+    return MemberLostError(
         f"{what} failed: member {member!r} could not be reached or did not answer in time "
         f"(it may have died or left). Cause: {error}"
     )

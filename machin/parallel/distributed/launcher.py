@@ -10,6 +10,7 @@ child is killed and reaped before it returns, whatever happened.
 
 import faulthandler
 import os
+import signal
 import socket
 import time
 import traceback
@@ -100,6 +101,8 @@ def launch(
     master_port: Optional[int] = None,
     allow_exit: Iterable[int] = (),
     failure_grace: float = 5.0,
+    transport: str = "rpc",
+    address: Optional[str] = None,
 ) -> List[Any]:
     """Run ``target(rank, *args)`` in ``world_size`` new processes and return their results.
 
@@ -124,14 +127,35 @@ def launch(
             a crash with ``os._exit``); their result is an :class:`Exited`.
         failure_grace: After a rank fails, seconds the others get to finish
             before they are killed.
+        transport: ``"rpc"`` (local processes, as described here) or ``"ray"``: one
+            Ray actor per rank, with
+            :func:`~machin.parallel.distributed.ray_launcher.launch_ray` (which
+            takes ``args``, ``timeout``, ``allow_exit`` and ``failure_grace`` and
+            ignores the process options).
+        address: With ``transport="ray"``, the address of a running Ray cluster;
+            ``None`` starts a local one.
 
     Returns:
         The return values, by rank.
 
     Raises:
-        ValueError: If ``world_size`` is not a positive int.
+        ValueError: If ``world_size`` is not a positive int, or ``transport`` is unknown.
         LaunchError: If a rank raised, exited early or the timeout passed.
     """
+    if transport == "ray":
+        from .ray_launcher import launch_ray
+
+        return launch_ray(
+            target,
+            world_size,
+            args=args,
+            address=address,
+            timeout=timeout,
+            allow_exit=allow_exit,
+            failure_grace=failure_grace,
+        )
+    if transport != "rpc":
+        raise ValueError(f"transport must be 'rpc' or 'ray', got {transport!r}")
     if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
         raise ValueError(f"world_size must be a positive int, got {world_size!r}")
     ctx = resolve_context(start_method)
@@ -165,9 +189,10 @@ def launch(
         deadline = None if timeout is None else start + timeout
         outcome = _collect(processes, readers, deadline, set(allow_exit), failure_grace)
     finally:
-        _kill_and_reap(processes)
+        ended = _kill_and_reap(processes)
         for reader in readers:
             reader.close()
+    _fail_crashed_exits(outcome, ended)
     return _results(outcome, world_size, timeout)
 
 
@@ -177,14 +202,17 @@ def run_script(main: Callable[[int], Any], world_size: int, **launch_kwargs: Any
     Under ``torchrun`` (or any launcher that sets ``RANK`` and ``WORLD_SIZE``) this
     process is one rank: ``main`` runs here, with that rank. Started directly
     (``python script.py``), it runs ``main`` on ``world_size`` local processes with
-    :func:`launch` (which takes ``launch_kwargs``).
+    :func:`launch` (which takes ``launch_kwargs``). With ``transport="ray"`` in
+    ``launch_kwargs`` it always runs ``main`` on Ray actors, through :func:`launch`.
 
     Args:
         main: The script's entry point, called with the rank.
         world_size: Number of local processes when not started by a launcher.
         launch_kwargs: Keyword arguments of :func:`launch`.
     """
-    if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
+    if launch_kwargs.get("transport", "rpc") != "ray" and (
+        "RANK" in os.environ and "WORLD_SIZE" in os.environ
+    ):
         main(int(os.environ["RANK"]))
     else:
         launch(main, world_size, **launch_kwargs)
@@ -247,16 +275,34 @@ def _read(reader: Connection) -> Optional[Tuple[bool, Any]]:
         return None
 
 
-def _kill_and_reap(processes: List[Any], grace: float = 2.0) -> None:
-    """Give the children ``grace`` seconds to end by themselves, then kill and reap them."""
+def _kill_and_reap(processes: List[Any], grace: float = 2.0) -> Dict[int, int]:
+    """Give the children ``grace`` seconds to end by themselves, then kill and reap them.
+
+    Returns:
+        Rank -> exit code of the children that ended by themselves.
+    """
     end = time.monotonic() + grace
     for process in processes:
         process.join(max(0.0, end - time.monotonic()))
+    ended = {rank: p.exitcode for rank, p in enumerate(processes) if p.exitcode is not None}
     for process in processes:
         if process.is_alive():
             process.kill()
     for process in processes:
         process.join()
+    return ended
+
+
+def _fail_crashed_exits(outcome: "_Outcome", ended: Dict[int, int]) -> None:
+    """Count a rank that returned, then died by a signal while its process exited, as failed."""
+    results, failures, _ = outcome
+    for rank, code in sorted(ended.items()):
+        if code < 0 and rank in results and not isinstance(results[rank], Exited):
+            del results[rank]
+            failures[rank] = RuntimeError(
+                f"rank {rank} returned, then its process was killed by signal "
+                f"{signal.Signals(-code).name} while it exited"
+            )
 
 
 def _results(outcome: _Outcome, world_size: int, timeout: Optional[float]) -> List[Any]:

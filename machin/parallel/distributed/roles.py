@@ -34,6 +34,7 @@ import torch
 import torch.distributed as dist
 
 from ._context import current_world, require_world
+from ._transport import MemberLostError
 from .rpc_group import RpcGroup
 
 __all__ = ["Roles", "RunControl", "RunStatus", "LearnerLostError", "REPLAY_PLACES", "node_rank"]
@@ -436,9 +437,7 @@ class RunControl:
             return self._serve(op, *args)
         try:
             return self.group.registered_sync(self._key, args=(op, *args), timeout=self.timeout)
-        except RuntimeError as error:
-            if "could not be reached" not in str(error):
-                raise
+        except MemberLostError as error:
             coordinator = self.roles.describe(self._coordinator)
             raise LearnerLostError(
                 f"{self.roles.describe()} on node {node_rank()} lost the coordinating {coordinator}, "

@@ -2,9 +2,6 @@
 
 from typing import Any, Callable, Dict, Hashable, List, Optional, Tuple, Union
 
-import torch.distributed.rpc as rpc
-from torch.distributed.rpc import RRef, WorkerInfo
-
 from ..exception import TypeRuntimeError, ValueRuntimeError
 from ._context import current_world, require_world
 from ._names import PAIRED, SERVICE, VERBS, NameService, paired_value, serve, serve_raw
@@ -17,10 +14,12 @@ from ._transport import (
     transport_error,
     unwrap,
 )
+from .transport import Reference, Transport
 
 __all__ = ["RpcGroup"]
 
-Target = Union[str, int, WorkerInfo]
+#: A member: its name, its world rank, or a transport's handle of it (a torch ``WorkerInfo``).
+Target = Union[str, int, Any]
 
 
 class RpcGroup:
@@ -44,7 +43,7 @@ class RpcGroup:
     within the timeout, the call raises :class:`RuntimeError` naming that member.
 
     No consistency, availability or partition tolerance is promised beyond that:
-    this is a convenience layer over :mod:`torch.distributed.rpc`.
+    this is a convenience layer over the world's transport (torch RPC or Ray).
 
     Args:
         group_name: Name of the group, unique in the world.
@@ -119,6 +118,10 @@ class RpcGroup:
             )
         return holder
 
+    @staticmethod
+    def _transport() -> Transport:
+        return require_world().transport
+
     def _timeout(self, timeout: float) -> float:
         return require_world().rpc_timeout if timeout is None or timeout < 0 else timeout
 
@@ -133,7 +136,15 @@ class RpcGroup:
             KeyError: If ``key`` is already paired in this group.
             RuntimeError: If this process is not a member.
         """
-        self._own_names("pair a value").hold(self.group_name, PAIRED, key, value)
+        names = self._own_names("pair a value")
+        # The first reference to an instance of a class makes torch RPC inspect the class,
+        # iterating over its __dict__; the first pickling of an instance (a member fetching
+        # the value) adds __slotnames__ to that __dict__. Both at once, in two threads, fail
+        # with "dictionary changed size during iteration". Making one reference now, before
+        # any member can see the value, does the inspection (torch caches it per class)
+        # while no other thread can be pickling it.
+        names.transport.local_ref(value)
+        names.hold(self.group_name, PAIRED, key, value)
 
     def unpair(self, key: Hashable) -> None:
         """Withdraw a value this process paired.
@@ -150,8 +161,8 @@ class RpcGroup:
         """Whether a value is paired with ``key`` in this group."""
         return self._names().lookup(self.group_name, self.group_members, PAIRED, key) is not None
 
-    def get_paired(self, key: Hashable) -> RRef:
-        """An RRef to the value paired with ``key``.
+    def get_paired(self, key: Hashable) -> Reference:
+        """An RRef (a reference) to the value paired with ``key``.
 
         ``to_here()`` fetches a copy of the value (the value itself in the process
         that paired it).
@@ -162,8 +173,8 @@ class RpcGroup:
         holder = self._holder(PAIRED, key)
         names = self._names()
         if holder == names.name:
-            return RRef(names.held(self.group_name, PAIRED, key))
-        return rpc.remote(holder, paired_value, args=(self.group_name, key))
+            return names.transport.local_ref(names.held(self.group_name, PAIRED, key))
+        return names.transport.remote(holder, paired_value, args=(self.group_name, key))
 
     # -- services ----------------------------------------------------------------------
     def register(self, key: Hashable, service: Callable) -> None:
@@ -227,7 +238,7 @@ class RpcGroup:
         """
         holder = self._holder(SERVICE, key)
         try:
-            reply = rpc.rpc_sync(
+            reply = self._transport().call_sync(
                 holder,
                 serve,
                 args=self._service_args(key, args, kwargs),
@@ -261,7 +272,7 @@ class RpcGroup:
             KeyError: If no service is registered under ``key``.
         """
         holder = self._holder(SERVICE, key)
-        future = rpc.rpc_async(
+        future = self._transport().call(
             holder,
             serve,
             args=self._service_args(key, args, kwargs),
@@ -276,7 +287,7 @@ class RpcGroup:
         kwargs: Optional[Dict[str, Any]] = None,
         *,
         timeout: float = -1,
-    ) -> RRef:
+    ) -> Reference:
         """Call the service registered under ``key``, keeping the result on its holder.
 
         Args:
@@ -292,7 +303,7 @@ class RpcGroup:
             KeyError: If no service is registered under ``key``.
         """
         holder = self._holder(SERVICE, key)
-        return rpc.remote(
+        return self._transport().remote(
             holder,
             serve_raw,
             args=self._service_args(key, args, kwargs),
@@ -310,10 +321,9 @@ class RpcGroup:
     # -- plain RPC to members --------------------------------------------------------
     def _member(self, to: Target) -> str:
         # ValueError/TypeError for machin, RuntimeError for Machin 0.3.4: both catch these.
-        if isinstance(to, WorkerInfo):
-            name = to.name
-        elif isinstance(to, int) and not isinstance(to, bool):
-            world = require_world()
+        world = require_world()
+        name = world.transport.member_name(to)
+        if name is None and isinstance(to, int) and not isinstance(to, bool):
             members = world.get_members()
             if not 0 <= to < len(members):
                 raise ValueRuntimeError(
@@ -323,7 +333,7 @@ class RpcGroup:
             name = members[to]
         elif isinstance(to, str):
             name = to
-        else:
+        elif name is None:
             raise TypeRuntimeError(
                 f"to must be a member name, a rank or a WorkerInfo, got {to!r} of type "
                 f"{type(to).__name__} (the RPC target is not a member of group {self.group_name!r})"
@@ -366,7 +376,7 @@ class RpcGroup:
         """
         name = self._member(to)
         try:
-            reply = rpc.rpc_sync(
+            reply = self._transport().call_sync(
                 name,
                 run_wrapped,
                 args=self._call_args(func, args, kwargs),
@@ -397,7 +407,7 @@ class RpcGroup:
             A future whose ``wait()`` returns the result or raises the failure.
         """
         name = self._member(to)
-        future = rpc.rpc_async(
+        future = self._transport().call(
             name,
             run_wrapped,
             args=self._call_args(func, args, kwargs),
@@ -412,11 +422,11 @@ class RpcGroup:
         timeout: float = -1,
         args: Tuple[Any, ...] = (),
         kwargs: Optional[Dict[str, Any]] = None,
-    ) -> RRef:
+    ) -> Reference:
         """Run ``func`` on member ``to`` and return an RRef to the result it keeps there.
 
         Arguments as :meth:`rpc_sync`; errors surface when the RRef is used
-        (``to_here()``), as in :func:`torch.distributed.rpc.remote`.
+        (``to_here()``), as with torch's ``rpc.remote``.
 
         Args:
             to: Member name, world rank or ``WorkerInfo`` of the target.
@@ -428,7 +438,7 @@ class RpcGroup:
         name = self._member(to)
         if not callable(func):
             raise TypeError(f"func must be callable, got {func!r} of type {type(func).__name__}")
-        return rpc.remote(
+        return self._transport().remote(
             name,
             DillPayload(func),
             args=pack_args(args),

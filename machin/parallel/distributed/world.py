@@ -1,10 +1,15 @@
-"""The distributed world: PyTorch RPC (TensorPipe) plus process groups, in one object.
+"""The distributed world: a transport for calls plus process groups, in one object.
 
-One process runs one :class:`World`. Starting it initializes
-:mod:`torch.distributed.rpc` (TensorPipe agent) and the default
-``torch.distributed`` process group (gloo, plus nccl for CUDA tensors when CUDA is
-available); on top of them it creates RPC groups (:class:`RpcGroup`) and
+One process runs one :class:`World`. Starting it starts its transport (see
+:mod:`machin.parallel.distributed.transport`): by default ``"rpc"``,
+:mod:`torch.distributed.rpc` (TensorPipe agent), or ``"ray"``, Ray actors, and the
+default ``torch.distributed`` process group (gloo, plus nccl for CUDA tensors when
+CUDA is available); on top of them it creates RPC groups (:class:`RpcGroup`) and
 collective groups (:class:`CollectiveGroup`).
+
+The keyword ``transport`` picks the transport; ``backend`` stays the backend of the
+process groups, as in every earlier version (``backend="ray"`` or ``"rpc"`` is read
+as ``transport=...``, since no process-group backend has those names).
 
 The world can be started from arguments or from the environment variables of
 ``torchrun`` (``MASTER_ADDR``, ``MASTER_PORT``, ``RANK``, ``WORLD_SIZE``)::
@@ -17,21 +22,22 @@ The world can be started from arguments or from the environment variables of
 Machin 0.3.4's names are kept here: :class:`LUTType` and :class:`RpcException`.
 """
 
+import contextlib
 import enum
 import os
 import re
 import threading
 from datetime import timedelta
+from multiprocessing import util as mp_util
 from typing import Callable, List, Optional, Union
 
-import torch
 import torch.distributed as dist
-import torch.distributed.rpc as rpc
 
 from ..exception import ValueRuntimeError
+from . import transport as transports
 from ._context import current_world, require_world, set_world
 from ._names import NameService
-from ._transport import RpcException, quiet_rpc_startup
+from ._transport import RpcException
 from .collective_group import CollectiveGroup
 from .rpc_group import RpcGroup
 
@@ -59,14 +65,6 @@ class LUTType(enum.Enum):
 
 
 DEFAULT_INIT_METHOD = "tcp://localhost:9100"
-#: TensorPipe channels the RPC agent may use. RPC moves CPU tensors only, and leaving
-#: out the CUDA channels keeps TensorPipe from initializing CUDA, which fails in a
-#: process forked from one that had already initialized it.
-CPU_CHANNELS = ["cma", "mpt_uv", "basic"]
-#: TensorPipe transports. The shared-memory transport ("shm") busy-polls: every idle
-#: process kept about two thirds of a core busy, which starved the work itself on
-#: small machines. The libuv (TCP) transport waits without spinning.
-TRANSPORTS = ["uv"]
 _NAME_PATTERN = re.compile(r"^[A-Za-z0-9_:\-]{1,127}$")
 
 
@@ -97,18 +95,6 @@ def _default_init_method() -> str:
     return DEFAULT_INIT_METHOD
 
 
-def _rpc_running() -> bool:
-    try:
-        rpc.get_worker_info()
-    except RuntimeError:
-        return False
-    return True
-
-
-def _default_backend() -> str:
-    return "cpu:gloo,cuda:nccl" if torch.cuda.is_available() else "gloo"
-
-
 class World:
     """The distributed world of this process; create exactly one per process.
 
@@ -133,6 +119,12 @@ class World:
             ``"cpu:gloo,cuda:nccl"`` when CUDA is available.
         collective_timeout: Timeout of collective operations, in seconds;
             default: that of ``torch.distributed`` (30 minutes).
+        transport: How members reach each other: ``"rpc"`` (torch RPC, the
+            default) or ``"ray"`` (inside ranks started by
+            :func:`~machin.parallel.distributed.ray_launcher.launch_ray`); see
+            :mod:`machin.parallel.distributed.transport`. ``backend="ray"`` is
+            accepted for ``transport="ray"``. Default: ``"ray"`` inside a Ray rank,
+            else ``"rpc"``.
 
     Raises:
         RuntimeError: If a world is already running in this process.
@@ -151,6 +143,7 @@ class World:
         *,
         backend: Optional[str] = None,
         collective_timeout: Optional[float] = None,
+        transport: Optional[str] = None,
     ):
         if current_world() is not None:
             raise RuntimeError(
@@ -182,47 +175,37 @@ class World:
             raise ValueError(f"rpc_threads must be a positive int, got {rpc_threads!r}")
         init_method = _default_init_method() if init_method is None else init_method
 
+        transport, backend = transports.resolve(transport, backend)
+
         self.name = name
         self.rank = rank
         self.world_size = world_size
         self.rpc_timeout = float(rpc_timeout)
-        self.names = NameService(name, self.rpc_timeout)
+        self.transport = transports.make_transport(
+            transport,
+            name=name,
+            rank=rank,
+            world_size=world_size,
+            timeout=self.rpc_timeout,
+            init_method=init_method,
+            rpc_threads=rpc_threads,
+            backend=backend,
+            collective_timeout=collective_timeout,
+        )
+        self.names = NameService(name, self.rpc_timeout, self.transport)
         self._stop_callbacks: List[Callable[[], None]] = []
         self._lock = threading.Lock()
         self._stopped = False
+        self._pid = os.getpid()
 
-        pg_kwargs = (
-            {} if collective_timeout is None else {"timeout": timedelta(seconds=collective_timeout)}
-        )
-        options = rpc.TensorPipeRpcBackendOptions(
-            init_method=init_method,
-            rpc_timeout=self.rpc_timeout,
-            num_worker_threads=rpc_threads,
-            _channels=CPU_CHANNELS,
-            _transports=TRANSPORTS,
-        )
-        # Installed first: RPC calls may arrive as soon as this process has joined.
+        # Installed first: calls may arrive as soon as this process has joined.
         set_world(self)
         try:
-            with quiet_rpc_startup():
-                dist.init_process_group(
-                    backend or _default_backend(),
-                    init_method=init_method,
-                    rank=rank,
-                    world_size=world_size,
-                    **pg_kwargs,
-                )
-                rpc.init_rpc(name, rank=rank, world_size=world_size, rpc_backend_options=options)
-            members: List[Optional[str]] = [None] * world_size
-            dist.all_gather_object(members, name)
+            self._members: List[str] = self.transport.start()
         except BaseException:
             set_world(None)
-            if _rpc_running():
-                rpc.shutdown(graceful=False)
-            if dist.is_initialized():
-                dist.destroy_process_group()
             raise
-        self._members: List[str] = [str(m) for m in members]
+        _leave_when_exiting()
 
     def __repr__(self) -> str:
         return f"World(name={self.name!r}, rank={self.rank}, world_size={self.world_size})"
@@ -352,7 +335,16 @@ class World:
         With ``graceful=True`` (as :func:`torch.distributed.rpc.shutdown`) every
         process must call ``stop``: it returns once all have, so no process leaves
         while others may still call it. With ``graceful=False`` only this process
-        shuts down, at once (others' calls to it then fail).
+        shuts down, at once: it first tells the others that it leaves, so their
+        barriers and calls that need it fail at once with an error naming it. A
+        graceful stop after another process has stopped without waiting is a stop
+        without waiting too, since not everyone can stop together any more.
+
+        A process whose world is still running when it exits (it returned, called
+        ``exit()`` or raised) stops by itself: it tells the others that it leaves
+        (from then on it serves no calls, and their barriers and calls that need it
+        fail naming it), then waits at most ``rpc_timeout`` for the others to stop
+        too, and shuts down without waiting after that.
 
         Whatever happens, the local RPC agent and process groups are shut down and
         another world can be started afterwards. Calling it again does nothing.
@@ -365,11 +357,21 @@ class World:
             RuntimeError: If a graceful stop failed (a process died or did not call
                 ``stop`` in time); the local shutdown is complete anyway.
         """
+        how = None if graceful else "it stopped its World without waiting for the others"
+        self._shut_down(graceful, timeout, how)
+
+    def _shut_down(self, graceful: bool, timeout: Optional[float], how: Optional[str]) -> None:
+        """:meth:`stop`, first telling the others how this process leaves unless ``how`` is None."""
         with self._lock:
             if self._stopped:
                 return
             self._stopped = True
             callbacks, self._stop_callbacks = self._stop_callbacks, []
+        if how is not None:
+            self.names.announce_departure(
+                self._members, how, min(self.rpc_timeout, _DEPARTURE_NOTICE_TIMEOUT), graceful
+            )
+        graceful = graceful and not self.names.left_at_once()
         errors = []
         for callback in reversed(callbacks):
             try:
@@ -377,16 +379,9 @@ class World:
             except Exception as error:
                 errors.append(error)
         try:
-            if graceful:
-                rpc.shutdown(
-                    graceful=True, timeout=self.rpc_timeout if timeout is None else timeout
-                )
-            else:
-                rpc.shutdown(graceful=False)
+            self.transport.shutdown(graceful, self.rpc_timeout if timeout is None else timeout)
         except Exception as error:
             errors.append(error)
-            if _rpc_running():
-                rpc.shutdown(graceful=False)
         finally:
             if dist.is_initialized():
                 if graceful and not errors:
@@ -415,6 +410,34 @@ class World:
 
 
 _WORLD_GROUP = "__machin_world__"
+#: Seconds a leaving process waits for the others to take note of its departure.
+_DEPARTURE_NOTICE_TIMEOUT = 5.0
+_exit_hook_pid: Optional[int] = None
+
+
+def _leave_when_exiting() -> None:
+    """Make this process leave its running world, if any, when it exits (once per process).
+
+    Without it, the interpreter tears the RPC agent down while the agent's threads still
+    run Python code; such a thread, stopped by the finalizing interpreter, aborts the
+    process (``terminate called without an active exception``, SIGABRT). The hook is a
+    :mod:`multiprocessing` finalizer: those run at the exit of the main process (from
+    ``atexit``) and at the end of every ``multiprocessing`` child, forked ones included,
+    which skip ``atexit``.
+    """
+    global _exit_hook_pid
+    if _exit_hook_pid != os.getpid():
+        _exit_hook_pid = os.getpid()
+        mp_util.Finalize(None, _leave_at_exit, exitpriority=100)
+
+
+def _leave_at_exit() -> None:
+    world = current_world()
+    if world is None or world._pid != os.getpid():  # none, or a copy inherited through fork
+        return
+    # The process ends anyway, and the others were told it left: nothing to report.
+    with contextlib.suppress(Exception):
+        world._shut_down(True, None, "its process exited")
 
 
 def get_world() -> Optional[World]:

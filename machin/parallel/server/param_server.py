@@ -51,8 +51,27 @@ def _unwrap(model: nn.Module) -> nn.Module:
     return model
 
 
-def _cpu_state_dict(model: nn.Module) -> Dict[str, torch.Tensor]:
-    return {k: v.detach().to("cpu") for k, v in model.state_dict().items()}
+def _cpu_state_dict(model: nn.Module, copy: bool = False) -> Dict[str, torch.Tensor]:
+    """The parameters and buffers of ``model`` on the CPU (copies with ``copy``, else maybe shared)."""
+    return {k: v.detach().to("cpu", copy=copy) for k, v in model.state_dict().items()}
+
+
+class _InProcessOrderedServer(OrderedServerBase):
+    """The ordered server of this very process, called directly instead of over RPC.
+
+    A model server's accessor uses it in the process that serves the model (usually the
+    learner that pushes), so a push there is a store under a lock, not a round trip to
+    itself with the state pickled twice.
+    """
+
+    def __init__(self, impl: OrderedServerSimpleImpl):
+        self._impl = impl
+
+    def push(self, key: Any, value: Any, version: Any, prev_version: Any) -> bool:
+        return self._impl._push_service(key, value, version, prev_version)
+
+    def pull(self, key: Any, version: Any = None) -> Optional[Tuple[Any, Any]]:
+        return self._impl._pull_service(key, version)
 
 
 def _ordered_server_for(
@@ -85,6 +104,37 @@ class PushPullModelServer:
             raise ValueError("o_server must be an ordered server accessor, got None")
         self.model_name = model_name
         self.o_server = o_server
+        self._in_process: Optional[_InProcessOrderedServer] = None  # set by the serving Impl
+
+    def __getstate__(self) -> Dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_in_process"] = None  # the direct route exists only in the serving process
+        return state
+
+    @property
+    def serves_here(self) -> bool:
+        """Whether the model's ordered server lives in this process (a push is then a local store)."""
+        return self.__dict__.get("_in_process") is not None
+
+    def _route(self) -> OrderedServerBase:
+        """The ordered server, called directly when it lives in this process."""
+        return self.__dict__.get("_in_process") or self.o_server
+
+    def push_state(self, state: Dict[str, torch.Tensor], version: int) -> bool:
+        """Push ``state``, taken from a model at ``version``, as version ``version + 1``.
+
+        The low-level part of :meth:`push`, for a caller that took the state itself (e.g.
+        a copy, to push from another thread while the model trains on): nothing is
+        pulled when the push is refused, and no ``pp_version`` is changed.
+
+        Returns:
+            Whether the push was accepted (``version`` was the newest on the server).
+        """
+        return self._route().push(self.model_name, state, version + 1, version)
+
+    def pull_state(self) -> Optional[Tuple[Dict[str, torch.Tensor], int]]:
+        """The newest ``(state, version)`` on the server, or ``None`` when nothing was pushed."""
+        return self._route().pull(self.model_name)
 
     def push(self, model: nn.Module, pull_on_fail: bool = True) -> bool:
         """Push the parameters of ``model`` as the next version.
@@ -105,13 +155,13 @@ class PushPullModelServer:
         """
         module = _unwrap(model)
         version = getattr(module, "pp_version", 0)
-        accepted = self.o_server.push(
-            self.model_name, _cpu_state_dict(module), version + 1, version
-        )
+        # stored as it is in this process: a copy, so that training does not change it
+        state = _cpu_state_dict(module, copy=self._route() is not self.o_server)
+        accepted = self.push_state(state, version)
         if accepted:
             module.pp_version = version + 1
         elif pull_on_fail:
-            result = self.o_server.pull(self.model_name)
+            result = self.pull_state()
             if result is None:
                 raise RuntimeError(
                     f"the push of model {self.model_name!r} was refused, then the pull of its "
@@ -132,7 +182,7 @@ class PushPullModelServer:
             ``False`` (leaving ``model`` unchanged) when nothing has been pushed yet,
             ``True`` otherwise.
         """
-        result = self.o_server.pull(self.model_name)
+        result = self.pull_state()
         if result is None:
             return False
         state, version = result
@@ -175,7 +225,10 @@ class PushPullModelServerImpl:
         if o_server is None:
             self._o_impl, o_server = _ordered_server_for(server_name, group)
         self.o_server = o_server
-        group.pair(server_name, PushPullModelServer(model_name, o_server))
+        accessor = PushPullModelServer(model_name, o_server)
+        if self._o_impl is not None:
+            accessor._in_process = _InProcessOrderedServer(self._o_impl)
+        group.pair(server_name, accessor)
 
 
 class PushPullGradServer:

@@ -222,7 +222,7 @@ def test_critic_steps_skipped_for_a_non_finite_loss_push_nothing():
     with pytest.warns(RuntimeWarning, match="not finite"):
         a3c.update()
     assert _push_counts(servers) == [1, 0]
-    assert a3c.skipped_updates == 3
+    assert a3c.skipped_updates == 1  # one critic evaluation per update, whatever update_times says
 
 
 def _learn_cartpole(rank, max_episodes, threshold):

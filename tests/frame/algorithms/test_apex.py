@@ -7,6 +7,7 @@ With explicit groups (the 0.3.4 way) ranks 0 and 1 sample and rank 2 learns; wit
 import multiprocessing
 import os
 import signal
+import threading
 import time
 
 import gymnasium as gym
@@ -87,6 +88,7 @@ def _apex_flow(rank, build):
             result["sent"][member] = (index.tolist(), priorities[offset : offset + len(index)].tolist())
             offset += len(index)
         result["model"] = _flat(getattr(agent, shared))
+        agent.flush()  # the priorities and the push travel without waiting: wait for them here
     group.barrier()  # the update (and its priority updates and push) is done
     if rank != LEARNER:
         local = agent.replay_buffer
@@ -159,6 +161,7 @@ def _ddp_learners(rank, algorithm):
     if rank >= 2:
         for _ in range(3):  # every DDP member calls update(), each on its own sampled batch
             assert apex.update() is not None
+        apex.flush()  # the last push travels without waiting
     group.barrier()
     if rank < 2:
         assert apex.manual_sync()
@@ -173,6 +176,35 @@ def _ddp_learners(rank, algorithm):
 def test_learners_wrapped_in_ddp_train_one_model_that_samplers_pull(algorithm):
     results = run_ranks(_ddp_learners, 4, args=(algorithm,), timeout=60)
     assert all(torch.equal(results[0], other) for other in results[1:])
+
+
+def _stop_with_calls_in_flight(rank):
+    world = World(rpc_timeout=30)
+    group = world.create_rpc_group("apex", ["0", "1"])
+    servers = model_server_helper(model_num=1)  # on rank 0: the learner's pushes are round trips
+    agent, _, state_dim = _dqn(group, servers)
+    group.barrier()
+    if rank == 0:
+        agent.store_episode([_transition(rank, i, state_dim, True) for i in range(STORED)])
+    group.barrier()
+    result = {}
+    if rank == 1:
+        for _ in range(3):
+            assert agent.update() is not None
+        result["before_stop"] = (agent._prefetcher.in_flight, agent._pusher.in_flight,
+                                 agent.replay_buffer._pending is not None)
+    world.stop()  # runs the learner's flush: it waits for the calls in flight
+    if rank == 1:
+        result["after_stop"] = (agent._prefetcher.in_flight, agent._pusher.in_flight,
+                                agent.replay_buffer._pending is not None)
+        result["push_threads"] = [t.name for t in threading.enumerate() if t.name.startswith("dqnapex_push")]
+    return result
+
+
+def test_stopping_the_world_with_calls_in_flight_waits_for_them_and_leaves_no_thread():
+    _, learner = run_ranks(_stop_with_calls_in_flight, 2, timeout=60)
+    assert learner["before_stop"] == (True, True, True)  # the next batch, the push, the priorities
+    assert learner["after_stop"] == (False, False, False) and learner["push_threads"] == []
 
 
 def test_model_server_must_hold_an_accessor():
@@ -364,6 +396,7 @@ def _from_roles(rank, replay, learners):
             assert apex.update() is not None
             updates += 1
             if updates == 20:
+                apex.flush()  # the last push lands before the samplers are told to stop
                 control.request_stop("20 updates")
         result["sampled_from"] = dict(apex.sampled_from)
     else:

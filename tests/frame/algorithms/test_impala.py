@@ -95,6 +95,7 @@ def _world_checks(rank):
         policy_value, value_loss = impala.update()
         assert math.isfinite(policy_value) and math.isfinite(value_loss)
         result["actor"] = torch.cat([p.detach().view(-1) for p in impala.actor.parameters()])
+        impala.flush()  # the push travels without waiting: wait for it here
     group.barrier()
     if rank != 2:
         with torch.no_grad():

@@ -167,3 +167,49 @@ def test_deferred_priority_updates_are_applied_when_the_block_ends_and_failures_
     assert learner["returned_before_the_failure"]
     assert learner["remote_traceback"] == "RemoteTraceback"  # raised on member 1, carried back
     assert worker["leaves"] == pytest.approx([HIGH if i in learner["sampled"] else LOW for i in range(4)])
+
+
+def _async_checks(rank):
+    world = World(rpc_timeout=30)
+    group = world.create_rpc_group("async", world.get_members())
+    buffer = DistributedPrioritizedBuffer("per", group, buffer_size=4, epsilon=EPSILON, alpha=ALPHA,
+                                          generator=np.random.default_rng(rank))
+    group.barrier()
+    result = {}
+    if rank == 1:
+        for i in range(4):
+            buffer.append(transition(rank, i), priority=1.0)
+    group.barrier()
+    if rank == 0:
+        buffer.set_async_priority_updates(True)
+        pending = buffer.sample_batch_async(4, sample_attrs=["mark"])
+        size, (marks,), indexes, _ = pending.wait()
+        assert pending.wait()[0] == size  # waiting again gives the same sample
+        result["sampled"] = sorted({m % 100 for m in marks})
+        buffer.update_priority(np.full(size, 5.0), indexes)
+        result["in_flight_after_update"] = buffer._pending is not None  # returned without waiting
+        buffer.wait_priority_updates()
+        result["in_flight_after_wait"] = buffer._pending is not None
+        # slot 9 does not exist on member 1: the update returns, its failure comes with the next call
+        bad = OrderedDict({"1": (np.array([1, 9]), np.array([1, 1]))})
+        buffer.update_priority(np.ones(2), bad)
+        result["returned_before_the_failure"] = True
+        with pytest.raises(IndexError, match="index 9 is out of bounds") as failure:
+            buffer.sample_batch(2)
+        result["remote_traceback"] = type(failure.value.__cause__).__name__
+        result["sample_after_failure"] = buffer.sample_batch(2)[0]  # the buffer goes on working
+    group.barrier()
+    if rank == 1:
+        result["leaves"] = buffer.wt_tree.get_leaf_all_weights().tolist()
+    group.barrier()
+    world.stop()
+    return result
+
+
+@pytest.mark.timeout(90)
+def test_async_priority_updates_do_not_wait_and_a_failure_surfaces_on_the_next_call():
+    learner, worker = run_ranks(_async_checks, 2)
+    assert learner["in_flight_after_update"] and not learner["in_flight_after_wait"]
+    assert learner["returned_before_the_failure"] and learner["remote_traceback"] == "RemoteTraceback"
+    assert learner["sample_after_failure"] == 2
+    assert worker["leaves"] == pytest.approx([HIGH if i in learner["sampled"] else LOW for i in range(4)])

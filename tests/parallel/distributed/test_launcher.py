@@ -1,5 +1,7 @@
 """launch(): one process per rank, results and tracebacks back, nothing left behind."""
 
+import faulthandler
+import multiprocessing.util
 import os
 import time
 
@@ -77,3 +79,24 @@ def test_spawned_ranks_run_a_module_function_or_a_lambda():
 def test_world_size_must_be_positive():
     with pytest.raises(ValueError, match="world_size must be a positive int, got 0"):
         launch(_environment, 0)
+
+
+def _abort_quietly():
+    faulthandler.disable()  # pytest's handler would print the stacks of the aborting child
+    os.abort()
+
+
+def _crash_after_returning(rank):
+    if rank == 1:  # as an RPC agent torn down by a finalizing interpreter does
+        multiprocessing.util.Finalize(None, _abort_quietly, exitpriority=1)
+    return rank
+
+
+@pytest.mark.timeout(60)
+def test_a_rank_that_returns_then_crashes_while_exiting_fails_the_launch():
+    with pytest.raises(LaunchError) as caught:
+        run_ranks(_crash_after_returning, 2, timeout=30)
+    assert "rank 1 returned, then its process was killed by signal SIGABRT while it exited" in str(
+        caught.value
+    )
+    assert list(caught.value.exceptions) == [1]

@@ -1,6 +1,9 @@
 """World, RpcGroup and CollectiveGroup on a 3-process world (one world start per test)."""
 
 import os
+import pickle
+import re
+import threading
 import time
 
 import pytest
@@ -9,6 +12,7 @@ from torch import nn
 
 from machin.parallel.distributed import (
     CollectiveGroup,
+    MemberLeftError,
     RpcGroup,
     World,
     get_cur_name,
@@ -235,9 +239,9 @@ def _failing_service(x):
     raise ValueError(f"bad input {x}")
 
 
-@pytest.mark.timeout(90)
-def test_rpc_group_services_values_calls_and_barriers():
-    assert run_ranks(_rpc_group_checks, 3) == MEMBERS
+@pytest.mark.timeout(300)
+def test_rpc_group_services_values_calls_and_barriers(run_on):
+    assert run_on(_rpc_group_checks, 3) == MEMBERS
 
 
 # -- collective groups ------------------------------------------------------------------------
@@ -332,9 +336,9 @@ def _collective_checks(rank):
     return rank
 
 
-@pytest.mark.timeout(90)
-def test_collective_group_operations_and_ddp():
-    assert run_ranks(_collective_checks, 3) == [0, 1, 2]
+@pytest.mark.timeout(300)
+def test_collective_group_operations_and_ddp(run_on):
+    assert run_on(_collective_checks, 3) == [0, 1, 2]
 
 
 # -- a member that dies, another that leaves -------------------------------------------------------------------
@@ -376,7 +380,10 @@ def _death_checks(rank):
         try:
             group.rpc_sync("1", len, args=([],), timeout=2)
         except RuntimeError as error:
-            assert "member '1' could not be reached or did not answer in time" in str(error)
+            assert (
+                "member '1' left the world (it stopped its World without waiting for the others)"
+                in str(error)
+            )
             break
         assert time.monotonic() < deadline, "rank 1 is still answering after it stopped"
         time.sleep(0.05)
@@ -387,3 +394,109 @@ def _death_checks(rank):
 @pytest.mark.timeout(90)
 def test_dead_or_departed_members_make_calls_fail_instead_of_hanging():
     assert run_ranks(_death_checks, 3, allow_exit=[2]) == [0, 1, Exited(0)]
+
+
+# -- a member that exits in the middle of the run ------------------------------------------------------------
+def _exit_mid_run(rank, leaver):
+    world = World(rpc_timeout=30)
+    group = world.create_rpc_group("g", MEMBERS)  # rank 0 runs the group's barriers
+    group.register(f"svc{rank}", len)
+    group.barrier()
+    if rank == leaver:
+        assert group.registered_sync("svc1", args=([1, 2],)) == 2
+        exit(0)  # as the 0.3.4 examples end a run: the others are still at work
+    left = f"member '{leaver}' left the world"
+    start = time.monotonic()
+    if rank == 1:  # waits at a barrier that the leaver never reaches
+        with pytest.raises(RuntimeError) as caught:
+            group.barrier()
+        assert re.match(
+            rf"barrier 2 of RPC group 'g' (cannot complete|failed): {left} \(its process exited\)",
+            str(caught.value),
+        ), str(caught.value)
+    else:  # keeps calling into the leaver until it is told that the leaver left
+        # MemberLeftError (a MemberLostError): code that can go on without a member tells
+        # this apart from an error raised by the service itself
+        with pytest.raises(MemberLeftError, match=left) as caught:
+            while time.monotonic() < start + 25:
+                group.registered_sync(f"svc{leaver}", args=([1],))
+    took = time.monotonic() - start
+    with pytest.raises(
+        RuntimeError, match=f"barrier {3 if rank == 1 else 2} of RPC group 'g'.*{left}"
+    ):
+        group.barrier()  # later barriers fail at once too
+    world.stop()  # the leaver waits in its exit for this graceful stop of the others
+    return rank, took
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("leaver", [2, 0], ids=["a member", "the group's barrier keeper"])
+def test_a_rank_that_exits_mid_run_is_named_by_the_others_at_once(leaver):
+    results = run_ranks(_exit_mid_run, 3, args=(leaver,), timeout=100)
+    assert results[leaver] is None  # exit(0): no result, and its process ended without a signal
+    for rank in {0, 1, 2} - {leaver}:
+        assert results[rank][0] == rank
+        assert results[rank][1] < 10, (
+            f"rank {rank} learnt of the departure only after {results[rank][1]} s"
+        )
+
+
+# -- torch's first look at a paired value's class, while a member fetches it --------------------------------
+def _plain_method(self):
+    return 0
+
+
+class _Inspection:
+    """A class attribute that notices (and, once armed, holds open) a lookup on its class.
+
+    torch RPC looks up every attribute of a value's class the first time it makes an
+    RRef to an instance; a pickling thread can add ``__slotnames__`` to the class at the
+    same time. This descriptor makes that interleaving certain instead of rare.
+    """
+
+    def __init__(self):
+        self.armed = False
+        self.seen = threading.Event()
+        self.pickled = threading.Event()
+
+    def __get__(self, obj, owner):
+        if obj is None and self.armed:
+            self.seen.set()
+            self.pickled.wait(10)
+        return _plain_method
+
+
+class _Paired:
+    probe = _Inspection()
+    method = _plain_method
+
+    def __init__(self):
+        self.payload = [1, 2, 3]
+
+
+def _pair_while_pickled(rank):
+    world = World(rpc_timeout=20)
+    group = world.create_rpc_group("g", ["0"])
+    value = _Paired()
+    group.pair("value", value)
+    inspection = _Paired.__dict__["probe"]
+    inspection.armed = True
+
+    def pickle_during_inspection():
+        inspection.seen.wait(2)  # torch is inside the class's __dict__ if it looks again
+        pickle.dumps(value)  # the first pickling adds __slotnames__ to that __dict__
+        inspection.pickled.set()
+
+    thread = threading.Thread(target=pickle_during_inspection)
+    thread.start()
+    try:
+        fetched = group.get_paired("value").to_here()
+    finally:
+        thread.join()
+    world.stop()
+    return fetched.payload, inspection.seen.is_set(), "__slotnames__" in _Paired.__dict__
+
+
+def test_get_paired_does_not_race_with_a_member_pickling_the_value():
+    # before the fix: RuntimeError("dictionary changed size during iteration") in get_paired
+    assert run_ranks(_pair_while_pickled, 1, timeout=40) == [([1, 2, 3], False, True)]

@@ -43,9 +43,9 @@ def _ordered_server_checks(rank):
     return won, newest
 
 
-@pytest.mark.timeout(90)
-def test_versions_form_a_chain_and_old_versions_expire():
-    results = run_ranks(_ordered_server_checks, 3)
+@pytest.mark.timeout(300)
+def test_versions_form_a_chain_and_old_versions_expire(run_on):
+    results = run_on(_ordered_server_checks, 3)
     winners = [rank for rank, (won, _) in enumerate(results) if won]
     assert len(winners) == 1
     assert all(newest == (f"from {winners[0]}", 4) for _, newest in results)

@@ -109,9 +109,9 @@ def _param_server_checks(rank):
 
 
 @pytest.mark.multiprocess
-@pytest.mark.timeout(90)
-def test_model_and_gradient_servers_on_three_processes():
-    results = run_ranks(_param_server_checks, 3)
+@pytest.mark.timeout(300)
+def test_model_and_gradient_servers_on_three_processes(run_on):
+    results = run_on(_param_server_checks, 3)
     newest = results[0][0]
     assert all(_same(r[0], newest) for r in results)
     pushed_by_0 = results[1][1]

@@ -1,0 +1,186 @@
+"""Harness of the tests on the Ray transport: a real two-node cluster on this machine.
+
+``ray_cluster`` (a module-scoped fixture) starts a head and a worker node with
+:class:`ray.cluster_utils.Cluster`, every process bound to 127.0.0.1, no dashboard,
+no usage statistics and small CPU and memory claims, connects the test process to
+it and checks with ``ray.nodes()`` that every node has address 127.0.0.1. At the
+end of the module it disconnects, shuts the cluster down and checks with psutil
+that no Ray process (gcs_server, raylet, workers) is left.
+
+``run_ray_ranks(target, world_size)`` is ``run_ranks`` for the Ray transport: one
+actor per rank through :func:`~machin.parallel.distributed.ray_launcher.launch_ray`,
+with a hard timeout. Inside the actors ``World()`` uses the Ray transport.
+"""
+
+import contextlib
+import functools
+import os
+import time
+from typing import Any, Callable, List, Sequence
+
+import psutil
+import pytest
+import torch
+
+from machin.parallel.distributed.launcher import free_port
+from tests.multiprocess import keep_processes
+
+__all__ = ["ray_cluster", "run_on", "run_ray_ranks", "RAY_TIMEOUT"]
+
+#: Hard limit of one run on the cluster, in seconds.
+RAY_TIMEOUT = 120.0
+_NODE = {
+    "num_cpus": 3,
+    "object_store_memory": 200 * 1024 * 1024,
+    "node_ip_address": "127.0.0.1",
+}
+_ENV = {
+    "RAY_USAGE_STATS_ENABLED": "0",
+    # Ray resolves "127.0.0.1" in an address to the machine's outward IP unless told
+    # that this is a single-machine setup: then every lookup gives 127.0.0.1
+    "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
+    # the raylet waits for its agents, which start slowly on a loaded 2-core machine
+    "RAY_agent_register_timeout_ms": "120000",
+    "RAY_raylet_start_wait_time_s": "120",
+}
+# Ray reads these when it is imported and when it starts a process: set them before both.
+os.environ.update(_ENV)
+
+_RAY_PROCESS_NAMES = ("gcs_server", "raylet", "ray::", "/ray/")
+#: Starts of the cluster tried before the tests fail (the raylet gives up when its
+#: agents are slow to start, which happens on a loaded machine).
+_ATTEMPTS = 2
+
+
+def _single_threaded(target: Callable[..., Any], rank: int, *args: Any) -> Any:
+    torch.set_num_threads(1)
+    return target(rank, *args)
+
+
+def run_ray_ranks(
+    target: Callable[..., Any],
+    world_size: int = 3,
+    *,
+    args: Sequence[Any] = (),
+    timeout: float = RAY_TIMEOUT,
+    allow_exit: Sequence[int] = (),
+) -> List[Any]:
+    """Run ``target(rank, *args)`` on ``world_size`` Ray actors of the connected cluster.
+
+    Raises:
+        LaunchError: If a rank raised, its actor died or the timeout passed.
+    """
+    from machin.parallel.distributed.ray_launcher import launch_ray
+
+    return launch_ray(
+        functools.partial(_single_threaded, target),
+        world_size,
+        args=args,
+        timeout=timeout,
+        allow_exit=allow_exit,
+    )
+
+
+def _node_args() -> dict:
+    """Arguments of one node. Its agents' ports are given: the raylet then uses them
+    instead of waiting (a short, fixed time) for the agents to report theirs, which
+    they can miss on a loaded machine."""
+    ports = {
+        name: free_port()
+        for name in (
+            "metrics_agent_port",
+            "metrics_export_port",
+            "dashboard_agent_listen_port",
+            "runtime_env_agent_port",
+        )
+    }
+    return {**_NODE, **ports}
+
+
+def _start_cluster() -> Any:
+    from ray.cluster_utils import Cluster
+
+    cluster = Cluster(
+        initialize_head=True, head_node_args={**_node_args(), "include_dashboard": False}
+    )
+    cluster.add_node(**_node_args())
+    return cluster
+
+
+def _start_or_fail() -> Any:
+    """Start the cluster (in the main thread, as Ray requires); fail the test if it cannot.
+
+    The test's own timeout (pytest-timeout, which covers fixtures) bounds the start.
+    """
+    errors = []
+    for _ in range(_ATTEMPTS):
+        try:
+            return _start_cluster()
+        except Exception as error:
+            errors.append(repr(error))
+            _kill_ray_processes()
+    pytest.fail(f"the Ray cluster did not start in {_ATTEMPTS} attempts: {errors}")
+
+
+def _ray_processes() -> List[psutil.Process]:
+    found = []
+    for child in psutil.Process().children(recursive=True):
+        with contextlib.suppress(psutil.Error):
+            line = " ".join(child.cmdline())
+            if child.status() != psutil.STATUS_ZOMBIE and any(
+                n in line or n in child.name() for n in _RAY_PROCESS_NAMES
+            ):
+                found.append(child)
+    return found
+
+
+def _kill_ray_processes() -> List[int]:
+    left = _ray_processes()
+    for process in left:
+        with contextlib.suppress(psutil.Error):
+            process.kill()
+    psutil.wait_procs(left, timeout=10)
+    return [p.pid for p in left]
+
+
+@pytest.fixture(scope="module")
+def ray_cluster():
+    """A two-node Ray cluster on 127.0.0.1, connected; yields its address and start-up seconds."""
+    ray = pytest.importorskip("ray")
+    from ray._private import ray_constants
+
+    assert not ray_constants.ENABLE_RAY_CLUSTER, "ray was imported before tests.ray_cluster"
+    began = time.monotonic()
+    cluster = _start_or_fail()
+    kept = keep_processes(p.pid for p in psutil.Process().children(recursive=True))
+    try:
+        ray.init(address=cluster.address, logging_level="ERROR")
+        cluster.wait_for_nodes(timeout=60)
+        nodes = [n for n in ray.nodes() if n["Alive"]]
+        addresses = sorted(n["NodeManagerAddress"] for n in nodes)
+        assert addresses == ["127.0.0.1", "127.0.0.1"], f"nodes bound elsewhere: {addresses}"
+        yield {"address": cluster.address, "start_seconds": time.monotonic() - began}
+    finally:
+        # Listed while they are descendants of this process: workers whose raylet has
+        # gone are adopted by init, out of reach of a search among our children.
+        ours = _ray_processes()
+        ray.shutdown()
+        cluster.shutdown()
+        kept.release()
+        _, alive = psutil.wait_procs(ours, timeout=15)
+        left = [p.pid for p in alive] + _kill_ray_processes()
+        for process in alive:
+            with contextlib.suppress(psutil.Error):
+                process.kill()
+        assert not left, f"Ray processes left after the cluster's shutdown: {left}"
+
+
+@pytest.fixture(params=["rpc", "ray"])
+def run_on(request):
+    """The harness of one transport: ``run_ranks`` (torch RPC) or ``run_ray_ranks`` (Ray)."""
+    if request.param == "ray":
+        request.getfixturevalue("ray_cluster")
+        return run_ray_ranks
+    from tests.multiprocess import run_ranks
+
+    return run_ranks
