@@ -31,28 +31,40 @@ def ignores_extra_args(fn: F) -> F:
 
     The wrapped function is called with the arguments it declares; positional arguments past
     its last positional parameter and keywords it does not name are dropped. Python's warning
-    registry shows the :class:`ExtraArgumentsWarning` once per calling line.
-
-    The wrapper is written out for ``fn``'s own parameters (as ``dataclasses`` writes its
-    methods), ``(self, state, use_target=False, *_, **__)``, so Python binds the arguments itself
-    and a call without extras costs one test of two empty containers: no packing into
-    ``*args, **kwargs`` and out again.
+    registry shows the :class:`ExtraArgumentsWarning` once per calling line. A call without
+    extras costs the wrapper one length test and one test of the keywords.
 
     Args:
         fn: A function or method without ``*args`` / ``**kwargs`` of its own.
 
     Returns:
         The wrapper, whose signature shows the 0.3.4 form ``(..., *_, **__)``.
+
+    Raises:
+        TypeError: When ``fn`` takes ``*args`` or ``**kwargs``, or has a parameter named ``_``
+            or ``__`` (the names the shown signature gives the extras).
     """
     sig = inspect.signature(fn)
     params = list(sig.parameters.values())
     if any(p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) for p in params):
         raise TypeError(f"{fn.__qualname__} already takes *args or **kwargs")
+    clash = [p.name for p in params if p.name in ("_", "__")]
+    if clash:
+        raise TypeError(f"{fn.__qualname__} has parameters named {clash}, the names of the extras in its signature")
     positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
     keyword_only = [p for p in params if p.kind == p.KEYWORD_ONLY]
+    n_positional = len(positional)
+    keywords = frozenset(p.name for p in params if p.kind != p.POSITIONAL_ONLY)
+    # A method names the class of its instance in the warning (a subclass inheriting it), not the definer.
     is_method = bool(params) and params[0].name == "self"
-    wrapper = _written_wrapper(fn, positional, keyword_only, is_method)
-    functools.update_wrapper(wrapper, fn)
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        if len(args) > n_positional or (kwargs and not kwargs.keys() <= keywords):
+            owner = f"{type(args[0]).__name__}.{fn.__name__}" if is_method and args else fn.__qualname__
+            args, kwargs = drop_extra_args(owner, args, kwargs, n_positional, keywords)
+        return fn(*args, **kwargs)
+
     # Show the 0.3.4 shape, ``(..., *_, **__)``, in help() and inspect.signature().
     wrapper.__signature__ = sig.replace(
         parameters=positional
@@ -62,49 +74,6 @@ def ignores_extra_args(fn: F) -> F:
     )
     wrapper.__machin_ignores_extra_args__ = True
     return wrapper
-
-
-def _written_wrapper(fn: Callable, positional: list, keyword_only: list, is_method: bool) -> Callable:
-    """``fn`` behind a function that declares its parameters followed by ``*_`` and ``**__``."""
-    names = [p.name for p in positional + keyword_only]
-    scope = {"__fn__": fn, "__ignored__": _warn_ignored, "__type__": type}
-    clash = [name for name in names if name in ("_", "__") or name.startswith("__d") or name in scope]
-    if clash:
-        raise TypeError(f"{fn.__qualname__} has parameters named {clash}, which the wrapper needs for itself")
-
-    def declare(i: int, p: inspect.Parameter) -> str:
-        if p.default is p.empty:
-            return p.name
-        scope[f"__d{i}"] = p.default
-        return f"{p.name}=__d{i}"
-
-    declared = [declare(i, p) for i, p in enumerate(positional)]
-    n_only = sum(p.kind == p.POSITIONAL_ONLY for p in positional)
-    if n_only:
-        declared.insert(n_only, "/")
-    declared.append("*_")
-    declared += [declare(len(positional) + i, p) for i, p in enumerate(keyword_only)]
-    declared.append("**__")
-    passed = [p.name for p in positional] + [f"{p.name}={p.name}" for p in keyword_only]
-    # name the class of the instance (a subclass inheriting the method), not the definer
-    owner = f"__type__({names[0]}).__name__ + '.{fn.__name__}'" if is_method else repr(fn.__qualname__)
-    source = (f"def wrapper({', '.join(declared)}):\n"
-              f"    if _ or __:\n"
-              f"        __ignored__({owner}, _, __)\n"
-              f"    return __fn__({', '.join(passed)})\n")
-    exec(compile(source, f"<ignores_extra_args {fn.__qualname__}>", "exec"), scope)
-    wrapper = scope["wrapper"]
-    # name the method in Python's own errors (a missing argument, one given twice)
-    names_of_code = {"co_name": fn.__name__}
-    if hasattr(wrapper.__code__, "co_qualname"):  # Python 3.11
-        names_of_code["co_qualname"] = fn.__qualname__
-    wrapper.__code__ = wrapper.__code__.replace(**names_of_code)
-    return wrapper
-
-
-def _warn_ignored(owner: str, args: tuple, kwargs: dict) -> None:
-    """Warn, at the caller of the wrapper, that ``args`` and ``kwargs`` were ignored."""
-    drop_extra_args(owner, args, kwargs, 0, frozenset(), stacklevel=3)
 
 
 def drop_extra_args(owner: str, args: tuple, kwargs: dict, n_positional: int, names: frozenset,

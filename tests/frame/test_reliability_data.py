@@ -286,9 +286,9 @@ def test_nan_loss_ddpg_update_leaves_networks_and_targets_unchanged():
                 replay_buffer=Buffer(100, check_finite=False))
     for i in range(8):
         ddpg.store_transition({**step(NAN, i=i), "action": {"action": torch.zeros(1, 1)}})
-    # The critic's loss holds the NaN rewards; the actor's (-Q(s, mu(s))) does not, so only the
-    # critic step is skipped, and with it the soft update of both targets.
-    nets = (ddpg.critic, ddpg.actor_target, ddpg.critic_target)
+    # The critic's loss holds the NaN rewards; the actor's (-Q(s, mu(s))) does not, yet the
+    # skipped critic step ends the update: no actor step and no soft update of the targets.
+    nets = (ddpg.critic, ddpg.actor, ddpg.actor_target, ddpg.critic_target)
     before = snapshot(*nets)
     with pytest.warns(RuntimeWarning, match="'critic_optim' is nan, not finite; its optimizer step was skipped"):
         ddpg.update()

@@ -1,6 +1,8 @@
-"""machin.utils.compat.ignores_extra_args: the wrapper written out for each method's parameters."""
+"""machin.utils.compat.ignores_extra_args: extra arguments dropped with a warning, the rest passed on as given."""
 
 import inspect
+import os
+import traceback
 import warnings
 
 import pytest
@@ -27,6 +29,10 @@ class Base:
     @ignores_extra_args
     def shadowing(self, type=None, len=0):  # parameters named like the builtins a wrapper might use
         return type, len
+
+    @ignores_extra_args
+    def failing(self, value):
+        raise ValueError(f"value {value} refused")
 
 
 class Child(Base):
@@ -77,5 +83,15 @@ def test_python_errors_name_the_method():  # with its class from Python 3.11 (co
 def test_functions_it_cannot_wrap_are_refused():
     with pytest.raises(TypeError, match="already takes"):
         ignores_extra_args(lambda *args: None)
-    with pytest.raises(TypeError, match=r"parameters named \['__fn__'\]"):
-        ignores_extra_args(lambda __fn__: None)
+    with pytest.raises(TypeError, match=r"parameters named \['_'\]"):  # the name the signature gives *_
+        ignores_extra_args(lambda _, x: None)
+    assert ignores_extra_args(lambda __fn__, fn=1: (__fn__, fn))(2, 3) == (2, 3)
+
+
+def test_tracebacks_show_source_lines():
+    with pytest.raises(ValueError, match="value 3 refused") as caught:
+        Child().failing(3)
+    frames = traceback.extract_tb(caught.value.__traceback__)
+    assert [frame.name for frame in frames[-2:]] == ["wrapper", "failing"]
+    for frame in frames:
+        assert os.path.isfile(frame.filename) and frame.line, f"a frame without source: {frame}"

@@ -256,12 +256,16 @@ class DDPG(ReplayMixin, SoftTargets, ActorCriticOptions, TorchFramework):
                 for critic in self._critics()]
 
     def _update_critics(self, batch: SampledBatch, step: bool) -> float:
-        """Regress every critic onto the Bellman target; returns their mean loss."""
+        """Regress every critic onto the Bellman target; returns their mean loss.
+
+        A step skipped for a non-finite loss (see :meth:`TorchFramework._optimize`) ends the
+        steps: the critics after it are not stepped either.
+        """
         losses = self._critic_losses(batch)
         for critic, loss in zip(self._critics(), losses):
             self._maybe_visualize(loss, critic.name)
             if step:
-                self._optimize(loss, critic.optimizer, critic.net, self.gradient_max)
+                step = self._optimize(loss, critic.optimizer, critic.net, self.gradient_max)
         return sum(loss.item() for loss in losses) / len(losses)
 
     def _policy_step_due(self) -> bool:
@@ -311,8 +315,10 @@ class DDPG(ReplayMixin, SoftTargets, ActorCriticOptions, TorchFramework):
         value_loss = self._update_critics(batch, update_value)
         self.updates_done += 1
         due = self._policy_step_due()
-        policy_value = self._update_actor(batch, update_policy and due)
-        # A step skipped for a non-finite loss (see TorchFramework._optimize) moves no target either.
+        # A step skipped for a non-finite loss (see TorchFramework._optimize) ends the update:
+        # the actor and the targets stay as they are (such an update changes no network).
+        clean = getattr(self, "skipped_updates", 0) == skipped
+        policy_value = self._update_actor(batch, update_policy and due and clean)
         if update_target and due and getattr(self, "skipped_updates", 0) == skipped:
             self._update_targets()
         self._set_mode(False, *online)

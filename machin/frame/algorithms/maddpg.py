@@ -554,45 +554,60 @@ class MADDPG(BufferOptions, SoftTargets, ActorCriticOptions, TorchFramework):
             return self.reward_function(mine.reward.to(device), self.discount, next_value,
                                         mine.terminal.to(device), mine.others)
 
-    def _update_critic(self, agent: int, batches: List[SampledBatch], target: torch.Tensor, step: bool) -> float:
+    def _update_critic(self, agent: int, batches: List[SampledBatch], target: torch.Tensor,
+                       step: bool) -> Tuple[float, bool]:
+        """Regress ``critics[agent]`` onto ``target`` when ``step``; ``(loss, whether no step was skipped)``."""
         value = self._critic_value(agent, batches, "state", [batch.action for batch in batches])
         loss = self._value_loss(value, target, batches[0])
         self._maybe_visualize(loss, f"critic_{agent}")
-        if step:
-            self._optimize(loss, self.critic_optims[agent], self.critics[agent], self.gradient_max)
-        return loss.item()
+        taken = self._optimize(loss, self.critic_optims[agent], self.critics[agent], self.gradient_max) if step else True
+        return loss.item(), taken
 
-    def _update_actor(self, agent: int, policy: int, batches: List[SampledBatch], own: int, step: bool) -> float:
-        """Ascend ``Q_agent`` with this actor's action and the stored actions of the others."""
+    def _update_actor(self, agent: int, policy: int, batches: List[SampledBatch], own: int,
+                      step: bool) -> Tuple[float, bool]:
+        """Ascend ``Q_agent`` with this actor's action and the stored actions of the others.
+
+        Returns ``(policy value, whether no step was skipped)``.
+        """
         actor, mine = self.actors[agent][policy], batches[own]
         with torch.set_grad_enabled(step):
             raw, _ = split_output(safe_call(actor, mine.state))
             actions = [batch.action for batch in batches]
             actions[own] = self.action_transform_function(raw, mine.state, mine.others)
             policy_value = self._critic_value(agent, batches, "state", actions).mean()
+        taken = True
         if step:
             loss = -policy_value
             self._maybe_visualize(loss, f"actor_{agent}_{policy}")
-            self._optimize(loss, self.actor_optims[agent][policy], actor, self.gradient_max)
-        return policy_value.item()
+            taken = self._optimize(loss, self.actor_optims[agent][policy], actor, self.gradient_max)
+        return policy_value.item(), taken
 
     def _update_agent(self, agent: int, rows: List[Rows], update_value: bool, update_policy: bool,
-                      concatenate: bool) -> Tuple[float, float]:
-        """Train one agent's critic and sub-policies; returns their mean (policy value, value loss)."""
+                      concatenate: bool) -> Tuple[float, float, bool]:
+        """Train one agent's critic and sub-policies.
+
+        Returns their mean policy value and value loss, and whether every step asked for was
+        taken. A step skipped for a non-finite loss (see :meth:`TorchFramework._optimize`) ends
+        the agent's steps in this update.
+        """
         visible = self.critic_visible_actors[agent]
         own = visible.index(agent)
-        values, losses = [], []
+        values, losses, taken = [], [], True
         for policy, policy_rows in enumerate(rows):
             batches = [self._sample(other, policy_rows, concatenate) for other in visible]
             target = self._bellman_target(agent, policy, batches, own)
-            losses.append(self._update_critic(agent, batches, target, update_value))
-            values.append(self._update_actor(agent, policy, batches, own, update_policy))
-        return sum(values) / len(values), sum(losses) / len(losses)
+            loss, critic_taken = self._update_critic(agent, batches, target, update_value and taken)
+            taken = taken and critic_taken
+            value, actor_taken = self._update_actor(agent, policy, batches, own, update_policy and taken)
+            taken = taken and actor_taken
+            losses.append(loss)
+            values.append(value)
+        return sum(values) / len(values), sum(losses) / len(losses), taken
 
     def _agent_optimizers(self, agent: int) -> List[torch.optim.Optimizer]:
         return self.actor_optims[agent] + [self.critic_optims[agent]]
 
-    def _update_agents(self, jobs: List[Tuple[Any, ...]]) -> List[Tuple[float, float]]:
+    def _update_agents(self, jobs: List[Tuple[Any, ...]]) -> List[Tuple[float, float, bool]]:
         """Run :meth:`_update_agent` for every job, in the pool or in this thread."""
         if self.pool_type == "thread" and self.pool_size == 1:
             return [self._update_agent(*job) for job in jobs]
@@ -611,6 +626,8 @@ class MADDPG(BufferOptions, SoftTargets, ActorCriticOptions, TorchFramework):
         results = [task.get() for task in pending]
         for optim in self.critic_optims + [o for agent in self.actor_optims for o in agent]:
             optim._opt_called = True  # what a step here would record (read by lr schedulers)
+        # A worker counts its skipped steps in its own copy; an agent skips one step at most.
+        self.skipped_updates = getattr(self, "skipped_updates", 0) + sum(not taken for *_, taken in results)
         return results
 
     def update(self, update_value: bool = True, update_policy: bool = True, update_target: bool = True,
@@ -620,7 +637,9 @@ class MADDPG(BufferOptions, SoftTargets, ActorCriticOptions, TorchFramework):
         Args:
             update_value: Take optimizer steps on the critics.
             update_policy: Take optimizer steps on the actors.
-            update_target: Soft-update every target network afterwards.
+            update_target: Soft-update every target network afterwards (not after a step
+                skipped for a non-finite loss, see :meth:`TorchFramework._optimize`: such an
+                update ends that agent's steps and moves no target).
             concatenate_samples: Hand the networks batched tensors (``False``: per-sample
                 lists, which the concat functions then receive too).
 
@@ -640,9 +659,9 @@ class MADDPG(BufferOptions, SoftTargets, ActorCriticOptions, TorchFramework):
             results = self._update_agents(jobs)
         finally:
             self._train_mode(False)
-        if update_target:
+        policy_values, value_losses, taken = zip(*results)
+        if update_target and all(taken):
             self._update_targets()
-        policy_values, value_losses = zip(*results)
         return UpdateResult(sum(policy_values) / self.agent_num, sum(value_losses) / self.agent_num)
 
     # -- pool and checkpoints -------------------------------------------------------------------
@@ -758,7 +777,7 @@ def _worker_framework(context: Any) -> MADDPG:
 
 def _update_agent_in_worker(context: Any, agent: int, rows: List[Tuple[int, List[int]]], update_value: bool,
                             update_policy: bool, concatenate: bool, buffers: Dict[int, Buffer],
-                            settings: List[List[Dict[str, Any]]]) -> Tuple[float, float]:
+                            settings: List[List[Dict[str, Any]]]) -> Tuple[float, float, bool]:
     """Process-pool task: train ``agent`` on the shared networks with this worker's optimizers."""
     framework = _worker_framework(context)
     for other, buffer in buffers.items():

@@ -291,5 +291,5 @@ class R2D1(DQNPer):
         weight = mask.to(per_step.dtype)
         per_sequence = (per_step * weight).sum(dim=1) / weight.sum(dim=1).clamp_min(1)
         loss = self._per_sample_loss(per_sequence, batch)
-        self.replay_buffer.update_sequence_priority(predicted.detach() - target, mask, batch.index)
+        self._push_priority(self.replay_buffer.sequence_priority(predicted.detach() - target, mask), batch.index)
         return loss

@@ -129,7 +129,7 @@ class RAINBOW(DQNPer):
         if torch.compiler.is_compiling():  # pushed after the compiled step (see PrioritizedReplayMixin)
             batch.priority = cross_entropy.detach()
         else:
-            self.replay_buffer.update_priority(cross_entropy.detach().cpu().numpy(), batch.index)
+            self._push_priority(cross_entropy.detach(), batch.index)
         return loss
 
     def _sample(self, concatenate: bool, additional_concat_attrs=None) -> Optional[SampledBatch]:

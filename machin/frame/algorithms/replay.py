@@ -25,7 +25,7 @@ from .options import BufferOptions, Option, optional, positive_int
 __all__ = ["REQUIRED_ATTRS", "SampledBatch", "make_batch", "bellman_target", "value_loss", "ReplayMixin",
            "PrioritizedReplayMixin"]
 
-REQUIRED_ATTRS = DEFAULT_REQUIRED_ATTRS  # state, action, next_state, reward, terminal (Buffer._append_dict's)
+REQUIRED_ATTRS = DEFAULT_REQUIRED_ATTRS  # state, action, next_state, reward, terminal
 SAMPLE_ATTRS = ["state", "action", "reward", "next_state", "terminal", "*"]
 
 
@@ -144,12 +144,7 @@ class ReplayMixin(BufferOptions):
                 f"{type(self).__name__} with n_step={self.n_step} computes n-step returns over whole "
                 f"episodes: call store_episode instead of store_transition"
             )
-        buffer = self.replay_buffer
-        if type(transition) is dict:  # the usual loop: one call where the buffer offers it (see Buffer)
-            append = getattr(buffer, "_append_dict", None)
-            if append is not None and append(buffer, transition) is not None:
-                return
-        buffer.append(transition, required_attrs=REQUIRED_ATTRS)
+        self.replay_buffer.append(transition, required_attrs=REQUIRED_ATTRS)
 
     def store_episode(self, episode: List[Union[Transition, Dict[str, Any]]]) -> None:
         """Store every step of an episode in one write (as n-step transitions when ``n_step > 1``).
@@ -275,10 +270,21 @@ class PrioritizedReplayMixin(ReplayMixin):
         if torch.compiler.is_compiling():  # a compiled loss step: pushed by _after_value_loss once it ran
             batch.priority = priority
         else:
-            self.replay_buffer.update_priority(priority.cpu().numpy(), batch.index)
+            self._push_priority(priority, batch.index)
         return loss
 
     def _after_value_loss(self, batch: SampledBatch, *_: Any, **__: Any) -> None:
         if batch.priority is not None:
-            self.replay_buffer.update_priority(batch.priority.cpu().numpy(), batch.index)
+            self._push_priority(batch.priority, batch.index)
             batch.priority = None
+
+    def _push_priority(self, priority: Union[torch.Tensor, np.ndarray], index: Any) -> None:
+        """Give the sampled transitions at ``index`` their new ``priority``, unless one is NaN or infinite.
+
+        Such a priority comes from a loss that is not finite either, whose step
+        :meth:`~machin.frame.algorithms.base.TorchFramework._optimize` skips: the update then
+        leaves the priorities as they were too (the buffer would refuse them).
+        """
+        values = priority.cpu().numpy() if isinstance(priority, torch.Tensor) else priority
+        if np.isfinite(values).all():
+            self.replay_buffer.update_priority(values, index)

@@ -230,22 +230,25 @@ class SAC(ReplayMixin, SoftTargets, ActorCriticOptions, TorchFramework):
         self._set_mode(True, *networks)
         alpha = self.log_alpha.detach().exp()
 
+        # ``taken`` turns False at a step skipped for a non-finite loss (see TorchFramework._optimize):
+        # the steps after it are not taken and the targets stay (such an update changes no network).
+        taken = True
         critic_losses = self._critic_losses(batch, alpha)
         if update_value:
             for loss, critic, optim, name in zip(critic_losses, (self.critic, self.critic2),
                                                  (self.critic_optim, self.critic2_optim), ("critic", "critic2")):
                 self._maybe_visualize(loss, name)
-                self._optimize(loss, optim, critic, self.gradient_max)
+                taken = taken and self._optimize(loss, optim, critic, self.gradient_max)
 
         (actor_loss, alpha_loss), policy_value = self._actor_and_alpha_losses(batch, alpha)
-        if update_policy:
+        if update_policy and taken:
             self._maybe_visualize(actor_loss, "actor")
-            self._optimize(actor_loss, self.actor_optim, self.actor, self.gradient_max)
+            taken = self._optimize(actor_loss, self.actor_optim, self.actor, self.gradient_max)
 
-        if update_entropy_alpha:
-            self._optimize(alpha_loss, self.alpha_optim, [self.log_alpha])
+        if update_entropy_alpha and taken:
+            taken = self._optimize(alpha_loss, self.alpha_optim, [self.log_alpha])
 
-        if update_target:
+        if update_target and taken:
             self._update_targets()
         self._set_mode(False, *networks)
         return UpdateResult(float(policy_value), sum(loss.item() for loss in critic_losses) / 2)

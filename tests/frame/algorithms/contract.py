@@ -23,6 +23,9 @@ Contracts:
   was and without gradients, also those it passes through (the actor's loss through the
   critic: its backward pass computes gradients for the stepped networks only);
 * targets: target networks stay frozen while ``update_target=False`` and move on update;
+* non-finite loss: an update on experience whose rewards are NaN (stored past the store
+  check) skips its steps and changes no network, target networks included (decision 14 of
+  the design);
 * inputs: acting, storing and updating change nothing the caller handed over.
 """
 
@@ -32,6 +35,7 @@ import copy
 import importlib
 import inspect
 import itertools
+import math
 import os
 import traceback
 import warnings
@@ -43,6 +47,8 @@ import torch
 from torch import nn
 
 from machin.frame.algorithms.base import TorchFramework
+from machin.frame.buffers import Buffer
+from machin.frame.transition import TransitionBase
 from machin.utils.compat import ExtraArgumentsWarning
 
 from .nets import same
@@ -79,6 +85,9 @@ class ContractCase:
         store: ``store(agent, experience)``; default ``agent.store_episode(experience)``.
         update: ``update(agent, **switches)``; default ``agent.update(**switches)``.
         explore: Optional exploring act call, checked not to change its input.
+        store_nan_rewards: ``store_nan_rewards(agent, experience)``: store ``experience`` with
+            every reward NaN, past the store check. ``None``: the rewards are set to NaN and
+            stored by ``store`` with the replay buffers' ``check_finite`` off.
         world: The class needs an RPC world (a distributed algorithm).
         known_failures: ``{contract: reason}`` for contracts the class breaks because of a
             reported library bug; the suite expects them to fail (``xfail(strict=True)``), so
@@ -94,6 +103,7 @@ class ContractCase:
     store: Callable[[Any, Any], None] = _store_episode
     update: Callable[..., Any] = _update
     explore: Optional[Callable[[Any, Any], Any]] = None
+    store_nan_rewards: Optional[Callable[[Any, Any], None]] = None
     world: bool = False
     known_failures: Mapping[str, str] = field(default_factory=dict)
 
@@ -399,6 +409,51 @@ def check_targets(cls: type, case: ContractCase, directory: str, ctx: Optional[W
         assert not same(before[name], network_parameters(agent, name)), f"{name} did not move on its update"
 
 
+def _with_nan_rewards(experience: Any) -> Any:
+    """``experience`` with every reward NaN: in the dicts and transitions of (nested) lists, or bare numbers."""
+    if isinstance(experience, (list, tuple)):
+        return type(experience)(_with_nan_rewards(item) for item in experience)
+    if isinstance(experience, (dict, TransitionBase)) and "reward" in experience:
+        experience["reward"] = math.nan  # a fresh object of case.experience()
+        return experience
+    return math.nan if isinstance(experience, float) else experience
+
+
+def _store_nan_rewards(case: ContractCase, agent: Any) -> None:
+    if case.store_nan_rewards is not None:
+        case.store_nan_rewards(agent, case.experience())
+        return
+    buffers = [getattr(agent, "replay_buffer", None)] + list(getattr(agent, "replay_buffers", None) or [])
+    for buffer in (b for b in buffers if isinstance(b, Buffer)):
+        buffer.check_finite = False
+    case.store(agent, _with_nan_rewards(case.experience()))
+
+
+def _learned_state(agent: Any) -> Dict[str, List[torch.Tensor]]:
+    """Copies of the parameters of every network, and of tensors learned outside them (SAC's ``log_alpha``)."""
+    state = {name: network_parameters(agent, name) for name in type(agent)._is_top}
+    state.update({name: [value.detach().clone()] for name, value in vars(agent).items()
+                  if isinstance(value, torch.Tensor) and value.requires_grad})
+    return state
+
+
+def check_non_finite_loss(cls: type, case: ContractCase, directory: str, ctx: Optional[WorldContext]) -> None:
+    torch.manual_seed(0)
+    agent = build(cls, case, ctx)
+    with torch.no_grad():  # targets apart from their online networks, so that a soft update would show
+        for p in (p for name in target_names(cls) for m in modules(getattr(agent, name)) for p in m.parameters()):
+            p.add_(0.25)
+    _store_nan_rewards(case, agent)
+    before = _learned_state(agent)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # the first skipped step warns
+        agent.update()  # not case.update: A3C's waits for the servers to apply gradients, which must not come
+    assert getattr(agent, "skipped_updates", 0) >= 1, "no step was skipped: the NaN rewards left every loss finite"
+    after = _learned_state(agent)
+    changed = [name for name in before if not same(before[name], after[name])]
+    assert not changed, f"an update whose loss was not finite changed {changed}"
+
+
 def check_inputs(cls: type, case: ContractCase, directory: str, ctx: Optional[WorldContext]) -> None:
     torch.manual_seed(0)
     agent = build(cls, case, ctx)
@@ -436,6 +491,7 @@ CONTRACTS: Dict[str, Callable[[type, ContractCase, str, Optional[WorldContext]],
     "defaults": check_defaults,
     "gradients": check_gradients,
     "targets": check_targets,
+    "non_finite_loss": check_non_finite_loss,
     "inputs": check_inputs,
     "fused_adam": check_fused_adam,
 }

@@ -6,6 +6,8 @@ of the contract suite: ``args`` receives a :class:`~tests.frame.algorithms.contr
 that makes a fresh group and fresh servers for every instance.
 """
 
+import math
+
 import torch
 from torch import nn
 
@@ -55,6 +57,13 @@ def _store_rewards(ars, rewards):
         ars.store_reward(reward, actor_type)
 
 
+def _store_nan_rewards(ars, rewards):
+    """NaN returns, written where store_reward keeps them (its finite check has no switch)."""
+    for actor_type in ars.get_actor_types()[: len(rewards)]:
+        index, positive = ars._parse(actor_type, allow_original=False)
+        ars.reward[index][positive].append(math.nan)
+
+
 CONTRACT_CASES = {
     DQNApex: ContractCase(
         args=lambda ctx: (QNet(hidden=8), QNet(hidden=8), torch.optim.Adam, nn.MSELoss(reduction="none"),
@@ -97,6 +106,7 @@ CONTRACT_CASES = {
         state=lambda: {"state": torch.randn(4, 3)},
         experience=lambda: [1.0, 2.0, 0.5, 3.0],  # one return per actor type (2 rollouts, 2 signs)
         store=_store_rewards,
+        store_nan_rewards=_store_nan_rewards,
         trains={None: ["actor"]},
         world=True,
     ),

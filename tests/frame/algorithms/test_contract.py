@@ -109,6 +109,11 @@ def test_targets_stay_frozen_until_their_update(cls, tmp_path, world_outcomes):
     assert check("targets", cls, tmp_path, world_outcomes) is None
 
 
+@pytest.mark.parametrize("cls", _params("non_finite_loss"))
+def test_an_update_with_a_non_finite_loss_changes_no_network(cls, tmp_path, world_outcomes):
+    assert check("non_finite_loss", cls, tmp_path, world_outcomes) is None
+
+
 @pytest.mark.parametrize("cls", _params("inputs"))
 def test_inputs_are_not_changed(cls, tmp_path, world_outcomes):
     assert check("inputs", cls, tmp_path, world_outcomes) is None

@@ -523,6 +523,31 @@ def test_process_pool_gives_the_same_result_as_sequential_updates():
     assert torch.equal(pooled_optim_state["state"][0]["exp_avg"], optim_state["state"][0]["exp_avg"])
 
 
+@pytest.mark.multiprocess
+@pytest.mark.timeout(120)
+@pytest.mark.usefixtures("no_children_left")
+def test_a_process_pool_update_with_nan_rewards_changes_no_network_and_counts_the_skips():
+    maddpg = make_maddpg(pool_type="process", pool_size=2)
+    with torch.no_grad():  # targets apart from the online networks, so that a soft update would show
+        for p in [*maddpg.actor_targets.parameters(), *maddpg.critic_targets.parameters()]:
+            p.add_(0.25)
+    for buffer in maddpg.replay_buffers:
+        buffer.check_finite = False  # NaN rewards in, as a buggy pipeline would store them
+    torch.manual_seed(1)
+    for _ in range(16):
+        step = random_step(STATE_DIMS, ACTION_DIMS)
+        for transition in step:
+            transition["reward"] = float("nan")
+        maddpg.store_transitions(step)
+    before = all_parameters(maddpg)
+    try:
+        maddpg.update()  # the workers skip the steps (and warn in their own processes)
+    finally:
+        maddpg.close()
+    assert maddpg.skipped_updates == 3  # each agent's first critic step, which ends that agent's steps
+    assert same(all_parameters(maddpg), before)
+
+
 def test_a_spawned_workers_context_unpickles_as_a_working_framework():
     # Spawned workers (CUDA networks) receive the framework through dill, optimizers included.
     maddpg = make_maddpg(lr_scheduler=torch.optim.lr_scheduler.LambdaLR,
