@@ -7,6 +7,13 @@ after that the buffer is a ring that overwrites its oldest rows. Sampling draws
 one index tensor and gathers each column once, so its cost does not depend on
 Python loops over the sampled transitions. Custom attributes that are numbers
 are kept in columns too; any other custom value lives in a Python list.
+
+Storing has one path, for dicts and :class:`~machin.frame.transition.Transition`
+objects alike: each transition's values are read straight from it (no
+``Transition`` is built for a dict of the stored layout) and checked against the
+columns; a transition that does not fit is checked as the ``Transition`` it stands
+for, which names the problem. Then each column checks its values (finite numbers,
+terminal flags) and writes them.
 """
 
 from __future__ import annotations
@@ -15,8 +22,7 @@ import collections.abc
 import copy
 import math
 import numbers
-import operator
-from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import torch
@@ -34,348 +40,115 @@ from ..transition import (
 __all__ = ["Buffer", "DEFAULT_REQUIRED_ATTRS", "SampleMethodError", "TransitionTypeError", "TransitionBuildError"]
 
 DEFAULT_REQUIRED_ATTRS = ("state", "action", "next_state", "reward", "terminal")
-# extend() writes longer lists of Transition objects column by column (dicts always row by row)
-_ROWWISE_MAX = 32
-_dtype_of = operator.attrgetter("dtype")
 _INITIAL_CAPACITY = 1024
 _SCALAR_DTYPES = {bool: torch.bool, int: torch.int64, float: torch.float64}
+_KIND_RANK = {bool: 0, int: 1, float: 2}  # a scalar column widens bool -> int -> float
 _BINARY = frozenset((0, 1))
 _CHECK_HINT = "(values are checked when stored; check_finite=False on the buffer turns the check off)"
-
-
-def _all_of_type(values: Sequence[Any], kind: type) -> bool:
-    """Whether every value is exactly of type ``kind`` (a loop in C: many rows are checked at once)."""
-    return not set(map(type, values)) - {kind}
-
-
-def _tensor_problem(name: Union[str, Tuple[str, str]], block: torch.Tensor) -> Optional[str]:
-    """Why the floating tensor ``block`` (one row per transition) cannot be stored, or ``None``.
-
-    The fast path is one sum: a finite sum means every element is finite. Only when the
-    sum is not finite (a NaN/inf element, or an overflow) is the exact check run. ``name``
-    is the attribute, or ``(attribute, key)`` of a major one (formatted only on a problem).
-    """
-    if not block.is_floating_point():
-        return None
-    if block.dim() == 2 and block.numel() <= 64:
-        # Small rows (e.g. CartPole states): summing Python floats costs a fraction of a torch op.
-        if math.isfinite(sum(map(sum, block.tolist()))):
-            return None
-    elif math.isfinite(block.sum().item()):
-        return None
-    bad = ~torch.isfinite(block)
-    if not bool(bad.any()):
-        return None  # the sum overflowed, every element is finite
-    row = int(bad.reshape(block.shape[0], -1).any(1).nonzero()[0])
-    name = f"attribute {name[0]}[{name[1]!r}]" if isinstance(name, tuple) else f"attribute {name!r}"
-    value = block[bad][0].item()
-    return f"{name} must hold finite values, got {value} in transition {row} {_CHECK_HINT}"
-
-
-def _scalar_problem(name: str, values: Sequence[Any]) -> Optional[str]:
-    """Why the scalars ``values`` cannot be stored in a checked sub attribute, or ``None``."""
-    try:
-        if math.isfinite(sum(values)):  # one C loop; ints and bools are always finite
-            return None
-    except (TypeError, OverflowError):
-        pass
-    for row, value in enumerate(values):
-        try:
-            finite = math.isfinite(value)
-        except (TypeError, OverflowError):
-            finite = True  # not a number: the layout check reports it
-        if not finite:
-            return f"{name} must be a finite number, got {value} in transition {row} {_CHECK_HINT}"
-    return None
-
-
-def _terminal_problem(values: Sequence[Any]) -> Optional[str]:
-    """Why ``values`` are not valid terminal flags (bools or 0/1), or ``None``."""
-    first = values[0]
-    if isinstance(first, torch.Tensor):
-        block = first if len(values) == 1 else torch.cat(values)
-        if block.dtype == torch.bool or bool(((block == 0) | (block == 1)).all()):
-            return None
-        bad = block[(block != 0) & (block != 1)][0].item()
-        return f"attribute 'terminal' must be a bool or 0/1, got {bad}"
-    try:
-        if set(values) <= _BINARY:
-            return None
-    except TypeError:  # unhashable: the layout check reports it
-        return None
-    bad = next(v for v in values if v not in _BINARY)
-    return f"attribute 'terminal' must be a bool or 0/1, got {bad!r}"
-
-
-# -- the fast storing path ---------------------------------------------------------------
-# Python and numpy scalar types a scalar column of each kind takes on the fast path: exactly
-# those that the full path stores unchanged (anything else, e.g. an int into a float column,
-# goes the full way, which converts or promotes).
-_FAST_SCALARS = {
-    bool: frozenset((bool, np.bool_)),
-    int: frozenset((int, np.int64)),
-    float: frozenset((float, np.float64, np.float32)),
-}
+# The attribute names of a Transition: only a buffer with these (and sorted custom ones) can store dicts as they are.
+_TRANSITION_MAJOR = ["state", "action", "next_state"]
+_TRANSITION_SUB = ["reward", "terminal"]
+# Column roles: what is checked of the values written into a column (see Buffer._fit).
+_UNCHECKED, _FINITE, _TERMINAL = 0, 1, 2
+# Floating rows of at most this many elements are checked as Python floats (cheaper than a tensor reduction).
+_SMALL_BLOCK = 64
+_KINDS: Dict[type, Optional[type]] = {}  # _kind_of_type's answers
 _INT64 = (-(2**63), 2**63 - 1)
-# How the fast path checks that a floating value is finite (see _FastLayout).
-_NO_CHECK, _CHECK_ROW, _CHECK_FLAT, _CHECK_BLOCK = 0, 1, 2, 3
-_STANDARD_MAJOR = ["state", "action", "next_state"]
-_STANDARD_SUB = ["reward", "terminal"]
 
 
-def _finite_mode(column: _Column) -> int:
-    """How the fast path checks the values of a tensor ``column`` (rows of one transition)."""
-    if not column.tensor.is_floating_point():
-        return _NO_CHECK
-    if len(column.row_shape) == 1 and column.row_shape[0] <= 64:
-        return _CHECK_ROW  # summing a short row of Python floats beats any numpy reduction
-    return _CHECK_FLAT if not column.row_shape else _CHECK_BLOCK
+def _kind_of_type(value_type: type) -> Optional[type]:
+    """``bool``, ``int`` or ``float`` for the type of a real Python/numpy scalar, else ``None`` (remembered per type)."""
+    kind = _KINDS.get(value_type, _KINDS)
+    if kind is _KINDS:
+        if issubclass(value_type, (bool, np.bool_)):
+            kind = bool
+        elif issubclass(value_type, numbers.Integral):
+            kind = int
+        elif issubclass(value_type, numbers.Real):
+            kind = float
+        else:
+            kind = None
+        _KINDS[value_type] = kind
+    return kind
 
 
-def _block_is_finite(array: np.ndarray) -> bool:
-    """Whether the sum of ``array`` is finite (then every element is; an overflow is left to the full path)."""
-    with np.errstate(over="ignore", invalid="ignore"):
-        return math.isfinite(array.sum(dtype=np.float64))
+def _scalar_kind(value: Any) -> Optional[type]:
+    """``bool``, ``int`` or ``float`` for a real Python/numpy scalar, else ``None``."""
+    return _kind_of_type(type(value))
 
 
-class _FastLayout:
-    """The stored layout, cached for storing transition dicts (and :class:`Transition` objects) quickly.
-
-    Only built for a buffer on the CPU whose layout is the one a dict builds (the major
-    attributes state, action, next_state; the sub attributes reward, terminal; sorted custom
-    ones) and whose columns numpy can view. ``targets`` are numpy views of the columns (and
-    the lists of list columns), so one row is written with one ``target[i] = value`` each.
-    The buffer drops it whenever a column is replaced (growth, promotion, clear, pickling).
-
-    The values of a transition are read in three groups, in the order of ``targets``:
-
-    * ``tensors``: ``(attribute, number of keys, key, [1, ...] shape, numpy dtype, finite
-      mode)`` for every key of every major attribute;
-    * ``scalars``: ``(attribute, accepted types, is an int column, checked for being finite,
-      must be 0/1)`` for every scalar sub or custom column;
-    * ``others``: ``(attribute, code, spec)`` for the rest: code 0 a tensor sub attribute
-      (``spec``: shape, numpy dtype, finite mode, must hold 0/1), 2 a list column.
-    """
-
-    __slots__ = ("nkeys", "keys", "custom_names", "tensors", "scalars", "others", "targets", "required",
-                 "append_dict", "append_default", "row_dict", "gathers")
-
-    def __init__(self, buffer: Buffer):
-        self.keys = frozenset(buffer._keys)
-        self.nkeys = len(buffer._keys)
-        self.custom_names = list(buffer._custom)
-        self.required = DEFAULT_REQUIRED_ATTRS if set(DEFAULT_REQUIRED_ATTRS) <= self.keys else None
-        tensors, scalars, others = [], [], []
-        tensor_targets, scalar_targets, other_targets = [], [], []
-        for name, cols in buffer._major.items():
-            for key, col in cols.items():
-                view = col.tensor.numpy()  # a TypeError for dtypes numpy lacks (bfloat16)
-                tensors.append((name, len(cols), key, col.one_row, view.dtype, _finite_mode(col)))
-                tensor_targets.append(view if col.row_shape else view[:, None])
-        for name, col, is_sub in [(n, c, True) for n, c in buffer._sub.items()] + [
-                (n, c, False) for n, c in buffer._custom.items()]:
-            binary = name == "terminal" and is_sub
-            if col.values is not None:  # a list column (custom attributes only)
-                others.append((name, 2, None))
-                other_targets.append(col.values)
-                continue
-            view = col.tensor.numpy()
-            if col.kind is None:  # a tensor sub attribute (one row per transition)
-                mode = _finite_mode(col) if is_sub and not binary else _NO_CHECK
-                others.append((name, 0, (col.one_row, view.dtype, mode, binary and view.dtype != np.bool_)))
-                other_targets.append(view if col.row_shape else view[:, None])
-            else:
-                scalars.append((name, _FAST_SCALARS[col.kind], col.kind is int,
-                                is_sub and not binary and col.kind is float, binary and col.kind is not bool))
-                scalar_targets.append(view[:, 0])
-        self.tensors, self.scalars, self.others = tuple(tensors), tuple(scalars), tuple(others)
-        self.targets = tuple(tensor_targets + scalar_targets + other_targets)
-        self.append_dict, self.row_dict = _dict_functions(self, buffer)
-        # What a buffer offers as ``_append_dict``: dicts of this layout meet the default required attributes.
-        self.append_default = self.append_dict if set(DEFAULT_REQUIRED_ATTRS) <= self.keys else None
-        # Concatenated samples of a list of attributes, by (attributes, default dtype): see _gather_function.
-        self.gathers: Dict[Tuple[Any, ...], Callable[[torch.Tensor, np.ndarray], Tuple[Any, ...]]] = {}
+def _widest_kind(values: Sequence[Any]) -> Optional[type]:
+    """The widest scalar kind among ``values`` (``None`` when one of them is not a real scalar)."""
+    widest = bool
+    for kind in map(_kind_of_type, set(map(type, values))):
+        if kind is None:
+            return None
+        if _KIND_RANK[kind] > _KIND_RANK[widest]:
+            widest = kind
+    return widest
 
 
-def _host_array(tensor: torch.Tensor) -> np.ndarray:
-    """The values of ``tensor`` as a numpy array: a view on the CPU, a host copy of a tensor on a GPU.
+def _own_copy(value: Any) -> Any:
+    """What a :class:`Transition` keeps of a custom value: a detached clone of a tensor, a deep copy of anything else."""
+    if type(value) in (float, int, bool, str):
+        return value  # immutable: a deep copy would be the same object
+    if isinstance(value, torch.Tensor):
+        return value.detach().clone()
+    return copy.deepcopy(value)
 
-    Raises for tensors numpy cannot hold (bfloat16, tensors that require grad): the full
-    path stores those.
-    """
+
+def _host_copy(tensor: torch.Tensor, col: _Column) -> np.ndarray:
+    """A detached host copy of ``tensor`` as a numpy array, for ``col`` (a ValueError for a dtype numpy lacks)."""
     try:
-        return tensor.numpy()
-    except TypeError:  # on another device (a dtype numpy lacks raises again)
-        return tensor.cpu().numpy()
+        return tensor.detach().cpu().numpy()
+    except TypeError:
+        raise ValueError(col.misfit(tensor)) from None
 
 
-def _host_array_lines(name: str) -> List[str]:
-    """:func:`_host_array` for the variable ``name``, written out for generated code (no call on the CPU)."""
-    return [f"try: {name} = {name}.numpy()", f"except TypeError: {name} = {name}.cpu().numpy()"]
+def _tested(written: Any, test: int, check: bool) -> float:
+    """The value test ``test`` (see :class:`_Layout`, all but a short row's) of one row: the sum to check for
+    being finite, 0 for terminal flags (raising for anything but 0/1)."""
+    if test == 4:
+        problem = _terminal_problem(written)
+        if problem:
+            raise ValueError(problem)
+        return 0.0
+    if not check:
+        return 0.0
+    if test == 2:
+        return written.item()
+    if isinstance(written, torch.Tensor):
+        return written.double().sum().item()
+    with np.errstate(over="ignore", invalid="ignore"):  # an overflow only means the exact test runs
+        return written.sum(dtype=np.float64).item()
 
 
-def _dict_functions(plan: _FastLayout, buffer: Buffer) -> Tuple[Callable[[Buffer, Dict[str, Any]], Optional[int]],
-                                                                  Callable[[Dict[str, Any], bool], Optional[tuple]]]:
-    """``append(buffer, values)`` and ``row(values, check)``: a transition dict checked against ``plan``.
-
-    The checks :meth:`Buffer._fast_row` makes of a :class:`Transition`, for a dict and unrolled
-    for this one layout (the way ``dataclasses`` writes its methods): no loop over the layout,
-    no intermediate list.
-    ``append`` (for :meth:`Buffer.append`) does the whole append of one dict into ``buffer``, whose
-    columns ``plan`` was made from: it writes the next row, moves the ring's position and size,
-    and returns the row; it copies tensors on a GPU to the host. It returns ``None``, having
-    written nothing, for anything the full path must see, when the columns must grow first,
-    and once ``plan`` is no longer the buffer's layout (so a caller may keep it).
-    ``row`` (for ``extend``) returns the values in the order of ``plan.targets``, or ``False``;
-    it refuses tensors on a GPU (an episode of them is faster the full way, one host copy per
-    column).
-    """
-    scope: Dict[str, Any] = {"Tensor": torch.Tensor, "dict": dict, "isinstance": isinstance, "copy": copy,
-                             "_block_is_finite": _block_is_finite, "isfinite": math.isfinite}
-
-    def checks(to_host: bool, fail: str) -> Tuple[str, List[str]]:
-        """The indented body that checks ``values`` into ``v0, v1, ...`` (returning ``fail`` if one fails), and those names."""
-        lines = [f"if len(values) != {plan.nkeys}: return False"]
-        finite: List[str] = []  # expressions summed for the finite check
-        blocks: List[str] = []  # arrays checked with _block_is_finite
-        written: List[str] = []
-
-        def to_array(name: str) -> List[str]:
-            return _host_array_lines(name) if to_host else [f"{name} = {name}.numpy()"]
-
-        for j, (name, nkeys, key, shape, dtype, mode) in enumerate(plan.tensors):
-            scope[f"S{j}"], scope[f"D{j}"] = shape, dtype
-            lines += [f"g = values[{name!r}]",
-                      f"if type(g) is not dict or len(g) != {nkeys}: return False",
-                      f"v{j} = g[{key!r}]",
-                      f"if type(v{j}) is not Tensor: return False",
-                      *to_array(f"v{j}"),
-                      f"if v{j}.shape != S{j} or v{j}.dtype is not D{j}: return False"]
-            if mode == _CHECK_ROW:
-                finite.append(f"sum(v{j}.tolist()[0])")
-            elif mode == _CHECK_FLAT:
-                finite.append(f"sum(v{j}.tolist())")
-            elif mode == _CHECK_BLOCK:
-                blocks.append(f"v{j}")
-            written.append(f"v{j}")
-        for name, types, bounded, check_finite, binary in plan.scalars:
-            j = len(written)
-            scope[f"T{j}"] = types
-            lines += [f"v{j} = values[{name!r}]", f"if type(v{j}) not in T{j}: return False"]
-            if bounded:
-                lines.append(f"if not {_INT64[0]} <= v{j} <= {_INT64[1]}: return False")
-            if binary:
-                lines.append(f"if v{j} != 0 and v{j} != 1: return False")
-            if check_finite:
-                finite.append(f"v{j}")
-            written.append(f"v{j}")
-        for name, code, spec in plan.others:
-            j = len(written)
-            lines.append(f"v{j} = values[{name!r}]")
-            if code == 0:  # a tensor sub attribute
-                shape, dtype, mode, binary = spec
-                scope[f"S{j}"], scope[f"D{j}"] = shape, dtype
-                lines += [f"if type(v{j}) is not Tensor: return False",
-                          *to_array(f"v{j}"),
-                          f"if v{j}.shape != S{j} or v{j}.dtype is not D{j}: return False"]
-                if mode:
-                    blocks.append(f"v{j}")
-                if binary:
-                    lines.append(f"if not ((v{j} == 0) | (v{j} == 1)).all(): return False")
-            else:  # a list column keeps its own copy, as a Transition would
-                lines.append(f"v{j} = v{j}.detach().clone() if isinstance(v{j}, Tensor) else copy.deepcopy(v{j})")
-            written.append(f"v{j}")
-        tests = [f"if not _block_is_finite({b}): return False" for b in blocks]
-        if finite:
-            tests.append(f"if not isfinite({' + '.join(finite)}): return False")
-        if tests:
-            lines.append("if check:")
-            lines += ["    " + t for t in tests]
-        return "\n".join("        " + line.replace("return False", f"return {fail}") for line in lines), written
-
-    for j, target in enumerate(plan.targets):
-        scope[f"W{j}"] = target
-    scope["PLAN"] = plan
-    capacity = buffer._capacity
-    append_body, written = checks(to_host=True, fail="None")
-    row_body, _ = checks(to_host=False, fail="False")
-    writes = "\n".join(f"    W{j}[i] = {v}" for j, v in enumerate(written))
-    catch = "    except Exception:  # whatever went wrong, the full path reports it properly\n        return {}\n"
-    grow = "    if size == {capacity}: return None  # the columns must grow: the full path does that\n"
-    source = (f"def append(buf, values):\n"
-              f"    if buf._fast is not PLAN: return None  # the layout changed since\n"
-              f"    i, size, check = buf._pos, buf._size, buf.check_finite\n"
-              f"{grow.format(capacity=capacity) if capacity < buffer.buffer_size else ''}"
-              f"    try:\n{append_body}\n{catch.format('None')}{writes}\n"
-              f"    buf._pos = i + 1 if i < {capacity - 1} else 0\n"
-              f"    if size < {capacity}: buf._size = size + 1\n"
-              f"    return i\n\n"
-              f"def row(values, check):\n    try:\n{row_body}\n{catch.format('False')}"
-              f"    return ({', '.join(written)},)\n")
-    exec(compile(source, f"<machin buffer layout {sorted(plan.keys)}>", "exec"), scope)
-    append, row = scope["append"], scope["row"]
-    append.source = row.source = source
-    return append, row
+def _non_finite(label: str, value: Any, index: int) -> Optional[str]:
+    """Why ``value`` (a row of transition ``index``, as written) is not finite, or ``None`` (also for non-numbers)."""
+    if isinstance(value, (torch.Tensor, np.ndarray)):
+        block = torch.as_tensor(value).detach().cpu()
+        bad = ~torch.isfinite(block) if block.is_floating_point() else None
+        if bad is None or not bool(bad.any()):
+            return None
+        return f"{label} must hold finite values, got {block[bad][0].item()} in transition {index} {_CHECK_HINT}"
+    try:
+        if math.isfinite(value):
+            return None
+    except (TypeError, OverflowError):  # not a float (a huge int is finite)
+        return None
+    return f"{label} must be a finite number, got {value} in transition {index} {_CHECK_HINT}"
 
 
-def _gather_function(buffer: Buffer, sample_attrs: Sequence[str]) -> Callable[[torch.Tensor, np.ndarray], Tuple[Any, ...]]:
-    """``gather(index, rows)``: what ``buffer._gather`` returns for ``sample_attrs``, concatenated.
-
-    Written out for the buffer's present columns (see :func:`_dict_functions`): every
-    column that numpy views is one ``take`` of the rows ``rows`` (the numpy form of the
-    storage positions ``index``); other columns (custom ones) go through
-    :meth:`_Column.gather`. The result equals that of the general path, for the default
-    dtype the function was written under. The buffer drops it with its columns.
-    """
-    scope: Dict[str, Any] = {"from_numpy": torch.from_numpy}
-    parts: List[str] = []
-
-    def column(col: _Column, as_tensor: bool, name: str) -> str:
-        j = len(scope)
-        view = False if col.values is not None or not as_tensor else (
-            col.view if col.view is not None else col._make_view())
-        if view is False:
-            scope[f"C{j}"] = col
-            return f"C{j}.gather(index, True, {as_tensor}, None, {name!r}, rows)"
-        scope[f"V{j}"] = view
-        code = f"from_numpy(V{j}.take(rows, axis=0))"
-        if col.kind is float and col.tensor.dtype != torch.get_default_dtype():
-            scope[f"D{j}"] = torch.get_default_dtype()
-            code += f".to(D{j})"
-        return code
-
-    named = set(sample_attrs)
-    for name in sample_attrs:
-        if name == "*":
-            parts.append("{" + ", ".join(f"{k!r}: {column(c, False, k)}" for k, c in buffer._custom.items()
-                                         if k not in named) + "}")
-        elif name in buffer._major:
-            parts.append("{" + ", ".join(f"{k!r}: {column(c, True, '')}" for k, c in buffer._major[name].items())
-                         + "}")
-        elif name in buffer._sub:
-            parts.append(column(buffer._sub[name], True, ""))
-        elif name in buffer._custom:
-            parts.append(column(buffer._custom[name], False, name))
-    source = f"def gather(index, rows):\n    return ({''.join(p + ', ' for p in parts)})\n"
-    exec(compile(source, f"<machin buffer gather {list(sample_attrs)}>", "exec"), scope)
-    return scope["gather"]
-
-
-def _fast_path_allowed(cls: type) -> Tuple[bool, bool, bool]:
-    """Whether ``cls`` may store through the fast path in ``extend``, in ``append``, and around ``append``.
-
-    The fast path stands in for the checking and writing methods of :class:`Buffer`; a
-    subclass that overrides one of them stores the full way. ``append`` also skips
-    ``extend``, which it may only do where ``extend`` is the one the appending class wrote
-    its fast path against (a subclass wrapping ``extend``, e.g. with a lock, keeps it).
-    The third: whether the buffer may offer ``_append_dict`` (see :class:`Buffer`), which
-    stands in for a call of ``append`` itself, so only where that is :meth:`Buffer.append`.
-    """
-    hooks = ("_as_transition", "_check", "_check_all", "_write", "_reserve", "_create_layout")
-    store = all(getattr(cls, h) is getattr(Buffer, h) for h in hooks)
-    owner = next(c for c in cls.__mro__ if "append" in vars(c))  # whose append runs
-    append = store and vars(owner).get("_has_fast_append", False) and cls.extend is owner.extend
-    return store, append, append and owner is Buffer
+def _terminal_problem(value: Any) -> Optional[str]:
+    """Why ``value`` (a scalar, tensor or array) is not a valid terminal flag (a bool or 0/1), or ``None``."""
+    if isinstance(value, (torch.Tensor, np.ndarray)):
+        binary = (value == 0) | (value == 1)
+        if bool(binary.all()):
+            return None
+        return f"attribute 'terminal' must be a bool or 0/1, got {value[~binary][0].item()}"
+    if value in _BINARY:
+        return None
+    return f"attribute 'terminal' must be a bool or 0/1, got {value!r}"
 
 
 class SampleMethodError(ValueError, RuntimeError):
@@ -385,19 +158,8 @@ class SampleMethodError(ValueError, RuntimeError):
     """
 
 
-def _scalar_kind(value: Any) -> Optional[type]:
-    """``bool``, ``int`` or ``float`` for a real Python/numpy scalar, else ``None``."""
-    if isinstance(value, (bool, np.bool_)):
-        return bool
-    if isinstance(value, numbers.Integral):
-        return int
-    if isinstance(value, numbers.Real):
-        return float
-    return None
-
-
 class _Column:
-    """Storage of one sub or custom attribute: a tensor column, or a list for other values.
+    """Storage of one attribute key: a tensor column, or a list for other values.
 
     Tensors given as custom attributes are kept in a list, where they are (as Machin
     0.3.4 kept them): they are never moved, and their shapes may differ.
@@ -405,14 +167,19 @@ class _Column:
     ``scalar`` columns remember the Python kind of their values (bool < int < float,
     promoted when a wider kind arrives), so that unconcatenated samples give back
     Python scalars of the kind that was stored.
+
+    ``label`` (and ``verb``) name the attribute in messages; ``role`` says what is checked
+    of the values written into it (nothing, finite numbers, or terminal flags).
     """
 
-    __slots__ = ("tensor", "kind", "values", "row_shape", "one_row", "dtypes", "view")
+    __slots__ = ("tensor", "kind", "values", "row_shape", "one_row", "dtypes", "view", "label", "verb", "role")
 
-    def __init__(self, first: Any, capacity: int, device: torch.device, allow_list: bool, exact_floats: bool):
+    def __init__(self, first: Any, capacity: int, device: torch.device, allow_list: bool, exact_floats: bool,
+                 label: str = "", role: int = _UNCHECKED, verb: str = "must be"):
         self.tensor, self.kind, self.values, self.row_shape, self.one_row = None, None, None, None, None
-        # A numpy view of ``tensor`` for gathering on the CPU (None: not made yet, False: none);
-        # reset whenever ``tensor`` is replaced.
+        self.label, self.verb, self.role = label, verb, role
+        # A numpy view of ``tensor`` on the CPU (None: not made yet, False: none); reset
+        # whenever ``tensor`` is replaced.
         self.view = None
         # Sub attributes (rewards) keep floats in the default dtype, which is what a batch
         # needs; custom attributes keep them in float64 so that Python floats come back exactly.
@@ -428,6 +195,8 @@ class _Column:
             self.values = [None] * capacity
         else:
             raise ValueError(f"cannot store a value of type {type(first).__name__}")
+        if self.kind is None and self.values is None and not self.tensor.is_floating_point() and role == _FINITE:
+            self.role = _UNCHECKED  # (integer and bool tensors are always finite)
 
     def grow(self, capacity: int, filled: int) -> None:
         if self.values is not None:
@@ -456,70 +225,59 @@ class _Column:
         self.view = view
         return view
 
-    def accepts(self, value: Any) -> Optional[str]:
-        """``None`` if ``value`` fits this column, else the reason it does not."""
-        if self.values is not None:
-            return None
-        if self.kind is None:
-            if not isinstance(value, torch.Tensor):
-                return f"a tensor of shape [1, *{self.row_shape}], got {type(value).__name__}"
-            # One transition is one row: a first dimension other than 1 is rejected here,
-            # before anything is written.
-            if value.shape != self.one_row or value.dtype != self.tensor.dtype:
-                return (
-                    f"shape {[1, *self.row_shape]} and dtype {self.tensor.dtype}, "
-                    f"got shape {list(value.shape)} and dtype {value.dtype}"
-                )
-            return None
-        if type(value) is self.kind:  # the common case, without the slower ABC checks
-            return None
-        kind = _scalar_kind(value)
-        if kind is None:
-            return f"a {self.kind.__name__} scalar, got {type(value).__name__}"
-        return None
-
-    def needs_promotion(self, values: Sequence[Any]) -> bool:
-        """Whether :meth:`promote` would change this column for ``values``."""
-        kind = self.kind
-        return self.values is None and kind is not None and not _all_of_type(values, kind)
+    def misfit(self, value: Any) -> str:
+        """The message for a ``value`` that does not fit this major or sub attribute column (see :meth:`Buffer._fit`)."""
+        verb = self.verb
+        if self.kind is not None:
+            return f"{self.label} {verb} a {self.kind.__name__} scalar, got {type(value).__name__}"
+        if not isinstance(value, torch.Tensor):
+            return f"{self.label} {verb} a tensor of shape [1, *{self.row_shape}], got {type(value).__name__}"
+        # One transition is one row: a first dimension other than 1 is rejected before anything is written.
+        return (f"{self.label} {verb} shape {[1, *self.row_shape]} and dtype {self.tensor.dtype}, "
+                f"got shape {list(value.shape)} and dtype {value.dtype}")
 
     def promote(self, values: Sequence[Any]) -> None:
-        """Widen a scalar column (bool -> int -> float) or turn it into a list column."""
-        kind = self.kind
-        if self.values is not None or kind is None:
+        """Widen a scalar column (bool -> int -> float) or turn it into a list column, as ``values`` need."""
+        if self.kind is None:
             return
-        if _all_of_type(values, kind):  # the common case: nothing to do
-            return
-        kinds = {_scalar_kind(v) for v in values}
-        if None in kinds:
+        widest = _widest_kind(values)
+        if widest is None:  # a value that is not a number: keep every value in a list
             filled = self.tensor.tolist()
             self.values = [row[0] if self.kind is float else self.kind(row[0]) for row in filled]
             self.tensor, self.kind, self.view = None, None, None
-            return
-        order = (bool, int, float)
-        widest = max(kinds | {self.kind}, key=order.index)
-        if widest is not self.kind:
+        elif _KIND_RANK[widest] > _KIND_RANK[self.kind]:
             self.kind = widest
             self.tensor, self.view = self.tensor.to(self.dtypes[widest]), None
 
-    def write(self, rows: Union[slice, torch.Tensor], values: Sequence[Any], positions: List[int],
-              block: Optional[torch.Tensor] = None) -> None:
-        if block is not None:  # the rows, already concatenated (and checked)
-            if len(values) == 1 and isinstance(rows, slice):
-                self.tensor[rows] = block
-            else:
-                self.tensor[rows] = block.to(self.tensor.device)
-        elif self.values is not None:
-            for p, v in zip(positions, values):
-                self.values[p] = v
-        elif len(values) == 1 and isinstance(rows, slice):
-            # One row (every append): assign in place, without a temporary tensor.
-            self.tensor[rows] = values[0] if self.kind is None else self.kind(values[0])
-        elif self.kind is None:
-            block = values[0] if len(values) == 1 else torch.cat(values)
-            self.tensor[rows] = block.to(self.tensor.device)
+    def target(self) -> Any:
+        """What a row is written into with ``target[i] = value`` (a value as :meth:`Buffer._fit` reads it).
+
+        The list of a list column; on the CPU a numpy view of the tensor (several times
+        faster to write than torch indexing), with one leading axis per row; elsewhere the
+        tensor itself.
+        """
+        if self.values is not None:
+            return self.values
+        view = self.view if self.view is not None else self._make_view()
+        if self.kind is not None:
+            return self.tensor if view is False else view[:, 0]
+        if view is False:
+            return self.tensor.unsqueeze(1)  # rows of shape [1, ...], as the values have
+        return view if self.row_shape else view[:, None]
+
+    def block(self, values: Sequence[Any], target: Any) -> Any:
+        """``values`` (one per transition, as read) joined into what ``target[a:b] = block`` writes."""
+        if self.values is not None:
+            return list(values)
+        if self.kind is not None:
+            block = torch.tensor(values, dtype=self.tensor.dtype)  # (a ValueError for an int beyond int64)
+        elif isinstance(values[0], np.ndarray):
+            block = np.concatenate(values)
         else:
-            self.tensor[rows] = torch.tensor(values, dtype=self.tensor.dtype).view(-1, 1).to(self.tensor.device)
+            block = torch.cat(values)
+        if isinstance(target, np.ndarray) and isinstance(block, torch.Tensor):
+            block = block.numpy()
+        return block.reshape((len(values), *target.shape[1:]))
 
     def gather(self, index: torch.Tensor, concatenate: bool, as_tensor: bool, device: Optional[torch.device],
                name: str = "", np_index: Optional[np.ndarray] = None):
@@ -558,6 +316,89 @@ class _Column:
         return values if self.kind is not bool else [bool(v) for v in values]
 
 
+
+
+def _scalar_value(col: _Column, value: Any, test: int, widen: List[_Column]) -> Any:
+    """``value`` to write into the scalar column ``col`` whose kind it is not of (see :meth:`Buffer._fit`).
+
+    A narrower scalar is converted to the column's kind; a wider one, or (for a custom
+    attribute) anything else, adds ``col`` to ``widen`` and is kept (a copy of it).
+    """
+    kind = _kind_of_type(type(value))
+    if kind is None and test:  # a sub attribute
+        raise ValueError(col.misfit(value))
+    if kind is None or _KIND_RANK[kind] > _KIND_RANK[col.kind]:
+        widen.append(col)  # written once the column is widened (see Buffer._store_blocks)
+        return _own_copy(value)
+    return col.kind(value)
+
+
+class _Layout:
+    """How :meth:`Buffer._fit` reads a transition of the stored layout, derived from the columns.
+
+    ``names``: the major, sub and custom attribute names (a :class:`TransitionBase` must
+    have exactly these); ``takes_dicts``: whether a dict can have this layout (that of a
+    :class:`Transition`); ``empty_groups``: the major attributes without keys;
+    ``tensors``: ``(attribute, key or None, number of keys of the attribute, column,
+    shape, dtype, to host, test)`` of every tensor column (``shape`` and ``dtype`` as
+    written, see :func:`_written_form`), the test of its values being 0 (none), a finite test (1: a short
+    row, summed as Python floats, 2: one value per row, 3: any other row) or 4 (terminal
+    flags); ``scalars``:
+    ``(attribute, column, kind, test)`` of every scalar column, the test being 0 (none: a
+    custom attribute), 1 (finite) or 2 (terminal flags); ``lists``: the
+    attributes kept in lists. ``columns`` are in the order of a read row (tensors,
+    scalars, lists) and ``targets`` are what each is written into (see
+    :meth:`_Column.target`), made when first needed; ``gathers`` the plans of
+    :meth:`Buffer._gather_plan`. Rebuilt whenever a column changes kind.
+    """
+
+    __slots__ = ("names", "keys", "width", "takes_dicts", "empty_groups", "tensors", "scalars", "lists", "columns",
+                 "targets", "gathers", "required")
+
+    def __init__(self, major: Dict[str, Dict[str, _Column]], sub: Dict[str, _Column], custom: Dict[str, _Column],
+                 on_cpu: bool):
+        self.names = (list(major), list(sub), list(custom))
+        self.keys = frozenset(major) | frozenset(sub) | frozenset(custom)
+        self.width = len(self.keys)
+        self.takes_dicts = (self.names[0] == _TRANSITION_MAJOR and self.names[1] == _TRANSITION_SUB
+                            and self.names[2] == sorted(custom))
+        self.empty_groups = [name for name, cols in major.items() if not cols]  # (the others: key by key)
+        attributes = [(name, key, col) for name, cols in major.items() for key, col in cols.items()]
+        attributes += [(name, None, col) for name, col in {**sub, **custom}.items()]
+        self.tensors = [(name, key, None if key is None else len(major[name]), col, *_written_form(col, on_cpu), _value_test(col))
+                        for name, key, col in attributes if col.tensor is not None and col.kind is None]
+        self.scalars = [(name, col, col.kind, (2 if col.role == _TERMINAL else 1) if name in sub else 0)
+                        for name, _, col in attributes if col.kind is not None]
+        self.lists = [(name, col) for name, _, col in attributes if col.values is not None]
+        self.columns = [entry[3] for entry in self.tensors] + [entry[1] for entry in self.scalars + self.lists]
+        self.targets: Optional[List[Any]] = None
+        self.gathers: Dict[Tuple[Any, ...], Any] = {}  # see Buffer._gather_plan
+        self.required: Optional[Tuple[str, ...]] = None  # the last required attributes found among ``keys``
+
+    def drop_views(self) -> None:
+        """Forget what holds numpy views of the columns (after a column was replaced or moved)."""
+        self.targets, self.gathers = None, {}
+
+
+def _written_form(col: _Column, on_cpu: bool) -> Tuple[Tuple[int, ...], Any, bool]:
+    """``(shape, dtype, to host)`` of the values written into the tensor column ``col`` (see :meth:`Buffer._fit`).
+
+    On the CPU, where numpy can view the column, values are written as numpy arrays
+    (``shape`` and ``dtype`` are then numpy's); elsewhere as tensors.
+    """
+    view = col._make_view() if on_cpu else False
+    return col.one_row, col.tensor.dtype if view is False else view.dtype, view is not False
+
+
+def _value_test(col: _Column) -> int:
+    """How :meth:`Buffer._fit` tests the values of a tensor column (see :class:`_Layout`)."""
+    if col.role != _FINITE:
+        return 4 if col.role == _TERMINAL else 0
+    if len(col.row_shape) == 1 and col.row_shape[0] <= _SMALL_BLOCK:
+        return 1
+    return 2 if not col.row_shape else 3
+
+
 class Buffer:
     """A ring buffer of transitions stored column by column.
 
@@ -577,6 +418,9 @@ class Buffer:
     cannot be allocated, leaves the buffer as it was (the first append included: the
     attribute layout is only kept once a transition was stored).
 
+    :meth:`append` stores through :meth:`extend`, so a subclass that wraps ``extend``
+    (with a lock, say) wraps every store.
+
     Extra positional and keyword arguments are ignored with an
     :class:`~machin.utils.compat.ExtraArgumentsWarning`, as Machin 0.3.4 ignored them.
 
@@ -585,22 +429,8 @@ class Buffer:
     :meth:`sample_batch` for batches). This is what lets a sample method written for
     Machin 0.3.4, which picked transitions from a list, run unchanged.
 
-    For callers that append dicts one at a time (an algorithm's ``store_transition``): once
-    ``append`` has stored a dict with the default required attributes, ``_append_dict`` is
-    a function ``f(buffer, transition_dict)`` that does what ``append(transition_dict)``
-    does for a dict of the same layout, in one call, and returns the row; for anything
-    else it stores nothing and returns ``None``, and the caller calls ``append``. It is
-    ``None`` where the class's ``append`` is not this one.
-
     Not thread-safe.
     """
-
-    # This class's ``append`` has the fast path (see ``_fast_path_allowed``).
-    _has_fast_append = True
-
-    def __init_subclass__(cls, **kwargs: Any):
-        super().__init_subclass__(**kwargs)
-        cls._fast_store_ok, cls._fast_append_ok, cls._direct_append_ok = _fast_path_allowed(cls)
 
     @ignores_extra_args
     def __init__(self, buffer_size: int = 1_000_000, buffer_device: Union[str, torch.device] = "cpu", *,
@@ -621,8 +451,8 @@ class Buffer:
         (an on-policy algorithm clearing its buffer after every update), its columns are
         used again instead of being allocated and grown anew.
         """
-        keep = self._fast_store_ok and getattr(self, "_keys", None) is not None and self._fast_layout()
-        spare = (self._keys, self._fast, self._major, self._sub, self._custom, self._capacity) if keep else None
+        layout = getattr(self, "_layout", None)
+        spare = (self._keys, layout, self._major, self._sub, self._custom, self._capacity) if layout else None
         self._forget_layout()
         self._spare = spare
 
@@ -630,10 +460,7 @@ class Buffer:
         """Empty the buffer and drop its layout and columns, keeping none for reuse."""
         self._spare: Optional[tuple] = None  # see clear()
         self._keys: Optional[List[str]] = None
-        # The cached layout of the fast path: None until built, False where it cannot be used.
-        self._fast: Union[_FastLayout, bool, None] = None
-        # ``append_dict`` of a layout, offered to callers that append dicts (see the class docstring).
-        self._append_dict: Optional[Callable[[Buffer, Dict[str, Any]], Optional[int]]] = None
+        self._layout: Optional[_Layout] = None
         self._major: Dict[str, Dict[str, _Column]] = {}
         self._sub: Dict[str, _Column] = {}
         self._custom: Dict[str, _Column] = {}
@@ -641,9 +468,15 @@ class Buffer:
         self._pos = 0
         self._size = 0
 
+    def _use_layout(self, keys: List[str], layout: _Layout, major: Dict[str, Dict[str, _Column]],
+                    sub: Dict[str, _Column], custom: Dict[str, _Column], capacity: int) -> None:
+        """Store into these columns from now on (the buffer is empty)."""
+        self._keys, self._layout, self._major, self._sub, self._custom = keys, layout, major, sub, custom
+        self._capacity, self._pos, self._size, self._spare = capacity, 0, 0, None
+
     def __getstate__(self) -> Dict[str, Any]:
         # Pickled or deep-copied numpy views would be copies, no longer views of the columns:
-        # the copy builds its own cache. Pickling may also move the columns to shared memory
+        # the copy makes its own. Pickling may also move the columns to shared memory
         # (torch.multiprocessing), which leaves this buffer's views behind: drop them too.
         self._forget_views()
         state = self.__dict__.copy()
@@ -651,11 +484,13 @@ class Buffer:
         return state
 
     def _forget_views(self) -> None:
-        """Drop the cached numpy views of the columns; call it after moving a column's storage
+        """Drop the numpy views of the columns; call it after moving a column's storage
         (e.g. ``share_memory_()``), which numpy views do not follow."""
-        self._fast = self._spare = self._append_dict = None
-        for col in self._columns():
-            col.view = None
+        for layout in (self._layout, self._spare[1] if self._spare else None):
+            if layout is not None:
+                layout.drop_views()
+                for col in layout.columns:
+                    col.view = None
 
     def size(self) -> int:
         """Number of stored transitions."""
@@ -713,7 +548,10 @@ class Buffer:
         yield from self._sub.values()
         yield from self._custom.values()
 
-    # -- appending ------------------------------------------------------------------
+    # -- storing --------------------------------------------------------------------
+    # One path for every transition: _fit reads its values, checking each against its column,
+    # and _store writes the rows. A transition that does not fit is checked again as the
+    # Transition it stands for (_fit_transition), whose own errors (a dict's) come first.
     @staticmethod
     def _as_transition(transition: Union[TransitionBase, Dict[str, Any]]) -> TransitionBase:
         return as_transition(transition)
@@ -723,15 +561,22 @@ class Buffer:
         cap = min(self.buffer_size, _INITIAL_CAPACITY)
         dev = self.buffer_device
         major = {
-            name: {k: _Column(v, cap, dev, False, False) for k, v in getattr(t, name).items()}
+            name: {k: _Column(v, cap, dev, False, False, f"attribute {name}[{k!r}]", _FINITE, "must have")
+                   for k, v in getattr(t, name).items()}
             for name in t.major_attr
         }
-        sub = {name: _Column(getattr(t, name), cap, dev, False, False) for name in t.sub_attr}
-        custom = {name: _Column(getattr(t, name), cap, dev, True, True) for name in t.custom_attr}
-        self._keys, self._capacity, self._major, self._sub, self._custom = t.keys(), cap, major, sub, custom
-        self._fast = None
+        sub = {name: _Column(getattr(t, name), cap, dev, False, False, f"attribute {name!r}",
+                             _TERMINAL if name == "terminal" else _FINITE)
+               for name in t.sub_attr}
+        custom = {name: _Column(getattr(t, name), cap, dev, True, True, f"attribute {name!r}") for name in t.custom_attr}
+        self._use_layout(t.keys(), self._layout_of(major, sub, custom), major, sub, custom, cap)
+
+    def _layout_of(self, major: Dict[str, Dict[str, _Column]], sub: Dict[str, _Column],
+                   custom: Dict[str, _Column]) -> _Layout:
+        return _Layout(major, sub, custom, self.buffer_device.type == "cpu")
 
     def _check(self, t: TransitionBase, required_attrs: Iterable[str]) -> None:
+        """Raise the :class:`ValueError` that names why ``t`` cannot be stored, if it cannot."""
         keys = t.keys()
         missing = [a for a in required_attrs if a not in keys]
         if missing:
@@ -739,115 +584,207 @@ class Buffer:
                 f"Transition object missing attributes: the transition is missing required "
                 f"attribute(s) {missing}; it has {keys}"
             )
-        if self._keys is None:
-            return
-        if keys != self._keys or t.major_attr != list(self._major) or t.sub_attr != list(self._sub):
+        if self._layout is not None:
+            self._fit_transition(t, 0, [])
+
+    def _fit_transition(self, t: TransitionBase, index: int, widen: List[_Column]) -> List[Any]:
+        """:meth:`_fit` of the :class:`TransitionBase` ``t``, raising the error that names what does not fit."""
+        if (t._major_attr, t._sub_attr, t._custom_attr) != self._layout.names:
             raise ValueError(
                 f"Transition object has different attributes: {t.keys()} differ from those already "
                 f"stored {self._keys}; every transition in a buffer must have the same attributes"
             )
-        for name, cols in self._major.items():
-            value = getattr(t, name)
-            if value.keys() != cols.keys():
-                raise ValueError(
-                    f"major attribute {name!r} has keys {sorted(value)}, but the stored transitions "
-                    f"have keys {sorted(cols)}"
-                )
-            for key, col in cols.items():
-                problem = col.accepts(value[key])
-                if problem:
-                    raise ValueError(f"attribute {name}[{key!r}] must have {problem}")
-        for name, col in self._sub.items():
-            problem = col.accepts(getattr(t, name))
-            if problem:
-                raise ValueError(f"attribute {name!r} must be {problem}")
+        try:
+            return self._fit(t, index, widen)
+        except KeyError:  # a major attribute with other keys
+            for name, cols in self._major.items():
+                if getattr(t, name).keys() != cols.keys():
+                    raise ValueError(
+                        f"major attribute {name!r} has keys {sorted(getattr(t, name))}, but the stored "
+                        f"transitions have keys {sorted(cols)}"
+                    ) from None
+            raise
 
-    def _reserve(self, n: int) -> Tuple[List[int], Union[slice, torch.Tensor]]:
-        """Make room for ``n`` new rows; return their storage positions and an indexer."""
+    def _fit(self, transition: Any, index: int, widen: List[_Column]) -> List[Any]:
+        """The values of ``transition`` (the ``index``-th to store), checked, as they are written.
+
+        ``transition`` must be a dict or a :class:`TransitionBase` of exactly the stored
+        attributes (a dict's are those of the :class:`Transition` it stands for), and every
+        value must fit its column: a tensor of the column's shape ``[1, ...]`` and dtype, a
+        real scalar (one of a wider kind adds its column to ``widen``), anything for a list
+        column. Terminal flags must be bools or 0/1 and, with ``check_finite``, floating
+        values of major and sub attributes must be finite. Tensors for a column on the CPU
+        are read as numpy arrays. A dict's custom values are copied.
+
+        Raises:
+            ValueError: naming the attribute and the value that does not fit.
+            KeyError: for other attributes or other keys of a major attribute (see
+                :meth:`_fit_transition` for the message).
+        """
+        layout = self._layout
+        if type(transition) is dict:
+            if not layout.takes_dicts or len(transition) != layout.width:
+                raise KeyError("attributes")
+            values, own = transition, False
+        elif isinstance(transition, TransitionBase) and (
+                transition._major_attr, transition._sub_attr, transition._custom_attr) == layout.names:
+            values, own = transition.__dict__, True
+        else:
+            raise KeyError("attributes")
+        check = self.check_finite
+        row: List[Any] = []
+        total = self._fit_tensors(values, row, check)
+        for name, col, kind, test in layout.scalars:
+            value = values[name]
+            if type(value) is not kind:
+                value = _scalar_value(col, value, test, widen)
+            if type(value) is int and not _INT64[0] <= value <= _INT64[1]:
+                raise ValueError(f"{col.label} must fit in a 64-bit integer, got {value!r}")
+            if test == 1:
+                if check:
+                    total += value
+            elif test == 2 and value not in _BINARY:
+                raise ValueError(_terminal_problem(value))
+            row.append(value)
+        for name, _ in layout.lists:
+            row.append(values[name] if own else _own_copy(values[name]))
+        if check and not math.isfinite(total):  # a NaN or infinity somewhere, or an overflow of the sum
+            self._name_non_finite(row, index)
+        return row
+
+    def _name_non_finite(self, row: List[Any], index: int) -> None:
+        """Raise the error naming the first value of ``row`` (of the ``index``-th transition) that is not finite.
+
+        (Nothing when every value is finite: their sum overflowed.)
+        """
+        for col, value in zip(self._layout.columns, row):
+            problem = _non_finite(col.label, value, index) if col.role == _FINITE else None
+            if problem:
+                raise ValueError(problem)
+
+    def _fit_tensors(self, values: Mapping[str, Any], row: List[Any], check: bool) -> float:
+        """Read the major attributes' and tensor columns' values of :meth:`_fit` into ``row``; returns the sum of
+        those to check."""
+        layout = self._layout
+        for name in layout.empty_groups:
+            if type(values[name]) is not dict or values[name]:
+                raise KeyError(name)
+        total = 0.0
+        for name, key, width, col, shape, dtype, host, test in layout.tensors:
+            if key is None:
+                value = values[name]
+            else:
+                group = values[name]
+                if type(group) is not dict or len(group) != width:
+                    raise KeyError(name)
+                value = group[key]
+            if not isinstance(value, torch.Tensor):
+                raise ValueError(col.misfit(value))
+            # Compared as written: a numpy array (numpy's shape and dtype) for a column on the CPU.
+            if not host:
+                written = value.detach() if value.requires_grad else value
+            else:
+                try:
+                    written = value.numpy()
+                except (TypeError, RuntimeError):  # on another device, or requires grad
+                    written = _host_copy(value, col)
+            if written.shape != shape or (written.dtype is not dtype and written.dtype != dtype):  # (a copied layout)
+                raise ValueError(col.misfit(value))
+            if test == 1:
+                if check:
+                    total += sum(written.tolist()[0])
+            elif test:
+                total += _tested(written, test, check)
+            row.append(written)
+        return total
+
+    def _store(self, rows: List[List[Any]], widen: List[_Column]) -> List[int]:
+        """Write the read ``rows``; returns their storage positions.
+
+        One row that needs no wider column and no growth is written straight into the
+        targets; anything else in whole blocks (see :meth:`_store_blocks`).
+        """
+        size, cap, i = self._size, self._capacity, self._pos
+        if len(rows) > 1 or widen or (size == cap and cap < self.buffer_size):
+            return self._store_blocks(rows, widen)
+        layout = self._layout
+        targets = layout.targets if layout.targets is not None else self._targets()
+        for target, value in zip(targets, rows[0]):
+            target[i] = value
+        self._pos = i + 1 if i + 1 < cap else 0
+        if size < cap:
+            self._size = size + 1
+        return [i]
+
+    def _targets(self) -> List[Any]:
+        layout = self._layout
+        layout.targets = [col.target() for col in layout.columns]
+        return layout.targets
+
+    def _store_blocks(self, rows: List[List[Any]], widen: List[_Column]) -> List[int]:
+        """Write ``rows`` column by column, widening columns and growing the storage first as needed.
+
+        When widening, growing or writing fails, the columns and counters are put back as
+        they were.
+        """
+        rows = rows[-self.buffer_size:]
+        n, layout = len(rows), self._layout
+        by_column = dict(zip(layout.columns, zip(*rows))) if rows[0] else {}
+        counters = (self._pos, self._size, self._capacity)
+        # Columns are only replaced (never changed in place) when they grow or are widened.
+        saved = [(col, col.tensor, col.kind, col.values, None if col.values is None else len(col.values))
+                 for col in layout.columns]
+        try:
+            for col in dict.fromkeys(widen):
+                col.promote(by_column[col])
+            if widen:
+                self._layout = self._layout_of(self._major, self._sub, self._custom)
+            positions, start = self._reserve(n)
+            self._write_blocks(by_column, start, n)
+        except BaseException:
+            self._pos, self._size, self._capacity = counters
+            for col, tensor, kind, values, length in saved:
+                col.tensor, col.kind, col.values, col.view = tensor, kind, values, None
+                if values is not None:
+                    del values[length:]
+            self._layout = self._layout_of(self._major, self._sub, self._custom)
+            raise
+        return positions
+
+    def _write_blocks(self, by_column: Dict[_Column, Sequence[Any]], start: int, n: int) -> None:
+        """Write ``n`` rows of every column from storage row ``start`` on (wrapping around the ring)."""
+        cap = self._capacity
+        end = start + n
+        for col, target in zip(self._layout.columns, self._targets()):
+            block = col.block(by_column[col], target)
+            if end <= cap:
+                target[start:end] = block
+            else:
+                target[start:] = block[:cap - start]
+                target[:end - cap] = block[cap - start:]
+
+    def _reserve(self, n: int) -> Tuple[List[int], int]:
+        """Make room for ``n`` new rows; return their storage positions and the first one."""
         if self._size + n > self._capacity and self._capacity < self.buffer_size:
             new_cap = min(self.buffer_size, max(2 * self._capacity, self._size + n))
             for col in self._columns():
                 col.grow(new_cap, self._size)
             self._capacity = new_cap
+            self._layout.drop_views()  # the columns were replaced
             # Before the first wrap-around, rows are filled in order from 0.
             self._pos = self._size
-        cap = self._capacity
-        start = self._pos
+        cap, start = self._capacity, self._pos
         positions = list(range(start, start + n)) if start + n <= cap else [(start + i) % cap for i in range(n)]
-        rows = slice(start, start + n) if start + n <= cap else torch.tensor(positions, device=self.buffer_device)
         self._pos = (start + n) % cap
         self._size = min(self._size + n, cap)
-        return positions, rows
-
-    def _write(self, transitions: List[TransitionBase]) -> List[int]:
-        """Check the values of layout-checked transitions, then write them; returns the storage positions used.
-
-        Nothing is changed when a value is rejected; when growing, promoting or writing a
-        column fails, the columns and counters are put back as they were.
-        """
-        if len(transitions) > self.buffer_size:
-            transitions = transitions[-self.buffer_size:]
-        n = len(transitions)
-        check = self.check_finite
-        major = []
-        for name, cols in self._major.items():
-            dicts = list(map(operator.attrgetter(name), transitions))
-            for key, col in cols.items():
-                values = list(map(operator.itemgetter(key), dicts))
-                block = values[0] if n == 1 else torch.cat(values)
-                if check:
-                    problem = _tensor_problem((name, key), block)
-                    if problem:
-                        raise ValueError(problem)
-                major.append((col, values, block))
-        sub = [(name, col, list(map(operator.attrgetter(name), transitions))) for name, col in self._sub.items()]
-        for name, _col, values in sub:
-            problem = None
-            if name == "terminal":
-                problem = _terminal_problem(values)
-            elif check:
-                if isinstance(values[0], torch.Tensor):
-                    problem = _tensor_problem(name, values[0] if n == 1 else torch.cat(values))
-                else:
-                    problem = _scalar_problem(f"attribute {name!r}", values)
-            if problem:
-                raise ValueError(problem)
-        scalar_like = [(col, values) for _, col, values in sub]
-        scalar_like += [(col, list(map(operator.attrgetter(name), transitions))) for name, col in self._custom.items()]
-        # Everything below changes the buffer: remember what a failure has to put back. Columns
-        # are only replaced (not changed in place) when they grow or are promoted.
-        counters = (self._pos, self._size, self._capacity)
-        saved = None
-        grows = self._size + n > self._capacity and self._capacity < self.buffer_size
-        if grows or any(col.needs_promotion(v) for col, v in scalar_like):
-            saved = [(col, col.tensor, col.kind, col.values, None if col.values is None else len(col.values))
-                     for col in self._columns()]
-        try:
-            for col, values in scalar_like:
-                col.promote(values)
-            positions, rows = self._reserve(n)
-            for col, values, block in major:
-                col.write(rows, values, positions, block)
-            for col, values in scalar_like:
-                col.write(rows, values, positions)
-        except BaseException:
-            self._pos, self._size, self._capacity = counters
-            for col, tensor, kind, values, length in saved or ():
-                col.tensor, col.kind, col.values, col.view = tensor, kind, values, None
-                if values is not None:
-                    del values[length:]
-            self._fast = None
-            raise
-        if saved is not None:
-            self._fast = None  # columns were replaced: the cached views are stale
-        return positions
+        return positions, start
 
     def append(self, transition: Union[TransitionBase, Dict[str, Any]],
                required_attrs: Iterable[str] = DEFAULT_REQUIRED_ATTRS) -> int:
         """Store one transition (a :class:`Transition` or a dict of its attributes).
 
         Args:
-            transition: The transition; a dict is turned into a :class:`Transition`.
+            transition: The transition; a dict is stored as the :class:`Transition` it describes.
             required_attrs: Attributes that must be present; ``()`` disables the check.
 
         Returns:
@@ -859,15 +796,7 @@ class Buffer:
                 finite (see ``check_finite``) or ``terminal`` is not a bool or 0/1. The
                 buffer is left as it was.
         """
-        if self._fast_append_ok:
-            position = self._append_fast(transition, required_attrs)
-            if position is not None:
-                return position
-        position = self.extend([transition], required_attrs)[0]
-        if self._direct_append_ok and type(transition) is dict:  # the layout is known now: offer its function
-            plan = self._fast_layout()
-            self._append_dict = plan.append_default if plan else None
-        return position
+        return self.extend([transition], required_attrs)[0]
 
     def extend(self, transitions: Iterable[Union[TransitionBase, Dict[str, Any]]],
                required_attrs: Iterable[str] = DEFAULT_REQUIRED_ATTRS) -> List[int]:
@@ -880,244 +809,50 @@ class Buffer:
             transitions: The transitions (or dicts) to store, oldest first.
             required_attrs: Attributes every transition must have.
         """
-        transitions, required_attrs = list(transitions), tuple(required_attrs)
-        revived = False
-        if self._fast_store_ok and transitions:
-            if self._keys is None and self._spare is not None:
-                # empty after clear(): first try the columns of the layout stored before
-                self._keys, self._fast, self._major, self._sub, self._custom, self._capacity = self._spare
-                self._spare, revived = None, True
-            # Row by row for dicts and short episodes; long episodes of Transition objects
-            # are checked and written faster column by column.
-            if self._keys is not None and (len(transitions) <= _ROWWISE_MAX or type(transitions[0]) is not Transition):
-                positions = self._extend_fast(transitions, required_attrs)
-                if positions is not None:
-                    return positions
-        ts = [self._as_transition(t) for t in transitions]
-        if revived:
-            try:
-                self._check_all(ts, required_attrs)
-                return self._write(ts)
-            except ValueError:  # not that layout (or a bad value): the fresh layout's path decides
-                self._forget_layout()
-            except BaseException:
-                self._forget_layout()
-                raise
-        if not ts:
+        if type(transitions) is not list:
+            transitions = list(transitions)
+        if type(required_attrs) is not tuple:
+            required_attrs = tuple(required_attrs)
+        if not transitions:
             return []
-        if self._keys is None:
-            self._check(ts[0], required_attrs)
-            self._create_layout(ts[0])
-            try:
-                self._check_all(ts, required_attrs)
-                return self._write(ts)
-            except BaseException:
-                self._forget_layout()  # nothing was stored: do not keep the rejected layout either
-                raise
-        self._check_all(ts, required_attrs)
-        return self._write(ts)
-
-    def _check_all(self, ts: List[TransitionBase], required_attrs: Tuple[str, ...]) -> None:
-        """Check every transition; a fast pass over whole columns, the full check when it finds a problem."""
-        self._check(ts[0], required_attrs)
-        if len(ts) > 1 and not self._same_layout(ts):
-            for t in ts[1:]:
-                self._check(t, required_attrs)  # raises with a message naming the problem
-
-    def _same_layout(self, ts: List[TransitionBase]) -> bool:
-        """Whether every transition has exactly the stored names, keys, shapes, dtypes and scalar kinds."""
-        names = (ts[0]._major_attr, ts[0]._sub_attr, ts[0]._custom_attr)
-        if any((t._major_attr, t._sub_attr, t._custom_attr) != names for t in ts):
-            return False
-        # Whole columns at a time: map() and set() loop in C, far faster than a generator per row.
-        for name, cols in self._major.items():
-            dicts = list(map(operator.attrgetter(name), ts))
-            try:
-                if set(map(len, dicts)) != {len(cols)}:
-                    return False
-                for key, col in cols.items():
-                    values = list(map(operator.itemgetter(key), dicts))
-                    if (set(map(type, values)) != {torch.Tensor} or set(map(torch.Tensor.size, values)) != {col.one_row}
-                            or set(map(_dtype_of, values)) != {col.tensor.dtype}):
-                        return False
-            except (KeyError, TypeError):  # a row without the key, or not a dict
-                return False
-        for name, col in self._sub.items():
-            values = [getattr(t, name) for t in ts]
-            if col.kind is not None:
-                if set(map(type, values)) != {col.kind}:
-                    return False
-            elif any(not isinstance(v, torch.Tensor) or (v.shape, v.dtype) != (col.one_row, col.tensor.dtype)
-                     for v in values):
-                return False
-        return True
-
-    # -- the fast path ----------------------------------------------------------------
-    # Transitions of the stored layout (dicts, or Transition objects) are checked and written
-    # here with as few Python operations as possible: no Transition is built, and each value
-    # is written through a numpy view of its column. Whatever does not fit the cached layout
-    # exactly, and every value the full path would reject or convert, declines the fast path
-    # before anything is written; the full path then stores it or raises its documented error.
-    def _fast_layout(self) -> Union[_FastLayout, bool]:
-        """The cached layout, built on first use after the columns changed (``False``: none)."""
-        plan = self._fast
-        if plan is None:
-            if self._keys is None:
-                return False  # nothing stored yet: the first transition goes the full way
-            plan = False
-            if (self.buffer_device.type == "cpu"
-                    and list(self._major) == _STANDARD_MAJOR and list(self._sub) == _STANDARD_SUB
-                    and list(self._custom) == sorted(self._custom)):
-                try:
-                    plan = _FastLayout(self)
-                except TypeError:  # a dtype numpy cannot view
-                    plan = False
-            self._fast = plan
-        return plan
-
-    @staticmethod
-    def _fast_required(plan: _FastLayout, required_attrs: Iterable[str]) -> bool:
-        """Whether the stored layout has every required attribute (a tuple that has is remembered).
-
-        Anything but a tuple or a list (an iterator could be read only once) declines.
-        """
-        keys = plan.keys
-        if type(required_attrs) is not tuple and type(required_attrs) is not list:
-            return False
-        if not all(a in keys for a in required_attrs):
-            return False
-        if type(required_attrs) is tuple:
-            plan.required = required_attrs
-        return True
-
-    def _fast_row(self, plan: _FastLayout, transition: Any, check: bool, to_host: bool = False) -> Optional[list]:
-        """The values of a :class:`Transition` in the order of ``plan.targets``, or ``None`` for the full path.
-
-        (Dicts are checked by the layout's generated ``append_dict`` and ``row_dict``.) ``to_host``
-        takes tensors on a GPU too, each copied to the host on its own: right for one
-        transition; an episode of them is faster the full way (one copy per column).
-        """
-        numpy = _host_array if to_host else torch.Tensor.numpy
-        if type(transition) is not Transition or transition._custom_attr != plan.custom_names:
-            return None
-        values = transition.__dict__  # a Transition holds its own copies of custom values
-        row = []
-        total = 0.0  # the sum of every checked floating value: finite iff each one is
+        started = self._layout is None
         try:
-            for name, nkeys, key, shape, dtype, mode in plan.tensors:
-                group = values[name]
-                if type(group) is not dict or len(group) != nkeys:
-                    return None
-                array = group[key]
-                if type(array) is not torch.Tensor:
-                    return None
-                array = numpy(array)  # raises for tensors that require grad (on a GPU: without to_host)
-                if array.shape != shape or array.dtype is not dtype:
-                    return None
-                if mode and check:
-                    if mode == _CHECK_ROW:
-                        total += sum(array.tolist()[0])
-                    elif mode == _CHECK_FLAT:
-                        total += sum(array.tolist())
-                    elif not _block_is_finite(array):
-                        return None
-                row.append(array)
-            for name, types, bounded, finite, binary in plan.scalars:
-                value = values[name]
-                if type(value) not in types:
-                    return None
-                if bounded and not _INT64[0] <= value <= _INT64[1]:
-                    return None
-                if finite and check:
-                    total += value
-                if binary and value != 0 and value != 1:
-                    return None
-                row.append(value)
-            for name, code, spec in plan.others:
-                value = values[name]
-                if code == 0:  # a tensor sub attribute
-                    shape, dtype, mode, binary = spec
-                    if type(value) is not torch.Tensor:
-                        return None
-                    value = numpy(value)
-                    if value.shape != shape or value.dtype is not dtype:
-                        return None
-                    if mode and check and not _block_is_finite(value):
-                        return None
-                    if binary and not ((value == 0) | (value == 1)).all():
-                        return None
-                row.append(value)
-        except Exception:  # whatever went wrong, the full path reports it properly
-            return None
-        if check and not math.isfinite(total):
-            return None  # the full path finds the value and names it
-        return row
+            if started:
+                self._start_layout(transitions[0], required_attrs)
+            layout = self._layout
+            if required_attrs is not layout.required:
+                if not layout.keys.issuperset(required_attrs):  # raises, naming what is missing or different
+                    self._check(self._as_transition(transitions[0]), required_attrs)
+                layout.required = required_attrs
+            rows, widen = [], []
+            for i, transition in enumerate(transitions):
+                try:
+                    row = self._fit(transition, i, widen)
+                except Exception:  # noqa: BLE001 (checked as the Transition it stands for, which names the problem)
+                    row = self._fit_transition(self._as_transition(transition), i, widen)
+                rows.append(row)
+            return self._store(rows, widen)
+        except BaseException:
+            if started:
+                self._forget_layout()  # nothing was stored: do not keep the rejected layout either
+            raise
 
-    def _append_fast(self, transition: Any, required_attrs: Iterable[str]) -> Optional[int]:
-        """Store one transition through the cached layout; ``None`` (nothing changed) if it does not fit."""
-        plan = self._fast
-        if not plan:
-            if plan is False:
-                return None
-            plan = self._fast_layout()
-            if not plan:
-                return None
-        if required_attrs is not plan.required and not self._fast_required(plan, required_attrs):
-            return None
-        if type(transition) is dict:
-            position = plan.append_dict(self, transition)
-            if position is not None and self._direct_append_ok:
-                self._append_dict = plan.append_default  # (again) after a new layout or clear()
-            return position
-        size, cap = self._size, self._capacity
-        if size == cap and cap < self.buffer_size:
-            return None  # the columns must grow: the full path does that
-        i = self._pos
-        row = self._fast_row(plan, transition, self.check_finite, True)
-        if row is None:
-            return None
-        for target, value in zip(plan.targets, row):
-            target[i] = value
-        self._pos = i + 1 if i + 1 < cap else 0
-        if size < cap:
-            self._size = size + 1
-        return i
+    def _start_layout(self, first: Any, required_attrs: Tuple[str, ...]) -> None:
+        """Give an empty buffer the layout of its ``first`` transition.
 
-    def _extend_fast(self, transitions: List[Any], required_attrs: Tuple[str, ...]) -> Optional[List[int]]:
-        """Store several transitions through the cached layout; ``None`` (nothing changed) if one does not fit."""
-        plan = self._fast_layout()
-        if not plan or (required_attrs is not plan.required and not self._fast_required(plan, required_attrs)):
-            return None
-        if self._size + min(len(transitions), self.buffer_size) > self._capacity and self._capacity < self.buffer_size:
-            return None  # the columns must grow first: the full path does that
-        check, row_dict = self.check_finite, plan.row_dict
-        rows = []
-        for transition in transitions:
-            row = row_dict(transition, check) if type(transition) is dict else self._fast_row(plan, transition, check)
-            if not row:
-                return None
-            rows.append(row)
-        rows = rows[-self.buffer_size:]
-        n, size, cap = len(rows), self._size, self._capacity
-        if n == 0 or (size + n > cap and cap < self.buffer_size):
-            return None
-        blocks = []  # every block is built before the first write, so a failure changes nothing
-        for j, target in enumerate(plan.targets):
-            values = [row[j] for row in rows]
-            if isinstance(values[0], np.ndarray):
-                blocks.append(np.concatenate(values).reshape((n, *target.shape[1:])))
-            else:
-                blocks.append(values)
-        start, end = self._pos, self._pos + n
-        for target, block in zip(plan.targets, blocks):
-            if end <= cap:
-                target[start:end] = block
-            else:
-                target[start:] = block[:cap - start]
-                target[:end - cap] = block[cap - start:]
-        self._pos = end % cap
-        self._size = min(size + n, cap)
-        return list(range(start, end)) if end <= cap else [(start + i) % cap for i in range(n)]
+        After :meth:`clear`, the columns of the layout stored before are used again when
+        ``first`` fits them.
+        """
+        if self._spare is not None:
+            self._use_layout(*self._spare)
+            try:
+                self._fit(first, 0, [])
+                return
+            except Exception:  # noqa: BLE001 (another layout, or a bad value: decided afresh below)
+                self._forget_layout()
+        first = self._as_transition(first)
+        self._check(first, required_attrs)
+        self._create_layout(first)
 
     # -- sampling -------------------------------------------------------------------
     def _randint(self, high: int, n: int) -> torch.Tensor:
@@ -1268,16 +1003,10 @@ class Buffer:
 
     def _gather(self, index: torch.Tensor, concatenate: bool, device, sample_attrs, additional_concat_attrs):
         """Read the rows at storage positions ``index`` for the requested attributes."""
-        if concatenate and not additional_concat_attrs and (
-                device is None or torch.device(device) == self.buffer_device):
-            plan = self._fast if self._fast is not None else self._fast_layout()
-            if plan and index.is_cpu:  # the common call: one generated function gathers every column
-                attrs = self._keys if sample_attrs is None else sample_attrs
-                key = (*attrs, torch.get_default_dtype())
-                gather = plan.gathers.get(key)
-                if gather is None:
-                    gather = plan.gathers[key] = _gather_function(self, attrs)
-                return gather(index, index.numpy())
+        if concatenate and device is None and not additional_concat_attrs and index.is_cpu:
+            plan = self._gather_plan(self._keys if sample_attrs is None else sample_attrs)
+            if plan is not None:  # the common call: one numpy ``take`` per column
+                return self._gather_planned(plan, index)
         device = torch.device(device) if device is not None else None
         if sample_attrs is None:
             sample_attrs = self._keys
@@ -1302,6 +1031,60 @@ class Buffer:
             elif name in self._custom:
                 result.append(self._custom[name].gather(
                     storage_index, concatenate, name in concat_custom, device, name, rows))
+        return tuple(result)
+
+    def _gather_plan(self, attrs: Sequence[str]) -> Optional[List[Tuple[int, Any, Any]]]:
+        """How :meth:`_gather_planned` gathers ``attrs`` concatenated, or ``None`` where a column has no numpy view.
+
+        One ``(what, columns, extra)`` per attribute found: 0 for a major attribute
+        (``columns``: its ``(key, column)`` pairs), 1 for a sub attribute (``extra``: the
+        dtype to convert to, or ``None``), 2 for a custom attribute (``extra``: its name),
+        3 for ``"*"`` (the ``(name, column)`` pairs of the custom attributes not named).
+        Kept with the layout (for the default dtype when made) until its views are dropped.
+        """
+        layout = self._layout
+        if layout is None or self.buffer_device.type != "cpu":
+            return None
+        key = (*attrs, torch.get_default_dtype())
+        plan = layout.gathers.get(key)
+        if plan is None:
+            plan = []
+            for name in attrs:
+                if name in self._major:
+                    plan.append((0, list(self._major[name].items()), None))
+                elif name in self._sub:
+                    col = self._sub[name]
+                    to_default = col.kind is float and col.tensor.dtype != torch.get_default_dtype()
+                    plan.append((1, col, torch.get_default_dtype() if to_default else None))
+                elif name in self._custom:
+                    plan.append((2, self._custom[name], name))
+                elif name == "*":
+                    plan.append((3, [(k, c) for k, c in self._custom.items() if k not in attrs], None))
+            viewed = [c for what, cols, _ in plan if what < 2 for c in ([cols] if what else [c for _, c in cols])]
+            if any(c.view is False or (c.view is None and c._make_view() is False) for c in viewed):
+                plan = False
+            layout.gathers[key] = plan
+        return plan or None
+
+    @staticmethod
+    def _gather_planned(plan: List[Tuple[int, Any, Any]], index: torch.Tensor) -> Tuple[Any, ...]:
+        """The concatenated sample at storage positions ``index`` gathered by ``plan`` (see :meth:`_gather_plan`)."""
+        rows = index.numpy()
+        from_numpy = torch.from_numpy
+        result = []
+        for what, cols, extra in plan:
+            if what == 0:
+                part = {}
+                for k, c in cols:
+                    part[k] = from_numpy(c.view.take(rows, axis=0))
+                result.append(part)
+            elif what == 1:
+                block = from_numpy(cols.view.take(rows, axis=0))
+                result.append(block if extra is None else block.to(extra))
+            elif what == 2:
+                result.append(cols.gather(index, True, False, None, extra, rows))
+            else:
+                result.append({k: c.gather(index, True, False, None, k, rows) for k, c in cols})
         return tuple(result)
 
     # -- documented helpers for lists of transitions --------------------------------
@@ -1370,7 +1153,6 @@ class Buffer:
         return tuple(result)
 
 
-Buffer._fast_store_ok, Buffer._fast_append_ok, Buffer._direct_append_ok = _fast_path_allowed(Buffer)
 # Functions whose positions sample_batch trusts (static methods read through an instance are these functions).
 _BUILT_IN_METHODS = frozenset(
     (Buffer.sample_method_random_unique, Buffer.sample_method_random, Buffer.sample_method_all)

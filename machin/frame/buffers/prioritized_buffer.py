@@ -356,9 +356,6 @@ class PrioritizedBuffer(Buffer):
             be finite numbers, always.
     """
 
-    # This class's ``append`` has the fast path of Buffer.append (see ``buffer._fast_path_allowed``).
-    _has_fast_append = True
-
     @ignores_extra_args
     def __init__(self, buffer_size: int = 1_000_000, buffer_device: Union[str, torch.device] = "cpu",
                  epsilon: float = 1e-2, alpha: float = 0.6, beta: float = 0.4,
@@ -390,14 +387,16 @@ class PrioritizedBuffer(Buffer):
         return self.wt_tree.get_leaf_max() if self._size else 1.0
 
     def _one_weight(self, priority: Any) -> Optional[float]:
-        """``(|priority| + epsilon) ** alpha`` of a Python/numpy float or int, ``None`` for anything else."""
+        """``(|priority| + epsilon) ** alpha`` of a finite Python/numpy float or int, ``None`` for anything else."""
         if type(priority) not in _FAST_PRIORITIES:
             return None
         try:
-            weight = (abs(float(priority)) + self.epsilon) ** self.alpha
+            value = abs(float(priority))
+            weight = (value + self.epsilon) ** self.alpha
         except OverflowError:
             return None
-        return weight if math.isfinite(weight) else None  # the full path names the problem
+        # (a NaN priority with alpha 0 gives a weight of 1): the array path names the problem
+        return weight if math.isfinite(value) and math.isfinite(weight) else None
 
     def append(self, transition: Union[TransitionBase, Dict[str, Any]], priority: Optional[float] = None,
                required_attrs: Iterable[str] = DEFAULT_REQUIRED_ATTRS) -> int:
@@ -417,13 +416,6 @@ class PrioritizedBuffer(Buffer):
         Raises:
             ValueError: As :meth:`Buffer.append`, or when ``priority`` is not finite.
         """
-        if self._fast_append_ok:
-            weight = self._default_weight() if priority is None else self._one_weight(priority)
-            if weight is not None:
-                position = self._append_fast(transition, required_attrs)
-                if position is not None:
-                    self.wt_tree._set_one(position, weight)
-                    return position
         return self.extend([transition], None if priority is None else [priority], required_attrs)[0]
 
     def extend(self, transitions: Iterable[Union[TransitionBase, Dict[str, Any]]],
@@ -436,20 +428,23 @@ class PrioritizedBuffer(Buffer):
             priorities: One priority per transition (``None``: the default of :meth:`append` for each).
             required_attrs: Attributes every transition must have.
         """
-        transitions = list(transitions)
+        if type(transitions) is not list:
+            transitions = list(transitions)
         if priorities is not None and len(priorities) != len(transitions):
             raise ValueError(f"got {len(priorities)} priorities for {len(transitions)} transitions")
         default = self._default_weight()
         # Checked before anything is stored, so a bad priority leaves the buffer unchanged.
         normalized = None
         if priorities is not None:
-            normalized = self._normalize_priority(
+            # One number (every append with a priority) without numpy; anything else, and any problem, through it.
+            one = self._one_weight(priorities[0]) if len(priorities) == 1 else None
+            normalized = [one] if one is not None else self._normalize_priority(
                 _priority_array("priority" if len(transitions) == 1 else "priorities", priorities))
-            if not np.all(np.isfinite(normalized)):
+            if one is None and not np.all(np.isfinite(normalized)):
                 raise ValueError(f"priorities must be finite after (|p| + epsilon) ** alpha, got {list(priorities)}")
         positions = super().extend(transitions, required_attrs)
         if len(positions) == 1:  # every append
-            self.wt_tree.update_leaf(default if normalized is None else normalized[-1], positions[0])
+            self.wt_tree._set_one(positions[0], float(default if normalized is None else normalized[-1]))
         elif normalized is None:
             self.wt_tree.update_leaf_batch(np.full(len(positions), default), positions)
         else:

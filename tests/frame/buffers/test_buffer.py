@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 import torch
 
-from machin.frame.buffers.buffer import Buffer
+from machin.frame.buffers.buffer import DEFAULT_REQUIRED_ATTRS, Buffer
+from machin.frame.buffers.prioritized_buffer import PrioritizedBuffer, WeightTree
 from machin.frame.transition import Transition, TransitionBase
 
 
@@ -637,3 +638,454 @@ def test_concatenating_a_non_numeric_custom_attribute_names_it():
         buffer.sample_batch(2, additional_concat_attrs=["tag"])
     _, (tags,) = buffer.sample_batch(3, sample_method="all", sample_attrs=["tag"])
     assert sorted(tags) == ["t0", "t1", "t2"]
+
+
+# -- one storing path for dicts and Transition objects (moved from test_fast_path.py) ------------------
+NAN, INF = float("nan"), float("inf")
+
+
+def step(i: int, **custom) -> dict:
+    """Transition ``i`` as the documented dict: two state keys, an int action, float reward, bool terminal."""
+    g = torch.Generator().manual_seed(i)
+    return {
+        "state": {"pos": torch.randn(1, 3, generator=g), "img": torch.randn(1, 2, 2, generator=g)},
+        "action": {"a": torch.tensor([[i % 5]])},
+        "next_state": {"pos": torch.randn(1, 3, generator=g), "img": torch.randn(1, 2, 2, generator=g)},
+        "reward": float(i) / 3,
+        "terminal": i % 7 == 6,
+        **custom,
+    }
+
+
+def everything(buffer: Buffer):
+    """Every stored attribute, oldest first (concatenated, custom ones as lists)."""
+    _, batch = Buffer.sample_batch(buffer, -1, sample_method="all")  # also for a PrioritizedBuffer
+    return batch
+
+
+def assert_same(a, b):
+    if isinstance(a, torch.Tensor):
+        assert isinstance(b, torch.Tensor) and a.dtype == b.dtype and torch.equal(a, b)
+    elif isinstance(a, dict):
+        assert a.keys() == b.keys()
+        for k in a:
+            assert_same(a[k], b[k])
+    elif isinstance(a, (list, tuple)):
+        assert type(a) is type(b) and len(a) == len(b)
+        for x, y in zip(a, b):
+            assert_same(x, y)
+    else:
+        assert type(a) is type(b) and a == b
+
+
+def snapshot(buffer: Buffer):
+    return buffer._pos, buffer._size, buffer._capacity, everything(buffer) if buffer.size() else None
+
+
+def expected_rows(indexes, **custom):
+    """What a buffer holding ``step(i, **custom(i))`` for ``indexes`` returns for ``sample_method="all"``."""
+    rows = [step(i) for i in indexes]
+    major = {name: {k: torch.cat([r[name][k] for r in rows]) for k in rows[0][name]}
+             for name in ("state", "action", "next_state")}
+    reward = torch.tensor([[r["reward"]] for r in rows])
+    terminal = torch.tensor([[r["terminal"]] for r in rows])
+    return (major["state"], major["action"], major["next_state"], reward, terminal,
+            *([custom[name](i) for i in indexes] for name in sorted(custom)))
+
+
+@pytest.mark.parametrize("size", [7, 2000])  # a small ring that wraps; a buffer that grows past 1024 rows
+def test_dicts_and_transitions_store_the_same_rows(size):
+    def custom(i):
+        return {"note": f"n{i}", "count": i, "weight": i / 7}
+
+    by_dict, by_transition = Buffer(size), Buffer(size)
+    for i in range(1300):
+        assert by_dict.append(step(i, **custom(i))) == by_transition.append(Transition(**step(i, **custom(i))))
+    kept = range(1300 - min(size, 1300), 1300)
+    wanted = expected_rows(kept, count=lambda i: i, note=lambda i: f"n{i}", weight=lambda i: i / 7)
+    assert_same(everything(by_dict), wanted)
+    assert_same(everything(by_transition), wanted)
+    assert_same(by_dict[3], by_transition[3])
+    # an episode of dicts, across the end of the ring, and one longer than the buffer
+    assert by_dict.extend([step(i, **custom(i)) for i in range(2000, 2030)]) == by_transition.extend(
+        [Transition(**step(i, **custom(i))) for i in range(2000, 2030)])
+    assert by_dict.extend([step(i, **custom(i)) for i in range(3000, 3000 + 2 * size)])[-1] == (
+        by_transition.extend([Transition(**step(i, **custom(i))) for i in range(3000, 3000 + 2 * size)])[-1])
+    assert_same(everything(by_dict), everything(by_transition))
+    assert everything(by_dict)[6] == [f"n{i}" for i in range(3000 + size, 3000 + 2 * size)]  # (count, note, weight)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_concatenated_samples_of_every_kind_of_column_after_growth(dtype):
+    buffer = Buffer(3000)
+    for i in range(1500):  # growing past 1024 rows replaces the columns
+        buffer.append(step(i, note=f"n{i}", count=i, weight=i / 7, vec=torch.full((1, 2), float(i))))
+    index = torch.randint(1500, (40,), generator=torch.Generator().manual_seed(1))
+    default = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)  # float rewards come back in the default dtype
+    try:
+        _, (state, action, reward, rest) = buffer.sample_batch(
+            40, sample_method=lambda b, n: (40, index), sample_attrs=["state", "action", "reward", "*"])
+        _, (count, vec) = buffer.sample_batch(
+            40, sample_method=lambda b, n: (40, index), sample_attrs=["count", "vec"], additional_concat_attrs=["count"])
+    finally:
+        torch.set_default_dtype(default)
+    rows = index.tolist()
+    assert reward.dtype == dtype and reward.view(-1).tolist() == pytest.approx([i / 3 for i in rows])
+    assert action["a"].dtype == torch.long and action["a"].view(-1).tolist() == [i % 5 for i in rows]
+    assert torch.equal(state["img"], torch.cat([step(i)["state"]["img"] for i in rows]))
+    assert set(rest) == {"note", "count", "weight", "vec"} and rest["note"] == [f"n{i}" for i in rows]
+    assert rest["count"] == rows and rest["weight"] == [i / 7 for i in rows]
+    assert count.tolist() == [[i] for i in rows] and [v.tolist() for v in vec] == [[[float(i)] * 2] for i in rows]
+
+
+def test_numpy_scalars_and_tensor_sub_attributes_are_stored_as_their_values():
+    buffer = Buffer(10)
+    for i in range(15):
+        data = step(i)
+        data["reward"], data["terminal"] = np.float32(i / 4), np.bool_(i % 2)
+        buffer.append(data)
+    _, (reward, terminal) = buffer.sample_batch(-1, sample_method="all", sample_attrs=["reward", "terminal"])
+    assert reward.view(-1).tolist() == [i / 4 for i in range(5, 15)]
+    assert terminal.dtype == torch.bool and terminal.view(-1).tolist() == [bool(i % 2) for i in range(5, 15)]
+    tensors = Buffer(10)
+    for i in range(15):
+        data = step(i)
+        data["reward"], data["terminal"] = torch.full((1, 2), i / 4), torch.tensor([[float(i % 2)]])
+        tensors.append(data)
+    _, (reward, terminal) = tensors.sample_batch(-1, sample_method="all", sample_attrs=["reward", "terminal"])
+    assert reward.shape == (10, 2) and reward[:, 1].tolist() == [i / 4 for i in range(5, 15)]
+    assert terminal.view(-1).tolist() == [float(i % 2) for i in range(5, 15)]
+
+
+def test_values_that_are_converted_store_their_values():
+    buffer = Buffer(10)
+    variants = [step(0), {**step(1), "reward": 2}, {**step(2), "terminal": 1}, {**step(3), "terminal": np.bool_(False)},
+                {**step(4), "state": {"pos": torch.ones(1, 3, requires_grad=True), "img": torch.zeros(1, 2, 2)}}]
+    for data in variants:
+        buffer.append(data)
+    state, _, _, reward, terminal = everything(buffer)
+    assert reward.view(-1).tolist() == pytest.approx([0.0, 2.0, 2 / 3, 1.0, 4 / 3])
+    assert terminal.view(-1).tolist() == [False, False, True, False, False]
+    assert not state["pos"].requires_grad and state["pos"][4].tolist() == [1.0, 1.0, 1.0]
+    assert not buffer._major["state"]["pos"].tensor.requires_grad  # the storage joined no autograd graph
+
+
+def assert_stored_through_host_copies(off_host_step):
+    """Transitions ``off_host_step(i)``, with tensors off the host, store what ``step(i)`` stores (one by one, and
+    an episode of them)."""
+    buffer = Buffer(10)
+    for i in range(15):
+        buffer.append(off_host_step(i))
+    assert_same(everything(buffer), expected_rows(range(5, 15)))
+    assert everything(buffer)[0]["pos"].device.type == "cpu"
+    buffer.extend([off_host_step(i) for i in range(15, 55)])
+    assert_same(everything(buffer), expected_rows(range(45, 55)))
+
+
+@pytest.mark.parametrize("as_transition", [False, True])
+def test_tensors_that_numpy_refuses_are_copied_to_the_host(monkeypatch, as_transition):
+    # Without a GPU: tensors marked "elsewhere" behave as CUDA tensors do, numpy() raises a
+    # TypeError and cpu() returns a host copy. (The CUDA test below does the same on a GPU.)
+    elsewhere, numpy, cpu = set(), torch.Tensor.numpy, torch.Tensor.cpu
+
+    def fake_numpy(tensor, *args, **kwargs):
+        if id(tensor) in elsewhere:
+            raise TypeError("can't convert cuda:0 device type tensor to numpy")
+        return numpy(tensor, *args, **kwargs)
+
+    def fake_cpu(tensor, *args, **kwargs):
+        return tensor.clone() if id(tensor) in elsewhere else cpu(tensor, *args, **kwargs)
+
+    monkeypatch.setattr(torch.Tensor, "numpy", fake_numpy)
+    monkeypatch.setattr(torch.Tensor, "cpu", fake_cpu)
+    kept = []  # the marked tensors stay alive, so that no other tensor takes their id
+
+    def remote_step(i):
+        data = step(i)
+        data = Transition(**data) if as_transition else data
+        values = data.__dict__ if as_transition else data  # a Transition holds copies of its tensors
+        kept.extend([values["state"]["pos"], values["action"]["a"]])
+        elsewhere.update(map(id, kept[-2:]))
+        return data
+
+    assert_stored_through_host_copies(remote_step)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("as_transition", [False, True])
+def test_cuda_tensors_are_copied_into_the_cpu_columns(as_transition):
+    def cuda_step(i):  # states and actions on the GPU, as a loop that acts on the GPU has them
+        data = step(i)
+        data["state"] = {k: v.cuda() for k, v in data["state"].items()}
+        data["action"] = {"a": data["action"]["a"].cuda()}
+        return Transition(**data) if as_transition else data
+
+    assert_stored_through_host_copies(cuda_step)
+
+
+DICT_ONLY = ("Transition holds batch size 1", "cannot build a Transition from the dictionary",
+             "major attribute 'state' must hold tensors")
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda d: d["state"].update(pos=torch.zeros(1, 4)), r"state\['pos'\] must have shape"),
+    (lambda d: d["state"].update(pos=torch.zeros(2, 3)), "Transition holds batch size 1"),
+    (lambda d: d["action"].update(a=torch.zeros(1, 1)), r"action\['a'\] must have .*dtype torch.int64"),
+    (lambda d: d["state"].pop("img"), r"major attribute 'state' has keys \['pos'\]"),
+    (lambda d: d["state"].update(extra=torch.zeros(1, 1)), r"major attribute 'state' has keys"),
+    (lambda d: d.update(extra=1), "differ from those already stored"),
+    (lambda d: d.update(reward=torch.ones(1, 1)), "attribute 'reward' must be a float scalar, got Tensor"),
+    (lambda d: d.update(terminal=2), "attribute 'terminal' must be a bool or 0/1, got 2"),
+    (lambda d: d.update(reward=NAN), "attribute 'reward' must be a finite number, got nan"),
+    (lambda d: d["next_state"].update(pos=torch.tensor([[0.0, INF, 1.0]])), r"next_state\['pos'\].*finite.*inf"),
+    (lambda d: d["state"]["img"].__setitem__((0, 1, 1), NAN), r"state\['img'\].*finite.*nan"),
+    (lambda d: d.pop("terminal"), "cannot build a Transition from the dictionary"),
+    (lambda d: d["state"].update(pos=[[0.0, 0.0, 0.0]]), "major attribute 'state' must hold tensors"),
+])
+@pytest.mark.parametrize("as_transition", [False, True])
+def test_a_mismatch_gets_the_documented_error_and_changes_nothing(change, message, as_transition):
+    buffer = Buffer(6)
+    for i in range(9):  # a full ring
+        buffer.append(step(i))
+    before = snapshot(buffer)
+    bad = step(99)
+    change(bad)
+    if as_transition and message in DICT_ONLY:  # no Transition holds this: building one raises the same
+        with pytest.raises((TypeError, ValueError), match=message.replace("cannot build a Transition from the "
+                                                                           "dictionary", "missing")):
+            Transition(**bad)
+        return
+    if as_transition:
+        bad = Transition(**bad)
+    with pytest.raises(ValueError, match=message):
+        buffer.append(bad)
+    assert_same(snapshot(buffer), before)
+    with pytest.raises(ValueError, match=message):
+        buffer.extend([step(100), bad, step(101)])
+    assert_same(snapshot(buffer), before)
+    buffer.append(step(102))  # and the buffer still stores
+    assert buffer.size() == 6 and buffer[-1].reward == 102 / 3
+
+
+def test_missing_required_attributes_are_reported_with_a_layout():
+    buffer = Buffer(10)
+    buffer.append(step(0), required_attrs=())
+    with pytest.raises(ValueError, match=r"missing required attribute\(s\) \['cost'\]"):
+        buffer.append(step(1), required_attrs=("state", "cost"))
+    with pytest.raises(ValueError, match=r"missing required attribute\(s\) \['cost'\]"):
+        buffer.append(step(1), required_attrs=iter(["state", "cost"]))
+    buffer.append(step(1), required_attrs=["state", "reward"])
+    assert buffer.size() == 2
+
+
+def test_check_finite_is_read_at_every_append():
+    buffer = Buffer(10)
+    for i in range(3):
+        buffer.append(step(i))
+    nan_state = step(3)
+    nan_state["state"]["pos"][0, 0] = NAN
+    with pytest.raises(ValueError, match="finite"):
+        buffer.append(nan_state)
+    buffer.check_finite = False
+    buffer.append(nan_state)
+    buffer.append({**step(4), "reward": INF})
+    assert buffer.size() == 5
+    _, (state, reward) = buffer.sample_batch(-1, sample_method="all", sample_attrs=["state", "reward"])
+    assert torch.isnan(state["pos"][3, 0]) and reward[4, 0] == INF
+    with pytest.raises(ValueError, match="'terminal' must be a bool or 0/1"):  # checked either way
+        buffer.append({**step(5), "terminal": 0.5})
+
+
+def test_a_large_but_finite_sum_is_not_rejected():
+    buffer = Buffer(10)
+    buffer.append(step(0))
+    big = step(1)
+    big["state"]["pos"] = torch.full((1, 3), 3e38)  # each finite; their float64 sum too, float32 would overflow
+    big["state"]["img"] = torch.full((1, 2, 2), 3e38)
+    buffer.append(big)
+    assert buffer.size() == 2 and buffer[1].state["img"].max().item() == pytest.approx(3e38)
+
+
+def test_an_int_beyond_int64_is_rejected_and_changes_nothing():
+    buffer = Buffer(4)
+    for i in range(6):
+        buffer.append(step(i, count=i))
+    before = snapshot(buffer)
+    with pytest.raises(ValueError, match=r"attribute 'count' must fit in a 64-bit integer, got 2\*\*70|got 1180591620717411303424"):
+        buffer.append(step(9, count=2 ** 70))
+    assert_same(snapshot(buffer), before)
+
+
+def all_actions(buffer: Buffer) -> list:
+    _, (action,) = Buffer.sample_batch(buffer, -1, sample_method="all", sample_attrs=["action"])
+    return action["a"].view(-1).tolist()
+
+
+def test_a_deep_copy_or_pickle_writes_into_its_own_columns():
+    import copy
+    import pickle
+
+    buffer = Buffer(10)
+    for i in range(4):
+        buffer.append(step(i))
+    for clone in (copy.deepcopy(buffer), pickle.loads(pickle.dumps(buffer))):
+        clone.append(step(50))
+        clone.append(step(51))
+        assert buffer.size() == 4 and clone.size() == 6
+        assert all_actions(clone)[-2:] == [0, 1] and all_actions(buffer) == [0, 1, 2, 3]
+    buffer.append(step(5))  # the original still writes into its own columns
+    assert all_actions(buffer) == [0, 1, 2, 3, 0]
+
+
+def test_moving_columns_to_shared_memory_after_forget_views():
+    buffer = Buffer(10)
+    for i in range(3):
+        buffer.append(step(i))
+    everything(buffer)  # gathers through views of the columns too
+    for col in buffer._columns():
+        col.tensor.share_memory_()
+    buffer._forget_views()
+    buffer.append(step(3))
+    assert all_actions(buffer) == [0, 1, 2, 3]
+
+
+def test_shm_buffer_stores_through_shared_columns():
+    from machin.frame.buffers import SHMBuffer
+
+    buffer = SHMBuffer(2000)
+    for i in range(1100):  # past the initial capacity: the columns are replaced and shared again
+        buffer.append(step(i))
+    assert all(col.tensor.is_shared() for col in buffer._columns())
+    assert all_actions(buffer) == [i % 5 for i in range(1100)]
+
+
+def test_a_subclass_that_wraps_extend_sees_every_append():
+    class Counting(Buffer):
+        def extend(self, transitions, required_attrs=DEFAULT_REQUIRED_ATTRS):
+            self.calls = getattr(self, "calls", 0) + 1
+            return super().extend(transitions, required_attrs)
+
+    buffer = Counting(10)
+    for i in range(5):
+        buffer.append(step(i))
+    assert buffer.calls == 5 and all_actions(buffer) == [0, 1, 2, 3, 4]
+
+
+def test_a_dict_stores_its_own_copy_of_custom_values():
+    buffer = Buffer(4)
+    notes = [{"seen": [0]} for _ in range(3)]
+    for i, note in enumerate(notes):
+        buffer.append(step(i, note=note, weight=torch.ones(1) * i))
+    notes[2]["seen"].append(1)  # the caller changes what it passed ...
+    _, (stored, weight) = buffer.sample_batch(-1, sample_method="all", sample_attrs=["note", "weight"])
+    assert stored == [{"seen": [0]}] * 3  # ... the buffer keeps what was given
+    assert [w.tolist() for w in weight] == [[0.0], [1.0], [2.0]]
+
+
+@pytest.mark.parametrize("as_transition", [False, True])
+@pytest.mark.parametrize("length", [5, 100])
+def test_after_clear_the_same_layout_reuses_the_columns(as_transition, length):
+    def episode(start):
+        rows = [step(i, value=i / 2) for i in range(start, start + length)]
+        return [Transition(**r) for r in rows] if as_transition else rows
+
+    buffer = Buffer(200)
+    for start in (0, 1000, 2000):  # an on-policy loop: store a rollout, train, clear
+        buffer.extend(episode(start))
+        assert_same(everything(buffer), expected_rows(range(start, start + length), value=lambda i: i / 2))
+        columns = buffer._major["state"]["pos"].tensor
+        buffer.clear()
+        assert buffer.size() == 0 and buffer.attribute_names is None
+    buffer.extend(episode(3000))
+    assert buffer._major["state"]["pos"].tensor is columns  # the same storage, not a new allocation
+    assert_same(everything(buffer), expected_rows(range(3000, 3000 + length), value=lambda i: i / 2))
+
+
+@pytest.mark.parametrize("length", [1, 3, 100])
+def test_after_clear_another_layout_or_a_bad_value_is_handled_as_in_an_empty_buffer(length):
+    buffer = Buffer(200)
+    buffer.extend([Transition(**step(i)) for i in range(length)])
+    buffer.clear()
+    other = [{"state": {"x": torch.ones(1, 2)}, "action": {"a": torch.zeros(1, 1)}, "next_state": {"x": torch.ones(1, 2)},
+              "reward": 1.0, "terminal": False} for _ in range(length)]
+    buffer.extend([Transition(**o) for o in other] if length > 2 else other)
+    _, (state,) = buffer.sample_batch(-1, sample_method="all", sample_attrs=["state"])
+    assert list(state) == ["x"] and state["x"].shape == (length, 2)
+    buffer.clear()
+    bad = [step(i) for i in range(length)]
+    bad[-1]["reward"] = NAN
+    with pytest.raises(ValueError, match="reward"):
+        buffer.extend([Transition(**b) for b in bad] if length > 2 else bad)
+    assert buffer.size() == 0 and buffer.attribute_names is None  # nothing stored, no layout kept
+    buffer.append(other[0])  # so any layout is still welcome
+    assert buffer.size() == 1 and buffer.attribute_names == list(other[0])
+
+
+# -- PrioritizedBuffer and its WeightTree on the same storing path -----------------------------------
+def test_prioritized_bad_priority_on_a_full_ring_changes_nothing():
+    buffer = PrioritizedBuffer(4)
+    for i in range(6):
+        buffer.append(step(i))
+    before, weights = snapshot(buffer), buffer.wt_tree.get_leaf_all_weights()
+    for bad in (NAN, INF, "x", 10 ** 400):
+        with pytest.raises(ValueError, match="priority must be a finite number"):
+            buffer.append(step(9), priority=bad)
+    nan_state = step(9)
+    nan_state["state"]["pos"][0, 0] = NAN
+    with pytest.raises(ValueError, match="finite"):
+        buffer.append(nan_state, priority=1.0)
+    assert_same(snapshot(buffer), before)
+    np.testing.assert_array_equal(buffer.wt_tree.get_leaf_all_weights(), weights)
+    alpha_zero = PrioritizedBuffer(4, alpha=0.0)  # (nan + eps) ** 0 == 1 would hide a NaN priority
+    alpha_zero.append(step(0))
+    with pytest.raises(ValueError, match="priority must be a finite number, got nan"):
+        alpha_zero.append(step(1), priority=NAN)
+    assert alpha_zero.size() == 1
+
+
+def test_update_priority_with_repeated_indexes_keeps_the_last_and_the_sums():
+    buffer = PrioritizedBuffer(100, alpha=1.0, epsilon=0.0)
+    buffer.extend([step(i) for i in range(100)])
+    buffer.update_priority(np.array([1.0, 2.0, 3.0, 4.0]), np.array([5, 7, 5, 9]))
+    leaves = buffer.wt_tree.get_leaf_all_weights()
+    assert leaves[5] == 3.0 and leaves[7] == 2.0 and leaves[9] == 4.0
+    assert buffer.wt_tree.get_weight_sum() == pytest.approx(leaves.sum())
+    assert buffer.wt_tree.get_leaf_max() == 4.0
+    with pytest.raises(ValueError, match="doesn't match: got 2 priorities for 1 indexes"):
+        buffer.update_priority(np.array([1.0, 2.0]), np.array([3]))
+
+
+def test_weight_tree_sums_stay_exact_enough_over_many_updates():
+    rng = np.random.default_rng(0)
+    tree = WeightTree(1000)
+    reference = np.zeros(1000)
+    for _ in range(400):  # past the periodic exact rebuild (every 4096 leaf updates)
+        idx = rng.integers(0, 1000, 32)
+        w = rng.random(32) * rng.choice([1e-3, 1.0, 1e3])
+        tree.update_leaf_batch(w, idx)
+        reference[idx] = w  # the last weight of a repeated index wins, as in numpy
+        i, v = int(rng.integers(1000)), float(rng.random())
+        tree.update_leaf(v, i)
+        reference[i] = v
+    np.testing.assert_array_equal(tree.get_leaf_all_weights(), reference)
+    rebuilt = WeightTree(1000)
+    rebuilt.update_all_leaves(reference)
+    np.testing.assert_allclose(tree.weights, rebuilt.weights, rtol=1e-9, atol=1e-9)
+    assert tree.get_leaf_max() == reference.max()
+
+
+def test_a_copied_or_pickled_weight_tree_keeps_its_sums_and_maximum_in_step():
+    import copy
+    import pickle
+
+    tree = WeightTree(100)
+    tree.update_all_leaves(np.arange(100.0))
+    for clone in (copy.deepcopy(tree), pickle.loads(pickle.dumps(tree))):
+        clone.update_leaf(500.0, 3)
+        clone.update_leaf_batch([1.0, 2.0], [99, 98])
+        assert clone.get_leaf_weight(3) == 500.0
+        assert clone.get_weight_sum() == pytest.approx(clone.get_leaf_all_weights().sum())
+        assert clone.get_leaf_max() == 500.0
+        assert clone.find_leaf_index(clone.get_weight_sum() - 0.5) == 99 and clone.find_leaf_index(6.5) == 3
+    assert tree.get_leaf_weight(3) == 3.0 and tree.get_leaf_max() == 99.0  # the original is untouched
