@@ -57,6 +57,25 @@ def free_port(host: str = "127.0.0.1") -> int:
         return sock.getsockname()[1]
 
 
+def rank_outcome(target: Callable[..., Any], rank: int, args: Tuple[Any, ...]) -> bytes:
+    """Run ``target(rank, *args)``; return the dill-pickled ``(True, result)`` or ``(False, error)``.
+
+    ``exit()`` / ``exit(0)`` count as a return of ``None``; the error carries its traceback.
+    """
+    try:
+        message: Tuple[bool, Any] = (True, target(rank, *args))
+    except SystemExit as error:
+        code = error.code
+        message = (True, None) if code in (None, 0) else (False, ExceptionWithTraceback(error))
+    except BaseException as error:
+        message = (False, ExceptionWithTraceback(error))
+    try:
+        return dumps(message, recurse=True)
+    except Exception as error:
+        failure = RuntimeError(f"rank {rank} returned a value that cannot be pickled: {error!r}")
+        return dumps((False, ExceptionWithTraceback(failure)))
+
+
 def _child(
     target: Callable[..., Any],
     args: Tuple[Any, ...],
@@ -68,25 +87,7 @@ def _child(
     os.environ.update(env)
     if dump_after is not None:
         faulthandler.dump_traceback_later(dump_after, exit=False)
-    try:
-        message: Tuple[bool, Any] = (True, target(rank, *args))
-    except SystemExit as error:
-        code = error.code
-        message = (True, None) if code in (None, 0) else (False, ExceptionWithTraceback(error))
-    except BaseException as error:
-        message = (False, ExceptionWithTraceback(error))
-    try:
-        data = dumps(message, recurse=True)
-    except Exception as error:
-        data = dumps(
-            (
-                False,
-                ExceptionWithTraceback(
-                    RuntimeError(f"rank {rank} returned a value that cannot be pickled: {error!r}")
-                ),
-            )
-        )
-    writer.send_bytes(data)
+    writer.send_bytes(rank_outcome(target, rank, args))
     writer.close()
 
 

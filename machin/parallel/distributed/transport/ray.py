@@ -26,9 +26,9 @@ import torch
 import torch.distributed as dist
 from torch.futures import Future
 
-from ...exception import ExceptionWithTraceback
-from ...pickle import dumps, loads
+from ...pickle import loads
 from .._transport import as_rpc_exception
+from ..launcher import rank_outcome
 from .base import Reference, Transport
 
 #: The ray module once :func:`require_ray` has imported it (it is an optional
@@ -133,21 +133,7 @@ class RankActor:
         Returns:
             The dill-pickled ``(True, result)`` or ``(False, exception with traceback)``.
         """
-        rank = _HOST.rank
-        try:
-            message: Tuple[bool, Any] = (True, loads(payload)(rank, *args))
-        except SystemExit as error:
-            code = error.code
-            message = (True, None) if code in (None, 0) else (False, ExceptionWithTraceback(error))
-        except BaseException as error:
-            message = (False, ExceptionWithTraceback(error))
-        try:
-            return dumps(message, recurse=True)
-        except Exception as error:
-            failure = RuntimeError(
-                f"rank {rank} returned a value that cannot be pickled: {error!r}"
-            )
-            return dumps((False, ExceptionWithTraceback(failure)))
+        return rank_outcome(loads(payload), _HOST.rank, args)
 
     def serve(
         self, func: Callable, args: Tuple[Any, ...], kwargs: Dict[str, Any], returns_future: bool
