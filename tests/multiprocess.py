@@ -18,6 +18,7 @@ psutil that no child process survives a test.
 import contextlib
 import functools
 import os
+import sys
 import time
 from multiprocessing import forkserver, resource_tracker
 from typing import Any, Callable, Iterable, List, Sequence
@@ -58,6 +59,12 @@ def run_ranks(
         LaunchError: If a rank raised, exited early (unless in ``allow_exit``) or
             the timeout passed; its message holds the ranks' tracebacks.
     """
+    if start_method == "fork" and _ray_connected():
+        # This process runs Ray's driver threads (a Ray test of the same module started the
+        # cluster): a forked child inherits their locks mid-use and can hang. Spawned
+        # children start from a fresh interpreter (and, unlike a forkserver, leave no
+        # process behind for the cluster's leftover check).
+        start_method = "spawn"
     if start_method == "fork":
         _warm_up()
     return launch(
@@ -68,6 +75,12 @@ def run_ranks(
         start_method=start_method,
         allow_exit=allow_exit,
     )
+
+
+def _ray_connected() -> bool:
+    """Whether this process is connected to a Ray cluster (without importing Ray)."""
+    ray = sys.modules.get("ray")
+    return ray is not None and ray.is_initialized()
 
 
 def _single_threaded(target: Callable[..., Any], rank: int, *args: Any) -> Any:

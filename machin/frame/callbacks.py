@@ -116,10 +116,18 @@ class Callback:
     """
 
     def on_training_start(self, trainer: Trainer) -> None:
-        """The run begins; ``trainer.result`` is empty."""
+        """The run begins; ``trainer.result`` is empty.
+
+        Args:
+            trainer: The trainer that runs.
+        """
 
     def on_step(self, trainer: Trainer, transitions: int) -> Optional[bool]:
-        """A training step was taken (``transitions``: one per environment that stepped).
+        """A training step was taken.
+
+        Args:
+            trainer: The trainer that runs.
+            transitions: Transitions of the step, one per environment that stepped.
 
         Returns:
             ``False`` to end the run after the episode in progress.
@@ -129,6 +137,10 @@ class Callback:
     def on_episode_end(self, trainer: Trainer, episode: EpisodeEnd) -> Optional[bool]:
         """A training episode ended.
 
+        Args:
+            trainer: The trainer that runs.
+            episode: What the episode gave.
+
         Returns:
             ``False`` to end the run now.
         """
@@ -137,13 +149,22 @@ class Callback:
     def on_evaluation(self, trainer: Trainer, evaluation: Evaluation) -> Optional[bool]:
         """An evaluation was made and recorded in ``trainer.result``.
 
+        Args:
+            trainer: The trainer that runs.
+            evaluation: What the evaluation gave.
+
         Returns:
             ``False`` to end the run after the episode in progress.
         """
         return None
 
     def on_training_end(self, trainer: Trainer, completed: bool) -> None:
-        """The run ends: ``completed`` is false when it ends by an exception."""
+        """The run ends.
+
+        Args:
+            trainer: The trainer that ran.
+            completed: ``False`` when the run ends by an exception.
+        """
 
 
 class Evaluator(Callback):
@@ -198,7 +219,7 @@ class Evaluator(Callback):
 
 
 def run_directories(log_dir: Union[str, os.PathLike, SaveEnv]) -> Dict[str, str]:
-    """Where the parts write: ``{"log", "tensorboard", "checkpoints", "images": directory}``.
+    """Where the parts write for ``log_dir``: ``{"log", "tensorboard", "checkpoints", "images": directory}``.
 
     A path holds ``progress.csv`` and the pictures itself, and ``tensorboard/`` and
     ``checkpoints/`` below it; a :class:`~machin.utils.save_env.SaveEnv` puts the CSV and

@@ -150,9 +150,12 @@ class IMPALA(OneLearningRate, LearnerPipeline, SharedNetworkSync, A2C):
             transition: Ignored.
 
         Raises:
-            RuntimeError: Always; use :meth:`store_episode`.
+            NotImplementedError: Always (Machin 0.3.4's type; it is a ``RuntimeError`` too);
+                use :meth:`store_episode`.
         """
-        raise RuntimeError("IMPALA stores whole episodes: call store_episode(list_of_steps) instead of store_transition")
+        raise NotImplementedError(
+            "IMPALA stores whole episodes: call store_episode(list_of_steps) instead of store_transition"
+        )
 
     def store_episode(self, episode: List[Union[Transition, Dict[str, Any]]]) -> None:
         """Store an episode as one :class:`EpisodeTransition` in this process's part of the buffer.

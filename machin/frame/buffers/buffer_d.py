@@ -357,6 +357,11 @@ class DistributedBuffer(DistributedPart, Buffer):
         share). ``wait()`` on the result collects the draws and returns what
         :meth:`sample_batch` returns.
 
+        Args:
+            batch_size: As :meth:`sample_batch`, like ``concatenate``, ``device``,
+                ``sample_method``, ``sample_attrs`` and ``additional_concat_attrs``.
+            reported_sizes: Split by the sizes reported with the previous sample.
+
         Raises:
             ~machin.frame.buffers.buffer.SampleMethodError: for an unknown method name.
         """

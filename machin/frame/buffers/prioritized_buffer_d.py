@@ -179,6 +179,10 @@ class DistributedPrioritizedBuffer(DistributedPart, PrioritizedBuffer):
         flight is waited for first, as its answer carries the parts' totals); ``wait()``
         on the result collects the draws and returns what :meth:`sample_batch` returns.
         Start one sample at a time and wait for it before starting the next.
+
+        Args:
+            batch_size: As :meth:`sample_batch`, like ``concatenate``, ``device``,
+                ``sample_attrs`` and ``additional_concat_attrs``.
         """
         if batch_size <= 0:
             return PendingSample({}, lambda _: EMPTY_SAMPLE)

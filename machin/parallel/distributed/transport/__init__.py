@@ -75,7 +75,19 @@ def make_transport(
     backend: Optional[str],
     collective_timeout: Optional[float],
 ) -> Transport:
-    """The transport ``transport`` (a name in :data:`TRANSPORTS`) for one member."""
+    """The transport ``transport`` (a name in :data:`TRANSPORTS`) for one member.
+
+    Args:
+        transport: ``"rpc"`` or ``"ray"``.
+        name: The member's name; ``rank`` and ``world_size`` as :class:`World` takes them.
+        rank: The member's rank.
+        world_size: Number of members.
+        timeout: Default timeout of calls, in seconds.
+        init_method: Rendezvous URL (the ``rpc`` transport; Ray's ranks find each other by name).
+        rpc_threads: Threads serving calls (the ``rpc`` transport).
+        backend: Backend of the default process group.
+        collective_timeout: Timeout of collective operations, in seconds.
+    """
     if transport == "ray":
         from .ray import RayTransport
 

@@ -43,7 +43,7 @@ class LocalReference(Reference):
         self._value = value
 
     def to_here(self, timeout: float = 0) -> Any:
-        """The value itself."""
+        """The value itself (``timeout`` is not needed here; see :meth:`Reference.to_here`)."""
         return self._value
 
     def local_value(self) -> Any:
@@ -129,7 +129,12 @@ class Transport:
         timeout: float = -1,
         returns_future: bool = False,
     ) -> Any:
-        """Like :meth:`call`, waiting for the result."""
+        """Like :meth:`call`, waiting for the result.
+
+        Args:
+            to: Name of the member; ``func``, ``args``, ``kwargs``, ``timeout`` and
+                ``returns_future`` as for :meth:`call`.
+        """
         return self.call(to, func, args, kwargs, timeout, returns_future).wait()
 
     def remote(
@@ -143,6 +148,7 @@ class Transport:
         """Run ``func`` on member ``to`` and return a reference to its result.
 
         A failure of ``func`` surfaces when the reference is used (``to_here()``).
+        ``args``, ``kwargs`` and ``timeout`` are as for :meth:`call`.
         """
         raise NotImplementedError
 
@@ -151,7 +157,7 @@ class Transport:
         return LocalReference(value)
 
     def member_name(self, target: Any) -> Optional[str]:
-        """The member name a transport-specific handle stands for, or ``None``."""
+        """The member name the transport-specific handle ``target`` stands for, or ``None``."""
         return None
 
     def _timeout(self, timeout: float) -> float:

@@ -90,7 +90,7 @@ class RankHost:
         self.stopped = False
 
     def publish(self, name: str, init_method: Optional[str]) -> None:
-        """Make this rank's member name (and rank 0's rendezvous address) known."""
+        """Make this rank's member ``name`` (and rank 0's rendezvous address, ``init_method``) known."""
         self.stopped = False
         self.stopping.clear()
         self.info = (name, init_method)
@@ -138,7 +138,8 @@ class RankActor:
     def serve(
         self, func: Callable, args: Tuple[Any, ...], kwargs: Dict[str, Any], returns_future: bool
     ) -> Any:
-        """Run a call of another rank: ``func(*args, **kwargs)`` (waited on if a future).
+        """Run a call of another rank: ``func(*args, **kwargs)`` (waited on if it returns a
+        future and ``returns_future`` is set).
 
         Raises:
             ConnectionError: If the world of this rank is not running.
@@ -264,7 +265,10 @@ class RayReference(Reference):
         self.timeout = timeout
 
     def to_here(self, timeout: float = 0) -> Any:
-        """The value; raises what the function raised (with its remote traceback)."""
+        """The value; raises what the function raised (with its remote traceback).
+
+        See :meth:`Reference.to_here` for ``timeout``.
+        """
         timeout = timeout if timeout > 0 else self.timeout
         require_ray()
         try:
@@ -376,7 +380,7 @@ class RayTransport(Transport):
         return names, infos[0][1]
 
     def shutdown(self, graceful: bool, timeout: float) -> None:
-        """Stop serving calls; gracefully: once every member has begun to stop too."""
+        """Stop serving calls; gracefully: once every member has begun to stop too (see :meth:`Transport.shutdown`)."""
         self.host.stopping.set()
         try:
             if graceful:
@@ -411,7 +415,7 @@ class RayTransport(Transport):
         timeout: float = -1,
         returns_future: bool = False,
     ) -> Future:
-        """Call ``func`` on ``to``'s actor; a torch future completes with the result."""
+        """Call ``func`` on ``to``'s actor; a torch future completes with the result (see :meth:`Transport.call`)."""
         ref = self._submit(to, func, args, kwargs, returns_future)
         return _torch_future(ref, self._timeout(timeout), f"the call on member {to!r}")
 
@@ -424,7 +428,7 @@ class RayTransport(Transport):
         timeout: float = -1,
         returns_future: bool = False,
     ) -> Any:
-        """Call ``func`` on ``to``'s actor and wait for the result."""
+        """Call ``func`` on ``to``'s actor and wait for the result (see :meth:`Transport.call`)."""
         ref = self._submit(to, func, args, kwargs, returns_future)
         timeout = self._timeout(timeout)
         return ray.get(ref, timeout=timeout if timeout > 0 else None)
@@ -437,6 +441,6 @@ class RayTransport(Transport):
         kwargs: Optional[Dict[str, Any]] = None,
         timeout: float = -1,
     ) -> RayReference:
-        """Call ``func`` on ``to``'s actor, keeping the result in the object store."""
+        """Call ``func`` on ``to``'s actor, keeping the result in the object store (see :meth:`Transport.remote`)."""
         ref = self._submit(to, func, args, kwargs, False)
         return RayReference(ref, to, self._timeout(timeout))

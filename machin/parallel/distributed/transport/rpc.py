@@ -124,7 +124,7 @@ class RpcTransport(Transport):
         return [str(m) for m in members]
 
     def shutdown(self, graceful: bool, timeout: float) -> None:
-        """Shut the RPC agent down (gracefully: once every member has called this)."""
+        """Shut the RPC agent down (gracefully: once every member has called this; see :meth:`Transport.shutdown`)."""
         try:
             if graceful:
                 rpc.shutdown(graceful=True, timeout=timeout)
@@ -144,7 +144,7 @@ class RpcTransport(Transport):
         timeout: float = -1,
         returns_future: bool = False,
     ) -> Future:
-        """Run ``func`` on ``to`` with :func:`torch.distributed.rpc.rpc_async`."""
+        """Run ``func`` on ``to`` with :func:`torch.distributed.rpc.rpc_async` (see :meth:`Transport.call`)."""
         func, args, kwargs = self._target(func, args, kwargs, returns_future)
         return rpc.rpc_async(to, func, args=args, kwargs=kwargs, timeout=self._timeout(timeout))
 
@@ -157,7 +157,7 @@ class RpcTransport(Transport):
         timeout: float = -1,
         returns_future: bool = False,
     ) -> Any:
-        """Run ``func`` on ``to`` with :func:`torch.distributed.rpc.rpc_sync`."""
+        """Run ``func`` on ``to`` with :func:`torch.distributed.rpc.rpc_sync` (see :meth:`Transport.call`)."""
         func, args, kwargs = self._target(func, args, kwargs, returns_future)
         return rpc.rpc_sync(to, func, args=args, kwargs=kwargs, timeout=self._timeout(timeout))
 
@@ -169,15 +169,15 @@ class RpcTransport(Transport):
         kwargs: Optional[Dict[str, Any]] = None,
         timeout: float = -1,
     ) -> rpc.RRef:
-        """Run ``func`` on ``to`` with :func:`torch.distributed.rpc.remote`; return its RRef."""
+        """Run ``func`` on ``to`` with :func:`torch.distributed.rpc.remote`; return its RRef (see :meth:`Transport.remote`)."""
         return rpc.remote(to, func, args=args, kwargs=kwargs, timeout=self._timeout(timeout))
 
     def local_ref(self, value: Any) -> rpc.RRef:
-        """An RRef owned by this member (as Machin 0.3.4 returned)."""
+        """An RRef to ``value``, owned by this member (as Machin 0.3.4 returned)."""
         return rpc.RRef(value)
 
     def member_name(self, target: Any) -> Optional[str]:
-        """The name of a :class:`torch.distributed.rpc.WorkerInfo`, else ``None``."""
+        """The name of ``target`` when it is a :class:`torch.distributed.rpc.WorkerInfo`, else ``None``."""
         return target.name if isinstance(target, rpc.WorkerInfo) else None
 
     @staticmethod
