@@ -126,17 +126,23 @@ def test_priorities_are_sampled_across_members_and_stale_updates_are_dropped():
     assert learner["high_fraction"] == pytest.approx(len(sampled) * HIGH / total, abs=0.2)
 
 
-def _deferred_checks(rank):
+def _four_on_member_1(rank, group_name):
+    """A two-member world whose buffer holds four transitions of priority 1 on member 1."""
     world = World(rpc_timeout=30)
-    group = world.create_rpc_group("deferred", world.get_members())
+    group = world.create_rpc_group(group_name, world.get_members())
     buffer = DistributedPrioritizedBuffer("per", group, buffer_size=4, epsilon=EPSILON, alpha=ALPHA,
                                           generator=np.random.default_rng(rank))
     group.barrier()
-    result = {}
     if rank == 1:
         for i in range(4):
             buffer.append(transition(rank, i), priority=1.0)
     group.barrier()
+    return world, group, buffer
+
+
+def _deferred_checks(rank):
+    world, group, buffer = _four_on_member_1(rank, "deferred")
+    result = {}
     if rank == 0:
         size, (marks,), indexes, _ = buffer.sample_batch(4, sample_attrs=["mark"])
         result["sampled"] = sorted({m % 100 for m in marks})
@@ -170,16 +176,8 @@ def test_deferred_priority_updates_are_applied_when_the_block_ends_and_failures_
 
 
 def _async_checks(rank):
-    world = World(rpc_timeout=30)
-    group = world.create_rpc_group("async", world.get_members())
-    buffer = DistributedPrioritizedBuffer("per", group, buffer_size=4, epsilon=EPSILON, alpha=ALPHA,
-                                          generator=np.random.default_rng(rank))
-    group.barrier()
+    world, group, buffer = _four_on_member_1(rank, "async")
     result = {}
-    if rank == 1:
-        for i in range(4):
-            buffer.append(transition(rank, i), priority=1.0)
-    group.barrier()
     if rank == 0:
         buffer.set_async_priority_updates(True)
         pending = buffer.sample_batch_async(4, sample_attrs=["mark"])
