@@ -396,15 +396,17 @@ def _from_roles(rank, replay, learners):
             assert apex.update() is not None
             updates += 1
             if updates == 20:
-                apex.flush()  # the last push lands before the samplers are told to stop
                 control.request_stop("20 updates")
+        apex.flush()  # pushes go out without waiting: the last one has landed once this returns
         result["sampled_from"] = dict(apex.sampled_from)
+        apex.apex_group.barrier()
     else:
         episode, status = 0, None
         while status is None or not status.stop:
             apex.store_episode([_transition(rank, episode * STORED + i, 4, True) for i in range(STORED)])
             episode += 1
             status = control.report(steps=STORED, episodes=1)
+        apex.apex_group.barrier()  # the learners have flushed their last push
         apex.manual_sync()
     result["local_size"] = apex.replay_buffer.size()
     result["qnet"] = _flat(apex.qnet)
