@@ -35,7 +35,7 @@ from ..helpers.servers import build_from_roles
 from .base import TorchFramework, UpdateResult
 from .ddpg_per import DDPGPer
 from .dqn_per import DQNPer
-from .options import BufferOptions, OneLearningRate
+from .options import BufferOptions, OneLearningRate, Option, positive_int
 from .prefetch import LearnerPipeline
 from .replay import SAMPLE_ATTRS, SampledBatch
 from .utils import SharedNetworkSync
@@ -60,13 +60,16 @@ class ApexMixin(LearnerPipeline, SharedNetworkSync):
     parameters of the networks that several learners train together in ``_ddp_networks``.
 
     A learner's update overlaps its round trips with its work
-    (:class:`~machin.frame.algorithms.prefetch.LearnerPipeline`): the batch it trains on
-    was requested during the previous update (so it was **sampled one update earlier**,
-    before that update's priorities were sent; the first update, and the first after an
-    empty buffer or :meth:`flush`, samples and waits), and it sends the new priorities
-    and pushes the network without waiting, at most one of each in flight. An error of
-    either is raised by the next update, or by :meth:`flush`, which also runs when the
-    world stops.
+    (:class:`~machin.frame.algorithms.prefetch.LearnerPipeline`). It asks the group for
+    ``prefetch_batches`` batches in one round of requests and trains on them one after
+    the other; the next request leaves when the first of them is taken, so it travels
+    while the learner trains (the first update, and the first after an empty buffer or
+    :meth:`flush`, samples and waits). A batch is therefore **sampled up to twice
+    ``prefetch_batches`` updates earlier**, with the priorities known then, which
+    Ape-X's asynchronous replay tolerates by design. The new priorities are queued and
+    travel with the next request; the network is pushed without waiting, at most one
+    push in flight. An error of either is raised by a later update, or by
+    :meth:`flush`, which also runs when the world stops.
     """
 
     _ddp_networks: Tuple[str, ...] = ()
@@ -77,6 +80,10 @@ class ApexMixin(LearnerPipeline, SharedNetworkSync):
     replay_device = BufferOptions.replay_device.but(
         check=_cpu_only, doc='Ignored (with a warning unless ``"cpu"``): the distributed buffer always stores its '
                              "transitions on the CPU.")
+    prefetch_batches = Option(
+        8, positive_int, "Batches the learner requests from the group in one round trip and trains on one after "
+                         "the other (each request pays the messages' fixed cost once; a batch may be up to twice "
+                         "that many updates old). 1 requests one batch per update, during the previous update.")
     replay_buffer = None  # always this group's distributed buffer
     driver = None
     driver_unavailable = "it is a distributed algorithm with its own worker loop"

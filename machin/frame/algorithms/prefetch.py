@@ -17,10 +17,11 @@ outstanding call is raised by the next call of its kind (or by ``flush``).
 
 from __future__ import annotations
 
+from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import suppress
 from functools import partial
-from typing import Any, Callable, Dict, Hashable, Optional, Tuple
+from typing import Any, Callable, Deque, Dict, Hashable, Optional, Tuple
 
 from torch import nn
 
@@ -145,11 +146,13 @@ class LearnerPipeline:
     """What a distributed learner overlaps with its updates (mixed into Ape-X and IMPALA).
 
     The host is a :class:`~machin.frame.algorithms.utils.SharedNetworkSync` whose
-    ``replay_buffer`` has ``sample_batch_async``. :meth:`_prefetched_sample` hands out the
-    batch requested during the previous update (so an update trains on a batch sampled
-    one update earlier) and requests the next; :meth:`_publish_nowait` pushes the shared
-    network from a worker thread. The first of them registers :meth:`flush` with the
-    running world, whose ``stop`` then waits for what is outstanding.
+    ``replay_buffer`` has ``sample_batch_async`` (and ``sample_batches_async`` when the
+    host's ``prefetch_batches`` is above 1). :meth:`_prefetched_sample` hands out a
+    batch of the previous request and, when it takes the first batch of a request,
+    sends the next one (with ``prefetch_batches`` = 1, an update trains on a batch
+    sampled one update earlier); :meth:`_publish_nowait` pushes the shared network from
+    a worker thread. The first of them registers :meth:`flush` with the running world,
+    whose ``stop`` then waits for what is outstanding.
     """
 
     _prefetcher: Optional[Prefetcher] = None
@@ -157,10 +160,18 @@ class LearnerPipeline:
     _pushed_version: int = 0
     #: Keyword arguments of every ``sample_batch_async`` call.
     _sample_options: Dict[str, Any] = {}
+    #: Batches requested in one round trip (more than 1 needs the buffer's ``sample_batches_async``).
+    prefetch_batches: int = 1
 
     def _pipeline(self) -> Tuple[Prefetcher, BackgroundCall]:
         if self._prefetcher is None:
-            self._prefetcher = Prefetcher(partial(self.replay_buffer.sample_batch_async, **self._sample_options))
+            if self.prefetch_batches > 1:
+                start = partial(self.replay_buffer.sample_batches_async, self.prefetch_batches, **self._sample_options)
+            else:
+                start = partial(self.replay_buffer.sample_batch_async, **self._sample_options)
+            self._prefetcher = Prefetcher(start)
+            self._ready: Deque[Any] = deque()  # batches of the last request not trained on yet
+            self._ready_for: Optional[Tuple[Any, ...]] = None
             self._pusher = BackgroundCall(f"{type(self).__name__.lower()}_push")
             world = current_world()
             if world is not None:
@@ -168,9 +179,19 @@ class LearnerPipeline:
         return self._prefetcher, self._pusher
 
     def _prefetched_sample(self, *args: Any) -> Any:
-        """What ``replay_buffer.sample_batch(*args)`` returned, requested one update earlier."""
+        """What ``replay_buffer.sample_batch(*args)`` returned, requested one request earlier.
+
+        With ``prefetch_batches`` = k > 1, one request brings k batches, handed out one
+        per call; the next request leaves when the first of them is handed out.
+        """
         prefetcher, _ = self._pipeline()
-        return prefetcher.take(args, prefetch=lambda sampled: sampled[0] > 0)
+        if self.prefetch_batches == 1:
+            return prefetcher.take(args, prefetch=lambda sampled: sampled[0] > 0)
+        if not self._ready or self._ready_for != args:
+            self._ready.clear()
+            self._ready.extend(prefetcher.take(args, prefetch=lambda samples: samples[0][0] > 0))
+            self._ready_for = args
+        return self._ready.popleft()
 
     def _publish_nowait(self) -> None:
         """Push a copy of the shared network without waiting, after the previous push ended.
@@ -241,6 +262,7 @@ class LearnerPipeline:
         """
         if self._prefetcher is not None:
             self._prefetcher.cancel()
+            self._ready.clear()
         try:
             self._settle_push()
             if self._pusher is not None:

@@ -73,6 +73,17 @@ def merge_batches(parts: List[Tuple[Any, ...]]) -> Tuple[Any, ...]:
     return tuple(_merge([part[i] for part in parts]) for i in range(len(parts[0])))
 
 
+def take_rows(value: Any, start: int, stop: int) -> Any:
+    """Rows ``start:stop`` of a sampled value (tensor, list, dict or tuple of them); ``None`` stays ``None``."""
+    if isinstance(value, dict):
+        return {key: take_rows(v, start, stop) for key, v in value.items()}
+    if isinstance(value, tuple):
+        return tuple(take_rows(v, start, stop) for v in value)
+    if value is None:
+        return None
+    return value[start:stop]
+
+
 def move_to(value: Any, device: Optional[Union[str, torch.device]]) -> Any:
     """Copy the tensors in a sampled value (tensor, list or dict) to ``device``."""
     if device is None:

@@ -20,14 +20,14 @@ import threading
 from collections import OrderedDict
 from contextlib import contextmanager
 from functools import partial
-from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import torch
 
 from ...parallel.distributed.rpc_group import RpcGroup
 from ...utils.compat import ignores_extra_args
-from .buffer_d import DistributedPart, PendingSample, merge_batches, move_to
+from .buffer_d import DistributedPart, PendingSample, merge_batches, move_to, take_rows
 from .prioritized_buffer import PrioritizedBuffer, _priority_array
 
 __all__ = ["DistributedPrioritizedBuffer"]
@@ -35,8 +35,20 @@ __all__ = ["DistributedPrioritizedBuffer"]
 #: member name -> (local storage indexes, write counters of those slots when sampled)
 SampledIndexes = "OrderedDict[str, Tuple[np.ndarray, np.ndarray]]"
 
+#: A queued priority update for one member: (priorities, local storage indexes, write counters).
+PriorityUpdate = Tuple[np.ndarray, np.ndarray, np.ndarray]
+
 #: What sampling returns when nothing can be sampled.
 EMPTY_SAMPLE = (0, None, None, None)
+
+
+def _reply_rows(reply: Tuple[Any, ...], start: int, stop: int) -> Tuple[Any, ...]:
+    """Rows ``start:stop`` of a member's answer to a sample request (an empty answer stays empty)."""
+    size, values, index, probability, taint = reply
+    if size == 0 or stop <= start:
+        return 0, None, None, None, None
+    return (stop - start, take_rows(values, start, stop), index[start:stop], probability[start:stop],
+            taint[start:stop])
 
 
 class DistributedPrioritizedBuffer(DistributedPart, PrioritizedBuffer):
@@ -108,7 +120,7 @@ class DistributedPrioritizedBuffer(DistributedPart, PrioritizedBuffer):
         self._taint = np.zeros(buffer_size, dtype=np.int64)
         self._known: Dict[str, Tuple[float, int]] = {}  # (weight, size) of parts, from the last update
         self._deferring = 0  # depth of deferred_priority_updates blocks
-        self._pending: Optional[Dict[str, Any]] = None  # a deferred update's requests in flight
+        self._outbox: Dict[str, PriorityUpdate] = {}  # queued priority updates, by member
         self._async_updates = False  # see set_async_priority_updates
         self._join(buffer_name, group, np.random.default_rng() if generator is None else generator)
 
@@ -184,29 +196,103 @@ class DistributedPrioritizedBuffer(DistributedPart, PrioritizedBuffer):
             batch_size: As :meth:`sample_batch`, like ``concatenate``, ``device``,
                 ``sample_attrs`` and ``additional_concat_attrs``.
         """
+        return self._start_sample(1, batch_size, concatenate, device, sample_attrs, additional_concat_attrs,
+                                  pick=lambda samples: samples[0])
+
+    def sample_batches_async(
+        self,
+        batches: int,
+        batch_size: int,
+        concatenate: bool = True,
+        device: Union[str, torch.device, None] = None,
+        sample_attrs: Optional[Sequence[str]] = None,
+        additional_concat_attrs: Optional[Sequence[str]] = None,
+    ) -> PendingSample:
+        """Start ``batches`` samples of ``batch_size`` at once, in one round of requests.
+
+        Each batch is split between the members by its own draw, as :meth:`sample_batch`
+        splits one; every member draws the rows of all batches in one go, shuffles them
+        and hands each batch its share. The batches are as independent as that many
+        :meth:`sample_batch` calls made one after the other without priority updates in
+        between. ``wait()`` on the result returns the list of ``batches`` samples, each
+        what :meth:`sample_batch` returns (``curr_beta`` grows once per batch). A
+        learner that trains on several batches per round trip (the Ape-X learners) pays
+        the fixed cost of a request once for all of them.
+
+        Args:
+            batches: Number of batches (positive).
+            batch_size: Transitions per batch; this and ``concatenate``, ``device``,
+                ``sample_attrs`` and ``additional_concat_attrs`` as in :meth:`sample_batch`.
+
+        Raises:
+            ValueError: If ``batches`` is not a positive int.
+        """
+        if isinstance(batches, bool) or not isinstance(batches, int) or batches < 1:
+            raise ValueError(f"batches must be a positive int, got {batches!r}")
+        return self._start_sample(batches, batch_size, concatenate, device, sample_attrs, additional_concat_attrs,
+                                  pick=list)
+
+    def _start_sample(self, batches: int, batch_size: int, concatenate: bool, device: Any,
+                      sample_attrs: Optional[Sequence[str]], additional_concat_attrs: Optional[Sequence[str]],
+                      pick: Callable[[List[Any]], Any]) -> PendingSample:
+        """Split ``batches`` batches between the parts by their totals and send one request to each."""
+        empty = PendingSample({}, lambda _: pick([EMPTY_SAMPLE] * batches))
         if batch_size <= 0:
-            return PendingSample({}, lambda _: EMPTY_SAMPLE)
+            return empty
         stats = self._part_totals()
         weights = {m: w for m, (w, size) in stats.items() if w > 0 and size > 0}
         total_weight = sum(weights.values())
         if total_weight <= 0:
-            return PendingSample({}, lambda _: EMPTY_SAMPLE)
+            return empty
         total_size = sum(size for _, size in stats.values())
-        shares = self._rng.multinomial(batch_size, np.array(list(weights.values())) / total_weight)
+        probabilities = np.array(list(weights.values())) / total_weight
+        if batches == 1:  # the same draw as before several batches per request existed
+            shares = self._rng.multinomial(batch_size, probabilities)[None]
+        else:
+            shares = self._rng.multinomial(batch_size, probabilities, size=batches)
         attrs = None if sample_attrs is None else list(sample_attrs)
         extra = None if additional_concat_attrs is None else list(additional_concat_attrs)
-        requests = {m: ("sample", int(n), concatenate, attrs, extra) for m, n in zip(weights, shares) if n > 0}
-        shares_of = {m: w / total_weight for m, w in weights.items() if m in requests}
-        return PendingSample(self._start(requests), partial(self._joined_sample, shares_of, total_size, device),
-                             self._collect)
+        counts = {m: int(n) for m, n in zip(weights, shares.sum(axis=0)) if n > 0}
+        updates, self._outbox = self._outbox, {}  # they travel with the requests
+        requests = {m: ("sample", counts.get(m, 0), concatenate, attrs, extra, batches > 1, updates.get(m))
+                    for m in [*counts, *(m for m in updates if m not in counts)]}
+        shares_of = {m: w / total_weight for m, w in weights.items() if m in counts}
+        rows_of = {m: shares[:, i] for i, m in enumerate(weights) if m in counts}
+        join = partial(self._joined_samples, shares_of, rows_of, total_size, device, pick)
+        return PendingSample(self._start(requests), join, self._collect)
+
+    def _joined_samples(self, shares_of: Dict[str, float], rows_of: Dict[str, np.ndarray], total_size: int,
+                        device: Any, pick: Callable[[List[Any]], Any], replies: Dict[str, Any]) -> Any:
+        """Cut each member's rows into the batches' shares and join every batch across members.
+
+        A member that applied priority updates first also reported its new totals.
+        """
+        for member, reply in list(replies.items()):
+            *reply, totals = reply
+            replies[member] = tuple(reply)
+            if totals is not None:
+                self._known[member] = totals
+            if member not in rows_of:  # asked only to apply priority updates
+                del replies[member]
+        batches = len(next(iter(rows_of.values()))) if rows_of else 1
+        if batches == 1:
+            return pick([self._joined_sample(shares_of, total_size, device, replies)])
+        samples, offsets = [], dict.fromkeys(replies, 0)
+        for batch in range(batches):
+            own = {}
+            for member, reply in replies.items():
+                start = offsets[member]
+                offsets[member] = stop = start + int(rows_of[member][batch])
+                own[member] = _reply_rows(reply, start, stop)
+            samples.append(self._joined_sample(shares_of, total_size, device, own))
+        return pick(samples)
 
     def _part_totals(self) -> Dict[str, Tuple[float, int]]:
         """``(total priority, size)`` of every holder's part: as last reported, else asked now.
 
-        A reported total is used once; the priority update in flight, if any, is waited
-        for first (its answer brings the newest totals).
+        The parts report their totals with their answers to priority updates; a report
+        is used once (then the part is asked again, so that appends are counted).
         """
-        self._settle()
         known, self._known = self._known, {}
         holders = self._holders()
         missing = [m for m in holders if m not in known]
@@ -241,7 +327,7 @@ class DistributedPrioritizedBuffer(DistributedPart, PrioritizedBuffer):
         Updates for slots overwritten (or cleared) since they were sampled are
         dropped; so are those of members that left. Inside
         :meth:`deferred_priority_updates`, or after :meth:`set_async_priority_updates`,
-        it returns without waiting for the members.
+        it only queues the update (see there) and returns.
 
         Args:
             priorities: New priorities, in the order of the sampled values.
@@ -250,7 +336,6 @@ class DistributedPrioritizedBuffer(DistributedPart, PrioritizedBuffer):
         Raises:
             ValueError: If the number of priorities differs from the number of indexes, or
                 a priority is not a finite number.
-            Exception: The error of the priority update still in flight, if it failed.
         """
         priorities = _priority_array("priorities", priorities)
         counts = [len(index) for index, _ in indexes.values()]
@@ -260,36 +345,41 @@ class DistributedPrioritizedBuffer(DistributedPart, PrioritizedBuffer):
                 f"{sum(counts)} sampled indexes"
             )
         holders = set(self._holders())
-        requests: Dict[str, Tuple[Any, ...]] = {}
+        updates: Dict[str, PriorityUpdate] = {}
         offset = 0
         for (member, (index, taint)), count in zip(indexes.items(), counts):
             if member in holders:
-                requests[member] = ("update", priorities[offset : offset + count], index, taint)
+                updates[member] = (priorities[offset : offset + count], index, taint)
             offset += count
-        # each part answers with its new (weight, size)
-        self._settle()
-        if self._deferring or self._async_updates:
-            self._pending = self._start(requests)
-        else:
-            self._known.update(self._call(requests))
+        self._queue(updates)
+        if not (self._deferring or self._async_updates):
+            self._settle()
+
+    @property
+    def queued_priority_updates(self) -> int:
+        """Transitions whose new priority is queued here, not sent yet (see :meth:`set_async_priority_updates`)."""
+        return sum(len(index) for _, index, _ in self._outbox.values())
 
     def set_async_priority_updates(self, enabled: bool) -> None:
-        """Let every :meth:`update_priority` return without waiting for the members.
+        """Let :meth:`update_priority` queue the new priorities instead of sending them.
 
-        At most one update is in flight: the next :meth:`update_priority` or
-        :meth:`sample_batch` waits for it first and raises its error, if it failed;
-        :meth:`wait_priority_updates` waits for it at any time, and so does turning this
-        off. The Ape-X learners turn it on.
+        The queued priorities travel to each member with the next sample request (the
+        member applies them, then draws), so a learner that samples and updates in
+        turn sends one message per member and round instead of two; a member not asked
+        for transitions gets a request for none. :meth:`wait_priority_updates` sends
+        what is queued at any time and waits until it is applied, and so does turning
+        this off. A priority update that fails on a member raises its error from the
+        sample (or the wait) that carried it. The Ape-X learners turn it on.
 
         Args:
-            enabled: ``True`` to stop waiting for priority updates.
+            enabled: ``True`` to queue priority updates.
         """
         self._async_updates = bool(enabled)
         if not enabled:
             self.wait_priority_updates()
 
     def wait_priority_updates(self) -> None:
-        """Wait until the priority update in flight, if any, is applied everywhere.
+        """Send the queued priority updates, if any, and wait until every member has applied them.
 
         Raises:
             Exception: The error of an update that failed on a member (with the remote traceback).
@@ -298,13 +388,13 @@ class DistributedPrioritizedBuffer(DistributedPart, PrioritizedBuffer):
 
     @contextmanager
     def deferred_priority_updates(self) -> Iterator[None]:
-        """A block in which :meth:`update_priority` returns without waiting for the members.
+        """A block in which :meth:`update_priority` queues the updates and returns at once.
 
-        The updates are sent at once; the block's end waits until every member has
-        applied them (and raises what failed there), and so does the next
-        :meth:`sample_batch` or :meth:`update_priority` inside the block. Blocks may be
-        nested; the outermost one waits. The block belongs to the buffer object, not to a
-        thread: open it in the thread that samples and updates.
+        A sample inside the block takes the queued updates along (see
+        :meth:`set_async_priority_updates`); the block's end sends the rest and waits
+        until every member has applied them (and raises what failed there). Blocks may
+        be nested; the outermost one waits. The block belongs to the buffer object, not
+        to a thread: open it in the thread that samples and updates.
         """
         self._deferring += 1
         try:
@@ -314,11 +404,21 @@ class DistributedPrioritizedBuffer(DistributedPart, PrioritizedBuffer):
             if not self._deferring:
                 self._settle()
 
+    def _queue(self, updates: Dict[str, PriorityUpdate]) -> None:
+        """Add ``updates`` to the queue, member by member."""
+        for member, (priorities, index, taint) in updates.items():
+            queued = self._outbox.get(member)
+            if queued is not None:  # a slot sampled twice takes its later priority, as in the tree
+                priorities = np.concatenate([queued[0], priorities])
+                index = np.concatenate([queued[1], index])
+                taint = np.concatenate([queued[2], taint])
+            self._outbox[member] = (priorities, index, taint)
+
     def _settle(self) -> None:
-        """Wait for the priority update in flight, if any (its answer carries the parts' totals)."""
-        pending, self._pending = self._pending, None
-        if pending:
-            self._known.update(self._collect(pending))
+        """Send the queued updates on their own and wait (each part answers with its new totals)."""
+        outbox, self._outbox = self._outbox, {}
+        if outbox:
+            self._known.update(self._call({m: ("update", *update) for m, update in outbox.items()}))
 
     # -- what each member does for the sampler ----------------------------------------------
     def _op_weight(self) -> Tuple[float, int]:
@@ -331,20 +431,25 @@ class DistributedPrioritizedBuffer(DistributedPart, PrioritizedBuffer):
         concatenate: bool,
         sample_attrs: Optional[List[str]],
         additional_concat_attrs: Optional[List[str]],
+        shuffle: bool = False,
+        updates: Optional[PriorityUpdate] = None,
     ):
         with self._lock:
+            totals = None if updates is None else self._op_update(*updates)
             local_sum = self.wt_tree.get_weight_sum()
-            if self.size() == 0 or local_sum <= 0:
-                return 0, None, None, None, None
+            if count == 0 or self.size() == 0 or local_sum <= 0:
+                return 0, None, None, None, None, totals
             # sample_index also advances curr_beta: that is the sampler's business, not this part's.
             beta = self.curr_beta
             index, _ = self.sample_index(count)
             self.curr_beta = beta
+            if shuffle:  # the draw is stratified by priority: cut into batches, each needs a random share
+                index = index[self._rng.permutation(len(index))]
             probability = self.wt_tree.get_leaf_weight(index) / local_sum
             values = self._gather(
                 torch.from_numpy(index), concatenate, None, sample_attrs, additional_concat_attrs
             )
-            return count, values, index, probability, self._taint[index].copy()
+            return count, values, index, probability, self._taint[index].copy(), totals
 
     def _op_update(self, priorities: np.ndarray, index: np.ndarray, taint: np.ndarray) -> Tuple[float, int]:
         with self._lock:

@@ -192,18 +192,18 @@ def _stop_with_calls_in_flight(rank):
         for _ in range(3):
             assert agent.update() is not None
         result["before_stop"] = (agent._prefetcher.in_flight, agent._pusher.in_flight,
-                                 agent.replay_buffer._pending is not None)
+                                 agent.replay_buffer.queued_priority_updates > 0)
     world.stop()  # runs the learner's flush: it waits for the calls in flight
     if rank == 1:
         result["after_stop"] = (agent._prefetcher.in_flight, agent._pusher.in_flight,
-                                agent.replay_buffer._pending is not None)
+                                agent.replay_buffer.queued_priority_updates > 0)
         result["push_threads"] = [t.name for t in threading.enumerate() if t.name.startswith("dqnapex_push")]
     return result
 
 
 def test_stopping_the_world_with_calls_in_flight_waits_for_them_and_leaves_no_thread():
     _, learner = run_ranks(_stop_with_calls_in_flight, 2, timeout=60)
-    assert learner["before_stop"] == (True, True, True)  # the next batch, the push, the priorities
+    assert learner["before_stop"] == (True, True, True)  # the next batches, the push, the queued priorities
     assert learner["after_stop"] == (False, False, False) and learner["push_threads"] == []
 
 

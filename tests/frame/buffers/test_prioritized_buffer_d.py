@@ -149,8 +149,8 @@ def _deferred_checks(rank):
         with buffer.deferred_priority_updates():
             with buffer.deferred_priority_updates():  # nested: only the outermost block waits
                 buffer.update_priority(np.full(size, 5.0), indexes)
-            result["in_flight_after_inner_block"] = buffer._pending is not None
-        result["in_flight_after_block"] = buffer._pending is not None
+            result["queued_after_inner_block"] = buffer.queued_priority_updates
+        result["queued_after_block"] = buffer.queued_priority_updates
         # slot 9 does not exist on member 1: the failure is raised where the block ends
         bad = OrderedDict({"1": (np.array([1, 9]), np.array([1, 1]))})
         with pytest.raises(IndexError, match="index 9 is out of bounds") as failure, \
@@ -169,7 +169,7 @@ def _deferred_checks(rank):
 @pytest.mark.timeout(90)
 def test_deferred_priority_updates_are_applied_when_the_block_ends_and_failures_surface_there():
     learner, worker = run_ranks(_deferred_checks, 2)
-    assert learner["in_flight_after_inner_block"] and not learner["in_flight_after_block"]
+    assert learner["queued_after_inner_block"] == 4 and learner["queued_after_block"] == 0
     assert learner["returned_before_the_failure"]
     assert learner["remote_traceback"] == "RemoteTraceback"  # raised on member 1, carried back
     assert worker["leaves"] == pytest.approx([HIGH if i in learner["sampled"] else LOW for i in range(4)])
@@ -185,9 +185,9 @@ def _async_checks(rank):
         assert pending.wait()[0] == size  # waiting again gives the same sample
         result["sampled"] = sorted({m % 100 for m in marks})
         buffer.update_priority(np.full(size, 5.0), indexes)
-        result["in_flight_after_update"] = buffer._pending is not None  # returned without waiting
+        result["queued_after_update"] = buffer.queued_priority_updates  # returned without sending
         buffer.wait_priority_updates()
-        result["in_flight_after_wait"] = buffer._pending is not None
+        result["queued_after_wait"] = buffer.queued_priority_updates
         # slot 9 does not exist on member 1: the update returns, its failure comes with the next call
         bad = OrderedDict({"1": (np.array([1, 9]), np.array([1, 1]))})
         buffer.update_priority(np.ones(2), bad)
@@ -207,7 +207,58 @@ def _async_checks(rank):
 @pytest.mark.timeout(90)
 def test_async_priority_updates_do_not_wait_and_a_failure_surfaces_on_the_next_call():
     learner, worker = run_ranks(_async_checks, 2)
-    assert learner["in_flight_after_update"] and not learner["in_flight_after_wait"]
+    assert learner["queued_after_update"] == 4 and learner["queued_after_wait"] == 0
     assert learner["returned_before_the_failure"] and learner["remote_traceback"] == "RemoteTraceback"
     assert learner["sample_after_failure"] == 2
     assert worker["leaves"] == pytest.approx([HIGH if i in learner["sampled"] else LOW for i in range(4)])
+
+
+def _batches_checks(rank):
+    world, group, buffer = _four_on_member_1(rank, "batches")
+    result = {}
+    if rank == 0:
+        buffer.set_async_priority_updates(True)
+        sent = []  # (member, operation) of every request sent over RPC
+        remote_call = group.registered_async
+        group.registered_async = lambda key, args=(), **kw: (sent.append((key.split("/")[1], args[0])),
+                                                             remote_call(key, args, **kw))[1]
+        beta = buffer.curr_beta
+        samples = buffer.sample_batches_async(3, 4, sample_attrs=["mark"]).wait()
+        result["sizes"] = [size for size, *_ in samples]
+        result["rows_match_indexes"] = all(
+            list(indexes) == ["1"] and [m % 100 for m in marks] == indexes["1"][0].tolist()
+            and {m // 100 for m in marks} == {1} and weights.max() == 1.0
+            for _, (marks,), indexes, weights in samples)
+        result["beta_steps"] = round((buffer.curr_beta - beta) / buffer.beta_increment_per_sampling)
+        result["first_requests"] = list(sent)
+        size, _, indexes, _ = samples[0]
+        buffer.update_priority(np.full(size, 5.0), indexes)
+        result["queued"] = buffer.queued_priority_updates
+        result["updated"] = sorted(set(indexes["1"][0].tolist()))
+        sent.clear()
+        buffer.sample_batches_async(2, 4).wait()  # the queued priorities travel with this request
+        result["carrying_requests"] = list(sent)
+        result["queued_after"] = buffer.queued_priority_updates
+        sent.clear()
+        buffer.sample_batches_async(2, 4).wait()  # the totals came back with the previous answer
+        result["next_requests"] = list(sent)
+        with pytest.raises(ValueError, match="batches must be a positive int, got 0"):
+            buffer.sample_batches_async(0, 4)
+    group.barrier()
+    if rank == 1:
+        result["leaves"] = buffer.wt_tree.get_leaf_all_weights().tolist()
+    group.barrier()
+    world.stop()
+    return result
+
+
+@pytest.mark.timeout(90)
+def test_several_batches_come_in_one_request_which_carries_the_queued_priorities():
+    learner, worker = run_ranks(_batches_checks, 2)
+    assert learner["sizes"] == [4, 4, 4] and learner["rows_match_indexes"]
+    assert learner["beta_steps"] == 3  # one step per batch, as three sample_batch calls make
+    assert learner["first_requests"] == [("1", "weight"), ("1", "sample")]
+    assert learner["queued"] == 4 and learner["queued_after"] == 0
+    assert learner["carrying_requests"] == [("1", "weight"), ("1", "sample")]  # no update request of its own
+    assert learner["next_requests"] == [("1", "sample")]
+    assert worker["leaves"] == pytest.approx([HIGH if i in learner["updated"] else LOW for i in range(4)])
