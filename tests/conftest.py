@@ -1,5 +1,6 @@
 """Suite-wide settings: one torch thread per worker (xdist runs two), headless rendering;
-shared fixtures."""
+shared fixtures (among them the Ray cluster of tests/ray_cluster.py, started once per
+worker process that needs it)."""
 
 import logging
 import os
@@ -11,6 +12,8 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 
 torch.set_num_threads(1)
+
+from tests.ray_cluster import ray_cluster, run_on  # noqa: E402, F401 (fixtures; sets Ray's 127.0.0.1-only variables)
 
 
 @pytest.fixture

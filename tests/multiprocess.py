@@ -17,6 +17,7 @@ psutil that no child process survives a test.
 
 import contextlib
 import functools
+import multiprocessing
 import os
 import sys
 import time
@@ -39,6 +40,9 @@ __all__ = [
     "DEFAULT_TIMEOUT",
 ]
 
+#: Modules the fork server imports once, so that its children do not (see run_ranks).
+_PRELOAD = ["torch", "machin.parallel.distributed", "tests.multiprocess"]
+
 #: Hard limit of one run, in seconds; keep it below the test's pytest timeout.
 DEFAULT_TIMEOUT = 60.0
 _GRACE = 5.0
@@ -60,11 +64,12 @@ def run_ranks(
             the timeout passed; its message holds the ranks' tracebacks.
     """
     if start_method == "fork" and _ray_connected():
-        # This process runs Ray's driver threads (a Ray test of the same module started the
-        # cluster): a forked child inherits their locks mid-use and can hang. Spawned
-        # children start from a fresh interpreter (and, unlike a forkserver, leave no
-        # process behind for the cluster's leftover check).
-        start_method = "spawn"
+        # This process runs Ray's driver threads (a Ray test of this worker started the
+        # session's cluster): a forked child inherits their locks mid-use and can hang. A
+        # fork server is a fresh interpreter (started before or after Ray, it has no Ray
+        # threads) that has imported torch and machin once: its children start in a moment.
+        start_method = "forkserver"
+        multiprocessing.get_context("forkserver").set_forkserver_preload(_PRELOAD)
     if start_method == "fork":
         _warm_up()
     return launch(

@@ -1,10 +1,11 @@
 """Harness of the tests on the Ray transport: a real two-node cluster on this machine.
 
-``ray_cluster`` (a module-scoped fixture) starts a head and a worker node with
+``ray_cluster`` (a session-scoped fixture: one cluster per pytest worker process that
+runs a Ray test, as a cluster takes 12-28 s to start on two cores) starts a head and a worker node with
 :class:`ray.cluster_utils.Cluster`, every process bound to 127.0.0.1, no dashboard,
 no usage statistics and small CPU and memory claims, connects the test process to
 it and checks with ``ray.nodes()`` that every node has address 127.0.0.1. At the
-end of the module it disconnects, shuts the cluster down and checks with psutil
+end of the session it disconnects, shuts the cluster down and checks with psutil
 that no Ray process (gcs_server, raylet, workers) is left.
 
 ``run_ray_ranks(target, world_size)`` is ``run_ranks`` for the Ray transport: one
@@ -16,6 +17,7 @@ import contextlib
 import functools
 import os
 import time
+from multiprocessing import forkserver
 from typing import Any, Callable, List, Sequence
 
 import psutil
@@ -29,6 +31,8 @@ __all__ = ["ray_cluster", "run_on", "run_ray_ranks", "RAY_TIMEOUT"]
 
 #: Hard limit of one run on the cluster, in seconds.
 RAY_TIMEOUT = 120.0
+#: Seconds added to a run's limit for starting its actors.
+ACTOR_STARTUP = 30.0
 _NODE = {
     "num_cpus": 3,
     "object_store_memory": 200 * 1024 * 1024,
@@ -67,6 +71,10 @@ def run_ray_ranks(
 ) -> List[Any]:
     """Run ``target(rank, *args)`` on ``world_size`` Ray actors of the connected cluster.
 
+    ``timeout`` is the time the ranks get, as for ``run_ranks``; the actors' start-up
+    (a fresh interpreter per rank that imports torch: seconds on two busy cores, where a
+    forked rank starts at once) gets ``ACTOR_STARTUP`` seconds more.
+
     Raises:
         LaunchError: If a rank raised, its actor died or the timeout passed.
     """
@@ -76,7 +84,7 @@ def run_ray_ranks(
         functools.partial(_single_threaded, target),
         world_size,
         args=args,
-        timeout=timeout,
+        timeout=timeout + ACTOR_STARTUP,
         allow_exit=allow_exit,
     )
 
@@ -124,7 +132,12 @@ def _start_or_fail() -> Any:
 
 def _ray_processes() -> List[psutil.Process]:
     found = []
+    # the fork server of run_ranks names Ray's directory in its arguments (the sys.path it
+    # was given), but it is multiprocessing's, not Ray's
+    fork_server = getattr(forkserver._forkserver, "_forkserver_pid", None)
     for child in psutil.Process().children(recursive=True):
+        if child.pid == fork_server:
+            continue
         with contextlib.suppress(psutil.Error):
             line = " ".join(child.cmdline())
             if child.status() != psutil.STATUS_ZOMBIE and any(
@@ -143,7 +156,7 @@ def _kill_ray_processes() -> List[int]:
     return [p.pid for p in left]
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def ray_cluster():
     """A two-node Ray cluster on 127.0.0.1, connected; yields its address and start-up seconds."""
     ray = pytest.importorskip("ray")

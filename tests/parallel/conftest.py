@@ -7,7 +7,6 @@ import psutil
 import pytest
 
 from tests.multiprocess import _live_children  # skips the session helpers (torch_shm_manager)
-from tests.ray_cluster import ray_cluster, run_on  # noqa: F401 (fixtures: tests over both transports)
 
 GRACE_SECONDS = 5.0
 

@@ -260,8 +260,8 @@ def _learn_cartpole(rank, max_episodes, threshold):
 
 @pytest.mark.learning
 @pytest.mark.multiprocess
-def test_a3c_learns_cartpole_with_three_processes():
-    results = run_ranks(_learn_cartpole, 3, args=(400, 150.0), timeout=110)
+def test_a3c_learns_cartpole_with_three_processes(run_on):
+    results = run_on(_learn_cartpole, 3, args=(400, 150.0), timeout=110)
     reached = [r for r in results if r is not None]
     for rank, result in enumerate(results):
         if result is not None:

@@ -363,14 +363,14 @@ def _report(name, env_name, threshold, results):
 
 
 @pytest.mark.learning
-def test_dqn_apex_learns_cartpole_with_two_samplers_and_a_learner():
-    results = run_ranks(_apex_learns, 3, args=(_build_dqn_learner, "CartPole-v0", 400, 150.0), timeout=110)
+def test_dqn_apex_learns_cartpole_with_two_samplers_and_a_learner(run_on):
+    results = run_on(_apex_learns, 3, args=(_build_dqn_learner, "CartPole-v0", 400, 150.0), timeout=110)
     assert _report("DQNApex", "CartPole-v0", 150.0, results)
 
 
 @pytest.mark.learning
-def test_ddpg_apex_learns_pendulum_with_two_samplers_and_a_learner():
-    results = run_ranks(_apex_learns, 3, args=(_build_ddpg_learner, "Pendulum-v1", 100, -400.0), timeout=180)
+def test_ddpg_apex_learns_pendulum_with_two_samplers_and_a_learner(run_on):
+    results = run_on(_apex_learns, 3, args=(_build_ddpg_learner, "Pendulum-v1", 100, -400.0), timeout=180)
     assert _report("DDPGApex", "Pendulum-v1", -400.0, results)
 
 

@@ -367,8 +367,8 @@ def _ars_learns(rank, max_rounds, threshold):
 
 @pytest.mark.multiprocess
 @pytest.mark.learning
-def test_ars_learns_cartpole_with_three_processes():
-    results = run_ranks(_ars_learns, 3, args=(40, 475.0), timeout=80)
+def test_ars_learns_cartpole_with_three_processes(run_on):
+    results = run_on(_ars_learns, 3, args=(40, 475.0), timeout=80)
     mean_return, rounds, _, seconds = results[0]
     print(f"ARS: mean return of the perturbed policies {mean_return:.1f} on CartPole-v1 after {rounds} rounds, "
           f"{sum(r[2] for r in results)} environment steps, {seconds:.1f} s")

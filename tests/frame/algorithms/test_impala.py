@@ -179,8 +179,8 @@ def _impala_learns(rank, max_episodes, threshold, warmup=4):
 
 @pytest.mark.multiprocess
 @pytest.mark.learning
-def test_impala_learns_cartpole_with_two_samplers_and_a_learner():
-    results = run_ranks(_impala_learns, 3, args=(400, 150.0), timeout=110)
+def test_impala_learns_cartpole_with_two_samplers_and_a_learner(run_on):
+    results = run_on(_impala_learns, 3, args=(400, 150.0), timeout=110)
     for rank, result in enumerate(results):
         if result is not None:
             print(f"IMPALA sampler {rank} reached a smoothed return of 150 on CartPole-v0 at episode "

@@ -1,4 +1,4 @@
-"""DistributedBuffer: local parts, group-wide size, clear and sampling (3-process world)."""
+"""DistributedBuffer: local parts, group-wide size, clear and sampling (3-process world, on both transports)."""
 
 import pytest
 import torch
@@ -120,9 +120,9 @@ def _distributed_buffer_checks(rank):
     return rank
 
 
-@pytest.mark.timeout(90)
-def test_parts_are_local_and_sampling_spans_the_group():
-    assert run_ranks(_distributed_buffer_checks, 3) == [0, 1, 2]
+@pytest.mark.timeout(180)
+def test_parts_are_local_and_sampling_spans_the_group(run_on):
+    assert run_on(_distributed_buffer_checks, 3) == [0, 1, 2]
 
 
 def _cuda_checks(rank):

@@ -1,4 +1,5 @@
-"""DistributedPrioritizedBuffer: sampling by priority across members, taint table (3 processes)."""
+"""DistributedPrioritizedBuffer: sampling by priority across members, taint table (2-3 processes; on both
+transports, torch RPC and Ray, where a test takes ``run_on``)."""
 
 from collections import OrderedDict
 
@@ -113,9 +114,9 @@ def _prioritized_checks(rank):
     return result
 
 
-@pytest.mark.timeout(90)
-def test_priorities_are_sampled_across_members_and_stale_updates_are_dropped():
-    learner, worker1, worker2 = run_ranks(_prioritized_checks, 3)
+@pytest.mark.timeout(180)
+def test_priorities_are_sampled_across_members_and_stale_updates_are_dropped(run_on):
+    learner, worker1, worker2 = run_on(_prioritized_checks, 3)
     sampled = learner["sampled"]["1"]
     # worker 1: the sampled slots now have the new priority, the others kept theirs
     assert worker1["leaves"] == pytest.approx([HIGH if i in sampled else LOW for i in range(4)])
@@ -204,9 +205,9 @@ def _async_checks(rank):
     return result
 
 
-@pytest.mark.timeout(90)
-def test_async_priority_updates_do_not_wait_and_a_failure_surfaces_on_the_next_call():
-    learner, worker = run_ranks(_async_checks, 2)
+@pytest.mark.timeout(180)
+def test_async_priority_updates_do_not_wait_and_a_failure_surfaces_on_the_next_call(run_on):
+    learner, worker = run_on(_async_checks, 2)
     assert learner["queued_after_update"] == 4 and learner["queued_after_wait"] == 0
     assert learner["returned_before_the_failure"] and learner["remote_traceback"] == "RemoteTraceback"
     assert learner["sample_after_failure"] == 2
@@ -252,9 +253,9 @@ def _batches_checks(rank):
     return result
 
 
-@pytest.mark.timeout(90)
-def test_several_batches_come_in_one_request_which_carries_the_queued_priorities():
-    learner, worker = run_ranks(_batches_checks, 2)
+@pytest.mark.timeout(180)
+def test_several_batches_come_in_one_request_which_carries_the_queued_priorities(run_on):
+    learner, worker = run_on(_batches_checks, 2)
     assert learner["sizes"] == [4, 4, 4] and learner["rows_match_indexes"]
     assert learner["beta_steps"] == 3  # one step per batch, as three sample_batch calls make
     assert learner["first_requests"] == [("1", "weight"), ("1", "sample")]
