@@ -2,7 +2,10 @@
 
 Every example takes the same options (see :func:`parse_args`), prints one line per
 episode through :class:`Progress`, writes its per-episode returns as a learning-curve
-PNG at the end and, with ``--gif``, records one episode of the trained agent.
+PNG at the end and, with ``--gif``, records one episode of the trained agent. The
+distributed examples also take ``--nproc``, ``--backend`` and ``--address`` (the launch
+options of ``tutorials/parallel_distributed/_launch_options.py``, re-exported here with
+:func:`launch_kwargs` and :func:`output_path`).
 """
 
 from __future__ import annotations
@@ -23,6 +26,15 @@ import torch
 from machin.utils.media import create_learning_curve, create_video
 
 TUTORIALS = Path(__file__).resolve().parents[1] / "tutorials"
+sys.path.append(str(TUTORIALS / "parallel_distributed"))
+# E402: found through the line above; F401: launch_kwargs and output_path are for the distributed examples
+from _launch_options import (  # noqa: E402, F401
+    add_launch_options,
+    check_launch_options,
+    launch_kwargs,
+    output_path,
+)
+
 # The examples render only to arrays (render_mode="rgb_array"): SDL needs no display for that.
 os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
 
@@ -42,11 +54,12 @@ def parse_args(description: str, *, name: Optional[str] = None, episodes: int = 
         episodes: Default of ``--episodes``.
         gif: Whether the script offers ``--gif`` (single-process examples do).
         nproc: For a distributed script, the default of ``--nproc`` (processes started on
-            this machine when not run by torchrun); ``None`` offers no ``--nproc``.
+            this machine when not run by torchrun, or Ray actors with ``--backend ray``), and
+            the launch options ``--backend`` and ``--address``; ``None`` offers none of them.
 
     Returns:
         The namespace with ``episodes``, ``seed``, ``plot`` and (with ``gif``) ``gif``
-        (with ``nproc``) ``nproc``.
+        (with ``nproc``) ``nproc`` and ``backend`` (``"rpc"`` or ``"ray"``) and ``address``.
     """
     name = name or script_name()
     parser = argparse.ArgumentParser(description=description,
@@ -61,8 +74,13 @@ def parse_args(description: str, *, name: Optional[str] = None, episodes: int = 
                                  f"(default path: {name}_episode.gif)")
     if nproc is not None:
         parser.add_argument("--nproc", type=int, default=nproc,
-                            help="processes started on this machine by 'python script.py' (torchrun sets its own)")
-    return parser.parse_args()
+                            help="processes (Ray actors with --backend ray) started by 'python script.py' "
+                                 "(torchrun sets its own)")
+        add_launch_options(parser)
+    args = parser.parse_args()
+    if nproc is not None:
+        check_launch_options(parser, args)
+    return args
 
 
 def _split(path: str):

@@ -7,6 +7,11 @@ Run it with ``python examples/framework_examples/ars.py`` (``--nproc N`` local p
     torchrun --nnodes 2 --nproc_per_node 2 --node_rank 0 --master_addr HOST --master_port 29500 \
         examples/framework_examples/ars.py
 
+or as one Ray actor per process, on a Ray cluster that is already running (leave out
+``--address`` to start Ray on this machine; with Ray use plain ``python``, not torchrun)::
+
+    python examples/framework_examples/ars.py --nproc 6 --backend ray --address HOST:6379
+
 The roles come from the world (``ARS.from_roles``): process 0 manages (steps the policy
 and hosts the model server) and every process plays its share of the rollouts.
 
@@ -17,17 +22,19 @@ first process, merges the state statistics and hands both to every process. All
 processes get the same mean return from ``update()``, so they stop together, once a
 round's mean return reaches 475 (CartPole-v1 ends episodes at 500 steps).
 
-Options: ``--episodes N`` (rounds at most), ``--seed S``, ``--nproc N`` and ``--plot PATH`` (default
-``ars_curve.png``, ``""`` for none): process 0 prints one line per round and writes
-the curve of the rounds' mean returns there. There is no ``--gif``: the trained
-networks live in the child processes.
+Options: ``--episodes N`` (rounds at most), ``--seed S``, ``--nproc N``, ``--backend {rpc,ray}``
+(torch RPC, the default, or Ray actors), ``--address ADDR`` (a running Ray cluster; implies
+``--backend ray``) and ``--plot PATH`` (default ``ars_curve.png``, ``""`` for none): process 0
+prints one line per round and writes the curve of the rounds' mean returns there (with Ray,
+on the machine of its actor). There is no ``--gif``: the trained networks live in the child
+processes.
 """
 
 import time
 
 import gymnasium as gym
 import torch
-from _common import parse_args, write_curve
+from _common import launch_kwargs, output_path, parse_args, write_curve
 from torch import nn
 
 from machin.frame.algorithms import ARS
@@ -95,4 +102,6 @@ def main(rank, rounds=100, seed=0, plot=""):
 
 if __name__ == "__main__":
     args = parse_args(__doc__, episodes=100, gif=False, nproc=3)
-    run_script(lambda rank: main(rank, args.episodes, args.seed, args.plot), args.nproc, timeout=3600)
+    plot = output_path(args.plot, args)  # absolute with Ray: a cluster's actors work in another directory
+    run_script(lambda rank: main(rank, args.episodes, args.seed, plot), args.nproc, timeout=3600,
+               **launch_kwargs(args))

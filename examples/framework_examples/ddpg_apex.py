@@ -7,6 +7,11 @@ processes, 3 by default), or as one rank per process under torchrun, on one node
     torchrun --nnodes 2 --nproc_per_node 4 --node_rank 0 --master_addr HOST --master_port 29500 \
         examples/framework_examples/ddpg_apex.py
 
+or as Ray actors, one per rank, on a Ray cluster that is already running (without
+``--address``, on a Ray instance started on this machine; with Ray use plain ``python``)::
+
+    python examples/framework_examples/ddpg_apex.py --nproc 8 --backend ray --address HOST:6379
+
 Process 0 learns (``--learners K``: processes 0 .. K-1) from batches sampled across every
 sampler; every other process samples with the newest actor (pulled before each episode)
 and stores its steps in its part of the distributed prioritized buffer. The networks come
@@ -14,10 +19,12 @@ from ``ddpg.py``; the learner loop, the options, the run control and the learnin
 helpers from the Ape-X DQN tutorial, which this script imports.
 
 Options: ``--episodes N`` (episodes per sampler at most), ``--seed S``, ``--nproc N``,
-``--learners K``, ``--updates N``, ``--checkpoint-every K``, ``--checkpoint-dir DIR``,
-``--resume`` and ``--plot PATH`` (default ``ddpg_apex_curve.png``, ``""`` for none): the
-sampler that solved the environment (the first sampler if none did) writes its learning
-curve there. There is no ``--gif``: the trained networks live in the child processes.
+``--backend {rpc,ray}`` (torch RPC, the default, or Ray actors), ``--address ADDR`` (a
+running Ray cluster; implies ``--backend ray``), ``--learners K``, ``--updates N``,
+``--checkpoint-every K``, ``--checkpoint-dir DIR``, ``--resume`` and ``--plot PATH``
+(default ``ddpg_apex_curve.png``, ``""`` for none): the sampler that solved the environment
+(the first sampler if none did) writes its learning curve there. There is no ``--gif``: the
+trained networks live in the child processes.
 """
 
 import time
@@ -35,6 +42,10 @@ from machin.parallel.distributed.roles import Roles, RunControl
 SOLVED_REWARD = -200.0
 WARMUP = 1000  # transitions stored by all samplers before the learner starts
 tutorial = load_tutorial("dqn_apex")
+# main() uses the tutorial's functions, not the module: with --backend ray, main travels to
+# the actors by value, and a module loaded from a file path cannot be imported there by name.
+learn, finish_run, stop_if_learner_lost = tutorial.learn, tutorial.finish_run, tutorial.stop_if_learner_lost
+RPC_TIMEOUT = tutorial.RPC_TIMEOUT
 
 
 def sample(apex, control, rank, args):
@@ -72,20 +83,20 @@ def sample(apex, control, rank, args):
 
 def main(rank, args):
     torch.set_num_threads(1)
-    world = World(rpc_timeout=tutorial.RPC_TIMEOUT)
+    world = World(rpc_timeout=RPC_TIMEOUT)
     roles = Roles.from_world(learners=args.learners)  # learners 0 .. K-1, samplers the rest
     torch.manual_seed(args.seed)
     apex = DDPGApex.from_roles(roles, Actor(), Actor(), Critic(), Critic(), torch.optim.Adam,
                                nn.MSELoss(reduction="none"), batch_size=64, replay_size=50000)
     apex.set_sync(False)  # samplers pull once per episode
     control = RunControl(apex.apex_group, roles, learner_group=apex.learner_group)
-    with tutorial.stop_if_learner_lost(world, control):
+    with stop_if_learner_lost(world, control):
         if roles.is_learner:
-            result = tutorial.learn(apex, control, args, warmup=WARMUP)
+            result = learn(apex, control, args, warmup=WARMUP)
         else:
             result = sample(apex, control, rank, args)
         # Ends the run everywhere; then the sampler that solved (or the first) writes its curve.
-        tutorial.finish_run(world, control, rank, result, args.plot, "Ape-X DDPG on Pendulum-v1")
+        finish_run(world, control, rank, result, args.plot, "Ape-X DDPG on Pendulum-v1")
     return result
 
 

@@ -7,18 +7,24 @@ Run it with ``python examples/framework_examples/dqn_apex.py`` (``--nproc N`` lo
     torchrun --nnodes 2 --nproc_per_node 4 --node_rank 0 --master_addr HOST --master_port 29500 \
         examples/framework_examples/dqn_apex.py
 
+or as Ray actors, one per rank, on a Ray cluster that is already running (without
+``--address``, on a Ray instance started on this machine; with Ray use plain ``python``)::
+
+    python examples/framework_examples/dqn_apex.py --nproc 8 --backend ray --address HOST:6379
+
 Process 0 learns and every other process samples (``--learners K``: processes 0 .. K-1
 learn together). The training loop lives in
 examples/tutorials/unleash_distributed_power/dqn_apex.py; this script only loads it and
 starts it, so both always show the same code.
 
 Options: ``--episodes N`` (episodes per sampler at most), ``--seed S``, ``--nproc N``,
-``--learners K``, ``--updates N`` (stop after N learner updates), ``--checkpoint-every K``,
-``--checkpoint-dir DIR`` (default ``dqn_apex_checkpoints``), ``--resume`` (the learner
-continues from its newest checkpoint) and ``--plot PATH`` (default ``dqn_apex_curve.png``,
-``""`` for none): the sampler that solved the environment (the first sampler if none did)
-writes its learning curve there. There is no ``--gif``: the trained networks live in the
-child processes.
+``--backend {rpc,ray}`` (torch RPC, the default, or Ray actors), ``--address ADDR`` (a
+running Ray cluster; implies ``--backend ray``), ``--learners K``, ``--updates N`` (stop
+after N learner updates), ``--checkpoint-every K``, ``--checkpoint-dir DIR`` (default
+``dqn_apex_checkpoints``), ``--resume`` (the learner continues from its newest checkpoint)
+and ``--plot PATH`` (default ``dqn_apex_curve.png``, ``""`` for none): the sampler that
+solved the environment (the first sampler if none did) writes its learning curve there.
+There is no ``--gif``: the trained networks live in the child processes.
 """
 
 from _common import load_tutorial

@@ -4,6 +4,11 @@ Scripts in ``TRAINING_DIRS`` train an agent and take ``--episodes``: they run tw
 episodes. Scripts in ``CURVE_DIRS`` must also write exactly one learning-curve PNG into
 their working directory by default. Every other script is a short demonstration and runs
 as it is. Files and directories whose names start with ``_`` are helpers, not scripts.
+
+The distributed scripts also take ``--backend ray --address ADDR``: one tutorial runs on
+the two-node Ray cluster of :mod:`tests.ray_cluster` (127.0.0.1 only; the fixture
+``ray_cluster`` comes from ``tests/conftest.py``), and the options' usage errors are
+checked.
 """
 
 import os
@@ -37,14 +42,16 @@ def in_dirs(path: Path, names: set) -> bool:
     return path.parent.name in names
 
 
-def run_script(script: Path, args, cwd: Path) -> subprocess.CompletedProcess:
+def run_script(script: Path, args, cwd: Path, env=None, expect_success=True,
+               timeout=HARD_TIMEOUT) -> subprocess.CompletedProcess:
     # One thread per script: the suite already keeps the cores busy.
     env = {**os.environ, "PYTHONPATH": str(ROOT), "MPLBACKEND": "Agg", "SDL_VIDEODRIVER": "dummy",
-           "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+           "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", **(env or {})}
     result = subprocess.run([sys.executable, str(script), *args], cwd=cwd, env=env,
-                            capture_output=True, text=True, timeout=HARD_TIMEOUT)
-    assert result.returncode == 0, (
-        f"{script.name} {' '.join(args)} failed:\n{result.stdout[-2000:]}\n{result.stderr[-4000:]}")
+                            capture_output=True, text=True, timeout=timeout)
+    if expect_success:
+        assert result.returncode == 0, (
+            f"{script.name} {' '.join(args)} failed:\n{result.stdout[-2000:]}\n{result.stderr[-4000:]}")
     return result
 
 
@@ -122,3 +129,75 @@ def test_recurrent_tutorial_explains_a_bad_environment_name(tmp_path):
                             cwd=tmp_path, env=env, capture_output=True, text=True, timeout=HARD_TIMEOUT)
     assert result.returncode != 0
     assert "env must be 'CartPole-v0' or an Atari id such as 'ALE/Pong-v5', got 'Pong'" in result.stderr
+
+
+DISTRIBUTED_POWER = EXAMPLES_DIR / "tutorials" / "unleash_distributed_power"
+# Every kind of distributed script (a parallel_distributed tutorial, an unleash_distributed_power
+# tutorial, a framework example that loads one, one with its own options) with the options that
+# ask for Ray; --address alone implies it.
+RAY_UNDER_TORCHRUN = [
+    (EXAMPLES_DIR / "tutorials" / "parallel_distributed" / "world_start.py", ["--backend", "ray"]),
+    (EXAMPLES_DIR / "tutorials" / "parallel_distributed" / "world_start.py", ["--address", "127.0.0.1:9"]),
+    (DISTRIBUTED_POWER / "dqn_apex.py", ["--backend", "ray"]),
+    (EXAMPLES_DIR / "framework_examples" / "impala.py", ["--backend", "ray", "--address", "auto"]),
+    (EXAMPLES_DIR / "framework_examples" / "ars.py", ["--backend", "ray"]),
+]
+RAY_RUN_TIMEOUT = 150  # seconds: the Ray run's hard limit (it takes well under a minute)
+
+
+def usage_error(script: Path, args, cwd: Path, env=None) -> str:
+    """Run ``script`` expecting argparse's usage error (exit code 2); return its last stderr line."""
+    result = run_script(script, args, cwd, env=env, expect_success=False, timeout=60)
+    assert result.returncode == 2, f"exit code {result.returncode}:\n{result.stdout[-1000:]}\n{result.stderr[-2000:]}"
+    assert result.stdout == ""
+    return result.stderr.strip().splitlines()[-1]
+
+
+@pytest.mark.parametrize("script, options", RAY_UNDER_TORCHRUN,
+                         ids=[f"{p.parent.name}/{p.name} {' '.join(o)}" for p, o in RAY_UNDER_TORCHRUN])
+def test_ray_backend_under_torchrun_says_to_run_with_python(script, options, tmp_path):
+    """Under torchrun (``RANK`` and ``WORLD_SIZE`` set) the Ray options stop the script at once."""
+    torchrun_env = {"RANK": "1", "WORLD_SIZE": "3", "LOCAL_RANK": "1", "MASTER_ADDR": "127.0.0.1",
+                    "MASTER_PORT": "9"}
+    assert usage_error(script, options, tmp_path, env=torchrun_env) == (
+        f"{script.name}: error: --backend ray cannot run under torchrun (this process is rank 1 of 3): "
+        f"with ray the script starts its own rank actors, so run it with plain python, "
+        f"e.g. 'python {script.name} --backend ray'")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_launch_options_usage_errors_name_the_option_and_value(tmp_path):
+    script = DISTRIBUTED_POWER / "a3c.py"
+    assert usage_error(script, ["--backend", "rpc", "--address", "127.0.0.1:6379"], tmp_path) == (
+        "a3c.py: error: --address '127.0.0.1:6379' is the address of a Ray cluster and needs --backend ray, "
+        "got --backend rpc (leave --backend out or give --backend ray)")
+    assert usage_error(script, ["--backend", "mpi"], tmp_path) == (
+        "a3c.py: error: argument --backend: invalid choice: 'mpi' (choose from 'rpc', 'ray')")
+    assert usage_error(script, ["--address", " "], tmp_path) == (
+        "a3c.py: error: argument --address: expected a Ray cluster address such as '127.0.0.1:6379', got ' '")
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.multiprocess
+def test_apex_tutorial_runs_on_a_ray_cluster(ray_cluster, tmp_path):
+    """``--backend ray --address ADDR``: the Ape-X tutorial's three ranks are actors of the running
+    two-node cluster; the learner makes its 100 updates from both samplers' steps, and its
+    checkpoint and a sampler's curve land in this directory (their paths made absolute)."""
+    address = ray_cluster["address"]
+    assert address.startswith("127.0.0.1:"), address
+    result = run_script(DISTRIBUTED_POWER / "dqn_apex.py",
+                        ["--backend", "ray", "--address", address, "--episodes", "100", "--updates", "100",
+                         "--checkpoint-every", "100"],
+                        tmp_path, env={"RAY_DEDUP_LOGS": "0"}, timeout=RAY_RUN_TIMEOUT)
+    # Ray forwards the actors' output, each line prefixed by "(RankActor pid=...)". The learner
+    # prints its summary before it waits for the end of the run, so the line has time to arrive.
+    output = result.stdout + result.stderr
+    summary = re.search(r"RankActor pid=\d+\).* learner: (\d+) updates;.*environment steps reported \{([^}]*)\}",
+                        output)
+    assert summary, output[-3000:]
+    assert int(summary.group(1)) == 100
+    reported = dict(re.findall(r"(\d+): (\d+)", summary.group(2)))
+    assert sorted(reported) == ["1", "2"] and all(int(steps) > 0 for steps in reported.values()), summary.group(0)
+    checkpoints = sorted(p.name for p in (tmp_path / "dqn_apex_checkpoints").iterdir())
+    assert "learner_state_100.pt" in checkpoints, checkpoints
+    assert read_png(tmp_path / "dqn_apex_curve.png")[0] > 100

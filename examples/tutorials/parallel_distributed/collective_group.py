@@ -6,9 +6,11 @@ Ranks in the calls are world ranks. Receiving from any source returns the sender
 
     python collective_group.py                  # three local processes
     torchrun --nproc_per_node=3 collective_group.py
+    python collective_group.py --backend ray --address 10.0.0.1:6379   # three actors of a Ray cluster
 """
 
 import torch
+from _launch_options import launch_options
 
 from machin.parallel.distributed import World, run_script
 
@@ -52,4 +54,4 @@ def main(rank: int) -> None:
 
 
 if __name__ == "__main__":
-    run_script(main, world_size=3, timeout=120)
+    run_script(main, world_size=3, timeout=120, **launch_options(__doc__))

@@ -7,9 +7,11 @@ silently overwriting newer data.
 
     python kv_server_versioned.py               # three local processes
     torchrun --nproc_per_node=3 kv_server_versioned.py
+    python kv_server_versioned.py --backend ray # three Ray actors (add --address ADDR for a running cluster)
 """
 
 import torch
+from _launch_options import launch_options
 
 from machin.parallel.distributed import World, run_script
 from machin.parallel.server import OrderedServerSimpleImpl
@@ -53,4 +55,4 @@ def main(rank: int) -> None:
 
 
 if __name__ == "__main__":
-    run_script(main, world_size=3, timeout=120)
+    run_script(main, world_size=3, timeout=120, **launch_options(__doc__))

@@ -6,9 +6,11 @@ knowing which process holds them. Lambdas and local functions may be sent along.
 
     python rpc_group.py                         # three local processes
     torchrun --nproc_per_node=3 rpc_group.py
+    python rpc_group.py --backend ray           # three Ray actors (add --address ADDR for a running cluster)
 """
 
 import torch
+from _launch_options import launch_options
 
 from machin.parallel.distributed import World, run_script
 
@@ -58,4 +60,4 @@ def main(rank: int) -> None:
 
 
 if __name__ == "__main__":
-    run_script(main, world_size=3, timeout=120)
+    run_script(main, world_size=3, timeout=120, **launch_options(__doc__))

@@ -1,8 +1,10 @@
 """What the three distributed tutorials share: options, launching, progress, the end of a run.
 
 * :func:`parse_args` reads the options every tutorial takes (``--nproc``, ``--learners``,
-  checkpoints and ``--resume`` among them) and :func:`start` runs ``main(rank, args)`` on
-  ``--nproc`` local processes, or as the one rank ``torchrun`` started.
+  checkpoints and ``--resume`` among them, and ``--backend`` / ``--address``, shared with
+  the tutorials of ``../parallel_distributed``) and :func:`start` runs ``main(rank, args)``
+  on ``--nproc`` local processes, as the one rank ``torchrun`` started, or on ``--nproc``
+  Ray actors (``--backend ray``; ``--address ADDR`` for a running Ray cluster).
 * :class:`Progress` keeps a process's returns, prints a line per episode and says when
   the process has solved CartPole.
 * :func:`stop_if_learner_lost` ends a sampler with a clear message when the learner is gone.
@@ -15,6 +17,7 @@ import contextlib
 import os
 import sys
 import time
+from pathlib import Path
 from typing import Callable, List, Sequence
 
 import gymnasium as gym
@@ -22,6 +25,10 @@ import gymnasium as gym
 from machin.parallel.distributed.launcher import run_script
 from machin.parallel.distributed.roles import LearnerLostError, Roles
 from machin.utils.media import create_learning_curve
+
+# The launch options (--backend, --address) live with the tutorials that introduce the world.
+sys.path.append(str(Path(__file__).resolve().parents[1] / "parallel_distributed"))
+from _launch_options import add_launch_options, check_launch_options, launch_kwargs, output_path  # noqa: E402
 
 SOLVED_REWARD, SOLVED_REPEAT = 190.0, 5
 RPC_TIMEOUT = 60  # seconds: how long a process waits for an answer before it gives the other up
@@ -36,14 +43,17 @@ def parse_args(description: str, name: str, episodes: int = 1000, roles: bool = 
     """The options of a distributed tutorial (``name`` is the stem of its output files).
 
     With ``roles`` (learners and samplers) also ``--learners``, ``--updates`` and the
-    checkpoint options.
+    checkpoint options. ``--address`` implies ``--backend ray``; ``--backend ray`` in a
+    process started by torchrun, and ``--backend rpc`` with ``--address``, end the
+    script with a usage error.
     """
     parser = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--episodes", type=int, default=episodes, help="episodes per playing process at most")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--plot", default=f"{name}_curve.png", help="learning-curve PNG ('' for none)")
     parser.add_argument("--nproc", type=int, default=3,
-                        help="processes started on this machine by 'python script.py' (torchrun sets its own)")
+                        help="processes (Ray actors with --backend ray) started by 'python script.py' "
+                             "(torchrun sets its own)")
     if roles:
         parser.add_argument("--learners", type=int, default=1,
                             help="learners (ranks 0 .. K-1, trained together with DistributedDataParallel)")
@@ -54,20 +64,28 @@ def parse_args(description: str, name: str, episodes: int = 1000, roles: bool = 
         parser.add_argument("--checkpoint-dir", default=f"{name}_checkpoints", metavar="DIR")
         parser.add_argument("--resume", action="store_true",
                             help="the learner continues from the newest checkpoint in --checkpoint-dir, if any")
-    return parser.parse_args()
+    add_launch_options(parser)
+    args = parser.parse_args()
+    check_launch_options(parser, args)
+    return args
 
 
 def start(main: Callable, args: argparse.Namespace) -> None:
-    """Run ``main(rank, args)``: as one rank under torchrun, else on ``--nproc`` local processes.
+    """Run ``main(rank, args)``: as one rank under torchrun, else on ``--nproc`` local processes
+    (``--backend rpc``) or Ray actors (``--backend ray``).
 
-    With learners and samplers, a sampler that is killed does not end a local run (the
-    others go on without it); a learner that dies does, once the samplers have noticed it
-    and said so.
+    With learners and samplers, a sampler that is killed does not end a run this script
+    started (local processes or Ray actors: the others go on without it); a learner that
+    dies does, once the samplers have noticed it and said so. With Ray the output paths
+    are made absolute first: the actors of a cluster run in the cluster's directory.
     """
     learners = getattr(args, "learners", None)
     samplers = () if learners is None else Roles.from_world(args.nproc, 0, learners=learners).samplers
+    args.plot = output_path(args.plot, args)
+    if learners is not None:
+        args.checkpoint_dir = output_path(args.checkpoint_dir, args)
     run_script(lambda rank: main(rank, args), args.nproc, timeout=24 * 3600, allow_exit=samplers,
-               failure_grace=RPC_TIMEOUT + 10)
+               failure_grace=RPC_TIMEOUT + 10, **launch_kwargs(args))
 
 
 @contextlib.contextmanager

@@ -5,7 +5,10 @@ A2C losses on them and pushes the gradients to two gradient servers (actor and
 critic), which every process also helps to reduce. The run stops in every process
 as soon as one of them has solved the environment (or has played ``--episodes``).
 ``python a3c.py`` starts ``--nproc`` processes (3 by default) on this machine; under
-``torchrun --nproc_per_node=N a3c.py`` each process is one rank instead.
+``torchrun --nproc_per_node=N a3c.py`` each process is one rank instead;
+``python a3c.py --backend ray`` runs the ranks as Ray actors on this machine, and
+``python a3c.py --nproc 6 --backend ray --address HOST:6379`` on a running Ray cluster
+(``--address`` alone implies ``--backend ray``).
 
 At the end the process that solved the environment (process 0 if none did) writes
 its per-episode returns as a learning curve to ``--plot`` (default

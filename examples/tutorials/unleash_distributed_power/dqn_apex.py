@@ -16,13 +16,21 @@ episodes, or the learner has made ``--updates`` updates.
     torchrun --nproc_per_node 5 dqn_apex.py
     torchrun --nnodes 2 --nproc_per_node 4 --node_rank 0 --master_addr HOST --master_port 29500 dqn_apex.py
 
+With ``--backend ray`` the ``--nproc`` ranks are Ray actors instead, in a Ray instance
+started on this machine or, with ``--address``, in a cluster already running (run it
+with plain ``python``; ``--address`` alone implies ``--backend ray``)::
+
+    python dqn_apex.py --nproc 8 --backend ray --address HOST:6379
+
 A sampler that dies (or a whole node of samplers) is reported by the learner, which goes
 on with the others. If the learner dies, the samplers stop with a message; start the run
 again with ``--resume`` and the learner continues from its newest checkpoint.
 
 At the end the sampler that solved the environment (the first sampler if none did)
 writes its per-episode returns as a learning curve to ``--plot`` (default
-``dqn_apex_curve.png``; ``--plot ""`` writes none).
+``dqn_apex_curve.png``; ``--plot ""`` writes none). With Ray, the curve and the
+checkpoints are written on the machine of the rank that writes them (at the path seen
+from the directory the script was started in).
 """
 
 import time

@@ -11,9 +11,14 @@ Everything stops once a sampler has solved the environment, every sampler has pl
 ``--episodes`` episodes, or the learner has made ``--updates`` updates.
 
 ``python impala.py`` starts ``--nproc`` processes (3 by default) on this machine; under
-``torchrun`` each process is one rank (``torchrun --nproc_per_node 5 impala.py``). If the
-learner dies, the samplers stop with a message; ``--resume`` continues from the newest
-checkpoint.
+``torchrun`` each process is one rank (``torchrun --nproc_per_node 5 impala.py``). With
+``--backend ray`` the ranks are Ray actors, on this machine or, with ``--address ADDR``
+(which implies ``--backend ray``), on a running Ray cluster; run it with plain ``python``::
+
+    python impala.py --nproc 8 --backend ray --address HOST:6379
+
+If the learner dies, the samplers stop with a message; ``--resume`` continues from the
+newest checkpoint.
 
 At the end the sampler that solved the environment (the first sampler if none did)
 writes its per-episode returns as a learning curve to ``--plot`` (default
