@@ -17,7 +17,10 @@ warm-up, the learner measures for ``--seconds``:
 Right before each row, the **local reference** runs the same update in this one process
 (Ape-X: ``DQNPer`` on a local prioritized buffer of CartPole transitions; IMPALA: its
 update on local episodes, with no model push) for the same time; ``ratio`` is the
-learner's updates/s over the local ones. Measuring the two side by side keeps the ratio
+learner's updates/s over the local ones, and ``ratio/transition`` the same for the
+transitions trained on per second (IMPALA's local episodes come from an untrained policy
+and are shorter than the learner's, so its updates are cheaper: compare IMPALA by this
+column; for Ape-X, whose batches are always 64 transitions, the two are equal). Measuring the two side by side keeps the ratio
 meaningful on a machine whose load changes.
 
 Every process runs torch with one thread. On a machine with fewer cores than processes
@@ -127,24 +130,52 @@ def _play(agent, algorithm: str, env, seed: int, store: Optional[Callable[[Any],
     return steps
 
 
+class _TrainedSteps:
+    """Counts the transitions an agent trains on (IMPALA's batches are episodes of any length).
+
+    An Ape-X update always trains on ``APEX_BATCH`` transitions; an IMPALA update on the
+    steps of its episodes, which grow as the policy learns. The local reference's episodes
+    come from an untrained policy, so their updates are cheaper: the per-transition ratio
+    compares the two fairly.
+    """
+
+    def __init__(self, agent, algorithm: str):
+        self.count = 0
+        if algorithm == "impala":
+            join = agent._join
+            agent._join = lambda batches: self._counted(join(batches))
+        else:
+            update = agent.update
+            agent.update = lambda *a, **k: self._counted_update(update(*a, **k))
+
+    def _counted(self, batch):
+        self.count += batch.size
+        return batch
+
+    def _counted_update(self, result):
+        self.count += APEX_BATCH if result is not None else 0
+        return result
+
+
 def _learn(agent, algorithm: str, control: RunControl, seconds: float, warmup: float) -> Dict[str, float]:
     """Update without pause; the rates over ``seconds`` after ``warmup`` seconds."""
     warm = 200 if algorithm == "apex" else 8
     while agent.replay_buffer.all_size() < warm:
         time.sleep(0.05)
+    trained = _TrainedSteps(agent, algorithm)
     updates, begin, first = 0, time.monotonic(), None
     while True:
         agent.update()
         updates += 1
         now = time.monotonic()
         if first is None and now - begin >= warmup:
-            first = (now, updates, sum(control.steps.values()), time.process_time())
+            first = (now, updates, sum(control.steps.values()), time.process_time(), trained.count)
         elif first is not None and now - first[0] >= seconds:
-            last = (now, updates, sum(control.steps.values()), time.process_time())
+            last = (now, updates, sum(control.steps.values()), time.process_time(), trained.count)
             break
     elapsed, done = last[0] - first[0], last[1] - first[1]
     return {"steps_per_s": (last[2] - first[2]) / elapsed, "updates_per_s": done / elapsed,
-            "cpu_ms_per_update": 1000 * (last[3] - first[3]) / done}
+            "cpu_ms_per_update": 1000 * (last[3] - first[3]) / done, "trained_per_s": (last[4] - first[4]) / elapsed}
 
 
 def _rank(rank: int, algorithm: str, seconds: float, warmup: float) -> Optional[Dict[str, float]]:
@@ -276,12 +307,14 @@ def local_updates(algorithm: str, seconds: float) -> Dict[str, float]:
         agent = _local_agent(algorithm)
         for _ in range(20):
             agent.update()
+        trained = _TrainedSteps(agent, algorithm)
         updates, begin, cpu = 0, time.monotonic(), time.process_time()
         while time.monotonic() - begin < seconds:
             agent.update()
             updates += 1
         elapsed = time.monotonic() - begin
-        return {"updates_per_s": updates / elapsed, "cpu_ms_per_update": 1000 * (time.process_time() - cpu) / updates}
+        return {"updates_per_s": updates / elapsed, "cpu_ms_per_update": 1000 * (time.process_time() - cpu) / updates,
+                "trained_per_s": trained.count / elapsed}
     finally:
         torch.set_num_threads(threads)
 
@@ -289,17 +322,19 @@ def local_updates(algorithm: str, seconds: float) -> Dict[str, float]:
 def _row(algorithm: str, n: int, rates: Dict[str, float], local: Dict[str, float], base: float) -> Dict[str, Any]:
     return {"algorithm": algorithm, "samplers": n, **rates, "efficiency": rates["steps_per_s"] / (n * base),
             "local_updates_per_s": local["updates_per_s"], "local_cpu_ms_per_update": local["cpu_ms_per_update"],
-            "ratio": rates["updates_per_s"] / local["updates_per_s"]}
+            "ratio": rates["updates_per_s"] / local["updates_per_s"],
+            "ratio_per_transition": rates["trained_per_s"] / local["trained_per_s"]}
 
 
 HEADER = (f"{'algorithm':<10}{'samplers':>9}{'env steps/s':>13}{'updates/s':>11}{'efficiency':>12}"
-          f"{'local upd/s':>13}{'ratio':>7}{'CPU ms/upd':>12}{'local CPU ms':>14}")
+          f"{'local upd/s':>13}{'ratio':>7}{'CPU ms/upd':>12}{'local CPU ms':>14}{'ratio/transition':>18}")
 
 
 def _print_row(row: Dict[str, Any]) -> None:
     print(f"{row['algorithm']:<10}{row['samplers']:>9}{row['steps_per_s']:>13.0f}{row['updates_per_s']:>11.1f}"
           f"{row['efficiency']:>12.2f}{row['local_updates_per_s']:>13.1f}{row['ratio']:>7.2f}"
-          f"{row['cpu_ms_per_update']:>12.2f}{row['local_cpu_ms_per_update']:>14.2f}", flush=True)
+          f"{row['cpu_ms_per_update']:>12.2f}{row['local_cpu_ms_per_update']:>14.2f}"
+          f"{row['ratio_per_transition']:>18.2f}", flush=True)
 
 
 def run(samplers: Sequence[int] = (1, 2, 4, 8), seconds: float = 15.0,

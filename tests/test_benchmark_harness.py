@@ -167,15 +167,21 @@ def test_scaling_local_reference_runs_the_learners_update_in_one_process():
     for algorithm in ("apex", "impala"):
         rates = scaling.local_updates(algorithm, 0.3)
         assert rates["updates_per_s"] > 0 and rates["cpu_ms_per_update"] > 0
+        if algorithm == "apex":  # every update trains on one batch of 64 transitions
+            assert rates["trained_per_s"] == pytest.approx(64 * rates["updates_per_s"])
+        else:  # batches of 4 episodes, each at least one step long
+            assert rates["trained_per_s"] >= 4 * rates["updates_per_s"]
 
 
 def test_scaling_rows_give_the_efficiency_and_the_ratio_to_the_local_update():
     from benchmarks import scaling
 
-    rates = {"steps_per_s": 300.0, "updates_per_s": 40.0, "cpu_ms_per_update": 5.0}
-    row = scaling._row("apex", 2, rates, {"updates_per_s": 80.0, "cpu_ms_per_update": 4.0}, base=200.0)
+    rates = {"steps_per_s": 300.0, "updates_per_s": 40.0, "cpu_ms_per_update": 5.0, "trained_per_s": 4000.0}
+    local = {"updates_per_s": 80.0, "cpu_ms_per_update": 4.0, "trained_per_s": 2000.0}
+    row = scaling._row("impala", 2, rates, local, base=200.0)
     assert row["efficiency"] == pytest.approx(0.75)  # 300 steps/s from 2 samplers, 200 from one
     assert row["ratio"] == pytest.approx(0.5) and row["local_cpu_ms_per_update"] == 4.0
+    assert row["ratio_per_transition"] == pytest.approx(2.0)  # its episodes were four times longer
 
 
 def test_scaling_backend_option_names_what_a_ray_run_lacks():
