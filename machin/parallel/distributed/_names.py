@@ -20,6 +20,13 @@ waiting, or its interpreter exiting) tells every other process first. From then 
 a barrier that still waits for it fails at once with an error naming it, and so
 does any later barrier of a group it belongs to, instead of running into the
 timeout.
+
+A member whose process was restarted (Ray's ``restart`` of a rank) *rejoins*: it
+tells the others, and a group it creates again is not a barrier with the others
+(they passed it long ago) but a readmission by the manager, which drops what the
+dead process held (the new one registers it again) and hands over its table and
+the number of barriers completed so far. A group's manager cannot rejoin: its
+table died with it.
 """
 
 import threading
@@ -57,7 +64,7 @@ _ERRORS = {
 class _GroupState:
     """What one process knows about a group it belongs to."""
 
-    __slots__ = ("members", "table", "version", "barrier_count")
+    __slots__ = ("members", "table", "version", "barrier_count", "completed")
 
     def __init__(self, members: Sequence[str]):
         self.members = tuple(members)
@@ -65,6 +72,8 @@ class _GroupState:
         self.table: Dict[Tuple[str, Hashable], Tuple[Optional[str], int]] = {}
         self.version = 0
         self.barrier_count = 0
+        # (manager side) the last barrier of the group that completed (0: the creation)
+        self.completed = -1
 
 
 class _Barrier:
@@ -109,6 +118,8 @@ class NameService:
         self._departed: Dict[str, str] = {}
         # members among them that shut down at once, without waiting for the others
         self._left_at_once: Set[str] = set()
+        # members whose process was restarted and that rejoined the world
+        self._rejoined: Set[str] = set()
         #: How this process leaves the world, once it has told the others (it then
         #: serves no more calls); ``None`` while it stays.
         self.leaving: Optional[str] = None
@@ -118,12 +129,20 @@ class NameService:
         """Whether this process has created ``group`` (and not destroyed it)."""
         return group in self._groups
 
-    def create_group(self, group: str, members: Sequence[str], timeout: float) -> None:
+    def create_group(self, group: str, members: Sequence[str], timeout: float) -> bool:
         """Create the local state of ``group`` and wait until every member has done so.
 
+        A rejoining process is readmitted instead, without waiting, if the others
+        created the group already.
+
+        Returns:
+            ``True`` when the creation was a barrier of all members, ``False`` when
+            this process was readmitted.
+
         Raises:
-            RuntimeError: If this process already has a group of that name, or the
-                members did not all arrive within ``timeout``.
+            RuntimeError: If this process already has a group of that name, the
+                members did not all arrive within ``timeout``, or a rejoining
+                process is the group's manager.
             ValueError: If the members disagree on the member list.
         """
         with self._lock:
@@ -131,11 +150,75 @@ class NameService:
                 raise RuntimeError(f"an RPC group named {group!r} already exists in this process")
             self._groups[group] = _GroupState(members)
         try:
+            if self.transport.rejoined and self._readmit(group, tuple(members)):
+                return False
             self._barrier(group, tuple(members), 0, timeout)
         except BaseException:
             with self._lock:
                 self._groups.pop(group, None)
             raise
+        return True
+
+    def _readmit(self, group: str, members: Tuple[str, ...]) -> bool:
+        """(Rejoining member) take the manager's table of a group the others created.
+
+        ``False`` when the group's creation has not completed yet (then this process
+        takes part in it as every member does).
+        """
+        manager = members[0]
+        if manager == self.name:
+            raise RuntimeError(
+                f"member {self.name!r} rejoined the world after its process was restarted, "
+                f"but it is the first member (the manager) of RPC group {group!r}, whose table "
+                f"died with its previous process; put a member that is not restarted first"
+            )
+        try:
+            outcome, completed, entries = self.transport.call_sync(
+                manager, _rpc_readmit, args=(group, self.name, members), timeout=self.timeout
+            )
+        except Exception as error:
+            raise transport_error(f"rejoining RPC group {group!r}", manager, error) from error
+        _raise(outcome)
+        if completed < 0:
+            return False
+        for kind, key, holder, version in entries:
+            self.apply(group, kind, key, holder, version)
+        with self._lock:
+            self._groups[group].barrier_count = completed
+        return True
+
+    def readmit(self, group: str, member: str, members: Tuple[str, ...]) -> tuple:
+        """(Manager side) readmit a restarted ``member``: drop what it held, return the table.
+
+        Returns:
+            ``(outcome, completed, entries)``: the last completed barrier (-1 while the
+            creation is incomplete) and the table as ``(kind, key, holder, version)``.
+        """
+        with self._lock:
+            state = self._groups.get(group)
+            if state is None or state.completed < 0:
+                return (None, ""), -1, []
+            if state.members != members:
+                message = (
+                    f"members of RPC group {group!r} disagree: {member!r} gave {list(members)}, "
+                    f"the group has {list(state.members)}"
+                )
+                return ("ValueError", message), -1, []
+            dropped = []
+            for (kind, key), (holder, _) in list(state.table.items()):
+                if holder == member:
+                    state.version += 1
+                    state.table[(kind, key)] = (None, state.version)
+                    dropped.append((kind, key, state.version))
+            entries = [(k, key, h, v) for (k, key), (h, v) in state.table.items()]
+            others = [m for m in state.members if m not in (self.name, member)]
+            completed = state.completed
+        for kind, key, version in dropped:  # the dead process's entries, withdrawn everywhere
+            for other in others:
+                self.transport.call(
+                    other, _rpc_apply, args=(group, kind, key, None, version), timeout=self.timeout
+                )
+        return (None, ""), completed, entries
 
     def destroy_group(self, group: str) -> None:
         """Withdraw what this process holds in ``group``, then forget the group."""
@@ -247,13 +330,42 @@ class NameService:
                     timer.start()
                 return future
             del self._barriers[(group, count)]
+            state = self._groups.get(group)
+            if state is not None:
+                state.completed = max(state.completed, count)
         for timer in barrier.timers:
             timer.cancel()
         for waiting in barrier.futures:
             waiting.set_result((None, ""))
         return future
 
-    # -- departures ----------------------------------------------------------------------
+    # -- departures and returns -----------------------------------------------------------
+    def rejoined(self) -> List[str]:
+        """The members known to have rejoined the world after a restart (this one included)."""
+        with self._lock:
+            return sorted(self._rejoined)
+
+    def record_rejoin(self, member: str) -> None:
+        """Note that ``member`` rejoined the world in a new process: it is no longer gone."""
+        with self._lock:
+            self._rejoined.add(member)
+            self._departed.pop(member, None)
+            self._left_at_once.discard(member)
+
+    def announce_rejoin(self, members: Sequence[str], timeout: float) -> None:
+        """Tell the other ``members`` that this process rejoined; skip those that cannot be told."""
+        self.record_rejoin(self.name)
+        futures = [
+            self.transport.call(m, _rpc_rejoined, args=(self.name,), timeout=timeout)
+            for m in members
+            if m != self.name
+        ]
+        for future in futures:
+            try:
+                future.wait()
+            except Exception:  # gone itself: nobody there to tell
+                continue
+
     def departure(self, member: str) -> Optional[str]:
         """How ``member`` left the world, or ``None`` if it has not told this process so."""
         return self._departed.get(member)
@@ -521,6 +633,14 @@ def _rpc_decide(group: str, kind: str, op: str, key: Hashable, holder: str) -> F
 
 def _rpc_apply(group: str, kind: str, key: Hashable, holder: Optional[str], version: int) -> None:
     _names().apply(group, kind, key, holder, version)
+
+
+def _rpc_readmit(group: str, member: str, members: Tuple[str, ...]) -> tuple:
+    return _names().readmit(group, member, members)
+
+
+def _rpc_rejoined(member: str) -> None:
+    _names().record_rejoin(member)
 
 
 def _rpc_departed(member: str, how: str, waits: bool) -> None:

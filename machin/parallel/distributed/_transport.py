@@ -230,7 +230,8 @@ class MemberLeftError(MemberLostError):
 def transport_error(what: str, member: str, error: BaseException) -> MemberLostError:
     """The error raised when an RPC to ``member`` failed in the transport layer.
 
-    When ``member`` told this process that it left the world, the error says so.
+    When ``member`` told this process that it left the world, or the transport knows
+    that it died, the error says so.
     """
     world = current_world()
     how = None if world is None else world.names.departure(member)
@@ -238,6 +239,9 @@ def transport_error(what: str, member: str, error: BaseException) -> MemberLostE
         return MemberLeftError(
             f"{what} failed: member {member!r} left the world ({how}). Cause: {error}"
         )
+    reason = None if world is None else world.transport.failure_reason(error)
+    if reason is not None:
+        return MemberLostError(f"{what} failed: member {member!r} {reason}. Cause: {error}")
     return MemberLostError(
         f"{what} failed: member {member!r} could not be reached or did not answer in time "
         f"(it may have died or left). Cause: {error}"

@@ -63,19 +63,121 @@ def _runtime_env() -> Dict[str, Any]:
     return {"env_vars": {"PYTHONPATH": os.pathsep.join(dict.fromkeys(paths))}}
 
 
-def _start_actors(ray: Any, world_size: int, namespace: str, options: Dict[str, Any]) -> List[Any]:
+def _start_actors(
+    ray: Any,
+    world_size: int,
+    namespace: str,
+    options: Dict[str, Any],
+    restarts: Dict[int, int],
+) -> List[Any]:
+    """One actor per rank; Ray restarts those of the ranks in ``restarts`` (rank -> most times)."""
     actor_class = ray.remote(RankActor)
-    return [
-        actor_class.options(name=actor_name(rank), namespace=namespace, **options).remote(
-            rank, world_size, namespace, _actor_env(rank, world_size)
-        )
-        for rank in range(world_size)
-    ]
+    actors = []
+    for rank in range(world_size):
+        extra = {}
+        if rank in restarts:  # a task running when the actor dies fails: the launcher reruns it
+            extra = {"max_restarts": restarts[rank], "max_task_retries": 0}
+        actor = actor_class.options(
+            name=actor_name(rank), namespace=namespace, **{**options, **extra}
+        ).remote(rank, world_size, namespace, _actor_env(rank, world_size))
+        actors.append(actor)
+    return actors
+
+
+class _Ranks:
+    """The actors of a run, and how ``target`` is run (again) in them.
+
+    Args:
+        ray: The ray module.
+        actors: The actors, by rank.
+        payload: The dill-pickled target.
+        args: Further arguments of the target.
+        max_restarts: Rank -> how many times its actor may be restarted.
+        deadline: ``time.monotonic()`` limit of the run, or ``None``.
+    """
+
+    def __init__(
+        self,
+        ray: Any,
+        actors: List[Any],
+        payload: bytes,
+        args: tuple,
+        max_restarts: Dict[int, int],
+        deadline: Optional[float],
+    ):
+        self.ray = ray
+        self.actors = actors
+        self.payload = payload
+        self.args = args
+        self.max_restarts = max_restarts
+        self.deadline = deadline
+        self.restarts = {rank: 0 for rank in max_restarts}
+        self._counted: Dict[int, str] = {}  # rank -> the last worker counted as a restart
+
+    def run(self, rank: int) -> Any:
+        """Start ``target(rank, *args)`` in the actor of ``rank``; a reference to its report."""
+        restarts = self.restarts.get(rank, 0)
+        return self.actors[rank].run.remote(self.payload, self.args, restarts)
+
+    def rerun(self, rank: int) -> Optional[Any]:
+        """Run the target again in the restarted actor of ``rank``; ``None`` if it was not restarted.
+
+        It waits until Ray has started the new process of the actor (or has given
+        it up), then counts the restart unless that process was counted already
+        (a run sent while the process started, which never reached it).
+        """
+        if rank not in self.max_restarts:
+            return None
+        info = self._await_process(rank)
+        if info is None or info[1] > 0:  # gone for good, or the old process still runs
+            return None
+        worker = info[0]
+        if self._counted.get(rank) != worker:
+            self._counted[rank] = worker
+            self.restarts[rank] += 1
+        return self.run(rank)
+
+    def _await_process(self, rank: int) -> Optional[tuple]:
+        """``(worker id, runs started)`` of the actor of ``rank`` once it answers; ``None``
+        when it died for good or the run's deadline passed first."""
+        unavailable = self.ray.exceptions.ActorUnavailableError
+        while self.deadline is None or time.monotonic() < self.deadline:
+            left = None if self.deadline is None else max(self.deadline - time.monotonic(), 0.1)
+            try:
+                return self.ray.get(self.actors[rank].process_info.remote(), timeout=left)
+            except unavailable:  # Ray is restarting it: ask again shortly
+                time.sleep(0.2)
+            except (self.ray.exceptions.RayActorError, self.ray.exceptions.GetTimeoutError):
+                return None
+        return None
+
+    def death(self, rank: int, error: BaseException) -> RuntimeError:
+        """The failure of a rank whose actor died (and is not restarted any more)."""
+        after = self.restarts.get(rank, 0)
+        restarted = f" after {after} restart(s)" if after else ""
+        return RuntimeError(f"the actor of rank {rank} died{restarted}: {error}")
+
+
+def _report(ray: Any, ref: Any, rank: int, ranks: _Ranks, allow_exit: set) -> tuple:
+    """What a finished ``run`` of ``rank`` says: ``("ok" | "failed" | "again", value)``.
+
+    ``"again"``: the actor died and was restarted; the value is the new run's reference.
+    """
+    try:
+        ok, value = loads(ray.get(ref))
+    except ray.exceptions.RayActorError as error:
+        again = ranks.rerun(rank)
+        if again is not None:
+            return "again", again
+        if rank in allow_exit:
+            return "ok", Exited(None)
+        return "failed", ranks.death(rank, error)
+    return ("ok" if ok else "failed"), value
 
 
 def _collect(
     ray: Any,
-    refs: List[Any],
+    ranks: _Ranks,
     deadline: Optional[float],
     allow_exit: set,
     grace: float,
@@ -83,7 +185,7 @@ def _collect(
     """Wait for the ranks' reports: (results, failures, unfinished ranks), as ``launch`` does."""
     results: Dict[int, Any] = {}
     failures: Dict[int, BaseException] = {}
-    pending = {ref: rank for rank, ref in enumerate(refs)}
+    pending = {ranks.run(rank): rank for rank in range(len(ranks.actors))}
     give_up = deadline
     while pending:
         remaining = None if give_up is None else give_up - time.monotonic()
@@ -92,18 +194,26 @@ def _collect(
         ready, _ = ray.wait(list(pending), num_returns=1, timeout=remaining)
         for ref in ready:
             rank = pending.pop(ref)
-            try:
-                ok, value = loads(ray.get(ref))
-            except ray.exceptions.RayActorError as error:
-                if rank in allow_exit:
-                    results[rank] = Exited(None)
-                    continue
-                ok, value = False, RuntimeError(f"the actor of rank {rank} died: {error}")
-            (results if ok else failures)[rank] = value
+            kind, value = _report(ray, ref, rank, ranks, allow_exit)
+            if kind == "again":
+                pending[value] = rank
+            else:
+                (results if kind == "ok" else failures)[rank] = value
         if failures:
             soon = time.monotonic() + grace
             give_up = soon if give_up is None else min(give_up, soon)
     return results, failures, sorted(pending.values())
+
+
+def _restarts(restart: Iterable[int], max_restarts: int, world_size: int) -> Dict[int, int]:
+    """Rank -> how many times its actor may be restarted, checked."""
+    if isinstance(max_restarts, bool) or not isinstance(max_restarts, int) or max_restarts < 1:
+        raise ValueError(f"max_restarts must be a positive int, got {max_restarts!r}")
+    ranks = list(restart)
+    for rank in ranks:
+        if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < world_size:
+            raise ValueError(f"restart must list ranks in [0, {world_size - 1}], got {ranks!r}")
+    return {rank: max_restarts for rank in ranks}
 
 
 def launch_ray(
@@ -118,6 +228,8 @@ def launch_ray(
     actor_options: Optional[Dict[str, Any]] = None,
     allow_exit: Iterable[int] = (),
     failure_grace: float = 5.0,
+    restart: Iterable[int] = (),
+    max_restarts: int = 1,
 ) -> List[Any]:
     """Run ``target(rank, *args)`` in ``world_size`` Ray actors and return their results.
 
@@ -141,18 +253,29 @@ def launch_ray(
             an :class:`~machin.parallel.distributed.launcher.Exited`.
         failure_grace: After a rank fails, seconds the others get to finish
             before they are killed.
+        restart: Ranks whose actor Ray restarts when its process dies (a sampler,
+            say). The launcher then calls ``target(rank, *args)`` again in the new
+            process, where :func:`~machin.parallel.distributed.transport.ray.restarts`
+            tells how many restarts happened and a ``World`` rejoins the run (see
+            the "Faults on Ray" section of the distributed docs). The other ranks
+            are not restarted: such a rank's death fails the run.
+        max_restarts: How many times each actor of ``restart`` may be restarted;
+            one more death fails the run.
 
     Returns:
         The return values, by rank.
 
     Raises:
         ImportError: If Ray is not installed (``pip install machin[ray]``).
-        ValueError: If ``world_size`` is not a positive int.
-        LaunchError: If a rank raised, its actor died, or the timeout passed.
+        ValueError: If ``world_size`` is not a positive int, ``restart`` lists
+            something other than ranks, or ``max_restarts`` is not a positive int.
+        LaunchError: If a rank raised, its actor died (for good), or the timeout
+            passed; the message names the rank.
     """
     ray = require_ray()
     if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
         raise ValueError(f"world_size must be a positive int, got {world_size!r}")
+    restarts = _restarts(restart, max_restarts, world_size)
     started = _connect(ray, address, world_size)
     deadline = None if timeout is None else time.monotonic() + timeout
     options = {
@@ -163,10 +286,10 @@ def launch_ray(
     }
     actors: List[Any] = []
     try:
-        actors = _start_actors(ray, world_size, f"machin-{uuid.uuid4().hex[:12]}", options)
-        payload = dumps(target, recurse=True)
-        refs = [actor.run.remote(payload, tuple(args)) for actor in actors]
-        outcome = _collect(ray, refs, deadline, set(allow_exit), failure_grace)
+        namespace = f"machin-{uuid.uuid4().hex[:12]}"
+        actors = _start_actors(ray, world_size, namespace, options, restarts)
+        ranks = _Ranks(ray, actors, dumps(target, recurse=True), tuple(args), restarts, deadline)
+        outcome = _collect(ray, ranks, deadline, set(allow_exit), failure_grace)
     finally:
         for actor in actors:
             ray.kill(actor, no_restart=True)

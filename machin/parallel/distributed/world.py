@@ -205,6 +205,8 @@ class World:
         except BaseException:
             set_world(None)
             raise
+        if self.transport.rejoined:  # a restarted Ray rank: see create_collective_group
+            self.names.announce_rejoin(self._members, self.rpc_timeout)
         _leave_when_exiting()
 
     def __repr__(self) -> str:
@@ -290,8 +292,16 @@ class World:
         Raises:
             ValueError: If a rank is out of range or repeated, or the current rank
                 is not among them.
+            RuntimeError: In a world that rejoined a run after its Ray actor was
+                restarted: it has no default process group.
         """
         self._check_running()
+        if self.transport.rejoined:
+            raise RuntimeError(
+                f"World {self.name!r} rejoined the run after its Ray actor was restarted; "
+                f"the default process group of the run cannot be entered again, so it has "
+                f"no collective groups (use its RPC groups)"
+            )
         ranks = list(ranks)
         if not ranks or not all(isinstance(r, int) and not isinstance(r, bool) for r in ranks):
             raise ValueError(f"ranks must be a non-empty list of ints, got {ranks!r}")
@@ -324,10 +334,12 @@ class World:
         """
         self._check_running()
         timeout = self.rpc_timeout if timeout < 0 else timeout
-        if not self.names.has_group(_WORLD_GROUP):
-            self.names.create_group(_WORLD_GROUP, self._members, timeout)
-        else:
-            self.names.barrier(_WORLD_GROUP, tuple(self._members), timeout)
+        created = not self.names.has_group(_WORLD_GROUP) and self.names.create_group(
+            _WORLD_GROUP, self._members, timeout
+        )
+        if created:  # the creation was the barrier (unless a rejoining process was readmitted)
+            return
+        self.names.barrier(_WORLD_GROUP, tuple(self._members), timeout)
 
     def stop(self, graceful: bool = True, timeout: Optional[float] = None) -> None:
         """Shut the world down in this process.
@@ -384,7 +396,8 @@ class World:
             errors.append(error)
         finally:
             if dist.is_initialized():
-                if graceful and not errors:
+                # (not once a member rejoined: its new process is not in the process group)
+                if graceful and not errors and not self.names.rejoined():
                     # Rank 0 hosts the rendezvous store that the others' RPC shutdown still
                     # talks to: nobody leaves (and exits) before everyone has shut down.
                     self._leave_together(self.rpc_timeout if timeout is None else timeout, errors)

@@ -73,6 +73,9 @@ class Transport:
 
     #: Name of the transport, as given to ``World(transport=...)``.
     kind = ""
+    #: Whether this member rejoins a running world (its process was restarted after
+    #: a crash): it then has no default process group, and its RPC groups readmit it.
+    rejoined = False
 
     def __init__(self, name: str, rank: int, world_size: int, timeout: float):
         self.name = name
@@ -155,6 +158,10 @@ class Transport:
     def local_ref(self, value: Any) -> Reference:
         """A reference to ``value``, a value of the current member."""
         return LocalReference(value)
+
+    def failure_reason(self, error: BaseException) -> Optional[str]:
+        """What a failed call's ``error`` says about its member (e.g. that it died), or ``None``."""
+        return None
 
     def member_name(self, target: Any) -> Optional[str]:
         """The member name the transport-specific handle ``target`` stands for, or ``None``."""

@@ -12,6 +12,14 @@ starts the default ``torch.distributed`` process group (gloo) at an address rank
 chose (a free port on its node's IP). A call is an actor method call
 (:meth:`RankActor.serve`) whose result travels back through Ray's object store;
 a "remote" call keeps its result there and returns a :class:`RayReference`.
+
+A rank the launcher lists in ``restart`` has an actor that Ray restarts when its
+process dies. The launcher then runs ``main(rank)`` again in the new process,
+telling it how many times the actor was restarted (:func:`restarts`). A ``World``
+started there *rejoins* the run: it exchanges names with the others again, but it
+cannot enter the default process group of the first start (its members already
+formed it), so it has none and makes no collective groups. (A rank whose process
+died before that group formed takes its place in it as if nothing happened.)
 """
 
 import heapq
@@ -27,7 +35,7 @@ import torch.distributed as dist
 from torch.futures import Future
 
 from ...pickle import loads
-from .._transport import as_rpc_exception
+from .._transport import MemberLostError, as_rpc_exception
 from ..launcher import rank_outcome
 from .base import Reference, Transport
 
@@ -43,6 +51,7 @@ __all__ = [
     "RankHost",
     "RayReference",
     "RayTransport",
+    "restarts",
 ]
 
 INSTALL_HINT = "the 'ray' transport needs the ray package; install it with: pip install machin[ray]"
@@ -85,6 +94,10 @@ class RankHost:
         self.world_size = world_size
         self.namespace = namespace
         self.info: Optional[Tuple[str, Optional[str]]] = None
+        self.restarts = 0
+        self.runs = 0
+        #: Whether the world's default process group has formed (set once this rank is in it).
+        self.formed = False
         self.joined = threading.Event()
         self.stopping = threading.Event()
         self.stopped = False
@@ -94,6 +107,7 @@ class RankHost:
         self.stopped = False
         self.stopping.clear()
         self.info = (name, init_method)
+        self.formed = False
         self.joined.set()
 
     def close(self) -> None:
@@ -109,6 +123,11 @@ _HOST: Optional[RankHost] = None
 def current_host() -> Optional[RankHost]:
     """The :class:`RankHost` of this process, or ``None`` outside a rank actor."""
     return _HOST
+
+
+def restarts() -> int:
+    """How many times Ray restarted the actor of this rank (0 at first, and outside a Ray rank)."""
+    return 0 if _HOST is None else _HOST.restarts
 
 
 class RankActor:
@@ -127,12 +146,17 @@ class RankActor:
         os.environ.update(env)
         _HOST = RankHost(rank, world_size, namespace)
 
-    def run(self, payload: bytes, args: Tuple[Any, ...]) -> bytes:
+    def run(self, payload: bytes, args: Tuple[Any, ...], restarts: int = 0) -> bytes:
         """Run ``target(rank, *args)`` (``payload`` is the dill-pickled target).
+
+        ``restarts``: how many times Ray has restarted this actor (a ``World``
+        started by a restarted actor rejoins the run).
 
         Returns:
             The dill-pickled ``(True, result)`` or ``(False, exception with traceback)``.
         """
+        _HOST.restarts = restarts
+        _HOST.runs += 1
         return rank_outcome(loads(payload), _HOST.rank, args)
 
     def serve(
@@ -151,8 +175,14 @@ class RankActor:
         result = func(*args, **kwargs)
         return result.wait() if returns_future else result
 
-    def member_info(self, timeout: float) -> Tuple[str, Optional[str]]:
-        """This rank's ``(name, init_method)``, once its world has started.
+    def process_info(self) -> Tuple[str, int]:
+        """``(Ray worker id, runs started in it)``: the launcher tells a restarted process by it."""
+        return require_ray().get_runtime_context().get_worker_id(), _HOST.runs
+
+    def member_info(self, timeout: float) -> Tuple[str, Optional[str], bool]:
+        """This rank's ``(name, init_method, formed)``, once its world has started.
+
+        ``formed``: whether this rank has entered the default process group.
 
         Raises:
             TimeoutError: If no world started here within ``timeout`` seconds.
@@ -161,7 +191,7 @@ class RankActor:
             raise TimeoutError(
                 f"rank {_HOST.rank} did not start its World within {timeout} seconds"
             )
-        return _HOST.info
+        return (*_HOST.info, _HOST.formed)
 
     def await_stop(self, timeout: float) -> bool:
         """Whether the world of this rank began to stop within ``timeout`` seconds."""
@@ -347,10 +377,18 @@ class RayTransport(Transport):
         self._actors: Dict[str, Any] = {}
 
     def start(self) -> List[str]:
-        """Exchange names with the other ranks' actors, then start the process group."""
+        """Exchange names with the other ranks' actors, then start the process group.
+
+        A restarted rank whose previous process saw the process group form (rank 0
+        is in it) rejoins (see :attr:`rejoined`) and starts none; one that died
+        before joins the group as the first time.
+        """
         self.host.publish(self.name, _free_init_method() if self.rank == 0 else None)
         try:
-            names, init_method = self._gather()
+            names, init_method, formed = self._gather()
+            self.rejoined = self.host.restarts > 0 and formed
+            if self.rejoined:
+                return names
             kwargs = {}
             if self.collective_timeout is not None:
                 kwargs["timeout"] = timedelta(seconds=self.collective_timeout)
@@ -361,23 +399,52 @@ class RayTransport(Transport):
                 world_size=self.world_size,
                 **kwargs,
             )
+            self.host.formed = True
         except BaseException:
             self.host.close()
             raise
         return names
 
-    def _gather(self) -> Tuple[List[str], str]:
+    def _gather(self) -> Tuple[List[str], str, bool]:
+        """The members' names, rank 0's rendezvous address and whether its process group formed."""
         handles = [
             ray.get_actor(actor_name(r), namespace=self.host.namespace)
             for r in range(self.world_size)
         ]
-        wait = self.timeout + _MARGIN
-        infos = ray.get([h.member_info.remote(self.timeout) for h in handles], timeout=wait)
-        names = [name for name, _ in infos]
+        deadline = time.monotonic() + self.timeout + _MARGIN
+        infos = [self._member_info(rank, h, deadline) for rank, h in enumerate(handles)]
+        names = [name for name, _, _ in infos]
         if len(set(names)) != len(names):
             raise ValueError(f"the names of the ranks must differ, got {names}")
         self._actors = dict(zip(names, handles))
-        return names, infos[0][1]
+        return names, infos[0][1], infos[0][2]
+
+    def _member_info(self, rank: int, handle: Any, deadline: float) -> tuple:
+        """``member_info`` of the actor of ``rank``, asked again while Ray restarts it."""
+        while True:
+            try:
+                ref = handle.member_info.remote(self.timeout)
+                return ray.get(ref, timeout=max(deadline - time.monotonic(), 0.1))
+            except ray.exceptions.ActorUnavailableError as error:
+                if time.monotonic() >= deadline:
+                    raise self._unreachable(rank, error) from error
+                time.sleep(0.2)
+            except ray.exceptions.RayActorError as error:
+                raise self._unreachable(rank, error) from error
+
+    def _unreachable(self, rank: int, error: BaseException) -> MemberLostError:
+        return MemberLostError(
+            f"rank {rank} could not be reached while the World of rank {self.rank} started: "
+            f"its Ray actor died or is restarting ({error})"
+        )
+
+    def failure_reason(self, error: BaseException) -> Optional[str]:
+        """What ``error`` says about the member's actor: that it died, or is restarting."""
+        if isinstance(error, ray.exceptions.ActorUnavailableError):
+            return "is unavailable (its Ray actor is restarting or cannot be reached)"
+        if isinstance(error, ray.exceptions.RayActorError):
+            return "died (its Ray actor is dead)"
+        return None
 
     def shutdown(self, graceful: bool, timeout: float) -> None:
         """Stop serving calls; gracefully: once every member has begun to stop too (see :meth:`Transport.shutdown`)."""
