@@ -147,6 +147,17 @@ class Driver:
     needs_hidden: bool = False
 
 
+def _raise_if_not_finite(name: str, value: torch.Tensor) -> None:
+    """Raise ``ValueError`` naming ``name`` if ``value`` holds NaN or infinite elements."""
+    bad = ~torch.isfinite(value.detach())
+    if bad.any():
+        rows = sorted({int(i) for i in bad.nonzero()[:, 0].tolist()}) if value.dim() else []
+        raise ValueError(
+            f"{name} holds {int(bad.sum())} NaN or infinite value(s) (tensor of shape {list(value.shape)}"
+            f"{f', in batch rows {rows[:8]}' if rows else ''}); check the observation before acting on it"
+        )
+
+
 class TorchFramework:
     """Base class of all algorithms.
 
@@ -272,12 +283,18 @@ class TorchFramework:
 
     @staticmethod
     def _check_state(state: Any, name: str = "state") -> None:
-        """Raise ``TypeError`` unless ``state`` is a dict of network inputs."""
+        """Raise ``TypeError`` unless ``state`` is a dict of network inputs, ``ValueError`` if a
+        floating-point tensor in it holds NaN or infinity (the network would turn it into an
+        arbitrary action without a word)."""
         if not isinstance(state, dict):
             got = (f"a Tensor of shape {list(state.shape)}" if isinstance(state, torch.Tensor)
                    else f"{type(state).__name__} {state!r:.80}")
             raise TypeError(f"{name} must be a Dict[str, Tensor] of network inputs keyed by forward "
                             f"argument names, e.g. {{\"state\": tensor[B, ...]}}, got {got}")
+        for key, value in state.items():
+            # one reduction screens the tensor: its sum is finite when every element is
+            if isinstance(value, torch.Tensor) and value.is_floating_point() and not math.isfinite(value.sum()):
+                _raise_if_not_finite(f"{name}[{key!r}]", value)
 
     @staticmethod
     def _make_optimizer(optimizer: Callable, network: Union[nn.Module, Iterable], learning_rate: float):

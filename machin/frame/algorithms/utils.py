@@ -322,6 +322,8 @@ def safe_call(model: nn.Module, *named_args: Optional[Dict[str, Any]], required_
         RuntimeError: Any ``RuntimeError`` of the network (e.g. a shape mismatch) is re-raised
             as the same type, prefixed with the network class and the shapes of its inputs, and
             chained (``from``) to the original.
+        TypeError: When the network fails with a ``TypeError`` and some inputs are numpy
+            values: the message names them and says to convert them to tensors.
     """
     signature = _signatures.get(model)
     if signature is None:
@@ -365,11 +367,16 @@ def safe_call(model: nn.Module, *named_args: Optional[Dict[str, Any]], required_
         return model(**kwargs)
     except RuntimeError as error:
         _raise_with_input_shapes(signature.class_name, kwargs, error)
+    except TypeError as error:
+        _raise_if_given_numpy(signature.class_name, kwargs, error)
+        raise
 
 
 def _describe(value: Any) -> str:
     if isinstance(value, torch.Tensor):
         return f"Tensor{list(value.shape)}"
+    if hasattr(value, "shape") and hasattr(value, "dtype"):  # a numpy array
+        return f"{type(value).__name__}{list(value.shape)}"
     if isinstance(value, (tuple, list)):
         return f"{type(value).__name__}({', '.join(_describe(v) for v in value[:4])}{', ...' if len(value) > 4 else ''})"
     return type(value).__name__
@@ -391,6 +398,16 @@ def _raise_with_input_shapes(class_name: str, kwargs: Dict[str, Any], error: Run
     except Exception:  # an error type that cannot be built from a message: leave it as it is
         raise error from None
     raise new_error from error
+
+
+def _raise_if_given_numpy(class_name: str, kwargs: Dict[str, Any], error: TypeError) -> None:
+    """A network that failed with a TypeError on numpy inputs: say which input to convert."""
+    arrays = [key for key, value in kwargs.items() if type(value).__module__ == "numpy"]
+    if arrays:
+        raise TypeError(
+            f"{class_name} was given numpy values for {arrays} ({', '.join(_describe(kwargs[k]) for k in arrays)}); "
+            f"networks take torch tensors: convert them first, e.g. torch.as_tensor(x, dtype=torch.float32)"
+        ) from error
 
 
 def soft_update(target_net: nn.Module, source_net: nn.Module, update_rate: float) -> None:

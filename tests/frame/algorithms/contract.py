@@ -26,7 +26,9 @@ Contracts:
 * non-finite loss: an update on experience whose rewards are NaN (stored past the store
   check) skips its steps and changes no network, target networks included (decision 14 of
   the design);
-* inputs: acting, storing and updating change nothing the caller handed over.
+* inputs: acting, storing and updating change nothing the caller handed over;
+* bad state: acting on a state with a NaN raises ``ValueError`` naming the state's key, and
+  on numpy arrays instead of tensors a ``TypeError`` saying to convert them.
 """
 
 from __future__ import annotations
@@ -472,6 +474,44 @@ def check_inputs(cls: type, case: ContractCase, directory: str, ctx: Optional[Wo
     assert_unchanged(kept, experience, "stored experience, after update")
 
 
+def _map_tensors(value: Any, change: Callable[[torch.Tensor], Any]) -> Any:
+    """``value`` with ``change`` applied to every floating-point tensor in it (dicts, lists, tuples)."""
+    if isinstance(value, torch.Tensor):
+        return change(value) if value.is_floating_point() else value
+    if isinstance(value, dict):
+        return {k: _map_tensors(v, change) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_map_tensors(v, change) for v in value)
+    return value
+
+
+def _with_nan(tensor: torch.Tensor) -> torch.Tensor:
+    poisoned = tensor.clone()
+    poisoned.view(-1)[0] = float("nan")
+    return poisoned
+
+
+def check_bad_state(cls: type, case: ContractCase, directory: str, ctx: Optional[WorldContext]) -> None:
+    """Acting on NaN, or on numpy arrays, gets machin's error naming what to fix."""
+    torch.manual_seed(0)
+    agent = build(cls, case, ctx)
+    state = case.state()
+    acts = [("act", case.act)] + ([("exploring act", case.explore)] if case.explore is not None else [])
+    for name, act in acts:
+        try:
+            act(agent, _map_tensors(state, _with_nan))
+        except ValueError as error:
+            assert "NaN or infinite value(s)" in str(error) and "state" in str(error), f"{name}: {error}"
+        else:
+            raise AssertionError(f"the {name} on a state holding NaN raised nothing")
+        try:
+            act(agent, _map_tensors(state, lambda t: t.numpy()))
+        except TypeError as error:
+            assert "numpy" in str(error) and "torch.as_tensor" in str(error), f"{name}: {error}"
+        else:
+            raise AssertionError(f"the {name} on numpy arrays raised nothing")
+
+
 def check_fused_adam(cls: type, case: ContractCase, directory: str, ctx: Optional[WorldContext]) -> None:
     """Every Adam / AdamW the constructor builds is torch's fused one; other optimizers are built as given."""
     torch.manual_seed(0)
@@ -493,6 +533,7 @@ CONTRACTS: Dict[str, Callable[[type, ContractCase, str, Optional[WorldContext]],
     "targets": check_targets,
     "non_finite_loss": check_non_finite_loss,
     "inputs": check_inputs,
+    "bad_state": check_bad_state,
     "fused_adam": check_fused_adam,
 }
 

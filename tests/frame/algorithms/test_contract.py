@@ -119,6 +119,11 @@ def test_inputs_are_not_changed(cls, tmp_path, world_outcomes):
     assert check("inputs", cls, tmp_path, world_outcomes) is None
 
 
+@pytest.mark.parametrize("cls", _params("bad_state"))
+def test_acting_on_nan_or_numpy_states_raises_machins_error(cls, tmp_path, world_outcomes):
+    assert check("bad_state", cls, tmp_path, world_outcomes) is None
+
+
 @pytest.mark.parametrize("cls", _params("fused_adam"))
 def test_adam_optimizers_are_built_fused(cls, tmp_path, world_outcomes):
     assert check("fused_adam", cls, tmp_path, world_outcomes) is None
