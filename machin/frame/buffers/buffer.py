@@ -50,8 +50,10 @@ _TRANSITION_MAJOR = ["state", "action", "next_state"]
 _TRANSITION_SUB = ["reward", "terminal"]
 # Column roles: what is checked of the values written into a column (see Buffer._fit).
 _UNCHECKED, _FINITE, _TERMINAL = 0, 1, 2
-# Floating rows of at most this many elements are checked as Python floats (cheaper than a tensor reduction).
-_SMALL_BLOCK = 64
+# Rows of at most this many elements in one dimension are read as lists of Python numbers (see _read_mode).
+_SHORT_ROW = 64
+# How a tensor column's values are read (see _read_mode).
+_AS_TENSOR, _AS_ARRAY, _AS_LIST = 0, 1, 2
 _KINDS: Dict[type, Optional[type]] = {}  # _kind_of_type's answers
 _INT64 = (-(2**63), 2**63 - 1)
 
@@ -97,16 +99,8 @@ def _own_copy(value: Any) -> Any:
     return copy.deepcopy(value)
 
 
-def _host_copy(tensor: torch.Tensor, col: _Column) -> np.ndarray:
-    """A detached host copy of ``tensor`` as a numpy array, for ``col`` (a ValueError for a dtype numpy lacks)."""
-    try:
-        return tensor.detach().cpu().numpy()
-    except TypeError:
-        raise ValueError(col.misfit(tensor)) from None
-
-
 def _tested(written: Any, test: int, check: bool) -> float:
-    """The value test ``test`` (see :class:`_Layout`, all but a short row's) of one row: the sum to check for
+    """The value test ``test`` (see :class:`_Layout`, 2 to 4) of one row: the sum to check for
     being finite, 0 for terminal flags (raising for anything but 0/1)."""
     if test == 4:
         problem = _terminal_problem(written)
@@ -125,6 +119,8 @@ def _tested(written: Any, test: int, check: bool) -> float:
 
 def _non_finite(label: str, value: Any, index: int) -> Optional[str]:
     """Why ``value`` (a row of transition ``index``, as written) is not finite, or ``None`` (also for non-numbers)."""
+    if type(value) is list:  # a short row (see _read_mode)
+        value = np.array(value)
     if isinstance(value, (torch.Tensor, np.ndarray)):
         block = torch.as_tensor(value).detach().cpu()
         bad = ~torch.isfinite(block) if block.is_floating_point() else None
@@ -271,6 +267,8 @@ class _Column:
             return list(values)
         if self.kind is not None:
             block = torch.tensor(values, dtype=self.tensor.dtype)  # (a ValueError for an int beyond int64)
+        elif type(values[0]) is list:  # short rows read as lists (see _read_mode)
+            block = np.array(values, dtype=target.dtype)
         elif isinstance(values[0], np.ndarray):
             block = np.concatenate(values)
         else:
@@ -340,10 +338,10 @@ class _Layout:
     have exactly these); ``takes_dicts``: whether a dict can have this layout (that of a
     :class:`Transition`); ``empty_groups``: the major attributes without keys;
     ``tensors``: ``(attribute, key or None, number of keys of the attribute, column,
-    shape, dtype, to host, test)`` of every tensor column (``shape`` and ``dtype`` as
-    written, see :func:`_written_form`), the test of its values being 0 (none), a finite test (1: a short
-    row, summed as Python floats, 2: one value per row, 3: any other row) or 4 (terminal
-    flags); ``scalars``:
+    shape, dtype, read, test)`` of every tensor column: the ``shape`` (``[1, ...]``) and
+    torch ``dtype`` a value must have, how it is read (see :func:`_read_mode`) and the
+    test of its values: 0 (none), a finite test (1: a short row read as a list, summed,
+    2: one value per row, 3: any other row) or 4 (terminal flags); ``scalars``:
     ``(attribute, column, kind, test)`` of every scalar column, the test being 0 (none: a
     custom attribute), 1 (finite) or 2 (terminal flags); ``lists``: the
     attributes kept in lists. ``columns`` are in the order of a read row (tensors,
@@ -365,8 +363,12 @@ class _Layout:
         self.empty_groups = [name for name, cols in major.items() if not cols]  # (the others: key by key)
         attributes = [(name, key, col) for name, cols in major.items() for key, col in cols.items()]
         attributes += [(name, None, col) for name, col in {**sub, **custom}.items()]
-        self.tensors = [(name, key, None if key is None else len(major[name]), col, *_written_form(col, on_cpu), _value_test(col))
-                        for name, key, col in attributes if col.tensor is not None and col.kind is None]
+        self.tensors = []
+        for name, key, col in attributes:
+            if col.tensor is not None and col.kind is None:
+                read = _read_mode(col, on_cpu)
+                width = None if key is None else len(major[name])
+                self.tensors.append((name, key, width, col, col.one_row, col.tensor.dtype, read, _value_test(col, read)))
         self.scalars = [(name, col, col.kind, (2 if col.role == _TERMINAL else 1) if name in sub else 0)
                         for name, _, col in attributes if col.kind is not None]
         self.lists = [(name, col) for name, _, col in attributes if col.values is not None]
@@ -380,21 +382,28 @@ class _Layout:
         self.targets, self.gathers = None, {}
 
 
-def _written_form(col: _Column, on_cpu: bool) -> Tuple[Tuple[int, ...], Any, bool]:
-    """``(shape, dtype, to host)`` of the values written into the tensor column ``col`` (see :meth:`Buffer._fit`).
+def _read_mode(col: _Column, on_cpu: bool) -> int:
+    """How :meth:`Buffer._fit` reads the values of the tensor column ``col``, as they are then written.
 
-    On the CPU, where numpy can view the column, values are written as numpy arrays
-    (``shape`` and ``dtype`` are then numpy's); elsewhere as tensors.
+    On the CPU, where numpy can view the column: a short row (at most ``_SHORT_ROW``
+    values in one dimension, not terminal flags) as a list of Python numbers
+    (``_AS_LIST``: ``tensor.tolist()`` is cheaper than ``tensor.numpy()``, and the finite
+    check needs those numbers anyway), any other row as a numpy array (``_AS_ARRAY``).
+    Elsewhere as the tensor itself (``_AS_TENSOR``).
     """
     view = col._make_view() if on_cpu else False
-    return col.one_row, col.tensor.dtype if view is False else view.dtype, view is not False
+    if view is False:
+        return _AS_TENSOR
+    if col.role != _TERMINAL and len(col.row_shape) == 1 and col.row_shape[0] <= _SHORT_ROW:
+        return _AS_LIST
+    return _AS_ARRAY
 
 
-def _value_test(col: _Column) -> int:
-    """How :meth:`Buffer._fit` tests the values of a tensor column (see :class:`_Layout`)."""
+def _value_test(col: _Column, read: int) -> int:
+    """How :meth:`Buffer._fit` tests the values of a tensor column read as ``read`` (see :class:`_Layout`)."""
     if col.role != _FINITE:
         return 4 if col.role == _TERMINAL else 0
-    if len(col.row_shape) == 1 and col.row_shape[0] <= _SMALL_BLOCK:
+    if read == _AS_LIST:
         return 1
     return 2 if not col.row_shape else 3
 
@@ -614,7 +623,8 @@ class Buffer:
         real scalar (one of a wider kind adds its column to ``widen``), anything for a list
         column. Terminal flags must be bools or 0/1 and, with ``check_finite``, floating
         values of major and sub attributes must be finite. Tensors for a column on the CPU
-        are read as numpy arrays. A dict's custom values are copied.
+        are read as lists of Python numbers (short rows) or numpy arrays (see
+        :func:`_read_mode`). A dict's custom values are copied.
 
         Raises:
             ValueError: naming the attribute and the value that does not fit.
@@ -670,7 +680,7 @@ class Buffer:
             if type(values[name]) is not dict or values[name]:
                 raise KeyError(name)
         total = 0.0
-        for name, key, width, col, shape, dtype, host, test in layout.tensors:
+        for name, key, width, col, shape, dtype, read, test in layout.tensors:
             if key is None:
                 value = values[name]
             else:
@@ -678,23 +688,22 @@ class Buffer:
                 if type(group) is not dict or len(group) != width:
                     raise KeyError(name)
                 value = group[key]
-            if not isinstance(value, torch.Tensor):
+            if not isinstance(value, torch.Tensor) or value.shape != shape or value.dtype is not dtype:
                 raise ValueError(col.misfit(value))
-            # Compared as written: a numpy array (numpy's shape and dtype) for a column on the CPU.
-            if not host:
-                written = value.detach() if value.requires_grad else value
+            if read == _AS_LIST:
+                written = value.tolist()[0]
+                if test and check:
+                    total += sum(written)
             else:
-                try:
-                    written = value.numpy()
-                except (TypeError, RuntimeError):  # on another device, or requires grad
-                    written = _host_copy(value, col)
-            if written.shape != shape or (written.dtype is not dtype and written.dtype != dtype):  # (a copied layout)
-                raise ValueError(col.misfit(value))
-            if test == 1:
-                if check:
-                    total += sum(written.tolist()[0])
-            elif test:
-                total += _tested(written, test, check)
+                if read == _AS_ARRAY:
+                    try:
+                        written = value.numpy()
+                    except (TypeError, RuntimeError):  # on another device, or requires grad
+                        written = value.detach().cpu().numpy()
+                else:
+                    written = value.detach() if value.requires_grad else value
+                if test:
+                    total += _tested(written, test, check)
             row.append(written)
         return total
 
