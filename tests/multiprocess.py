@@ -32,6 +32,7 @@ from machin.parallel.distributed.launcher import Exited, LaunchError, launch
 
 __all__ = [
     "run_ranks",
+    "rank_context",
     "wait_for",
     "no_children_left",
     "keep_processes",
@@ -63,13 +64,7 @@ def run_ranks(
         LaunchError: If a rank raised, exited early (unless in ``allow_exit``) or
             the timeout passed; its message holds the ranks' tracebacks.
     """
-    if start_method == "fork" and _ray_connected():
-        # This process runs Ray's driver threads (a Ray test of this worker started the
-        # session's cluster): a forked child inherits their locks mid-use and can hang. A
-        # fork server is a fresh interpreter (started before or after Ray, it has no Ray
-        # threads) that has imported torch and machin once: its children start in a moment.
-        start_method = "forkserver"
-        multiprocessing.get_context("forkserver").set_forkserver_preload(_PRELOAD)
+    start_method = _start_method(start_method)
     if start_method == "fork":
         _warm_up()
     return launch(
@@ -80,6 +75,25 @@ def run_ranks(
         start_method=start_method,
         allow_exit=allow_exit,
     )
+
+
+def _start_method(requested: str) -> str:
+    """The start method of the ranks: ``requested``, or a fork server instead of "fork" next to Ray.
+
+    A process that runs Ray's driver threads (a Ray test of this worker started the
+    session's cluster) must not fork: a forked child inherits their locks mid-use and can
+    hang. A fork server is a fresh interpreter (started before or after Ray, it has no Ray
+    threads) that has imported torch and machin once: its children start in a moment.
+    """
+    if requested == "fork" and _ray_connected():
+        multiprocessing.get_context("forkserver").set_forkserver_preload(_PRELOAD)
+        return "forkserver"
+    return requested
+
+
+def rank_context() -> multiprocessing.context.BaseContext:
+    """The context ``run_ranks`` starts its ranks in: make the events and locks passed to them with it."""
+    return multiprocessing.get_context(_start_method("fork"))
 
 
 def _ray_connected() -> bool:

@@ -338,7 +338,10 @@ def test_failed_allocation_on_first_append_leaves_an_empty_usable_buffer(monkeyp
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without a usable GPU")
 def test_unusable_device_on_first_append_leaves_an_empty_buffer():
-    buffer = Buffer(10, buffer_device="cuda")
+    with pytest.raises(ValueError, match="buffer_device='cuda' cannot hold tensors in this process"):
+        Buffer(10, buffer_device="cuda")  # refused where it is given
+    buffer = Buffer(10)
+    buffer.buffer_device = torch.device("cuda")  # set past the constructor's check: the append fails
     # torch's own error: a CPU build names CUDA, a CUDA build without a driver names the driver
     with pytest.raises((RuntimeError, AssertionError), match="(?i)cuda|nvidia driver"):
         buffer.append(step(1.0))

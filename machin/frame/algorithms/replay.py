@@ -115,6 +115,21 @@ def value_loss(criterion: Callable, predicted: torch.Tensor, target: torch.Tenso
     return criterion(target.to(predicted.device), predicted)
 
 
+def _check_one_value_per_step(owner: str, step: Any) -> None:
+    """Raise ``ValueError`` if the ``reward`` or ``terminal`` of ``step`` is a tensor of more than one value.
+
+    The updates read one reward and one flag per transition (``[B, 1]``); a wider tensor
+    would be stored and only fail later, inside an update, with a reshape error.
+    """
+    for name in ("reward", "terminal"):
+        value = step.get(name) if isinstance(step, dict) else getattr(step, name, None)
+        if isinstance(value, torch.Tensor) and value.numel() != 1:
+            raise ValueError(
+                f"{owner} stores one {name} per transition (a number or a tensor of shape [1, 1]), but the "
+                f"{name} of this transition is a tensor of shape {list(value.shape)}"
+            )
+
+
 class ReplayMixin(BufferOptions):
     """Storing and sampling for algorithms that learn from a replay buffer.
 
@@ -144,6 +159,8 @@ class ReplayMixin(BufferOptions):
                 f"{type(self).__name__} with n_step={self.n_step} computes n-step returns over whole "
                 f"episodes: call store_episode instead of store_transition"
             )
+        if self.replay_buffer.size() == 0:  # the first step sets the buffer's layout: check it once
+            _check_one_value_per_step(type(self).__name__, transition)
         self.replay_buffer.append(transition, required_attrs=REQUIRED_ATTRS)
 
     def store_episode(self, episode: List[Union[Transition, Dict[str, Any]]]) -> None:
@@ -152,6 +169,8 @@ class ReplayMixin(BufferOptions):
         End the episode with ``terminal=False`` when it was cut by a time limit: its
         last steps then still bootstrap from the last state.
         """
+        if episode and self.replay_buffer.size() == 0:
+            _check_one_value_per_step(type(self).__name__, episode[0])
         if self.n_step > 1:
             episode = n_step_episode(episode, self.n_step, self.discount)
         self.replay_buffer.extend(episode, required_attrs=REQUIRED_ATTRS)

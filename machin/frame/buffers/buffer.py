@@ -90,6 +90,16 @@ def _widest_kind(values: Sequence[Any]) -> Optional[type]:
     return widest
 
 
+def _usable_device(value: Union[str, torch.device]) -> torch.device:
+    """``buffer_device`` as a torch device this process can store tensors on (else a ValueError naming it)."""
+    try:
+        device = torch.device(value)
+        torch.empty(0, device=device)  # e.g. "cuda" on a torch without CUDA fails here, not at the first append
+    except (RuntimeError, TypeError, AssertionError) as error:
+        raise ValueError(f"buffer_device={value!r} cannot hold tensors in this process: {error}") from error
+    return device
+
+
 def _own_copy(value: Any) -> Any:
     """What a :class:`Transition` keeps of a custom value: a detached clone of a tensor, a deep copy of anything else."""
     if type(value) in (float, int, bool, str):
@@ -439,6 +449,11 @@ class Buffer:
     Machin 0.3.4, which picked transitions from a list, run unchanged.
 
     Not thread-safe.
+
+    Raises:
+        ValueError: If ``buffer_size`` is not a positive int, or ``buffer_device`` names
+            a device this process cannot store tensors on (``"cuda"`` on a torch without
+            CUDA, say).
     """
 
     @ignores_extra_args
@@ -447,7 +462,7 @@ class Buffer:
         if not isinstance(buffer_size, int) or isinstance(buffer_size, bool) or buffer_size < 1:
             raise ValueError(f"buffer_size must be a positive integer, got {buffer_size!r}")
         self.buffer_size = buffer_size
-        self.buffer_device = torch.device(buffer_device)
+        self.buffer_device = _usable_device(buffer_device)
         self.generator = generator
         self.check_finite = bool(check_finite)
         self.clear()

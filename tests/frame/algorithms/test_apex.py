@@ -4,7 +4,6 @@ With explicit groups (the 0.3.4 way) ranks 0 and 1 sample and rank 2 learns; wit
 ``from_roles`` rank 0 learns (ranks 0 and 1 with two learners) and the others sample.
 """
 
-import multiprocessing
 import os
 import signal
 import threading
@@ -25,7 +24,7 @@ from machin.parallel.distributed import World
 from machin.parallel.distributed.roles import Roles, RunControl
 from tests.frame.algorithms.loops import pull_until
 from tests.frame.algorithms.nets import Actor, Critic, QNet
-from tests.multiprocess import Exited, no_children_left, run_ranks, wait_for  # noqa: F401
+from tests.multiprocess import Exited, no_children_left, rank_context, run_ranks, wait_for  # noqa: F401
 
 pytestmark = [pytest.mark.multiprocess, pytest.mark.usefixtures("no_children_left")]
 
@@ -274,7 +273,7 @@ def _sampler_killed_mid_run(rank, updates_after, episodes_after, got_pid, killed
 
 
 def test_learner_and_surviving_sampler_keep_training_after_a_sampler_is_killed():
-    events = [multiprocessing.get_context("fork").Event() for _ in range(3)]
+    events = [rank_context().Event() for _ in range(3)]
     results = run_ranks(_sampler_killed_mid_run, 3, args=(30, 5, *events), timeout=90, allow_exit=[1])
     assert isinstance(results[1], Exited) and results[1].exitcode == -signal.SIGKILL
     assert results[0] >= 5

@@ -152,6 +152,18 @@ def test_store_requires_terminal_and_episode_appends_all():
     assert dqn.replay_buffer.size() == 7
 
 
+@pytest.mark.parametrize("store", ["transition", "episode"])
+def test_a_first_step_with_a_wide_reward_is_refused_where_it_is_stored(store):
+    dqn = make()
+    wide = {**transition([0.0] * 4, 0, [0.0] * 4, 0.0, False), "reward": torch.ones(1, 2)}
+    with pytest.raises(ValueError, match=r"DQN stores one reward per transition \(a number or a tensor of shape "
+                                         r"\[1, 1\]\), but the reward of this transition is a tensor of shape \[1, 2\]"):
+        dqn.store_transition(wide) if store == "transition" else dqn.store_episode([wide])
+    assert dqn.replay_buffer.size() == 0
+    dqn.store_transition({**transition([0.0] * 4, 0, [0.0] * 4, 0.0, False), "reward": torch.ones(1, 1)})
+    assert dqn.replay_buffer.size() == 1
+
+
 @pytest.mark.parametrize("mode", ["vanilla", "fixed_target", "double"])
 def test_targets_match_hand_computation(mode):
     # online Q(s) = [s0 + s1, 2 s0], target Q(s) = [3 s0, s1]

@@ -42,3 +42,12 @@ def test_a_short_row_with_a_nan_is_named_with_its_transition():
                                          r"transition 2 \(values are checked when stored"):
         buffer.extend(episode)
     assert buffer.size() == 1
+
+
+def test_a_device_this_process_cannot_use_is_refused_naming_the_option():
+    missing = "cuda:99" if torch.cuda.is_available() else "cuda"  # no such device in this process
+    with pytest.raises(ValueError, match=rf"buffer_device='{missing}' cannot hold tensors in this process"):
+        Buffer(10, buffer_device=missing)
+    with pytest.raises(ValueError, match=r"buffer_device='gpu0' cannot hold tensors in this process"):
+        Buffer(10, buffer_device="gpu0")
+    assert Buffer(10, buffer_device="cpu").buffer_device == torch.device("cpu")
