@@ -32,7 +32,7 @@ __all__ = ["ray_cluster", "run_on", "run_ray_ranks", "RAY_TIMEOUT"]
 #: Hard limit of one run on the cluster, in seconds.
 RAY_TIMEOUT = 120.0
 #: Seconds added to a run's limit for starting its actors.
-ACTOR_STARTUP = 30.0
+ACTOR_STARTUP = 60.0
 _NODE = {
     "num_cpus": 3,
     "object_store_memory": 200 * 1024 * 1024,
