@@ -242,3 +242,19 @@ def test_the_first_member_of_a_group_cannot_rejoin_it():
     ):
         names.create_group("g", ["0", "1"], 5.0)
     assert not names.has_group("g")
+
+
+def _waits_forever_on_rank_1(rank):
+    if rank == 1:
+        threading.Event().wait()  # never set: the launch's timeout ends it
+    return rank
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(300)
+def test_a_rank_still_running_at_the_timeout_has_its_stacks_printed(ray_cluster, capfd):
+    with pytest.raises(LaunchError, match=r"ranks \[1\] were still running and were killed when the 20 s"):
+        launch_ray(_waits_forever_on_rank_1, 2, timeout=20)
+    printed = capfd.readouterr().err
+    assert "rank 1 was still running; its threads:" in printed
+    assert "_waits_forever_on_rank_1" in printed  # the frame it was stuck in

@@ -20,6 +20,7 @@ so a script's ``main(rank)`` runs unchanged under both launchers::
 """
 
 import os
+import sys
 import time
 import uuid
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence
@@ -216,6 +217,16 @@ def _restarts(restart: Iterable[int], max_restarts: int, world_size: int) -> Dic
     return {rank: max_restarts for rank in ranks}
 
 
+def _print_stacks(ray: Any, actors: List[Any], unfinished: List[int]) -> None:
+    """Print the threads' stacks of the ranks about to be killed unfinished (as a hanging process's are)."""
+    for rank in unfinished:
+        try:
+            stacks = ray.get(actors[rank].stacks.remote(), timeout=10)
+        except Exception as error:  # dead or stuck beyond answering: say so, kill it anyway
+            stacks = f"(no answer: {error!r})"
+        print(f"rank {rank} was still running; its threads:\n{stacks}", file=sys.stderr, flush=True)
+
+
 def launch_ray(
     target: Callable[..., Any],
     world_size: int,
@@ -290,6 +301,7 @@ def launch_ray(
         actors = _start_actors(ray, world_size, namespace, options, restarts)
         ranks = _Ranks(ray, actors, dumps(target, recurse=True), tuple(args), restarts, deadline)
         outcome = _collect(ray, ranks, deadline, set(allow_exit), failure_grace)
+        _print_stacks(ray, actors, outcome[2])
     finally:
         for actor in actors:
             ray.kill(actor, no_restart=True)

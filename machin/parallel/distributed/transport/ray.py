@@ -25,8 +25,10 @@ died before that group formed takes its place in it as if nothing happened.)
 import heapq
 import itertools
 import os
+import sys
 import threading
 import time
+import traceback
 from datetime import timedelta
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
@@ -174,6 +176,14 @@ class RankActor:
             )
         result = func(*args, **kwargs)
         return result.wait() if returns_future else result
+
+    def stacks(self) -> str:
+        """The Python stacks of every thread of this actor's process (what a hanging run is doing)."""
+        names = {thread.ident: thread.name for thread in threading.enumerate()}
+        return "\n".join(
+            f"thread {names.get(ident, ident)}:\n{''.join(traceback.format_stack(frame))}"
+            for ident, frame in sys._current_frames().items()
+        )
 
     def process_info(self) -> Tuple[str, int]:
         """``(Ray worker id, runs started in it)``: the launcher tells a restarted process by it."""
