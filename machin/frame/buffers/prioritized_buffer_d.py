@@ -187,10 +187,11 @@ class DistributedPrioritizedBuffer(DistributedPart, PrioritizedBuffer):
     ) -> PendingSample:
         """Start :meth:`sample_batch` and return without waiting for the members' draws.
 
-        The split of the batch between members is decided now (a priority update in
-        flight is waited for first, as its answer carries the parts' totals); ``wait()``
-        on the result collects the draws and returns what :meth:`sample_batch` returns.
-        Start one sample at a time and wait for it before starting the next.
+        The split of the batch between members is decided now, from the parts' totals
+        (see :meth:`sample_batch`), and the priority updates queued by
+        :meth:`set_async_priority_updates` travel with the requests; ``wait()`` on the
+        result collects the draws and returns what :meth:`sample_batch` returns. Start
+        one sample at a time and wait for it before starting the next.
 
         Args:
             batch_size: As :meth:`sample_batch`, like ``concatenate``, ``device``,

@@ -141,6 +141,16 @@ def _four_on_member_1(rank, group_name):
     return world, group, buffer
 
 
+def _with_leaves_of_member_1(rank, world, group, buffer, result):
+    """``result``, with member 1's priorities once everyone is done; then the world stops."""
+    group.barrier()
+    if rank == 1:
+        result["leaves"] = buffer.wt_tree.get_leaf_all_weights().tolist()
+    group.barrier()
+    world.stop()
+    return result
+
+
 def _deferred_checks(rank):
     world, group, buffer = _four_on_member_1(rank, "deferred")
     result = {}
@@ -159,12 +169,8 @@ def _deferred_checks(rank):
             buffer.update_priority(np.ones(2), bad)
             result["returned_before_the_failure"] = True
         result["remote_traceback"] = type(failure.value.__cause__).__name__
-    group.barrier()  # the block has ended: member 1 has applied the first update
-    if rank == 1:
-        result["leaves"] = buffer.wt_tree.get_leaf_all_weights().tolist()
-    group.barrier()
-    world.stop()
-    return result
+    # the block has ended: member 1 has applied the first update
+    return _with_leaves_of_member_1(rank, world, group, buffer, result)
 
 
 @pytest.mark.timeout(90)
@@ -197,12 +203,7 @@ def _async_checks(rank):
             buffer.sample_batch(2)
         result["remote_traceback"] = type(failure.value.__cause__).__name__
         result["sample_after_failure"] = buffer.sample_batch(2)[0]  # the buffer goes on working
-    group.barrier()
-    if rank == 1:
-        result["leaves"] = buffer.wt_tree.get_leaf_all_weights().tolist()
-    group.barrier()
-    world.stop()
-    return result
+    return _with_leaves_of_member_1(rank, world, group, buffer, result)
 
 
 @pytest.mark.timeout(180)
@@ -245,12 +246,7 @@ def _batches_checks(rank):
         result["next_requests"] = list(sent)
         with pytest.raises(ValueError, match="batches must be a positive int, got 0"):
             buffer.sample_batches_async(0, 4)
-    group.barrier()
-    if rank == 1:
-        result["leaves"] = buffer.wt_tree.get_leaf_all_weights().tolist()
-    group.barrier()
-    world.stop()
-    return result
+    return _with_leaves_of_member_1(rank, world, group, buffer, result)
 
 
 @pytest.mark.timeout(180)
