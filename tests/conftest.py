@@ -31,20 +31,3 @@ def warnings_logged():
     yield messages
     logger.removeHandler(handler)
 
-
-def _uses_ray(item: pytest.Item) -> bool:
-    """Whether a test needs the Ray cluster (directly, or as the ``ray`` case of ``run_on``)."""
-    callspec = getattr(item, "callspec", None)
-    return "ray_cluster" in getattr(item, "fixturenames", ()) or (
-        callspec is not None and callspec.params.get("run_on") == "ray")
-
-
-def pytest_collection_modifyitems(config: pytest.Config, items: list) -> None:
-    """Send every Ray test to one pytest-xdist worker (with ``--dist loadgroup``, set in pyproject).
-
-    Each worker that runs a Ray test starts a cluster of its own; one cluster instead of two
-    leaves the two cores to the tests, which then meet their time limits on a busy machine.
-    """
-    for item in items:
-        if _uses_ray(item):
-            item.add_marker(pytest.mark.xdist_group("ray"))
