@@ -620,5 +620,57 @@ class TorchFramework:
     def _post_load(self) -> None:
         """Hook run after :meth:`load` (e.g. to copy loaded targets into online networks)."""
 
+    # -- run states (exact resume) --------------------------------------------------
+    def save_state(self, path: str) -> None:
+        """Write everything the algorithm's future depends on to ``path``, for :meth:`resume`.
+
+        That is every network (targets included), optimizer and learning-rate scheduler,
+        the replay buffer (as tensors: its rows, ring position, layout and priorities),
+        the counters and other plain values among the attributes (``updates_done``,
+        ``epsilon``, ...), the shared Ornstein-Uhlenbeck noise and the global torch, numpy
+        and Python random generators (see :mod:`machin.frame.algorithms.run_state`). The
+        file is written atomically, then the manifest ``<path>.manifest.json`` (size and
+        SHA-256) last: a save killed half way is never resumed from. Save each time to a
+        new path and resume from the newest one with a manifest. The documentation's page
+        "Resuming training" says what a resumed run repeats exactly.
+
+        Args:
+            path: File to write (its directory is created if missing).
+        """
+        from .run_state import save_run_state
+
+        save_run_state(self, path)
+
+    def resume(self, path: str) -> None:
+        """Continue from a :meth:`save_state`: after it, the algorithm (and the global random
+        generators) are in the state they were in when ``path`` was saved.
+
+        Everything is read and checked before anything changes: on an error nothing of the
+        algorithm changed.
+
+        Args:
+            path: A file written by :meth:`save_state` of an algorithm of this class built
+                with networks of the same architecture.
+
+        Raises:
+            RunStateError: (a ``ValueError``) When the save is incomplete (no manifest), the
+                file is truncated or changed, or it was saved by another algorithm class,
+                with networks of another architecture, or with a buffer of other columns;
+                the message names the file and the mismatch.
+        """
+        from .run_state import resume_run_state
+
+        resume_run_state(self, path)
+
+    def _extra_run_state(self) -> Dict[str, Any]:
+        """What a subclass adds to :meth:`save_state` (tensors, numbers, strings and containers of them)."""
+        return {}
+
+    def _check_extra_run_state(self, state: Mapping[str, Any], path: str) -> None:
+        """Raise ``RunStateError`` unless :meth:`_load_extra_run_state` can load ``state``; change nothing."""
+
+    def _load_extra_run_state(self, state: Mapping[str, Any]) -> None:
+        """Load what :meth:`_extra_run_state` returned (after the checked common parts)."""
+
 
 install_options(TorchFramework)

@@ -507,6 +507,47 @@ class Buffer:
         state.pop("_unique_scratch", None)  # sampling's scratch space (see sample_method_random_unique)
         return state
 
+    def state_dict(self) -> Dict[str, Any]:
+        """The buffer's contents and counters as tensors and numbers, for an exact resume.
+
+        Holds the filled rows of every column (in storage order), the ring position, size
+        and capacity, the attribute layout and the state of ``generator``; it is read back
+        with ``torch.load(..., weights_only=True)`` (no pickled objects). Custom attributes
+        holding Python objects other than tensors cannot be saved (``BufferStateError``).
+        """
+        from .buffer_state import buffer_state
+
+        return buffer_state(self)
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Replace the contents by a :meth:`state_dict`; nothing changes when it does not fit.
+
+        Args:
+            state: What :meth:`state_dict` of a buffer of this class and size returned.
+
+        Raises:
+            BufferStateError: (a ``ValueError``) When ``state`` is of another buffer class or
+                size, is inconsistent, or (for a buffer that holds a layout) has other columns.
+        """
+        self.check_state_dict(state)
+        self._load_checked_state(state)
+
+    def check_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Raise ``BufferStateError`` unless :meth:`load_state_dict` would accept ``state``; changes nothing.
+
+        Args:
+            state: A buffer state, as :meth:`state_dict` returns it.
+        """
+        from .buffer_state import check_buffer_state
+
+        check_buffer_state(self, state)
+
+    def _load_checked_state(self, state: Mapping[str, Any]) -> None:
+        """Load a state that :meth:`check_state_dict` accepted."""
+        from .buffer_state import apply_buffer_state
+
+        apply_buffer_state(self, state)
+
     def _forget_views(self) -> None:
         """Drop the numpy views of the columns; call it after moving a column's storage
         (e.g. ``share_memory_()``), which numpy views do not follow."""

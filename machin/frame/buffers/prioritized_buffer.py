@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import torch
@@ -372,6 +372,31 @@ class PrioritizedBuffer(Buffer):
         self.beta_increment_per_sampling = beta_increment_per_sampling
         self.rng = generator
         self.wt_tree = WeightTree(buffer_size)
+
+    def state_dict(self) -> Dict[str, Any]:
+        """:meth:`Buffer.state_dict` plus the weight tree, ``curr_beta`` and the numpy generator's state."""
+        from .buffer_state import priority_state
+
+        return {**super().state_dict(), "priority": priority_state(self)}
+
+    def check_state_dict(self, state: Mapping[str, Any]) -> None:
+        """:meth:`Buffer.check_state_dict`, and the weight tree must fit this buffer's.
+
+        Args:
+            state: A buffer state, as :meth:`state_dict` returns it.
+        """
+        from .buffer_state import BufferStateError, check_priority_state
+
+        super().check_state_dict(state)
+        if not isinstance(state.get("priority"), Mapping):
+            raise BufferStateError("the state of a prioritized buffer must hold its priorities ('priority')")
+        check_priority_state(self, state["priority"])
+
+    def _load_checked_state(self, state: Mapping[str, Any]) -> None:
+        from .buffer_state import apply_priority_state
+
+        super()._load_checked_state(state)
+        apply_priority_state(self, state["priority"])
 
     def clear(self) -> None:
         """Remove every transition, reset all priorities to zero and ``curr_beta`` to ``beta``."""

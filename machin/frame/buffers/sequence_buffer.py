@@ -20,7 +20,7 @@ a time-limit cut can still be bootstrapped from it.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Dict, Iterable, List, Optional, Sequence, Union
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Union
 
 import numpy as np
 import torch
@@ -141,6 +141,26 @@ class SequenceBuffer(PrioritizedBuffer):
     def window(self) -> int:
         """Positions per sampled sequence: ``burn_in + sequence_length + n_step``."""
         return self.burn_in + self.sequence_length + self.n_step
+
+    def state_dict(self) -> Dict[str, Any]:
+        """:meth:`PrioritizedBuffer.state_dict` plus the number of episodes stored."""
+        return {**super().state_dict(), "episodes": self._episodes}
+
+    def check_state_dict(self, state: Mapping[str, Any]) -> None:
+        """:meth:`PrioritizedBuffer.check_state_dict`, and the state must hold the episode count.
+
+        Args:
+            state: A buffer state, as :meth:`state_dict` returns it.
+        """
+        from .buffer_state import BufferStateError
+
+        super().check_state_dict(state)
+        if not isinstance(state.get("episodes"), int):
+            raise BufferStateError("the state of a sequence buffer must hold its episode count ('episodes')")
+
+    def _load_checked_state(self, state: Mapping[str, Any]) -> None:
+        super()._load_checked_state(state)
+        self._episodes = state["episodes"]
 
     def clear(self) -> None:
         """Remove every episode and reset all priorities."""

@@ -218,6 +218,45 @@ def add_ou_noise_to_action(
     return action + noise.to(dtype) * ratio
 
 
+def shared_ou_state() -> Optional[Dict[str, Any]]:
+    """The state of the generator shared by :func:`add_ou_noise_to_action` (``None`` before its first call).
+
+    Its shape, dtype and keyword arguments, the process's current value, and the state of
+    its own ``torch.Generator`` if it was given one: tensors, numbers and strings only.
+    """
+    shared = DEFAULT_OU_GEN
+    if shared is None:
+        return None
+    kwargs = {key: value for key, value in _shared_ou_kwargs.items() if key != "generator"}
+    generator = shared.generator.get_state() if shared.generator is not None else None
+    return {"shape": list(shared.shape), "dtype": str(shared.dtype).replace("torch.", ""), "kwargs": kwargs,
+            "x": shared._x, "generator": generator}
+
+
+def load_shared_ou_state(state: Optional[Mapping[str, Any]]) -> None:
+    """Make the generator shared by :func:`add_ou_noise_to_action` the one :func:`shared_ou_state` described.
+
+    The generator is built anew (with a new ``torch.Generator`` in the saved state where
+    it had one); a state that does not build raises before anything changes.
+
+    Args:
+        state: What :func:`shared_ou_state` returned (``None``: no shared generator yet).
+    """
+    global DEFAULT_OU_GEN, _shared_ou_kwargs
+    if state is None:
+        DEFAULT_OU_GEN, _shared_ou_kwargs = None, {}
+        return
+    kwargs = dict(state["kwargs"])
+    built_kwargs = dict(kwargs)
+    if state["generator"] is not None:
+        built_kwargs["generator"] = torch.Generator()
+        built_kwargs["generator"].set_state(state["generator"])
+    shared = OrnsteinUhlenbeckNoiseGen(tuple(state["shape"]), dtype=getattr(torch, state["dtype"]), **built_kwargs)
+    if state["x"] is not None:
+        shared.x_prev = state["x"]
+    DEFAULT_OU_GEN, _shared_ou_kwargs = shared, built_kwargs
+
+
 # ----------------------------------------------------------------------------------------
 # Parameter parsing shared by the uniform, normal and clipped normal functions.
 
