@@ -79,7 +79,7 @@ def read_scalars(directory):
 
 # -- family defaults ----------------------------------------------------------------------------
 @pytest.mark.parametrize("name, family", [
-    ("DQN", "DQN"), ("DQNPer", "DQN"), ("RAINBOW", "DQN"), ("DDPG", "DDPG"), ("DDPGPer", "DDPG"),
+    ("DQN", "DQN"), ("DQNPer", "DQN"), ("RAINBOW", "RAINBOW"), ("DDPG", "DDPG"), ("DDPGPer", "DDPG"),
     ("HDDPG", "DDPG"), ("TD3", "DDPG"), ("SAC", "SAC"), ("A2C", "A2C"), ("PPO", "A2C"), ("TRPO", "A2C"),
 ])
 def test_defaults_come_from_the_nearest_family(name, family):
@@ -90,7 +90,7 @@ def test_defaults_come_from_the_nearest_family(name, family):
     assert (trainer.act_method, trainer.act_kwargs, trainer.eval_act_method, trainer.store) == (
         expected.act_method, expected.act_kwargs, expected.eval_act_method, expected.store)
     assert trainer.act_kwargs is not expected.act_kwargs  # a copy: the table cannot be changed by accident
-    episodic = family == "A2C"
+    episodic = family in ("A2C", "RAINBOW")  # RAINBOW stores episodes: n-step returns
     assert (trainer.updates_per_step, trainer.updates_per_episode) == ((0.0, 1) if episodic else (1.0, 0))
 
 

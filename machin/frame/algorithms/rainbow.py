@@ -9,6 +9,7 @@ from torch import nn
 
 from ..returns import n_step_episode
 from ..transition import Transition, TransitionBase
+from .base import Driver
 from .dqn import DQN
 from .dqn_per import DQNPer
 from .options import Option, positive_int
@@ -55,6 +56,9 @@ class RAINBOW(DQNPer):
     n_step = 1
     update_rate = DQN.update_rate.but(default=0.001)
     reward_future_steps = Option(3, positive_int, "n of the n-step return.")
+
+    #: The Trainer stores whole episodes: each step's n-step return needs the steps after it.
+    driver = Driver("act_discrete_with_noise", {}, "act_discrete", "episode")
 
     def __init__(self, qnet: nn.Module, qnet_target: nn.Module, optimizer: Callable, value_min: float,
                  value_max: float):

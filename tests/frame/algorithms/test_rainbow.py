@@ -128,3 +128,15 @@ def test_rainbow_learns_cartpole():
                    solved_repeat=5, warmup_steps=500, store="episode", updates_per_step=1, updates_per_episode=0)
     print(f"RAINBOW solved CartPole-v0 at episode {result.solved_episode} ({result.steps} steps)")
     assert result.solved_episode is not None, "RAINBOW did not reach a smoothed return of 150 within 400 episodes"
+
+
+def test_the_trainer_stores_whole_episodes_for_their_n_step_returns():
+    import gymnasium as gym
+
+    from machin.frame.trainer import Trainer
+
+    agent = make(atoms=5, value_min=0.0, value_max=10.0)
+    trainer = Trainer(agent, gym.make("CartPole-v1"), progress=False, seed=0)
+    assert trainer.store == "episode"
+    trainer.run(episodes=2)
+    assert agent.replay_buffer.size() > 0 and "value" in agent.replay_buffer.attribute_names
