@@ -1,6 +1,6 @@
 """Suite-wide settings: one torch thread per worker (xdist runs two), headless rendering;
-shared fixtures (among them the Ray cluster of tests/ray_cluster.py, started once per
-worker process that needs it)."""
+shared fixtures (among them the Ray cluster of tests/ray_cluster.py, one per test module
+that needs it)."""
 
 import logging
 import os

@@ -1,11 +1,13 @@
 """Harness of the tests on the Ray transport: a real two-node cluster on this machine.
 
-``ray_cluster`` (a session-scoped fixture: one cluster per pytest worker process that
-runs a Ray test, as a cluster takes 12-28 s to start on two cores) starts a head and a worker node with
+``ray_cluster`` (a module-scoped fixture: a test module's Ray tests share one cluster,
+and the worker disconnects when the module ends, so that the ranks of the following
+tests are forked again, which is much faster than the fork server a Ray-connected
+process must use; see ``tests/multiprocess.py``) starts a head and a worker node with
 :class:`ray.cluster_utils.Cluster`, every process bound to 127.0.0.1, no dashboard,
 no usage statistics and small CPU and memory claims, connects the test process to
 it and checks with ``ray.nodes()`` that every node has address 127.0.0.1. At the
-end of the session it disconnects, shuts the cluster down and checks with psutil
+end of the module it disconnects, shuts the cluster down and checks with psutil
 that no Ray process (gcs_server, raylet, workers) is left.
 
 ``run_ray_ranks(target, world_size)`` is ``run_ranks`` for the Ray transport: one
@@ -156,7 +158,7 @@ def _kill_ray_processes() -> List[int]:
     return [p.pid for p in left]
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def ray_cluster():
     """A two-node Ray cluster on 127.0.0.1, connected; yields its address and start-up seconds."""
     ray = pytest.importorskip("ray")
