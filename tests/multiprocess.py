@@ -80,8 +80,8 @@ def run_ranks(
 def _start_method(requested: str) -> str:
     """The start method of the ranks: ``requested``, or a fork server instead of "fork" next to Ray.
 
-    A process that runs Ray's driver threads (a Ray test of this worker started the
-    session's cluster) must not fork: a forked child inherits their locks mid-use and can
+    A process that runs Ray's driver threads (connected to the cluster of the Ray tests
+    of the running module) must not fork: a forked child inherits their locks mid-use and can
     hang. A fork server is a fresh interpreter (started before or after Ray, it has no Ray
     threads) that has imported torch and machin once: its children start in a moment.
     """
