@@ -104,6 +104,8 @@ def launch(
     failure_grace: float = 5.0,
     transport: str = "rpc",
     address: Optional[str] = None,
+    restart: Iterable[int] = (),
+    max_restarts: int = 1,
 ) -> List[Any]:
     """Run ``target(rank, *args)`` in ``world_size`` new processes and return their results.
 
@@ -131,16 +133,23 @@ def launch(
         transport: ``"rpc"`` (local processes, as described here) or ``"ray"``: one
             Ray actor per rank, with
             :func:`~machin.parallel.distributed.ray_launcher.launch_ray` (which
-            takes ``args``, ``timeout``, ``allow_exit`` and ``failure_grace`` and
-            ignores the process options).
+            takes ``args``, ``timeout``, ``allow_exit``, ``failure_grace``,
+            ``restart`` and ``max_restarts`` and ignores the process options).
         address: With ``transport="ray"``, the address of a running Ray cluster;
             ``None`` starts a local one.
+        restart: With ``transport="ray"``, ranks whose actor Ray restarts when its
+            process dies (see
+            :func:`~machin.parallel.distributed.ray_launcher.launch_ray`).
+        max_restarts: With ``transport="ray"``, how many times each rank of
+            ``restart`` may be restarted.
 
     Returns:
         The return values, by rank.
 
     Raises:
-        ValueError: If ``world_size`` is not a positive int, or ``transport`` is unknown.
+        ValueError: If ``world_size`` is not a positive int, ``transport`` is unknown,
+            or ``restart`` is given with ``transport="rpc"`` (local processes are not
+            restarted).
         LaunchError: If a rank raised, exited early or the timeout passed.
     """
     if transport == "ray":
@@ -154,9 +163,16 @@ def launch(
             timeout=timeout,
             allow_exit=allow_exit,
             failure_grace=failure_grace,
+            restart=restart,
+            max_restarts=max_restarts,
         )
     if transport != "rpc":
         raise ValueError(f"transport must be 'rpc' or 'ray', got {transport!r}")
+    if tuple(restart):
+        raise ValueError(
+            f"restart needs transport='ray' (Ray restarts a dead rank's actor); "
+            f"transport='rpc' does not restart processes, got restart={tuple(restart)!r}"
+        )
     if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
         raise ValueError(f"world_size must be a positive int, got {world_size!r}")
     ctx = resolve_context(start_method)

@@ -3,6 +3,7 @@
 import pathlib
 import re
 import sys
+import threading
 
 import pytest
 
@@ -58,6 +59,23 @@ def test_launch_names_an_unknown_transport():
         launch(len, 1, transport="mpi")
 
 
+def test_launch_restarts_ranks_only_on_ray():
+    with pytest.raises(ValueError, match=r"restart needs transport='ray'.*restart=\(1,\)"):
+        launch(len, 2, restart=[1])
+
+
+def test_launch_passes_restarts_on_to_the_ray_launcher(monkeypatch):
+    seen = {}
+
+    def fake_launch_ray(target, world_size, **kwargs):
+        seen.update(kwargs)
+        return [None] * world_size
+
+    monkeypatch.setattr("machin.parallel.distributed.ray_launcher.launch_ray", fake_launch_ray)
+    launch(len, 3, transport="ray", restart=[1, 2], max_restarts=4)
+    assert seen["restart"] == [1, 2] and seen["max_restarts"] == 4
+
+
 def test_a_local_reference_gives_back_the_value_itself():
     value = {"a": [1, 2]}
     reference = Transport("0", 0, 1, 5.0).local_ref(value)
@@ -67,12 +85,31 @@ def test_a_local_reference_gives_back_the_value_itself():
 
 
 def test_a_deadline_fails_a_call_that_does_not_answer():
-    pending = ray_transport._Pending()
-    ray_transport._DEADLINES.add(0.05, lambda: pending.settle(False, TimeoutError("late")))
-    with pytest.raises(TimeoutError, match="late"):
-        pending.future.wait()
+    pending = ray_transport._Pending("the call on member 'x'", 0.05)
+    future = pending.future
+    ray_transport._DEADLINES.add(0.05, pending.expire)
+    with pytest.raises(TimeoutError, match="the call on member 'x' did not answer within 0.05 seconds"):
+        future.wait()
     pending.settle(True, 1)  # a reply after the timeout changes nothing
-    assert pending.future.done()
+    assert future.done() and pending.future is None
+
+
+def test_an_answered_call_lets_go_of_its_result_before_its_deadline():
+    pending = ray_transport._Pending("the call", 60.0)
+    future = pending.future
+    pending.settle(True, [1, 2])
+    assert future.wait() == [1, 2]
+    assert pending.future is None  # the queued deadline holds no reference to the answer
+    pending.expire()  # the deadline coming later changes nothing
+    assert future.wait() == [1, 2]
+
+
+def test_a_sooner_deadline_wakes_the_deadline_thread():
+    deadlines = ray_transport._Deadlines()
+    late, soon = threading.Event(), threading.Event()
+    deadlines.add(600.0, late.set)
+    deadlines.add(0.01, soon.set)  # queued after a far one: it must still run on time
+    assert soon.wait(30.0) and not late.is_set()
 
 
 def test_only_the_rpc_transport_imports_torch_rpc():

@@ -219,14 +219,17 @@ class _Deadlines:
 
     def add(self, seconds: float, callback: Callable[[], None]) -> None:
         """Run ``callback`` in ``seconds`` seconds."""
+        due = time.monotonic() + seconds
         with self._condition:
-            heapq.heappush(self._heap, (time.monotonic() + seconds, next(self._order), callback))
+            earliest = not self._heap or due < self._heap[0][0]
+            heapq.heappush(self._heap, (due, next(self._order), callback))
             if self._thread is None:
                 self._thread = threading.Thread(
                     target=self._run, name="machin-ray-deadlines", daemon=True
                 )
                 self._thread.start()
-            self._condition.notify()
+            if earliest:  # the thread sleeps until the earliest deadline: wake it for a sooner one
+                self._condition.notify()
 
     def _run(self) -> None:
         while True:
@@ -246,24 +249,34 @@ _DEADLINES = _Deadlines()
 
 
 class _Pending:
-    """A torch future completed once by a Ray result, or by a timeout, whichever comes first."""
+    """A torch future completed once by a Ray result, or by a timeout, whichever comes first.
 
-    __slots__ = ("future", "_lock", "_settled")
+    Once settled it lets go of the future (and so of the result): the timeout's entry
+    stays queued until its time, and must not keep every answer alive that long.
+    """
 
-    def __init__(self):
-        self.future: Future = Future()
+    __slots__ = ("future", "_lock", "_what", "_timeout")
+
+    def __init__(self, what: str, timeout: float):
+        self.future: Optional[Future] = Future()
         self._lock = threading.Lock()
-        self._settled = False
+        self._what = what
+        self._timeout = timeout
 
     def settle(self, ok: bool, value: Any) -> None:
         with self._lock:
-            if self._settled:
-                return
-            self._settled = True
+            future, self.future = self.future, None
+        if future is None:
+            return
         if ok:
-            self.future.set_result(value)
+            future.set_result(value)
         else:
-            self.future.set_exception(value)
+            future.set_exception(value)
+
+    def expire(self) -> None:
+        """Fail the future with a timeout, unless it was settled already."""
+        if self.future is not None:
+            self.settle(False, TimeoutError(f"{self._what} did not answer within {self._timeout} seconds"))
 
     def on_ready(self, done: Any) -> None:
         try:
@@ -276,12 +289,12 @@ class _Pending:
 
 def _torch_future(ref: Any, timeout: float, what: str) -> Future:
     """A torch future completed with the value of the Ray object ``ref`` (or its failure)."""
-    pending = _Pending()
+    pending = _Pending(what, timeout)
+    future = pending.future
     ref.future().add_done_callback(pending.on_ready)
     if timeout > 0:
-        error = TimeoutError(f"{what} did not answer within {timeout} seconds")
-        _DEADLINES.add(timeout, lambda: pending.settle(False, error))
-    return pending.future
+        _DEADLINES.add(timeout, pending.expire)
+    return future
 
 
 def _task_failure(error: Exception) -> BaseException:
