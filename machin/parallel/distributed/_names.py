@@ -51,6 +51,13 @@ SERVICE = "service"
 PAIRED = "paired value"
 VERBS = {SERVICE: "registered", PAIRED: "paired"}
 
+
+def taken_message(kind: str, key: Hashable, group: str, holder: str) -> str:
+    """The error of a key that is taken already, in Machin 0.3.4's words, naming its ``holder``."""
+    if kind == SERVICE:
+        return f"Service with key {key!r} already registered in Group [{group}] ({holder})"
+    return f"Value with key {key!r} already paired to Group [{group}] ({holder})"
+
 # (error class name or None, message): what a table change replies.
 _Outcome = Tuple[Optional[str], str]
 _ERRORS = {
@@ -463,9 +470,7 @@ class NameService:
         local = (group, kind, key)
         with self._lock:
             if local in self._held:
-                raise KeyError(
-                    f"{kind} {key!r} is already {VERBS[kind]} by this process in group {group!r}"
-                )
+                raise KeyError(taken_message(kind, key, group, "by this process"))
             self._held[local] = obj
         try:
             self.change(group, self._groups[group].members, kind, "add", key)
@@ -559,7 +564,7 @@ class NameService:
                 return done_future(
                     (
                         "KeyError",
-                        f"{kind} {key!r} is already {verb} by member {current!r} in group {group!r}",
+                        taken_message(kind, key, group, f"by member {current!r}"),
                     )
                 )
             if op == "remove" and current is None:

@@ -117,7 +117,7 @@ def _rpc_group_checks(rank):
         group.get_paired("missing")
     if rank == 1:
         with pytest.raises(
-            KeyError, match="paired value 'k0' is already paired by member '0' in group 'g'"
+            KeyError, match=r"Value with key 'k0' already paired to Group \[g\] \(by member '0'\)"
         ):
             group.pair("k0", 1)
         with pytest.raises(
@@ -138,6 +138,11 @@ def _rpc_group_checks(rank):
         group.register("fail", _failing_service)
         with pytest.raises(TypeError, match="service must be callable, got 3"):
             group.register("x", 3)
+        with pytest.raises(
+            KeyError,
+            match=r"Service with key 'add' already registered in Group \[g\] \(by this process\)",
+        ):
+            group.register("add", len)
     if rank == 2:
         group.register("apply", lambda f, x: f(x))
     group.barrier()
