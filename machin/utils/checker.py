@@ -26,6 +26,7 @@ scalars ``<name>/min``, ``<name>/max`` and ``<name>/mean`` at step
 from __future__ import annotations
 
 import inspect
+import warnings
 import weakref
 from typing import (
     TYPE_CHECKING,
@@ -336,12 +337,28 @@ def _name_outputs(module: nn.Module, path: str, output: Any) -> List[Tuple[str, 
     names = _output_names.get(module)
     if names is not None:
         if len(names) != len(values):
-            raise CheckError(
-                f"module {path or type(module).__name__!r} was marked with {len(names)} output names "
-                f"{list(names)} but returned {len(values)} outputs"
-            )
-        return list(zip(names, values))
+            _warn_name_count(module, path, names, len(values))
+        # As in 0.3.4, names pair with the first outputs; outputs beyond them are still
+        # checked, under their position.
+        return list(zip(names, values)) + [(str(i), values[i]) for i in range(len(names), len(values))]
     return pairs if pairs is not None else [(str(i), value) for i, value in enumerate(values)]
+
+
+_warned_name_counts: weakref.WeakSet = weakref.WeakSet()
+
+
+def _warn_name_count(module: nn.Module, path: str, names: Tuple[str, ...], returned: int) -> None:
+    """Warn, once per module, that its marked output names do not match what it returns."""
+    if module in _warned_name_counts:
+        return
+    _warned_name_counts.add(module)
+    warnings.warn(
+        f"module {path or type(module).__name__!r} was marked with {len(names)} output names "
+        f"{list(names)} but returned {returned} outputs: the names go to the first outputs, "
+        f"the others are checked under their position",
+        UserWarning,
+        stacklevel=4,
+    )
 
 
 def _checked_modules(model: nn.Module) -> List[Tuple[str, nn.Module]]:

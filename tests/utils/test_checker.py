@@ -1,3 +1,5 @@
+import warnings
+
 import pytest
 import torch
 from tensorboardX import SummaryWriter
@@ -244,12 +246,23 @@ def test_mark_module_output_names_tuple_outputs():
         "unnamed/output/1",
     ]
 
-    mark_module_output(model.unnamed, ["a", "b", "c"])
-    with pytest.raises(
-        CheckError,
-        match=r"module 'unnamed' was marked with 3 output names \['a', 'b', 'c'\] but returned 2 outputs",
+    # names that do not match the outputs: 0.3.4 paired them with zip (no error); machin
+    # warns once and still checks every output
+    mark_module_output(model.unnamed, ["a"])
+    outputs.calls.clear()
+    with pytest.warns(
+        UserWarning,
+        match=r"module 'unnamed' was marked with 1 output names \['a'\] but returned 2 outputs",
     ):
         model(torch.ones(1))
+    assert outputs.names() == ["pair/output/plus", "pair/output/times", "unnamed/output/a", "unnamed/output/1"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        model(torch.ones(1))  # warned once per module
+    mark_module_output(model.unnamed, ["a", "b", "c"])
+    outputs.calls.clear()
+    model(torch.ones(1))
+    assert outputs.names()[2:] == ["unnamed/output/a", "unnamed/output/b"]
 
 
 def test_dict_outputs_are_named_by_key_and_kwargs_by_name():
