@@ -13,7 +13,7 @@ import inspect
 import os
 import sys
 import warnings
-from typing import Callable, Tuple, TypeVar
+from typing import Callable, Container, Dict, Iterable, Tuple, TypeVar
 
 __all__ = ["ignores_extra_args", "ExtraArgumentsWarning", "drop_extra_args", "warn_caller"]
 
@@ -76,6 +76,66 @@ def ignores_extra_args(fn: F) -> F:
     return wrapper
 
 
+#: Keywords of other RL libraries (Stable-Baselines3, Tianshou, CleanRL) and machin's options
+#: for the same setting; the warning for an ignored keyword names those the callable takes.
+OTHER_LIBRARY_NAMES: Dict[str, Tuple[str, ...]] = {
+    "gamma": ("discount",),
+    "tau": ("update_rate",),
+    "buffer_size": ("replay_size",),
+    "learning_rate": ("actor_learning_rate", "critic_learning_rate"),
+    "lr": ("learning_rate", "actor_learning_rate", "critic_learning_rate"),
+    "max_grad_norm": ("gradient_max",),
+    "ent_coef": ("entropy_weight", "initial_entropy_alpha"),
+    "vf_coef": ("value_weight",),
+    "clip_range": ("surrogate_loss_clip",),
+    "n_epochs": ("actor_update_times", "critic_update_times", "update_times"),
+    "target_update_interval": ("update_steps",),
+    "policy_delay": ("policy_update_delay",),
+    "target_policy_noise": ("policy_noise",),
+    "target_noise_clip": ("noise_clip",),
+    "exploration_final_eps": ("epsilon_min",),
+    "n_steps": ("n_step",),
+}
+
+#: Keywords of other libraries that are settings of machin's ``Trainer``, not of an algorithm.
+TRAINER_NAMES: Dict[str, str] = {
+    "train_freq": "train_freq",
+    "gradient_steps": "gradient_steps",
+    "learning_starts": "warmup_steps",
+    "n_steps": "rollout_steps",
+}
+
+
+#: machin options that mean the negative of the other libraries' keyword.
+_NEGATED = {("ent_coef", "entropy_weight")}
+
+
+def _other_library_hint(key: str, names: Container[str]) -> str:
+    """How machin spells the setting another library calls ``key`` ("" when it is not known)."""
+    ours = [
+        repr(name) + (" (negated)" if (key, name) in _NEGATED else "")
+        for name in OTHER_LIBRARY_NAMES.get(key, ())
+        if name in names
+    ]
+    if ours:
+        return f"{key!r} is {' / '.join(ours)} in machin"
+    if key in TRAINER_NAMES:
+        return f"{key!r} is a setting of the loop: Trainer({TRAINER_NAMES[key]}=...)"
+    return ""
+
+
+def other_library_note(keys: Iterable[str], names: Container[str]) -> str:
+    """The end of an ignored-keywords warning: machin's names for the ``keys`` other
+    libraries use (``" Note: 'gamma' is 'discount' in machin."``), or ``""``.
+
+    Args:
+        keys: The ignored keywords.
+        names: The keywords the callable takes.
+    """
+    hints = [hint for hint in (_other_library_hint(key, names) for key in keys) if hint]
+    return f" Note: {'; '.join(hints)}." if hints else ""
+
+
 def drop_extra_args(owner: str, args: tuple, kwargs: dict, n_positional: int, names: frozenset,
                     stacklevel: int = 2) -> Tuple[tuple, dict]:
     """Drop positional arguments past ``n_positional`` and keywords not in ``names``, warning once.
@@ -101,7 +161,8 @@ def drop_extra_args(owner: str, args: tuple, kwargs: dict, n_positional: int, na
         kwargs = {k: v for k, v in kwargs.items() if k in names}
     if ignored:
         warnings.warn(f"{owner}() does not use {' and '.join(ignored)}; ignored "
-                      f"(Machin 0.3.4 accepted and dropped them too).", ExtraArgumentsWarning,
+                      f"(Machin 0.3.4 accepted and dropped them too).{other_library_note(extra_keys, names)}",
+                      ExtraArgumentsWarning,
                       stacklevel=stacklevel + 1)
     return args, kwargs
 

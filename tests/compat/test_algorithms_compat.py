@@ -79,6 +79,31 @@ def test_constructors_ignore_unknown_keywords_and_name_them_in_a_warning(name):
     assert type(agent).__name__ == name
 
 
+@pytest.mark.parametrize("name, keyword, advice", [
+    ("PPO", "gamma", "'gamma' is 'discount' in machin"),
+    ("DDPG", "tau", "'tau' is 'update_rate' in machin"),
+    ("DQN", "buffer_size", "'buffer_size' is 'replay_size' in machin"),
+    ("A2C", "learning_rate", "'learning_rate' is 'actor_learning_rate' / 'critic_learning_rate' in machin"),
+    ("PPO", "max_grad_norm", "'max_grad_norm' is 'gradient_max' in machin"),
+    ("PPO", "ent_coef", r"'ent_coef' is 'entropy_weight' \(negated\) in machin"),
+    ("SAC", "ent_coef", "'ent_coef' is 'initial_entropy_alpha' in machin"),
+    ("DQN", "train_freq", r"'train_freq' is a setting of the loop: Trainer\(train_freq=...\)"),
+    ("SAC", "learning_starts", r"'learning_starts' is a setting of the loop: Trainer\(warmup_steps=...\)"),
+    ("PPO", "n_steps", r"'n_steps' is a setting of the loop: Trainer\(rollout_steps=...\)"),
+])
+def test_a_keyword_of_another_library_is_ignored_with_machins_name_for_it(name, keyword, advice):
+    with pytest.warns(ExtraArgumentsWarning, match=rf"does not use keyword argument\(s\) '{keyword}'; ignored .*"
+                                                   rf"Note: {advice}\."):
+        agent = BUILDERS[name](**{keyword: 0.5})
+    assert type(agent).__name__ == name
+
+
+def test_an_unknown_keyword_gets_no_note():
+    with pytest.warns(ExtraArgumentsWarning) as record:
+        BUILDERS["DQN"](lerning_rate=0.5)
+    assert "Note:" not in str(record[0].message)
+
+
 def test_update_accepts_the_flags_of_other_algorithms():
     # the 0.3.4 idiom: one update call for every algorithm
     a2c = BUILDERS["A2C"]()
