@@ -39,6 +39,8 @@ setup(
         "test": ["pytest>=8.0", "pytest-timeout>=2.3", "pytest-xdist>=3.5"],
         # the Ray transport of machin.parallel.distributed (World(transport="ray"), launch_ray)
         "ray": ["ray>=2.40"],
+        # building the documentation in docs/
+        "docs": ["sphinx>=8.0", "furo>=2024.8"],
     },
     classifiers=[
         "Programming Language :: Python :: 3",
