@@ -1,8 +1,8 @@
 """Run every benchmark module: ``python -m benchmarks [name ...]``.
 
 A module of this package takes part when it defines ``main()``; with names on the
-command line only those modules run. At the end a table sets the rows that issue #21
-gives a target against their targets (rows that did not run are marked so).
+command line only those modules run. At the end a table sets the rows that have a ceiling
+(issues #21 and #42) against it (rows that did not run are marked so).
 """
 
 from __future__ import annotations
@@ -19,14 +19,17 @@ from typing import Dict, List, Optional, Tuple
 
 _SKIP = {"__main__", "__init__", "common"}
 
-#: Issue #21's targets: (the start of a row's label, the largest ratio to its floor that meets it).
+#: The ceilings each row must stay under (the start of a row's label, the largest ratio to its
+#: floor). Issue #42 set those of the buffer rows, the eager loops and the compiled updates
+#: (guarded against going back, not chased); the prioritized rows keep issue #21's.
 TARGETS: Tuple[Tuple[str, float], ...] = (
-    ("buffer append (dict)", 2.5),
+    ("buffer append (dict)", 1.5),
+    ("buffer sample_batch(256, 'random')", 1.4),
     ("prioritized append (dict, default priority)", 3.0),
     ("update_priority(256)", 1.5),
-    ("store_transition inside the DQN, CartPole-v1, loop", 1.5),
-    ("DQN, CartPole-v1, loop (CPU time", 1.0),
-    ("DDPG, Pendulum-v1, loop (CPU time", 1.1),
+    ("store_transition inside the DQN, CartPole-v1, loop", 1.7),
+    ("DQN, CartPole-v1, loop (CPU time", 1.15),
+    ("DDPG, Pendulum-v1, loop (CPU time", 1.2),
     ("compiled DQN update", 0.7),
     ("compiled DDPG update", 0.7),
     ("compiled TD3 update", 0.7),
@@ -95,7 +98,7 @@ def main(argv: Optional[List[str]] = None) -> int:
                 traceback.print_exc()
     table = target_table(tee.copy.getvalue(), every_module=not chosen)
     if table:
-        print("== targets (issue #21)")
+        print("== ceilings (issues #21, #42)")
         print("\n".join(table), flush=True)
     return failed
 
