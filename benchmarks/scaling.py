@@ -23,6 +23,12 @@ and are shorter than the learner's, so its updates are cheaper: compare IMPALA b
 column; for Ape-X, whose batches are always 64 transitions, the two are equal). Measuring the two side by side keeps the ratio
 meaningful on a machine whose load changes.
 
+Ray starts its worker processes at a lower priority (``nice`` 15) so that its own control
+processes stay responsive; on a machine that also runs other work, the ranks then get a
+smaller share of the cores than the RPC processes (``nice`` 0) would. For a comparison of
+the transports, the local Ray instance this benchmark starts runs its workers at ``nice`` 0
+(``RAY_worker_niceness=0``, unless that variable is set already).
+
 Every process runs torch with one thread. On a machine with fewer cores than processes
 the samplers and the learner share them, so the table shows the shape of the curve; the
 figure needs at least n + 1 free cores.
@@ -218,6 +224,7 @@ def _launcher(backend: str) -> Callable[..., List[Any]]:
         missing.append("the ray package (pip install machin[ray])")
     if missing:
         raise RuntimeError(f"backend 'ray' cannot run here: missing {' and '.join(missing)}")
+    os.environ.setdefault("RAY_worker_niceness", "0")  # the RPC ranks' priority (see the module's text)
     return lambda *args, **kwargs: launch(*args, transport="ray", **kwargs)
 
 
