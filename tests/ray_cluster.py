@@ -48,6 +48,9 @@ _ENV = {
     # the raylet waits for its agents, which start slowly on a loaded 2-core machine
     "RAY_agent_register_timeout_ms": "120000",
     "RAY_raylet_start_wait_time_s": "120",
+    # Ray starts its workers (the rank actors) at nice 15; next to the other test worker's
+    # processes (nice 0) they then got a few percent of a core, and slow tests timed out
+    "RAY_worker_niceness": "0",
 }
 # Ray reads these when it is imported and when it starts a process: set them before both.
 os.environ.update(_ENV)
