@@ -258,3 +258,23 @@ def test_a_rank_still_running_at_the_timeout_has_its_stacks_printed(ray_cluster,
     printed = capfd.readouterr().err
     assert "rank 1 was still running; its threads:" in printed
     assert "_waits_forever_on_rank_1" in printed  # the frame it was stuck in
+
+
+def _where(rank):
+    import ray
+
+    from machin.parallel.distributed.roles import node_rank
+
+    return node_rank(), ray.get_runtime_context().get_node_id()
+
+
+def test_node_rank_numbers_the_ray_nodes_of_the_ranks(ray_cluster):
+    # RunControl names a rank's node by node_rank(); on Ray it was 0 for every rank
+    import ray
+
+    results = launch_ray(_where, 2, timeout=RAY_TIMEOUT, actor_options={"scheduling_strategy": "SPREAD"})
+    alive = sorted(node["NodeID"] for node in ray.nodes() if node["Alive"])
+    assert len(alive) == 2
+    for index, node_id in results:
+        assert index == alive.index(node_id)
+    assert sorted(index for index, _ in results) == [0, 1]  # SPREAD put one rank on each node

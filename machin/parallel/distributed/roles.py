@@ -44,9 +44,16 @@ REPLAY_PLACES = ("samplers", "learners", "servers")
 
 
 def node_rank() -> int:
-    """Rank of this process's node: ``GROUP_RANK`` as set by ``torchrun``, else 0."""
+    """Rank of this process's node: ``GROUP_RANK`` as set by ``torchrun``; in a rank actor of
+    the Ray launcher, the place of its Ray node among the cluster's live nodes (ordered by
+    node id); else 0."""
+    if "GROUP_RANK" not in os.environ:
+        from .transport.ray import ray_node_index  # imports Ray only inside a Ray rank
+
+        index = ray_node_index()
+        return 0 if index is None else index
     try:
-        return int(os.environ.get("GROUP_RANK", "0"))
+        return int(os.environ["GROUP_RANK"])
     except ValueError:
         return 0
 

@@ -53,6 +53,7 @@ __all__ = [
     "RankHost",
     "RayReference",
     "RayTransport",
+    "ray_node_index",
     "restarts",
 ]
 
@@ -125,6 +126,17 @@ _HOST: Optional[RankHost] = None
 def current_host() -> Optional[RankHost]:
     """The :class:`RankHost` of this process, or ``None`` outside a rank actor."""
     return _HOST
+
+
+def ray_node_index() -> Optional[int]:
+    """In a rank actor: the place of its Ray node among the cluster's live nodes, ordered by
+    node id (so every rank numbers the nodes alike); ``None`` elsewhere."""
+    if _HOST is None:
+        return None
+    ray_module = require_ray()
+    mine = ray_module.get_runtime_context().get_node_id()
+    alive = sorted(node["NodeID"] for node in ray_module.nodes() if node.get("Alive"))
+    return alive.index(mine) if mine in alive else None
 
 
 def restarts() -> int:
