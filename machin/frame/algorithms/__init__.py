@@ -1,4 +1,4 @@
-"""Every algorithm class, importable from here or from its own module.
+"""Every algorithm class, importable from here or from its own module, and ``RunStateError``.
 
 The classes are imported on first access, so ``import machin`` stays cheap and a
 module that is broken or absent only fails when its class is asked for.
@@ -26,6 +26,7 @@ _CLASS_TO_MODULE = {
     "IMPALA": "impala",
     "ARS": "ars",
     "MADDPG": "maddpg",
+    "RunStateError": "run_state",
 }
 
 __all__ = list(_CLASS_TO_MODULE)

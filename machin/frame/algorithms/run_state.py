@@ -21,11 +21,10 @@ is never resumed from. It is read with ``torch.load(..., weights_only=True)``.
 from __future__ import annotations
 
 import hashlib
-import io
 import json
 import os
 import random
-from typing import Any, Dict, List, Mapping
+from typing import Any, BinaryIO, Dict, List, Mapping, Tuple
 
 import numpy as np
 import torch
@@ -35,7 +34,8 @@ from ...utils.prepare import _write_atomic
 from ..buffers import Buffer
 from ..noise.action_space_noise import load_shared_ou_state, shared_ou_state
 
-__all__ = ["RunStateError", "save_run_state", "resume_run_state", "read_run_state", "FORMAT"]
+__all__ = ["RunStateError", "save_run_state", "resume_run_state", "algorithm_state", "write_run_state",
+           "read_run_state", "load_run_state", "FORMAT"]
 
 #: Version of the layout of a state file.
 FORMAT = 1
@@ -133,8 +133,21 @@ def save_run_state(algorithm: Any, path: str) -> None:
         algorithm: The algorithm (a ``TorchFramework``).
         path: The file to write.
     """
+    write_run_state(algorithm_state(algorithm), path)
+
+
+def write_run_state(state: Mapping[str, Any], path: str) -> None:
+    """Write a state (what :func:`algorithm_state` returned, possibly with more entries) to
+    ``path`` atomically, then its manifest, last and atomically.
+
+    ``torch.save`` writes each tensor's memory into the file as it is: the state's buffer
+    columns, which share the buffers' memory, are not copied on the way.
+
+    Args:
+        state: The state.
+        path: The file to write.
+    """
     path = os.fspath(path)
-    state = algorithm_state(algorithm)
     directory = os.path.dirname(path)
     if directory:
         os.makedirs(directory, exist_ok=True)
@@ -165,8 +178,20 @@ def _read_manifest(path: str) -> Dict[str, Any]:
     return manifest
 
 
+def _digest(file: BinaryIO) -> Tuple[int, str]:
+    """The size and SHA-256 (hex) of an open file, read in blocks (never whole into memory)."""
+    digest, size = hashlib.sha256(), 0
+    for block in iter(lambda: file.read(1 << 20), b""):
+        digest.update(block)
+        size += len(block)
+    return size, digest.hexdigest()
+
+
 def read_run_state(path: str) -> Dict[str, Any]:
     """Read a state file after checking it against its manifest; raise :class:`RunStateError` naming the file.
+
+    The file is hashed block by block, then loaded from the same open file, so only the
+    loaded tensors take memory (not also the file's bytes).
 
     Args:
         path: The state file (its manifest is ``<path>.manifest.json``).
@@ -175,22 +200,26 @@ def read_run_state(path: str) -> Dict[str, Any]:
     manifest = _read_manifest(path)
     try:
         with open(path, "rb") as file:
-            data = file.read()
+            size, sha256 = _digest(file)
+            if size != manifest["size"] or sha256 != manifest["sha256"]:
+                raise RunStateError(
+                    f"cannot resume from {path!r}: the file is truncated or was changed after it was saved "
+                    f"({size} bytes with SHA-256 {sha256[:12]}..., the manifest says {manifest['size']} bytes "
+                    f"with SHA-256 {str(manifest['sha256'])[:12]}...)")
+            file.seek(0)
+            state = _load(path, file)
     except OSError as error:
         raise RunStateError(f"cannot resume from {path!r}: {error.strerror or error}") from None
-    sha256 = hashlib.sha256(data).hexdigest()
-    if len(data) != manifest["size"] or sha256 != manifest["sha256"]:
-        raise RunStateError(
-            f"cannot resume from {path!r}: the file is truncated or was changed after it was saved "
-            f"({len(data)} bytes with SHA-256 {sha256[:12]}..., the manifest says {manifest['size']} bytes "
-            f"with SHA-256 {str(manifest['sha256'])[:12]}...)")
-    try:
-        state = torch.load(io.BytesIO(data), weights_only=True)
-    except Exception as error:  # noqa: BLE001 (any unpickling error means the same: not a state file)
-        raise RunStateError(f"cannot resume from {path!r}: the file is not a run state ({error})") from None
     if not isinstance(state, dict) or state.get("format") != FORMAT:
         raise RunStateError(f"cannot resume from {path!r}: not a run state of format {FORMAT}")
     return state
+
+
+def _load(path: str, file: BinaryIO) -> Any:
+    try:
+        return torch.load(file, weights_only=True)
+    except Exception as error:  # noqa: BLE001 (any unpickling error means the same: not a state file)
+        raise RunStateError(f"cannot resume from {path!r}: the file is not a run state ({error})") from None
 
 
 def _same_names(path: str, what: str, saved: Mapping[str, Any], mine: Mapping[str, Any]) -> None:
@@ -315,7 +344,19 @@ def resume_run_state(algorithm: Any, path: str) -> None:
         path: A file written by :func:`save_run_state`.
     """
     path = os.fspath(path)
-    state = read_run_state(path)
+    load_run_state(algorithm, read_run_state(path), path)
+
+
+def load_run_state(algorithm: Any, state: Mapping[str, Any], path: str) -> None:
+    """Check ``state`` (read by :func:`read_run_state`) against ``algorithm``, then load it.
+
+    On an error (a :class:`RunStateError` naming ``path``) nothing of the algorithm changed.
+
+    Args:
+        algorithm: The algorithm (a ``TorchFramework``), built as the saved one was.
+        state: The state.
+        path: The file it came from (named in the errors).
+    """
     parts = check_run_state(algorithm, state, path)
     algorithm._check_extra_run_state(state.get("extra") or {}, path)
     _apply(algorithm, state, parts)

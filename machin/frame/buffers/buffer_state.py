@@ -27,21 +27,39 @@ class BufferStateError(ValueError):
     """A buffer state that does not fit the buffer (other columns, shapes or class) or is damaged."""
 
 
+def _exact(tensor: torch.Tensor) -> torch.Tensor:
+    """``tensor`` on the CPU, in a storage of just its own elements, sharing its memory where it can.
+
+    ``torch.save`` writes the whole storage of a tensor, so a slice of a column would be written
+    with every row of the column. A numpy view of a contiguous slice, wrapped back into a
+    tensor, has a storage of exactly the slice and shares the column's memory: saving a large
+    buffer then needs no second copy of it. Dtypes numpy lacks (``bfloat16``) and other
+    layouts are copied.
+    """
+    tensor = tensor.detach().cpu()  # a column on a GPU is copied here, its filled rows only
+    if tensor.layout != torch.strided:  # (sparse rows of a list column have no single storage)
+        return tensor.clone()
+    if tensor.storage_offset() == 0 and tensor.untyped_storage().nbytes() == tensor.nbytes:
+        return tensor
+    if tensor.is_contiguous():
+        try:
+            return torch.from_numpy(tensor.numpy())
+        except (TypeError, RuntimeError):  # a dtype numpy lacks, or a conjugate / negative view
+            pass
+    return tensor.clone()
+
+
 def _column_state(label: str, col: Any, size: int) -> Dict[str, Any]:
-    """The filled rows of one column, with its kind."""
+    """The filled rows of one column, with its kind; the rows share the column's memory (see :func:`_exact`)."""
     if col.values is not None:
         rows = col.values[:size]
         if not all(isinstance(row, torch.Tensor) for row in rows):
             bad = next(type(row).__name__ for row in rows if not isinstance(row, torch.Tensor))
             raise BufferStateError(f"column {label} holds Python objects ({bad}), which a buffer state "
                                    f"cannot store as tensors")
-        return {"kind": "list", "rows": [row.detach().cpu().clone() for row in rows]}
+        return {"kind": "list", "rows": [_exact(row) for row in rows]}
     kind = "tensor" if col.kind is None else _KIND_NAMES[col.kind]
-    tensor = col.tensor.detach()
-    # A full column is saved as it is (like a module's state_dict, the state shares its memory);
-    # a partly filled one as a copy of its filled rows (a slice would save the whole storage).
-    rows = tensor if tensor.shape[0] == size else tensor[:size].clone()
-    return {"kind": kind, "rows": rows.cpu()}
+    return {"kind": kind, "rows": _exact(col.tensor[:size])}
 
 
 def _layout_columns(buffer: Any) -> Dict[str, Dict[str, Any]]:
@@ -51,6 +69,10 @@ def _layout_columns(buffer: Any) -> Dict[str, Dict[str, Any]]:
 
 def buffer_state(buffer: Any) -> Dict[str, Any]:
     """The state of ``buffer`` (see the module docstring).
+
+    Like a module's ``state_dict``, the state shares the buffer's memory (its rows are not
+    copied, so saving a large buffer does not double the memory it takes): save it, or copy
+    it, before the buffer changes again.
 
     Args:
         buffer: The buffer.
@@ -221,8 +243,9 @@ _TREE_ARRAYS = ("_tree", "_block_max", "_dirty")
 
 
 def priority_state(buffer: Any) -> Dict[str, Any]:
-    """The weight tree (every node, so sums come back with the same rounding), ``curr_beta``
-    and the state of the buffer's numpy generator.
+    """The weight tree (every node, so sums come back with the same rounding, sharing the
+    tree's memory like :func:`buffer_state`), ``curr_beta`` and the state of the buffer's
+    numpy generator.
 
     Args:
         buffer: A prioritized buffer.
@@ -230,7 +253,7 @@ def priority_state(buffer: Any) -> Dict[str, Any]:
     tree = buffer.wt_tree
     rng = buffer.rng.bit_generator.state if buffer.rng is not None else None
     return {
-        "tree": {**{name: torch.from_numpy(getattr(tree, name).copy()) for name in _TREE_ARRAYS},
+        "tree": {**{name: _exact(torch.from_numpy(getattr(tree, name))) for name in _TREE_ARRAYS},
                  "any_dirty": tree._any_dirty, "max": tree._max, "updates": tree._updates},
         "curr_beta": buffer.curr_beta,
         "rng": _plain(rng),

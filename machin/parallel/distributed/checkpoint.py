@@ -14,14 +14,19 @@ continues from there instead of from scratch::
 
 A checkpoint of version ``v`` (= the number of updates) is the framework's own
 :meth:`~machin.frame.algorithms.base.TorchFramework.save` of version ``v`` (its
-restorable networks, written atomically and sealed by a manifest) followed by
-``learner_state_<v>.pt`` (every network of the framework, online ones included, the
-optimizers' and learning-rate schedulers' states, the update count and any extra
-tensors or numbers the caller adds), also written atomically. The first part is an
-ordinary checkpoint that ``framework.load`` reads (e.g. to evaluate the learner); the
-second makes the resume exact. The learner-state file is written last, so its presence marks a complete
-checkpoint; everything is read back with ``torch.load(weights_only=True)``. The replay
-buffers are not saved: samplers refill them after a resume.
+restorable networks, written atomically and sealed by a manifest), which
+``framework.load`` reads (e.g. to evaluate the learner), followed by
+``learner_state_<v>.pt``: the learner's whole state, as
+:meth:`~machin.frame.algorithms.base.TorchFramework.save_state` writes it (see
+:mod:`machin.frame.algorithms.run_state`: every network, online ones included, the
+optimizers and learning-rate schedulers, the learner's own part of its replay buffers, its
+counters and other plain values, the shared noise and the process's random generators),
+plus the update count and any extra tensors or numbers the caller adds. That file is
+written atomically, then its manifest ``learner_state_<v>.pt.manifest.json`` (size and
+SHA-256), last: a version counts once its manifest exists. Everything is read back with
+``torch.load(weights_only=True)`` and checked against the learner before anything changes.
+The samplers' parts of a distributed buffer live in their processes and are not saved:
+samplers refill them after a resume.
 """
 
 from __future__ import annotations
@@ -29,11 +34,9 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-from typing import Any, Dict, List, Mapping, Optional
+from typing import Any, Dict, Iterator, List, Mapping, Optional
 
-import torch
-
-from ...utils.prepare import prep_model_path, prep_save_state_dict
+from ...utils.prepare import prep_model_path
 
 __all__ = ["LearnerCheckpoint"]
 
@@ -47,10 +50,9 @@ class LearnerCheckpoint:
     should hold nothing else, since old checkpoints are deleted (``keep``).
 
     Args:
-        framework: The learner's algorithm: an object with
-            :meth:`~machin.frame.algorithms.base.TorchFramework.save` and ``load``. Its
-            optimizers (attributes holding a ``torch.optim.Optimizer``) and learning-rate
-            schedulers are saved too.
+        framework: The learner's algorithm (a
+            :class:`~machin.frame.algorithms.base.TorchFramework`); its whole state is saved,
+            as :meth:`~machin.frame.algorithms.base.TorchFramework.save_state` saves it.
         directory: Directory of the checkpoints (created when first written).
         every: Updates between two checkpoints written by :meth:`step`; 0 writes none.
         keep: How many of the newest checkpoints to keep (older ones are deleted after each
@@ -58,6 +60,7 @@ class LearnerCheckpoint:
 
     Raises:
         ValueError: When ``every`` or ``keep`` is not a non-negative (positive) int.
+        TypeError: When ``framework`` is not an algorithm.
     """
 
     STATE_NAME = "learner_state"
@@ -67,10 +70,9 @@ class LearnerCheckpoint:
             raise ValueError(f"every must be a non-negative int (updates between checkpoints), got {every!r}")
         if keep is not None and (isinstance(keep, bool) or not isinstance(keep, int) or keep < 1):
             raise ValueError(f"keep must be a positive int or None, got {keep!r}")
-        if not callable(getattr(framework, "save", None)) or not callable(getattr(framework, "load", None)):
-            raise TypeError(
-                f"framework must have save() and load() like TorchFramework, got {type(framework).__name__}"
-            )
+        if not all(callable(getattr(framework, name, None)) for name in ("save", "load", "save_state")):
+            raise TypeError(f"framework must have save(), load() and save_state() like TorchFramework, "
+                            f"got {type(framework).__name__}")
         self.framework = framework
         self.directory = os.fspath(directory)
         self.every = every
@@ -79,28 +81,20 @@ class LearnerCheckpoint:
         #: The ``extra`` mapping of the checkpoint loaded by :meth:`resume`.
         self.extra: Dict[str, Any] = {}
 
-    # -- what is saved ---------------------------------------------------------------------
-    def _optimizers(self) -> Dict[str, torch.optim.Optimizer]:
-        return {name: value for name, value in sorted(vars(self.framework).items())
-                if isinstance(value, torch.optim.Optimizer)}
+    @contextlib.contextmanager
+    def _buffers_locked(self) -> Iterator[None]:
+        """Hold the lock of every buffer of the framework that has one (the distributed buffers'
+        local parts), so that no other thread changes them while they are saved or loaded."""
+        from ...frame.buffers import Buffer  # (machin.frame imports this package)
 
-    def _schedulers(self) -> List[Any]:
-        return list(getattr(self.framework, "_lr_schedulers", None) or [])
+        with contextlib.ExitStack() as stack:
+            for value in vars(self.framework).values():
+                if isinstance(value, Buffer) and hasattr(value, "wr_lock"):
+                    stack.enter_context(value.wr_lock)
+            yield
 
-    def _networks(self) -> Dict[str, torch.nn.Module]:
-        get_top = getattr(self.framework, "get_top", None)
-        names = get_top() if callable(get_top) else []
-        return {name: getattr(self.framework, name) for name in names
-                if isinstance(getattr(self.framework, name, None), torch.nn.Module)}
-
-    def _state(self, updates: int, extra: Optional[Mapping[str, Any]]) -> Dict[str, Any]:
-        return {
-            "updates": int(updates),
-            "networks": {name: net.state_dict() for name, net in self._networks().items()},
-            "optimizers": {name: opt.state_dict() for name, opt in self._optimizers().items()},
-            "schedulers": [scheduler.state_dict() for scheduler in self._schedulers()],
-            "extra": dict(extra or {}),
-        }
+    def _path(self, version: int) -> str:
+        return prep_model_path(self.directory, self.STATE_NAME, version)
 
     # -- writing ---------------------------------------------------------------------------------
     def step(self, updates: int, extra: Optional[Mapping[str, Any]] = None) -> bool:
@@ -127,27 +121,30 @@ class LearnerCheckpoint:
 
         Raises:
             ValueError: When ``updates`` is not a non-negative int.
+            TypeError: When ``extra`` is not a mapping.
         """
         if isinstance(updates, bool) or not isinstance(updates, int) or updates < 0:
             raise ValueError(f"updates must be a non-negative int, got {updates!r}")
-        state = self._state(updates, extra)  # before writing anything: a bad extra fails here
-        self.framework.save(self.directory, version=updates)
-        path = prep_model_path(self.directory, self.STATE_NAME, updates)
-        prep_save_state_dict(path, state)
+        if extra is not None and not isinstance(extra, Mapping):
+            raise TypeError(f"extra must be a mapping of further state (or None), got {type(extra).__name__}")
+        from ...frame.algorithms.run_state import algorithm_state, write_run_state
+
+        path = self._path(updates)
+        with self._buffers_locked():
+            state = algorithm_state(self.framework)
+            state["learner"] = {"updates": updates, "extra": dict(extra or {})}
+            self.framework.save(self.directory, version=updates)
+            write_run_state(state, path)  # its manifest, written last, completes the version
         self.last_saved = updates
         self._prune()
         return path
 
     def versions(self) -> List[int]:
-        """Versions of the complete checkpoints in the directory, oldest first."""
+        """Versions of the complete checkpoints (those with a learner-state manifest), oldest first."""
         if not os.path.isdir(self.directory):
             return []
-        found = []
-        for file_name in os.listdir(self.directory):
-            match = _FILE.match(file_name)
-            if match and match["name"] == self.STATE_NAME and match["kind"] == ".pt":
-                found.append(int(match["version"]))
-        return sorted(found)
+        complete = re.compile(rf"^{re.escape(self.STATE_NAME)}_(\d+)\.pt\.manifest\.json$")
+        return sorted(int(match[1]) for match in map(complete.match, os.listdir(self.directory)) if match)
 
     def _prune(self) -> None:
         if self.keep is None:
@@ -155,21 +152,25 @@ class LearnerCheckpoint:
         old = set(self.versions()[: -self.keep])
         if not old:
             return
-        # the learner-state file first: without it, a half-deleted version is never resumed from
+        # the learner-state manifest first: without it, a half-deleted version is never resumed from
         for version in sorted(old):
-            os.remove(prep_model_path(self.directory, self.STATE_NAME, version))
+            for path in (self._path(version) + ".manifest.json", self._path(version)):
+                with contextlib.suppress(FileNotFoundError):  # another process pruned it
+                    os.remove(path)
         for file_name in os.listdir(self.directory):
             match = _FILE.match(file_name)
             if match and int(match["version"]) in old:
-                with contextlib.suppress(FileNotFoundError):  # another process pruned it
+                with contextlib.suppress(FileNotFoundError):
                     os.remove(os.path.join(self.directory, file_name))
 
     # -- reading ---------------------------------------------------------------------------------
     def resume(self) -> Optional[int]:
         """Load the newest complete checkpoint into the framework; return its number of updates.
 
-        The framework's ``load`` reads its checkpoint first (checked before any change),
-        then every network, optimizer and scheduler takes its saved state. :attr:`extra`
+        The learner-state file is compared with its manifest and checked against the
+        framework (class, network architectures, optimizers, schedulers, buffers) before
+        anything changes; then the framework takes the saved state, exactly as
+        :meth:`~machin.frame.algorithms.base.TorchFramework.resume` gives it. :attr:`extra`
         holds the saved extra state.
 
         Returns:
@@ -177,33 +178,25 @@ class LearnerCheckpoint:
             none (nothing is changed then).
 
         Raises:
-            RuntimeError: When the newest checkpoint cannot be loaded (a damaged file, or
-                networks that do not fit), naming the file.
+            RunStateError: (a ``ValueError`` and a ``RuntimeError``) When the newest checkpoint
+                cannot be loaded (a truncated or changed file, a file that is not a learner
+                checkpoint, the state of another algorithm or architecture), naming the file
+                and the mismatch; nothing of the framework changed then.
         """
+        from ...frame.algorithms.run_state import RunStateError, load_run_state, read_run_state
+
         versions = self.versions()
         if not versions:
             return None
-        version = versions[-1]
-        path = prep_model_path(self.directory, self.STATE_NAME, version)
-        try:
-            state = torch.load(path, map_location="cpu", weights_only=True)
-        except Exception as error:
-            raise RuntimeError(f"cannot read the learner state {path!r}: {error}") from error
-        optimizers, networks = self._optimizers(), self._networks()
-        saved, saved_networks = state.get("optimizers", {}), state.get("networks", {})
-        for kind, have, got in (("optimizers", optimizers, saved), ("networks", networks, saved_networks)):
-            if sorted(got) != sorted(have):
-                raise RuntimeError(
-                    f"the learner state {path!r} holds {kind} {sorted(got)}, but "
-                    f"{type(self.framework).__name__} has {sorted(have)}"
-                )
-        self.framework.load(self.directory, version=version)
-        for name, network in networks.items():
-            network.load_state_dict(saved_networks[name])
-        for name, optimizer in optimizers.items():
-            optimizer.load_state_dict(saved[name])
-        for scheduler, scheduler_state in zip(self._schedulers(), state.get("schedulers", [])):
-            scheduler.load_state_dict(scheduler_state)
-        self.extra = dict(state.get("extra", {}))
-        self.last_saved = int(state["updates"])
-        return self.last_saved
+        path = self._path(versions[-1])
+        state = read_run_state(path)
+        learner = state.get("learner")
+        updates = learner.get("updates") if isinstance(learner, Mapping) else None
+        if isinstance(updates, bool) or not isinstance(updates, int) or not isinstance(learner.get("extra"), Mapping):
+            raise RunStateError(f"cannot resume the learner from {path!r}: it is not a learner checkpoint (it "
+                                f"lacks the update count and extra state that LearnerCheckpoint.save writes)")
+        with self._buffers_locked():
+            load_run_state(self.framework, state, path)
+        self.extra = dict(learner["extra"])
+        self.last_saved = updates
+        return updates

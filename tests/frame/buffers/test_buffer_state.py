@@ -103,3 +103,31 @@ def test_python_objects_cannot_be_saved():
     buffer.append(_step(0, note={"a": 1}))
     with pytest.raises(BufferStateError, match="column 'note' holds Python objects \\(dict\\)"):
         buffer.state_dict()
+
+
+def _weighted_step(i: int, dtype: torch.dtype):
+    step = _step(i)
+    step["state"]["weight"] = torch.full((1, 2), i, dtype=dtype)
+    return step
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_a_partly_filled_column_is_saved_without_its_empty_rows_and_shared_where_numpy_can(dtype):
+    buffer = Buffer(10_000)
+    buffer.extend([_weighted_step(i, dtype) for i in range(1024)])
+    buffer.append(_weighted_step(1024, dtype))  # the columns grow to 2048 rows
+    column = buffer._major["state"]["weight"].tensor
+    assert column.shape[0] == 2048 and buffer.size() == 1025
+    state = buffer.state_dict()
+    states, weights = (state["layout"]["major"]["state"][key]["rows"] for key in ("state", "weight"))
+    assert states.untyped_storage().nbytes() == 1025 * 3 * 4  # torch.save writes the filled rows only
+    assert states.data_ptr() == buffer._major["state"]["state"].tensor.data_ptr()  # not a copy
+    assert weights.untyped_storage().nbytes() == 1025 * 2 * weights.element_size()
+    assert (weights.data_ptr() == column.data_ptr()) == (dtype == torch.float32)  # numpy lacks bfloat16: copied
+    file = io.BytesIO()
+    torch.save(state, file)
+    assert len(file.getvalue()) < 1025 * (3 + 2 + 3 + 1 + 1 + 1) * 8 + 10_000
+    copy = Buffer(10_000)
+    copy.load_state_dict(_round_trip(state))
+    assert torch.equal(torch.cat([t["state"]["weight"] for t in copy]), torch.cat([t["state"]["weight"] for t in buffer]))
+    assert [t["state"]["state"][0, 0].item() for t in copy] == list(range(1025))

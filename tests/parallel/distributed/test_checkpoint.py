@@ -37,7 +37,8 @@ def test_checkpoints_every_k_updates_keep_the_newest_and_resume_exactly(tmp_path
             saved[updates] = (_state(agent), agent.qnet_optim.state_dict()["state"][0]["exp_avg"].clone())
     assert written == [4, 8, 12] and checkpoint.versions() == [8, 12]
     assert sorted(p.name for p in tmp_path.iterdir()) == [
-        "learner_state_12.pt", "learner_state_8.pt", "qnet_target_12.manifest.json", "qnet_target_12.pt",
+        "learner_state_12.pt", "learner_state_12.pt.manifest.json", "learner_state_8.pt",
+        "learner_state_8.pt.manifest.json", "qnet_target_12.manifest.json", "qnet_target_12.pt",
         "qnet_target_8.manifest.json", "qnet_target_8.pt"]
 
     other = _dqn(seed=1)  # a new learner process: other networks, no optimizer state
@@ -59,6 +60,7 @@ def test_resume_without_checkpoint_changes_nothing_and_a_half_written_version_is
     checkpoint = LearnerCheckpoint(agent, tmp_path, every=1)
     checkpoint.save(3)
     agent.save(str(tmp_path), version=5)  # networks of version 5 written, the learner state never was
+    torch.save({}, tmp_path / "learner_state_6.pt")  # a learner state without its manifest: incomplete
     assert LearnerCheckpoint(_dqn(seed=2), tmp_path).resume() == 3
 
 
@@ -69,9 +71,13 @@ def test_a_checkpoint_of_another_learner_is_refused_by_name(tmp_path):
         pass
 
     agent = Renamed(QNet(4, 2, 8), QNet(4, 2, 8), torch.optim.Adam, nn.MSELoss(reduction="none"))
+    with pytest.raises(RuntimeError, match=r"learner_state_1\.pt.*it is the state of a machin\.frame\.algorithms\."
+                                           r"dqn_per\.DQNPer, this algorithm is a .*Renamed"):
+        LearnerCheckpoint(agent, tmp_path).resume()
+    agent = _dqn()
     agent.other_optim = torch.optim.SGD(agent.qnet.parameters(), lr=0.1)
-    with pytest.raises(RuntimeError, match=r"holds optimizers \['qnet_optim'\], but Renamed has "
-                                           r"\['other_optim', 'qnet_optim'\]"):
+    with pytest.raises(RuntimeError, match=r"learner_state_1\.pt.*holds the optimizers \['qnet_optim'\], "
+                                           r"this algorithm has \['other_optim', 'qnet_optim'\]"):
         LearnerCheckpoint(agent, tmp_path).resume()
 
 
@@ -84,3 +90,73 @@ def test_bad_options_are_refused(tmp_path, kwargs, error, message):
         LearnerCheckpoint(_dqn(), tmp_path, **kwargs)
     with pytest.raises(TypeError, match="framework must have save"):
         LearnerCheckpoint(object(), tmp_path)
+
+
+def _networks_and_optimizer(agent):
+    optimizer = agent.qnet_optim.state_dict()["state"]
+    return _state(agent), {i: {k: v.clone() for k, v in s.items()} for i, s in optimizer.items()}
+
+
+def _equal_nested(a, b):
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(_equal_nested(a[k], b[k]) for k in a)
+    if isinstance(a, tuple):
+        return len(a) == len(b) and all(_equal_nested(x, y) for x, y in zip(a, b))
+    return torch.equal(a, b) if isinstance(a, torch.Tensor) else a == b
+
+
+def test_a_fresh_learner_resumed_from_a_checkpoint_continues_exactly_as_the_saved_one(tmp_path):
+    agent = _dqn()
+    for _ in range(5):
+        agent.update()
+    agent.epsilon = 0.25  # a schedule's progress
+    path = LearnerCheckpoint(agent, tmp_path, every=1).save(5)
+    assert path == str(tmp_path / "learner_state_5.pt")
+    saved_networks, saved_optimizer = _networks_and_optimizer(agent)
+    saved_buffer = agent.replay_buffer.state_dict()["layout"]["major"]["state"]["state"]["rows"].clone()
+    agent.update()  # the saved learner goes on: draws priorities and samples with the saved generators
+    after_networks, _ = _networks_and_optimizer(agent)
+
+    fresh = _dqn(seed=1)  # another process: other networks, buffer rows and random state
+    torch.manual_seed(123)
+    assert LearnerCheckpoint(fresh, tmp_path).resume() == 5
+    networks, optimizer = _networks_and_optimizer(fresh)
+    assert _equal_nested(networks, saved_networks) and _equal_nested(optimizer, saved_optimizer)
+    assert fresh._update_counter == 5 and fresh.epsilon == 0.25
+    assert torch.equal(fresh.replay_buffer.state_dict()["layout"]["major"]["state"]["state"]["rows"], saved_buffer)
+    fresh.update()
+    assert _equal_nested(_networks_and_optimizer(fresh)[0], after_networks)  # bit-identical next update
+    plain = _dqn(seed=3)
+    plain.resume(path)  # a learner-state file is also an algorithm's run state
+    assert _equal_nested(_networks_and_optimizer(plain), (saved_networks, saved_optimizer))
+
+
+def _truncate(path):
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2])
+
+
+def _save_state_instead(path):
+    for name in (path.name, path.name + ".manifest.json"):
+        (path.parent / name).unlink()
+    _dqn().save_state(str(path))  # an algorithm's own run state, not a learner checkpoint
+
+
+@pytest.mark.parametrize("spoil, learner, message", [
+    (_truncate, _dqn, r"learner_state_2\.pt'?: the file is truncated or was changed after it was saved"),
+    (_save_state_instead, _dqn, r"learner_state_2\.pt'?: it is not a learner checkpoint"),
+    (None, lambda: DQNPer(QNet(4, 2, 16), QNet(4, 2, 16), torch.optim.Adam, nn.MSELoss(reduction="none")),
+     r"learner_state_2\.pt'?: network 'qnet' has another architecture than the saved one: "
+     r".*net\.0\.weight: saved \[8, 4\] torch\.float32, here \[16, 4\] torch\.float32"),
+])
+def test_a_damaged_or_foreign_checkpoint_is_refused_naming_the_file_and_changes_nothing(tmp_path, spoil, learner,
+                                                                                        message):
+    LearnerCheckpoint(_dqn(), tmp_path, every=1).save(2)
+    if spoil is not None:
+        spoil(tmp_path / "learner_state_2.pt")
+    other = learner()
+    before = _networks_and_optimizer(other)
+    checkpoint = LearnerCheckpoint(other, tmp_path)
+    with pytest.raises(ValueError, match=message):
+        checkpoint.resume()
+    assert _equal_nested(_networks_and_optimizer(other), before) and checkpoint.last_saved == 0
