@@ -16,6 +16,11 @@ event                       when
 ``on_training_end``         when the run ends, also by an exception (``completed`` says which)
 ==========================  ===========================================================
 
+A run resumed from a save (``trainer.run(..., resume=True)``, see
+:class:`~machin.frame.run_checkpoint.RunCheckpoint`) first gives every part the state its
+:meth:`Callback.state_dict` returned at the save (through :meth:`Callback.load_state_dict`),
+then ``on_training_start``, with ``trainer.resumed_from`` set to the save's path.
+
 ``on_step``, ``on_episode_end`` and ``on_evaluation`` may return ``False`` to end the run;
 as with a ``steps`` limit, the episode in progress is played to its end first (the
 rollout in progress with ``rollout_steps``). Any other return value, ``None`` included,
@@ -25,7 +30,8 @@ checkpointer, the loggers, then the user's callbacks.
 The trainer's own parts are callbacks too, and each can be replaced:
 
 * evaluation: :class:`Evaluator` (when to evaluate, and greedy evaluation episodes);
-* checkpointing: :class:`BestCheckpoint` (saves the networks at every improved evaluation);
+* checkpointing: :class:`BestCheckpoint` (saves the networks at every improved evaluation) and
+  :class:`~machin.frame.run_checkpoint.RunCheckpoint` (saves the whole run, to resume it);
 * logging: :class:`CSVLogger`, :class:`TensorBoardLogger`, :class:`ProgressBar`,
   :class:`LearningCurve` and :class:`EpisodeGif`.
 """
@@ -33,6 +39,8 @@ The trainer's own parts are callbacks too, and each can be replaced:
 from __future__ import annotations
 
 import csv
+import glob
+import itertools
 import os
 import time
 from dataclasses import dataclass, field
@@ -62,6 +70,7 @@ __all__ = [
 ]
 
 _CSV_FIELDS = ["episode", "steps", "return", "smoothed", "eval_return", "seconds"]
+_EVENT_FILE_NUMBERS = itertools.count(1)  # with the process id, names every event file apart
 
 
 @dataclass(frozen=True)
@@ -163,7 +172,22 @@ class Callback:
 
         Args:
             trainer: The trainer that ran.
-            completed: ``False`` when the run ends by an exception.
+            completed: ``False`` when the run ends by an exception or is halted
+                (:meth:`Trainer.halt <machin.frame.trainer.Trainer.halt>`).
+        """
+
+    def state_dict(self) -> Optional[Dict[str, Any]]:
+        """What a save of the run keeps of this part (``None``: nothing); called between two steps.
+
+        It may hold only tensors, numbers, strings, ``None`` and lists, tuples and dicts of them.
+        """
+        return None
+
+    def load_state_dict(self, state: Optional[Dict[str, Any]]) -> None:
+        """Continue from what :meth:`state_dict` returned; called before ``on_training_start`` of a resumed run.
+
+        Args:
+            state: What :meth:`state_dict` returned at the save.
         """
 
 
@@ -188,7 +212,14 @@ class Evaluator(Callback):
         self._due = False
 
     def on_training_start(self, trainer: Trainer) -> None:
-        self._next, self._due = self.every_steps, False
+        if trainer.resumed_from is None:
+            self._next, self._due = self.every_steps, False
+
+    def state_dict(self) -> Optional[Dict[str, Any]]:
+        return {"next": self._next, "due": self._due}
+
+    def load_state_dict(self, state: Optional[Dict[str, Any]]) -> None:
+        self._next, self._due = int(state["next"]), bool(state["due"])
 
     def on_step(self, trainer: Trainer, transitions: int) -> Optional[bool]:
         if self.every_steps and trainer.steps >= self._next:
@@ -261,7 +292,8 @@ class CSVLogger(Callback):
 
     Columns: ``episode``, ``steps``, ``return``, ``smoothed``, ``eval_return`` (the last
     evaluation since the previous row, else empty) and ``seconds`` since the run began.
-    Each run rewrites the file.
+    Each run rewrites the file; a resumed run cuts it back to the rows written when its
+    save was made and appends to them, so no episode is written twice.
 
     Args:
         directory: The directory of ``progress.csv`` (created if missing).
@@ -273,14 +305,40 @@ class CSVLogger(Callback):
         self._rows: Optional[csv.DictWriter] = None
         self._pending: Optional[float] = None
         self._start = 0.0
+        self._resume: Optional[Dict[str, Any]] = None
 
     def on_training_start(self, trainer: Trainer) -> None:
         os.makedirs(self.directory, exist_ok=True)
         path = trainer.result.paths["csv"] = os.path.join(self.directory, "progress.csv")
+        resume, self._resume = self._resume, None
+        if resume is not None:
+            self._continue(path, resume)
+            return
         self._handle = open(path, "w", newline="")  # noqa: SIM115 (closed in on_training_end)
         self._rows = csv.DictWriter(self._handle, fieldnames=_CSV_FIELDS)
         self._rows.writeheader()
         self._pending, self._start = None, time.time()
+
+    def _continue(self, path: str, state: Dict[str, Any]) -> None:
+        """Cut ``path`` back to its size at the save and append to it."""
+        size, offset = (os.path.getsize(path) if os.path.exists(path) else None), int(state["size"])
+        if size is None or size < offset:
+            raise ValueError(f"cannot continue {path!r} from the save: it has {size} bytes, it had {offset} when "
+                             f"the save was made")
+        os.truncate(path, offset)
+        self._handle = open(path, "a", newline="")  # noqa: SIM115 (closed in on_training_end)
+        self._rows = csv.DictWriter(self._handle, fieldnames=_CSV_FIELDS)
+        self._pending, self._start = state["pending"], time.time() - float(state["seconds"])
+
+    def state_dict(self) -> Optional[Dict[str, Any]]:
+        if self._handle is None:
+            return None
+        self._handle.flush()
+        return {"size": os.fstat(self._handle.fileno()).st_size, "pending": self._pending,
+                "seconds": time.time() - self._start}
+
+    def load_state_dict(self, state: Optional[Dict[str, Any]]) -> None:
+        self._resume = state
 
     def on_evaluation(self, trainer: Trainer, evaluation: Evaluation) -> Optional[bool]:
         self._pending = evaluation.mean_return
@@ -307,6 +365,11 @@ class TensorBoardLogger(Callback):
     episode's mean update results and ``eval/return`` of an evaluation made at that
     episode; an evaluation made due by the step count is written at once, by step.
 
+    The writer writes in a background thread: :meth:`state_dict` (a save of the run)
+    closes it, so that every scalar so far is in its file, and goes on in a new file. A
+    resumed run deletes the event files made after the save (and cuts those it kept back
+    to their size then), so no scalar is written twice.
+
     Args:
         directory: The directory of the event files.
     """
@@ -315,14 +378,34 @@ class TensorBoardLogger(Callback):
         self.directory = directory
         self._board: Any = None
         self._episode_eval: Optional[float] = None
+        self._resume: Optional[Dict[str, Any]] = None
 
     def on_training_start(self, trainer: Trainer) -> None:
+        resume, self._resume = self._resume, None
+        self._episode_eval = None
+        if resume is not None:
+            _cut_event_files(self.directory, resume["files"])
+            self._episode_eval = resume["episode_eval"]
+        self._open()
+        trainer.result.paths["tensorboard"] = self.directory
+
+    def _open(self) -> None:
+        """A new writer, in a new event file (named with the process id and a count, never reused)."""
         from ..utils.tensor_board import TensorBoard
 
         self._board = TensorBoard()
-        self._board.init(logdir=self.directory)
-        trainer.result.paths["tensorboard"] = self.directory
-        self._episode_eval = None
+        self._board.init(logdir=self.directory, filename_suffix=f".{os.getpid()}.{next(_EVENT_FILE_NUMBERS)}")
+
+    def state_dict(self) -> Optional[Dict[str, Any]]:
+        if self._board is None:
+            return None
+        self._board.writer.close()
+        files = {os.path.basename(path): os.path.getsize(path) for path in _event_files(self.directory)}
+        self._open()
+        return {"files": files, "episode_eval": self._episode_eval}
+
+    def load_state_dict(self, state: Optional[Dict[str, Any]]) -> None:
+        self._resume = state
 
     def on_evaluation(self, trainer: Trainer, evaluation: Evaluation) -> Optional[bool]:
         if evaluation.by_steps:
@@ -347,6 +430,20 @@ class TensorBoardLogger(Callback):
             self._board = None
 
 
+def _event_files(directory: str) -> List[str]:
+    return glob.glob(os.path.join(glob.escape(directory), "events.out.tfevents.*"))
+
+
+def _cut_event_files(directory: str, sizes: Dict[str, int]) -> None:
+    """Delete the event files of ``directory`` not in ``sizes`` and cut the others back to their size there."""
+    for path in _event_files(directory):
+        size = sizes.get(os.path.basename(path))
+        if size is None:
+            os.remove(path)
+        elif os.path.getsize(path) > size:
+            os.truncate(path, size)
+
+
 class ProgressBar(Callback):
     """A tqdm bar counting episodes (steps when the run has a step limit) with the smoothed return.
 
@@ -360,9 +457,11 @@ class ProgressBar(Callback):
         from tqdm import tqdm
 
         if trainer.step_limit is not None:
-            self._bar = tqdm(total=trainer.step_limit, unit="step", dynamic_ncols=True)
+            self._bar = tqdm(total=trainer.step_limit, initial=min(trainer.steps, trainer.step_limit), unit="step",
+                             dynamic_ncols=True)
         else:
-            self._bar = tqdm(total=trainer.episode_limit, unit="episode", dynamic_ncols=True)
+            self._bar = tqdm(total=trainer.episode_limit, initial=trainer.result.episodes, unit="episode",
+                             dynamic_ncols=True)
 
     def on_episode_end(self, trainer: Trainer, episode: EpisodeEnd) -> Optional[bool]:
         shown = {"smoothed": f"{episode.smoothed:.1f}"}

@@ -37,6 +37,11 @@ Around the loop, evaluation, checkpoints and logs are callbacks
 (:mod:`machin.frame.callbacks`): the trainer builds its own from the options below, each
 can be replaced, and ``callbacks=[...]`` adds the user's.
 
+With ``save_every`` (or a :class:`~machin.frame.run_checkpoint.RunCheckpoint` among the
+callbacks) the whole run is saved every so many steps and on SIGTERM / SIGINT, and
+``run(..., resume=True)`` continues it exactly from the newest complete save (see the
+documentation's page "Resuming training").
+
 MADDPG (several agents) and the distributed algorithms
 (A3C, IMPALA, DQNApex, DDPGApex) have no defaults: their loops differ, so a
 :class:`Trainer` is only made for them when ``act_method``, ``eval_act_method`` and
@@ -47,7 +52,7 @@ from __future__ import annotations
 
 import math
 import os
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple, Union
 
 import gymnasium as gym
@@ -67,9 +72,12 @@ from ._trainer_options import (
     check_parts,
     check_random_options,
     check_run_options,
+    check_save_options,
     evaluation_options,
+    resume_problem,
     update_options,
 )
+from .algorithms.run_state import random_state, set_random_state
 from .algorithms.utils import Hidden
 from .callbacks import (
     BestCheckpoint,
@@ -84,6 +92,15 @@ from .callbacks import (
     TensorBoardLogger,
     run_directories,
 )
+from .run_checkpoint import (
+    ALGORITHM_FILE,
+    FORMAT,
+    RunCheckpoint,
+    RunCheckpointError,
+    check_storable,
+    default_save_directory,
+    read_trainer_state,
+)
 from .sampler import VecSampler
 
 __all__ = ["Trainer", "TrainResult"]
@@ -95,11 +112,23 @@ _ENV_GROUPS = (ParallelWrapperDummy, ParallelWrapperSubProc, VectorEnv)
 
 @dataclass
 class _LiveEpisode:
-    """The training episode in progress between two rollouts on a single environment."""
+    """The training episode in progress on a single environment.
+
+    ``steps`` holds its steps not stored yet (in episode mode, all of them; with rollouts,
+    those of the rollout in progress), ``actions`` every action since the reset with
+    ``seed``, so that a resumed run can replay the episode to where it was saved.
+    """
 
     state: Dict[str, Any]
+    seed: Optional[int] = None
     steps: List[Dict[str, Any]] = field(default_factory=list)
+    actions: List[Any] = field(default_factory=list)
     total: float = 0.0
+    done: bool = False
+
+
+class _Halted(Exception):
+    """Raised after the step in which :meth:`Trainer.halt` was called, to leave the loop at once."""
 
 
 @dataclass
@@ -120,6 +149,8 @@ class TrainResult:
             ``"checkpoints"``, ``"curve"``, ``"gif"`` (only those written).
         eval_steps: The training steps taken when each evaluation ran (one entry per
             entry of ``eval_returns``).
+        interrupted: The run was halted in the middle (by :meth:`Trainer.halt`, e.g. when a
+            :class:`~machin.frame.run_checkpoint.RunCheckpoint` saved it on SIGTERM).
     """
 
     episodes: int = 0
@@ -131,6 +162,7 @@ class TrainResult:
     solved_episode: Optional[int] = None
     paths: Dict[str, str] = field(default_factory=dict)
     eval_steps: List[int] = field(default_factory=list)
+    interrupted: bool = False
 
 
 class Trainer:
@@ -238,12 +270,20 @@ class Trainer:
             and ``gif_env`` (a list of callbacks; ``[]`` logs nothing).
         checkpointer: Replaces the :class:`~machin.frame.callbacks.BestCheckpoint` made
             with ``log_dir`` (assign ``trainer.checkpointer = None`` to write no checkpoints).
+        save_every: Save the whole run every this many training steps, on SIGTERM / SIGINT
+            and at its end, into ``<log_dir>/saves`` (a
+            :class:`~machin.frame.run_checkpoint.RunCheckpoint`, called after every other
+            part), so that ``run(..., resume=True)`` can continue it. Needs ``log_dir``,
+            ``seed`` and a single environment.
 
     Attributes:
         evaluator: The part that evaluates (an :class:`~machin.frame.callbacks.Evaluator`).
         checkpointer: The part that saves the networks, or ``None``.
         loggers: The parts that log (a list of callbacks).
         callbacks: The user's callbacks.
+        run_checkpoint: The :class:`~machin.frame.run_checkpoint.RunCheckpoint` made for
+            ``save_every``, or ``None``.
+        resumed_from: The save the run in progress continues (``None``: it started afresh).
         result: The :class:`TrainResult` of the run in progress (or of the last run).
         episode_limit: The ``episodes`` limit of the run in progress.
         step_limit: The ``steps`` limit of the run in progress.
@@ -292,6 +332,7 @@ class Trainer:
         evaluator: Optional[Evaluator] = None,
         loggers: Optional[List[Callback]] = None,
         checkpointer: Optional[Callback] = None,
+        save_every: Optional[int] = None,
     ) -> None:
         acting = acting_options(framework, act_method, act_kwargs, eval_act_method, eval_act_kwargs, store,
                                 hidden_key, initial_hidden, state_key)
@@ -302,6 +343,7 @@ class Trainer:
         check_run_options(smoothing, solved_reward, solved_repeat, seed, log_dir, gif_env)
         check_random_options(random_steps, random_action, isinstance(env, _ENV_GROUPS), acting.store, hidden_key)
         check_parts(callbacks, evaluator, loggers, checkpointer)
+        check_save_options(save_every, log_dir, isinstance(env, _ENV_GROUPS), seed)
         self.framework = framework
         self._keep(acting, updates)
         self.eval_episodes, self.random_steps = eval_episodes, random_steps
@@ -312,6 +354,9 @@ class Trainer:
         self.sampler = self._group_sampler(env, eval_env, obs_to_state)
         self._environments(env, eval_env, gif_env, action_to_env, random_action)
         self._set_parts(callbacks, evaluator, loggers, checkpointer)
+        self.run_checkpoint = None
+        if save_every is not None:
+            self.run_checkpoint = RunCheckpoint(default_save_directory(log_dir), every=save_every)
         self._reset_run_state(None, None)
 
     def _keep(self, acting: Acting, updates: Updates) -> None:
@@ -480,47 +525,64 @@ class Trainer:
         Returns:
             ``(return, length)`` of the episode.
         """
-        return self._play(env, seed, learn=False, frames=frames)
+        return self._play(env, seed, frames=frames)
 
     def evaluation_seed(self, index: int) -> Optional[int]:
         """The reset seed of evaluation episode ``index``: ``seed + 10**6 + index`` (``None`` without ``seed``)."""
         return None if self.seed is None else self.seed + 10**6 + index
 
-    def _play(self, env: gym.Env, seed: Optional[int], learn: bool,
+    def _play(self, env: gym.Env, seed: Optional[int],
               frames: Optional[List[np.ndarray]] = None) -> Tuple[float, int]:
-        """Play one episode; when ``learn``, explore, store and update. Returns (return, length)."""
-        method, kwargs = ((self.act_method, self.act_kwargs) if learn
-                          else (self.eval_act_method, self.eval_act_kwargs))
+        """Play one evaluation episode (storing nothing). Returns (return, length)."""
         obs, _ = env.reset(seed=seed)
         state = self._initial_state(obs)
-        total, length, done, episode = 0.0, 0, False, []
+        total, length, done = 0.0, 0, False
         while not done:
             if frames is not None:
                 frames.append(env.render())
-            step, terminated, truncated = self._env_step(env, state, method, kwargs,
-                                                         learn and self._steps < self.random_steps)
+            step, terminated, truncated = self._env_step(env, state, self.eval_act_method, self.eval_act_kwargs)
             total, length, done = total + step["reward"], length + 1, terminated or truncated
-            if learn:
-                self._learn_from_step(step, terminated, truncated, episode)
             state = step["next_state"]
         if frames is not None:
             frames.append(env.render())
-        if learn:
-            self._learn_from_episode(episode)
         return total, length
 
-    def _learn_from_step(self, step: Dict[str, Any], terminated: bool, truncated: bool,
-                         episode: List[Dict[str, Any]]) -> None:
-        """Store a training step (or keep it for the episode), count it, make the updates it made due."""
+    def _start_episode(self, seed: Optional[int]) -> _LiveEpisode:
+        """Reset the training environment with ``seed``: the new episode in progress."""
+        obs, _ = self.env.reset(seed=seed)
+        return _LiveEpisode(self._initial_state(obs), seed)
+
+    def _train_episode(self, live: _LiveEpisode) -> float:
+        """Play the training episode in progress to its end, store it and make the updates due; its return."""
+        while not live.done:
+            self._train_step(live)
+        self._live = None
+        self._learn_from_episode(live.steps)
+        return live.total
+
+    def _train_step(self, live: _LiveEpisode) -> None:
+        """One step of the episode in progress: act, step, store (or keep the step), count, update, tell the parts."""
+        at_random = self._steps < self.random_steps
+        step, terminated, truncated = self._env_step(self.env, live.state, self.act_method, self.act_kwargs,
+                                                     at_random)
+        live.actions.append(step["action"]["action"])
+        live.total += step["reward"]
+        live.state, live.done = step["next_state"], terminated or truncated
         if self.store == "transition":
             self.framework.store_transition(step)
         else:
             step["truncated"] = truncated and not terminated
-            episode.append(step)
+            live.steps.append(step)
         self._count_steps(1)
         if self.store == "transition":
             self._spend_credit()
-        self._emit("on_step", 1)
+        self._step_done(1)
+
+    def _step_done(self, transitions: int) -> None:
+        """``on_step`` to every part; then leave the loop if the run was halted."""
+        self._emit("on_step", transitions)
+        if self._halt_requested:
+            raise _Halted()
 
     def _learn_from_episode(self, episode: List[Dict[str, Any]]) -> None:
         """Store a finished training episode (in episode mode) and make the updates due after it."""
@@ -535,31 +597,36 @@ class Trainer:
         """One rollout of ``rollout_steps`` steps on the training environment; the returns of the episodes it ended.
 
         The episode in progress (``_live``) continues from the previous rollout; at the end
-        its steps of this rollout are stored as a tail, not terminal.
+        its steps of this rollout are stored as a tail, not terminal. The steps taken and
+        the returns of the episodes ended so far in this rollout are kept on the trainer,
+        so that a save in the middle of a rollout holds them.
         """
-        finished = []
-        for _ in range(self.rollout_steps):
+        finished = self._rollout_finished
+        while self._rollout_taken < self.rollout_steps:
             live = self._live
             if live is None:
                 self._episodes_started += 1
                 seed = None if self.seed is None else self.seed + self._episodes_started
                 obs, _ = self.env.reset(seed=seed)
-                live = self._live = _LiveEpisode(self._initial_state(obs))
+                live = self._live = _LiveEpisode(self._initial_state(obs), seed)
             step, terminated, truncated = self._env_step(self.env, live.state, self.act_method, self.act_kwargs)
             step["truncated"] = truncated and not terminated
             live.steps.append(step)
+            live.actions.append(step["action"]["action"])
             live.total += step["reward"]
             live.state = step["next_state"]
+            self._rollout_taken += 1
             self._count_steps(1)
             if terminated or truncated:
                 self.framework.store_episode(live.steps)
                 finished.append(live.total)
                 self._live = None
                 self._episode_done()
-            self._emit("on_step", 1)
+            self._step_done(1)
         if self._live is not None and self._live.steps:
             self.framework.store_episode(self._live.steps)
             self._live.steps = []
+        self._rollout_taken, self._rollout_finished = 0, []
         return finished
 
     # -- schedules: updates and progress --------------------------------------------------
@@ -571,8 +638,12 @@ class Trainer:
         self._update_sums: Dict[str, float] = {}
         self._updates = 0
         self._live: Optional[_LiveEpisode] = None
-        self._episodes_started = 0
-        self._stop_requested = False
+        self._episodes_started = self._rollout_taken = 0
+        self._rollout_finished: List[float] = []
+        self._stop_requested = self._halt_requested = False
+        self._smoothed, self._streak = 0.0, 0
+        self._resumed_random: Optional[Dict[str, Any]] = None
+        self.resumed_from: Optional[str] = None
         self.result = TrainResult()
         set_progress = getattr(self.framework, "set_progress", None)
         self._set_progress = set_progress if steps is not None and callable(set_progress) else None
@@ -676,29 +747,151 @@ class Trainer:
         self._emit("on_evaluation", evaluation)
         return evaluation
 
+    # -- saving and resuming -----------------------------------------------------------
+    def check_resumable(self) -> None:
+        """Raise a ``ValueError`` unless this trainer's runs can be saved and resumed exactly.
+
+        That needs a single training environment and a ``seed``.
+        """
+        why = resume_problem(self.sampler is not None, self.seed)
+        if why is not None:
+            raise ValueError(f"a run of this trainer cannot be saved for an exact resume: {why}")
+
+    def _setup(self) -> Dict[str, Any]:
+        """The options a save must have been made with to be resumed by this trainer."""
+        return {"algorithm": _class_name(self.framework),
+                "store": self.store, "act_method": self.act_method, "seed": self.seed,
+                "warmup_steps": self.warmup_steps, "random_steps": self.random_steps,
+                "rollout_steps": self.rollout_steps}
+
+    def state_dict(self) -> Dict[str, Any]:
+        """The run's state between two training steps, besides the algorithm's (what a save keeps).
+
+        That is the counters, the result so far, the training episode in progress (its
+        reset seed, actions, current state and the steps it has not stored) and what the
+        parts' ``state_dict`` return. Only valid during :meth:`run`, at a step boundary.
+        """
+        live = self._live
+        state = {
+            "format": FORMAT, "setup": self._setup(),
+            "counters": {"steps": self._steps, "credit": self._credit, "burst_mark": self._burst_mark,
+                         "burst_episodes": self._burst_episodes, "updates": self._updates,
+                         "update_sums": dict(self._update_sums), "smoothed": self._smoothed,
+                         "streak": self._streak, "stop_requested": self._stop_requested,
+                         "episodes_started": self._episodes_started, "rollout_taken": self._rollout_taken,
+                         "rollout_finished": list(self._rollout_finished)},
+            "result": asdict(self.result),
+            "episode": None if live is None else {"seed": live.seed, "state": live.state, "steps": live.steps,
+                                                  "actions": live.actions, "total": live.total,
+                                                  "done": live.done},
+            "parts": [[_class_name(part), part.state_dict()] for part in _stateful(self._parts)],
+        }
+        check_storable("the trainer's state", state)
+        return state
+
+    def _resume(self) -> None:
+        """Continue the newest complete save of the run checkpoint, if there is one (see :meth:`run`)."""
+        saving = [part for part in self._parts if isinstance(part, RunCheckpoint)]
+        if len(saving) != 1:
+            raise ValueError(f"run(resume=True) resumes from the saves of a RunCheckpoint: give save_every (or "
+                             f"one RunCheckpoint among the callbacks), got {len(saving)} RunCheckpoint parts")
+        self.check_resumable()
+        path = saving[0].newest()
+        if path is None:
+            return
+        state = read_trainer_state(path, self.framework)
+        self._check_state(state, path)
+        self.framework.resume(os.path.join(path, ALGORITHM_FILE))
+        self._resumed_random = random_state()
+        self._apply_state(state, path)
+
+    def _check_state(self, state: Dict[str, Any], path: str) -> None:
+        """Raise :class:`RunCheckpointError` unless the save was made by a trainer set up as this one."""
+        saved_setup = state.get("setup") or {}
+        for name, value in self._setup().items():
+            if saved_setup.get(name) != value:
+                raise RunCheckpointError(f"cannot resume from {path!r}: it was saved with {name}="
+                                         f"{saved_setup.get(name)!r}, this trainer has {name}={value!r}")
+        saved_parts = [name for name, _ in state["parts"]]
+        mine = [_class_name(part) for part in _stateful(self._parts)]
+        if saved_parts != mine:
+            raise RunCheckpointError(f"cannot resume from {path!r}: it was saved with the parts {saved_parts} "
+                                     f"(those with a state, in order), this run has {mine}")
+
+    def _apply_state(self, state: Dict[str, Any], path: str) -> None:
+        """Load the checked trainer state: counters, result, the episode in progress (replayed), the parts."""
+        counters = state["counters"]
+        self._steps, self._credit = counters["steps"], counters["credit"]
+        self._burst_mark, self._burst_episodes = counters["burst_mark"], counters["burst_episodes"]
+        self._updates, self._update_sums = counters["updates"], dict(counters["update_sums"])
+        self._smoothed, self._streak = counters["smoothed"], counters["streak"]
+        self._stop_requested = counters["stop_requested"]
+        self._episodes_started, self._rollout_taken = counters["episodes_started"], counters["rollout_taken"]
+        self._rollout_finished = list(counters["rollout_finished"])
+        self.result = TrainResult(**state["result"])
+        self._live = None if state["episode"] is None else self._replay(state["episode"], path)
+        for part, (_, saved) in zip(_stateful(self._parts), state["parts"]):
+            part.load_state_dict(saved)
+        self.resumed_from = path
+
+    def _replay(self, saved: Dict[str, Any], path: str) -> _LiveEpisode:
+        """Reset the training environment with the saved seed and replay the saved actions."""
+        obs, _ = self.env.reset(seed=saved["seed"])
+        actions = saved["actions"]
+        for index, action in enumerate(actions):
+            obs, _, terminated, truncated, _ = self.env.step(self.action_to_env(action))
+            if (terminated or truncated) and index + 1 < len(actions):
+                raise RunCheckpointError(f"cannot resume from {path!r}: replaying the episode in progress (reset "
+                                         f"with seed {saved['seed']}), it ended after {index + 1} of its "
+                                         f"{len(actions)} actions")
+        replayed = self._state(obs)
+        if any(not _same(value, saved["state"].get(key)) for key, value in replayed.items()):
+            raise RunCheckpointError(
+                f"cannot resume from {path!r}: replaying the episode in progress (reset with seed "
+                f"{saved['seed']}, then its {len(actions)} actions) did not lead to the saved observation, so the "
+                f"environment does not repeat itself given its seed and the actions")
+        return _LiveEpisode(saved["state"], saved["seed"], list(saved["steps"]), list(actions), saved["total"],
+                            saved["done"])
+
     # -- the loop -----------------------------------------------------------------------
-    def run(self, episodes: Optional[int] = None, steps: Optional[int] = None) -> TrainResult:
+    def run(self, episodes: Optional[int] = None, steps: Optional[int] = None, resume: bool = False) -> TrainResult:
         """Train until ``episodes`` episodes or ``steps`` steps are done, or the task is solved.
 
         An episode is never cut: with ``steps``, the run ends after the episode in which
         the step count reaches it (with ``rollout_steps``, after the rollout in which it
         does, and with ``episodes``, after the rollout's update). A callback that returns
-        ``False`` also ends the run at the end of an episode. Each call counts from
-        episode 1 again and rewrites the files in ``log_dir``; the framework keeps what it
+        ``False`` also ends the run at the end of an episode, and :meth:`halt` right
+        after the current step. Each call counts from episode 1 again and rewrites the
+        files in ``log_dir`` (unless it resumes, see below); the framework keeps what it
         has learned. With ``steps`` and a framework that has a ``set_progress(progress)``
         method, ``set_progress(min(1, steps_done / steps))`` is called at the start and
         after every training step (of the whole group), before the updates and
         evaluations that follow the step.
 
+        With ``resume=True``, the run continues from the newest complete save of the
+        trainer's :class:`~machin.frame.run_checkpoint.RunCheckpoint` (``save_every``)
+        instead of starting from episode 1: the algorithm, the counters, the result so far
+        (returns, evaluation history), the parts' states (the CSV file and the TensorBoard
+        event files are cut back to what they held at the save) and the training episode
+        in progress, replayed on the environment from its reset seed and its actions. The
+        limits count the whole run, the part before the save included. Without a save,
+        the run starts afresh (``resumed_from`` stays ``None``). The trainer must be built
+        as the saved one was (same algorithm class and architecture, same options).
+
         Args:
             episodes: Maximum number of training episodes.
             steps: Maximum number of training environment steps.
+            resume: Continue the saved run (see above).
 
         Returns:
             A :class:`TrainResult`.
 
         Raises:
-            ValueError: If neither limit is given or one is not a positive integer.
+            ValueError: If neither limit is given or one is not a positive integer, or
+                ``resume`` is given without a ``RunCheckpoint``.
+            RunCheckpointError: (a ``ValueError``) If the newest save is damaged, foreign,
+                made with other options or parts, or its episode in progress does not
+                replay to the saved observation; the message names the save.
         """
         if episodes is None and steps is None:
             raise ValueError("run needs a limit: give episodes, steps or both")
@@ -706,33 +899,52 @@ class Trainer:
             if value is not None:
                 check_number(name, value, minimum=1, integer=True)
         self._reset_run_state(episodes, steps)
-        result = self.result
-        self._parts = [part for part in (self.evaluator, self.checkpointer, *self.loggers, *self.callbacks)
-                       if part is not None]
-        completed = False
+        parts = (self.evaluator, self.checkpointer, *self.loggers, *self.callbacks, self.run_checkpoint)
+        self._parts = [part for part in parts if part is not None]
+        if resume:
+            try:
+                self._resume()
+            except BaseException:
+                self._parts = []
+                raise
+        result, completed = self.result, False
         try:
             self._emit("on_training_start")
             if self._set_progress is not None:
-                self._set_progress(0.0)
+                self._set_progress(check_progress(min(1.0, self._steps / steps)))
+            if self._resumed_random is not None:  # as at the save, whatever the parts did since
+                set_random_state(self._resumed_random)
             self._episodes_loop(episodes, steps)
-            result.steps = self._steps
             completed = True
+        except _Halted:
+            result.interrupted = True
         finally:
+            result.steps = self._steps
             self._finish(completed)
         return result
 
+    def halt(self) -> None:
+        """End the run right after the current training step, in the middle of its episode.
+
+        Every part still receives that step's ``on_step``; :meth:`run` then returns with
+        ``result.interrupted`` set, and the parts get ``on_training_end`` with
+        ``completed=False``.
+        """
+        self._halt_requested = True
+
     def _episodes_loop(self, episodes: Optional[int], steps: Optional[int]) -> None:
         """Count, smooth and announce every training episode; stop when solved or asked to."""
-        result, smoothed, streak = self.result, 0.0, 0
-        for episode, total in enumerate(self._training_episodes(episodes, steps), start=1):
-            smoothed = total if episode == 1 else self.smoothing * smoothed + (1 - self.smoothing) * total
+        result = self.result
+        for episode, total in enumerate(self._training_episodes(episodes, steps), start=result.episodes + 1):
+            smoothed = total if episode == 1 else self.smoothing * self._smoothed + (1 - self.smoothing) * total
+            self._smoothed = smoothed
             result.episodes, result.steps = episode, self._steps
             result.returns.append(total)
             losses = {name: value / self._updates for name, value in self._update_sums.items()}
             self._emit("on_episode_end", EpisodeEnd(episode, self._steps, total, smoothed, losses))
             above = self.solved_reward is not None and smoothed > self.solved_reward
-            streak = streak + 1 if above else 0
-            if above and streak >= self.solved_repeat:
+            self._streak = self._streak + 1 if above else 0
+            if above and self._streak >= self.solved_repeat:
                 result.solved_episode = episode
                 return
             if self._stop_requested:
@@ -762,14 +974,13 @@ class Trainer:
         The update results summed since the previous episode are in ``_update_sums``
         when an episode is yielded.
         """
-        count = 0
+        count = self.result.episodes
 
         def more() -> bool:
             return ((episodes is None or count < episodes) and (steps is None or self._steps < steps)
                     and not self._stop_requested)
 
-        self._update_sums, self._updates = {}, 0
-        while more():
+        while more() or self._unfinished():
             if self.rollout_steps is not None:
                 returns = self._rollout()
                 for total in returns:  # all of them with a steps limit: the rollout is over anyway
@@ -780,8 +991,9 @@ class Trainer:
                         return
             elif self.sampler is None:
                 count += 1
-                seed = None if self.seed is None else self.seed + count
-                yield self._play(self.env, seed, learn=True)[0]
+                if self._live is None:
+                    self._live = self._start_episode(None if self.seed is None else self.seed + count)
+                yield self._train_episode(self._live)
                 self._update_sums, self._updates = {}, 0
             else:
                 for total in self._group_episode():
@@ -790,6 +1002,15 @@ class Trainer:
                     self._update_sums, self._updates = {}, 0
                     if not more():
                         return
+
+    def _unfinished(self) -> bool:
+        """Whether a resumed run is inside a training episode (a rollout) it must finish first.
+
+        Between episodes (rollouts) of a run that was not resumed, it never is.
+        """
+        if self.rollout_steps is not None:
+            return self._rollout_taken > 0
+        return self.sampler is None and self._live is not None
 
     def _rollout(self) -> List[float]:
         """One rollout and its update; the returns of the episodes it ended."""
@@ -820,7 +1041,22 @@ class Trainer:
             self._episode_done()
         if self.store == "transition":
             self._spend_credit()
-        self._emit("on_step", transitions)
+        self._step_done(transitions)
+
+
+def _class_name(obj: Any) -> str:
+    return f"{type(obj).__module__}.{type(obj).__qualname__}"
+
+
+def _stateful(parts: List[Callback]) -> List[Callback]:
+    """The parts whose class has a ``state_dict`` of its own."""
+    return [part for part in parts if type(part).state_dict is not Callback.state_dict]
+
+
+def _same(value: Any, saved: Any) -> bool:
+    if isinstance(value, torch.Tensor):
+        return isinstance(saved, torch.Tensor) and value.shape == saved.shape and torch.equal(value, saved)
+    return value == saved
 
 
 def _update_names(count: int) -> Tuple[str, ...]:
