@@ -18,7 +18,7 @@ napoleon_numpy_docstring = False
 autodoc_member_order = "bysource"
 autodoc_typehints = "description"
 autodoc_default_options = {"members": True, "show-inheritance": True}
-# The constructor documentation lists every keyword option with its default (see options.py).
+# The signature lists every keyword option with its default; each is documented as an attribute (options.py).
 autoclass_content = "both"
 # Cross-references to third-party classes in signatures are not resolved here.
 nitpicky = False

@@ -11,29 +11,22 @@ instead of ``optimizer.step()`` and ``optimizer.zero_grad(set_to_none=True)``.
 from __future__ import annotations
 
 import functools
-import inspect
+import importlib
 import weakref
-from typing import Any, Callable, Dict, Iterable, Mapping, Optional
+from typing import Any, Callable, Dict, Iterable, Mapping, Optional, Tuple
 
 import torch
-from torch.optim import optimizer as _torch_optimizer
+
+from ..utils import torch_internals
+from ..utils.torch_internals import has_step_hooks
 
 __all__ = ["build_optimizer", "adopt", "is_fused_by_default", "unfuse_default", "fuse_default", "step",
-           "clear_grads", "raw_step", "has_step_hooks"]
+           "clear_grads", "raw_step", "has_step_hooks", "PortableOptimizer", "rebuild_optimizer"]
 
 #: Optimizer classes that machin builds with ``fused=True`` where torch has the fused kernel.
 _FUSABLE_OPTIMIZERS = (torch.optim.Adam, torch.optim.AdamW)
 #: The optimizers :func:`build_optimizer` fused without being asked to (``compile()`` unfuses them).
 _fused_by_default: weakref.WeakSet[torch.optim.Optimizer] = weakref.WeakSet()
-
-
-def _fused_devices() -> frozenset:
-    """Device types with torch's fused optimizer kernels (CUDA since torch 2.0, the CPU since 2.4)."""
-    try:
-        from torch.utils._foreach_utils import _get_fused_kernels_supported_devices
-    except ImportError:  # a torch without the query: fuse nothing
-        return frozenset()
-    return frozenset(_get_fused_kernels_supported_devices())
 
 
 def _fusable(optimizer: Callable, params: list, kwargs: Mapping[str, Any]) -> bool:
@@ -45,7 +38,7 @@ def _fusable(optimizer: Callable, params: list, kwargs: Mapping[str, Any]) -> bo
         optimizer, keywords = optimizer.func, {**optimizer.keywords, **kwargs}
     if optimizer not in _FUSABLE_OPTIMIZERS or keywords.keys() & {"fused", "foreach", "differentiable"}:
         return False
-    devices = _fused_devices()
+    devices = torch_internals.fused_kernel_devices()
     return bool(params) and all(
         isinstance(p, torch.Tensor) and torch.is_floating_point(p) and p.device.type in devices for p in params)
 
@@ -135,7 +128,7 @@ def unfuse_default(optimizer: Any) -> bool:
     if optimizer not in _fused_by_default:
         return False
     _fused_by_default.discard(optimizer)
-    _set_fused(optimizer, False)
+    torch_internals.set_fused_flags(optimizer, False)
     return True
 
 
@@ -145,15 +138,8 @@ def fuse_default(optimizer: Any) -> None:
     Args:
         optimizer: An optimizer that :func:`unfuse_default` gave the plain step.
     """
-    _set_fused(optimizer, True)
+    torch_internals.set_fused_flags(optimizer, True)
     _fused_by_default.add(optimizer)
-
-
-def _set_fused(optimizer: Any, fused: bool) -> None:
-    optimizer.defaults["fused"] = fused
-    for group in optimizer.param_groups:
-        group["fused"] = fused
-    optimizer._step_supports_amp_scaling = fused  # what Adam's constructor sets for fused steps
 
 
 # -- stepping ------------------------------------------------------------------------------
@@ -168,20 +154,6 @@ def _set_fused(optimizer: Any, fused: bool) -> None:
 _ZERO_GRAD = torch.optim.Optimizer.zero_grad
 
 
-def _profiling() -> bool:
-    """Whether an autograd profiler records (then the optimizers' profiler ranges must be opened)."""
-    enabled = getattr(torch._C._autograd, "_profiler_enabled", None)
-    return True if enabled is None else enabled()
-
-
-def has_step_hooks(optimizer: Any) -> bool:
-    """Whether a step hook is registered on ``optimizer`` or for every optimizer."""
-    return bool(getattr(optimizer, "_optimizer_step_pre_hooks", None)
-                or getattr(optimizer, "_optimizer_step_post_hooks", None)
-                or getattr(_torch_optimizer, "_global_optimizer_pre_hooks", None)
-                or getattr(_torch_optimizer, "_global_optimizer_post_hooks", None))
-
-
 def step(optimizer: Any) -> None:
     """``optimizer.step()``, without torch's profiling wrapper where that wrapper would do nothing.
 
@@ -192,10 +164,9 @@ def step(optimizer: Any) -> None:
     Args:
         optimizer: The optimizer to step.
     """
-    inner = getattr(type(optimizer).step, "__wrapped__", None)
-    if (inner is None or not getattr(type(optimizer).step, "hooked", False)
-            or not isinstance(optimizer, torch.optim.Optimizer) or "step" in vars(optimizer)
-            or has_step_hooks(optimizer) or _profiling()):
+    inner = torch_internals.hooked_step_inner(type(optimizer))
+    if (inner is None or not isinstance(optimizer, torch.optim.Optimizer) or "step" in vars(optimizer)
+            or has_step_hooks(optimizer) or torch_internals.profiler_enabled()):
         optimizer.step()
     else:
         inner(optimizer)
@@ -207,7 +178,7 @@ def clear_grads(optimizer: Any) -> None:
     Args:
         optimizer: The optimizer whose parameters' gradients are dropped.
     """
-    if type(optimizer).zero_grad is not _ZERO_GRAD or _profiling():
+    if type(optimizer).zero_grad is not _ZERO_GRAD or torch_internals.profiler_enabled():
         optimizer.zero_grad(set_to_none=True)
         return
     for group in optimizer.param_groups:
@@ -230,4 +201,45 @@ def raw_step(optimizer: Any) -> Optional[Callable]:
         return None
     if optimizer.defaults.get("differentiable", False):
         return None
-    return inspect.unwrap(type(optimizer).step)
+    return torch_internals.undecorated_step(type(optimizer))
+
+
+# -- sending an optimizer to another process -------------------------------------------------------
+class PortableOptimizer:
+    """Pickles as ``optimizer`` rebuilt from its class's import path and ``__getstate__``.
+
+    dill (which machin's pools use) pickles a class by value when it cannot reach it as
+    an attribute of its package, and ``torch.optim`` hides its submodules
+    (``torch.optim.adam``), so ``torch.optim.Adam`` itself cannot be sent; its import path
+    can. The rebuilt optimizer holds the parameters as they were unpickled (shared
+    tensors stay shared) and is adopted again (:func:`adopt`).
+
+    Args:
+        optimizer: The optimizer to send.
+    """
+
+    def __init__(self, optimizer: torch.optim.Optimizer):
+        self.optimizer = optimizer
+
+    def __reduce__(self) -> Tuple[Any, ...]:
+        cls = type(self.optimizer)
+        return rebuild_optimizer, (cls.__module__, cls.__qualname__, self.optimizer.__getstate__(),
+                                   is_fused_by_default(self.optimizer))
+
+
+def rebuild_optimizer(module: str, qualname: str, state: Dict[str, Any],
+                      fused_by_default: bool = False) -> torch.optim.Optimizer:
+    """The optimizer of class ``module.qualname`` with ``state`` (what :class:`PortableOptimizer` sends).
+
+    Args:
+        module: The module of the optimizer's class.
+        qualname: The class's qualified name in it.
+        state: The optimizer's ``__getstate__``.
+        fused_by_default: Whether :func:`build_optimizer` fused it without being asked to.
+    """
+    cls: Any = importlib.import_module(module)
+    for name in qualname.split("."):
+        cls = getattr(cls, name)
+    optimizer = cls.__new__(cls)
+    optimizer.__setstate__(state)
+    return adopt(optimizer, fused_by_default)

@@ -40,18 +40,11 @@ import torch.multiprocessing  # noqa: F401  (registers torch's reductions with F
 from dill._dill import _locate_function
 from torch.multiprocessing import reductions as torch_reductions
 
+from ..utils.torch_internals import share_by_filename, shared_by_descriptor
+
 __all__ = ["Pickler", "dumps", "loads", "mark_static_module"]
 
 _STATIC_MODULES: Set[str] = set()
-
-
-def _shared_by_descriptor(storage: Any) -> bool:
-    """Whether a CPU storage already lives in shared memory reached by a file descriptor."""
-    try:
-        storage._get_shared_fd()
-    except (RuntimeError, AttributeError):
-        return False
-    return True
 
 
 def _reduce_storage_by_name(storage: Any) -> Tuple[Callable, Tuple[Any, ...]]:
@@ -60,11 +53,9 @@ def _reduce_storage_by_name(storage: Any) -> Tuple[Callable, Tuple[Any, ...]]:
     CUDA and meta storages, and CPU storages already shared through a file
     descriptor, are left to torch's own reduction.
     """
-    if storage.device.type != "cpu" or _shared_by_descriptor(storage):
+    if storage.device.type != "cpu" or shared_by_descriptor(storage):
         return torch_reductions.reduce_storage(storage)
-    manager, handle, size = storage._share_filename_cpu_()
-    # One reference for the receiver, dropped when it rebuilds the storage.
-    storage._shared_incref()
+    manager, handle, size = share_by_filename(storage)  # with one reference for the receiver
     torch_reductions.shared_cache[handle] = torch_reductions.StorageWeakRef(storage)
     return torch_reductions.rebuild_storage_filename, (type(storage), manager, handle, size)
 

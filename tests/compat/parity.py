@@ -227,7 +227,11 @@ def check(inventory: dict):
                         yield m_qualified, None
                         continue
                     static = isinstance(raw, staticmethod)
-                    params = _machin_params(getattr(obj, method), not static and not inspect.ismethod(getattr(obj, method)))
+                    if method == "__init__":  # what a call of the class binds to (an algorithm shows its options there)
+                        params = _machin_params(obj, False)
+                    else:
+                        params = _machin_params(getattr(obj, method),
+                                                not static and not inspect.ismethod(getattr(obj, method)))
                     if params is None:
                         yield m_qualified, "not a callable with a signature"
                         continue

@@ -98,18 +98,18 @@ def test_a_loaded_state_keeps_the_optimizers_own_implementation():
 
 
 def test_a_rebuilt_optimizer_is_adopted_again():
-    from machin.frame.algorithms.maddpg import _PortableOptimizer, _rebuild_optimizer
+    from machin.frame.optimizers import PortableOptimizer, rebuild_optimizer
 
     net = nn.Linear(3, 2)
     built = build_optimizer(torch.optim.Adam, net.parameters(), 0.01)
     assert is_fused_by_default(built)
-    rebuilt = _rebuild_optimizer(*_PortableOptimizer(built).__reduce__()[1])
+    rebuilt = rebuild_optimizer(*PortableOptimizer(built).__reduce__()[1])
     assert rebuilt is not built and is_fused_by_default(rebuilt)
     rebuilt.load_state_dict(torch.optim.Adam(net.parameters(), lr=0.01).state_dict())
     assert rebuilt.param_groups[0]["fused"]
     sgd = adopt(torch.optim.SGD(net.parameters(), lr=0.1))
     assert not is_fused_by_default(sgd) and not is_fused_by_default(
-        _rebuild_optimizer(*_PortableOptimizer(sgd).__reduce__()[1]))
+        rebuild_optimizer(*PortableOptimizer(sgd).__reduce__()[1]))
 
 
 # -- step / clear_grads: optimizer.step() and zero_grad() without torch's idle wrappers ---------------

@@ -126,8 +126,9 @@ class A2C(BufferOptions, ActorCriticOptions, TorchFramework):
                           "together), as PPO is usually run; "
                           "``False``: 0.3.4's separate actor and critic loops on random minibatches.")
 
-    def __init__(self, actor: nn.Module, critic: nn.Module, optimizer: Callable, criterion: Callable):
-        super().__init__()
+    def __init__(self, actor: nn.Module, critic: nn.Module, optimizer: Callable, criterion: Callable,
+                 *_: Any, **options: Any):
+        super().__init__(*_, **options)
         self._check_criterion(criterion)
         self.criterion = criterion
         self.actor = actor

@@ -97,7 +97,7 @@ class A3C(A2C):
         return 1
 
     def __init__(self, actor: nn.Module, critic: nn.Module, criterion: Callable,
-                 grad_server: Tuple[PushPullGradServer, PushPullGradServer]):
+                 grad_server: Tuple[PushPullGradServer, PushPullGradServer], *_: Any, **options: Any):
         if not isinstance(grad_server, Sequence) or len(grad_server) != 2:
             raise ValueError(
                 f"grad_server must be a pair (actor_server, critic_server) of PushPullGradServer "
@@ -105,7 +105,7 @@ class A3C(A2C):
             )
         self.grad_server = tuple(grad_server)
         self.is_syncing = True
-        super().__init__(actor, critic, None, criterion)
+        super().__init__(actor, critic, None, criterion, *_, **options)
 
     def _make_optimizer(self, optimizer: Any, network: nn.Module, learning_rate: float) -> GradPushOptimizer:
         """A stand-in optimizer for the actor or the critic (``optimizer`` is unused)."""

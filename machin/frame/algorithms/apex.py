@@ -200,9 +200,9 @@ class DQNApex(ApexMixin, DQNPer):
     _ddp_networks = ("qnet",)
 
     def __init__(self, qnet: nn.Module, qnet_target: nn.Module, optimizer: Callable, criterion: Callable,
-                 apex_group: RpcGroup, model_server: Tuple[PushPullModelServer]):
+                 apex_group: RpcGroup, model_server: Tuple[PushPullModelServer], *_: Any, **options: Any):
         self._init_apex(apex_group, model_server)
-        super().__init__(qnet, qnet_target, optimizer, criterion)
+        super().__init__(qnet, qnet_target, optimizer, criterion, *_, **options)
 
     def _act(self, state: Dict[str, Any], use_target: bool):
         self._maybe_sync()
@@ -275,9 +275,9 @@ class DDPGApex(OneLearningRate, ApexMixin, DDPGPer):
 
     def __init__(self, actor: nn.Module, actor_target: nn.Module, critic: nn.Module, critic_target: nn.Module,
                  optimizer: Callable, criterion: Callable, apex_group: RpcGroup,
-                 model_server: Tuple[PushPullModelServer]):
+                 model_server: Tuple[PushPullModelServer], *_: Any, **options: Any):
         self._init_apex(apex_group, model_server)
-        super().__init__(actor, actor_target, critic, critic_target, optimizer, criterion)
+        super().__init__(actor, actor_target, critic, critic_target, optimizer, criterion, *_, **options)
 
     def _actor_output(self, state: Dict[str, Any], use_target: bool):
         self._maybe_sync()

@@ -24,8 +24,7 @@ import copy
 import itertools
 import math
 import threading
-from collections import OrderedDict
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 import torch
@@ -33,9 +32,12 @@ from torch import nn
 
 from ...parallel.distributed.roles import Roles
 from ...parallel.distributed.rpc_group import RpcGroup
+from ...parallel.exception import ValueAssertionError
 from ...parallel.server import PushPullModelServer
 from ...utils.compat import ignores_extra_args, warn_caller
 from ..helpers.servers import build_from_roles
+from ..noise.noise_table import NoiseTable, SharedNoiseSampler
+from ..normalization import MeanStdFilter, RunningStat
 from . import options as _o
 from .base import TorchFramework
 from .options import Option, non_negative, non_negative_int, positive_int
@@ -43,358 +45,8 @@ from .utils import first_model_server, safe_call
 
 __all__ = ["ARS", "RunningStat", "MeanStdFilter", "SharedNoiseSampler", "NoiseTable"]
 
-ShapeLike = Union[int, Sequence[int], torch.Size]
-
-
-class _InvalidInput(ValueError, AssertionError):
-    """Bad input where Machin 0.3.4 used an ``assert``: a ``ValueError`` and an ``AssertionError``."""
-
-
 class _MissingRewards(RuntimeError, AssertionError):
     """:meth:`ARS.update` before every perturbed actor has a reward (0.3.4 asserted it)."""
-
-
-def _as_shape(shape: ShapeLike) -> torch.Size:
-    if isinstance(shape, (int, np.integer)) and not isinstance(shape, bool):
-        return torch.Size([int(shape)])
-    try:
-        return torch.Size([int(s) for s in shape])
-    except (TypeError, ValueError):
-        raise _InvalidInput(f"shape must be an int or a sequence of ints, got {shape!r}") from None
-
-
-def _as_array(x: Any) -> np.ndarray:
-    """``x`` (a tensor, array or number) as a float64 numpy array on the CPU."""
-    if isinstance(x, torch.Tensor):
-        x = x.detach().cpu().numpy()
-    return np.asarray(x, dtype=np.float64)
-
-
-def _as_tensor(x: Any) -> torch.Tensor:
-    """A float64 tensor of ``x``: numpy turns 0-dimensional results into scalars, which
-    ``torch.from_numpy`` refuses."""
-    return torch.from_numpy(np.asarray(x, dtype=np.float64))
-
-
-class RunningStat:
-    """Mean and variance of a stream of samples, updated one sample (or batch) at a time.
-
-    Welford's update for single samples and Chan's pairwise formula for batches and
-    for merging two estimators, in float64 on the CPU, so the statistics of many
-    processes can be combined exactly (:meth:`update`). The statistics are returned
-    as float64 tensors; pushing never modifies a tensor returned earlier.
-
-    Args:
-        shape: Shape of one sample.
-    """
-
-    def __init__(self, shape: ShapeLike):
-        shape = tuple(_as_shape(shape))
-        self._n = 0
-        self._M = np.zeros(shape)  # mean
-        self._S = np.zeros(shape)  # sum of squared deviations from the mean
-
-    def copy(self) -> RunningStat:
-        """An independent copy of this estimator."""
-        other = RunningStat(self.shape)
-        other._n, other._M, other._S = self._n, self._M.copy(), self._S.copy()
-        return other
-
-    def push(self, x: Any) -> None:
-        """Add one sample of shape :attr:`shape`, or a batch of shape ``[B, *shape]``.
-
-        Any real tensor, array or number is accepted (it is converted to float64).
-
-        Args:
-            x: One sample, or a batch of samples.
-
-        Raises:
-            ValueError: (also an ``AssertionError``, as in Machin 0.3.4) when the shape
-                is neither a sample's nor a batch's.
-        """
-        x = _as_array(x)
-        if x.ndim == self._M.ndim + 1 and x.shape[0] == 1:
-            x = x[0]  # a batch of one: the cheaper single-sample update
-        if x.shape == self._M.shape:
-            # Welford; with n = 0 it sets the mean to x and leaves S at 0
-            n = self._n + 1
-            delta = x - self._M
-            self._M = self._M + delta / n
-            self._S = self._S + delta * delta * (self._n / n)
-            self._n = n
-        elif x.ndim == self._M.ndim + 1 and x.shape[1:] == self._M.shape:
-            if x.shape[0]:
-                mean = x.mean(axis=0)
-                self._merge(x.shape[0], mean, np.square(x - mean).sum(axis=0))
-        else:
-            raise _InvalidInput(
-                f"Shape mismatch: RunningStat of sample shape {list(self.shape)} got a value of shape "
-                f"{list(x.shape)} (expected {list(self.shape)} or [batch, *{list(self.shape)}])"
-            )
-
-    def update(self, other: RunningStat) -> None:
-        """Merge the samples counted by ``other`` into this estimator.
-
-        Raises:
-            ValueError: (also an ``AssertionError``) when the shapes differ.
-        """
-        if other.shape != self.shape:
-            raise _InvalidInput(
-                f"Shape mismatch: cannot merge a RunningStat of shape {list(other.shape)} into one of "
-                f"shape {list(self.shape)}"
-            )
-        if other._n:
-            self._merge(other._n, other._M, other._S)
-
-    def _merge(self, count: int, mean: np.ndarray, sq_sum: np.ndarray) -> None:
-        """Add ``count`` samples of mean ``mean`` whose squared deviations sum to ``sq_sum``."""
-        total = self._n + count
-        delta = mean - self._M
-        self._M = self._M + delta * (count / total)
-        self._S = self._S + sq_sum + delta * delta * (self._n * count / total)
-        self._n = total
-
-    def __repr__(self) -> str:
-        return (
-            f"RunningStat(shape={list(self.shape)}, n={self._n}, mean_mean={self._M.mean():.4g}, "
-            f"mean_std={self.std.mean().item():.4g})"
-        )
-
-    @property
-    def n(self) -> int:
-        """Number of samples seen."""
-        return self._n
-
-    @property
-    def mean(self) -> torch.Tensor:
-        """Mean of the samples (zeros before the first)."""
-        return _as_tensor(self._M)
-
-    @property
-    def var(self) -> torch.Tensor:
-        """Sample variance (divisor ``n - 1``); with fewer than two samples, the squared mean (as 0.3.4)."""
-        return _as_tensor(self._S / (self._n - 1) if self._n > 1 else np.square(self._M))
-
-    @property
-    def std(self) -> torch.Tensor:
-        """Square root of :attr:`var`."""
-        return self.var.sqrt()
-
-    @property
-    def shape(self) -> torch.Size:
-        """Shape of one sample."""
-        return torch.Size(self._M.shape)
-
-
-class MeanStdFilter:
-    """Normalises states with the running mean and standard deviation of the states seen.
-
-    Two estimators are kept: ``rs`` (everything known, including the statistics of
-    other processes once merged) and ``rs_local`` (only what this filter saw since
-    :meth:`clear_local`, which is what a worker hands over for merging). The mean and
-    standard deviation actually used (the tensors ``mean`` and ``std``) change only in
-    :meth:`apply_stats`, so every perturbed policy of a round sees the same
-    normalisation. Features whose standard deviation is below ``1e-7`` are mapped to 0.
-    There is no clipping of the normalised values.
-
-    Args:
-        shape: Shape of one state (without the batch dimension).
-    """
-
-    def __init__(self, shape: ShapeLike):
-        self.shape = _as_shape(shape)
-        self.rs = RunningStat(self.shape)
-        self.rs_local = RunningStat(self.shape)
-        self.mean = torch.zeros(self.shape, dtype=torch.float64)
-        self.std = torch.ones(self.shape, dtype=torch.float64)
-
-    def clear_local(self) -> None:
-        """Forget the local statistics (``rs_local``)."""
-        self.rs_local = RunningStat(self.shape)
-
-    def copy(self) -> MeanStdFilter:
-        """An independent copy of the filter (estimators and normalisation in use)."""
-        other = MeanStdFilter(self.shape)
-        other.rs, other.rs_local = self.rs.copy(), self.rs_local.copy()
-        other.mean, other.std = self.mean.clone(), self.std.clone()
-        return other
-
-    def collect(self, other: MeanStdFilter) -> None:
-        """Merge the local statistics of ``other`` (a worker's filter) into ``rs``."""
-        self.rs.update(other.rs_local)
-
-    def sync(self, other: MeanStdFilter) -> None:
-        """Take both estimators of ``other`` (call :meth:`apply_stats` to use them).
-
-        Raises:
-            ValueError: (also an ``AssertionError``) when the shapes differ.
-        """
-        if other.shape != self.shape:
-            raise _InvalidInput(
-                f"Shape mismatch: cannot sync a MeanStdFilter of shape {list(self.shape)} from one of "
-                f"shape {list(other.shape)}"
-            )
-        self.rs, self.rs_local = other.rs.copy(), other.rs_local.copy()
-
-    def apply_stats(self) -> None:
-        """Normalise with the current mean and standard deviation of ``rs`` from now on."""
-        self.mean = self.rs.mean.clone()
-        std = self.rs.std.clone()
-        std[std < 1e-7] = math.inf  # constant features become 0
-        self.std = std
-
-    def filter(self, x: Any, update: bool = True) -> torch.Tensor:
-        """Normalise a state (shape :attr:`shape`) or a batch of them (``[B, *shape]``).
-
-        Args:
-            x: The state; any real tensor or array.
-            update: Add it to both estimators first (the normalisation in use does
-                not change until :meth:`apply_stats`).
-
-        Returns:
-            ``(x - mean) / (std + 1e-8)`` as a float64 CPU tensor of ``x``'s shape.
-
-        Raises:
-            ValueError: (also an ``AssertionError``) when the shape does not fit.
-        """
-        x = _as_array(x)
-        if update:
-            self.rs.push(x)
-            self.rs_local.push(x)
-        elif x.shape != self.shape and x.shape[1:] != self.shape:
-            raise _InvalidInput(
-                f"Shape mismatch: MeanStdFilter of state shape {list(self.shape)} got {list(x.shape)}"
-            )
-        return torch.from_numpy((x - self.mean.numpy()) / (self.std.numpy() + 1e-8))
-
-    def __repr__(self) -> str:
-        return f"MeanStdFilter(shape={list(self.shape)}, rs={self.rs}, rs_local={self.rs_local})"
-
-
-class NoiseTable:
-    """A 1-D table of ``size`` Gaussian values that any process can rebuild from ``seed``.
-
-    Value ``i`` belongs to block ``i // block_size``; a block is drawn from its own
-    generator (seeded with ``(seed, block)``), the first time a slice touches it, and
-    recently used blocks are kept in a cache of ``cache_bytes`` at most. So a table of
-    250 million values costs memory only for the parts in use, and two processes with
-    the same seed read the same numbers at the same index.
-
-    Supports ``len(table)`` and contiguous slicing ``table[a:b]``, which returns a new
-    float64 tensor.
-
-    Args:
-        size: Number of values.
-        std_dev: Standard deviation of the values.
-        seed: Non-negative seed of the table.
-        block_size: Values per generated block.
-        cache_bytes: Memory the block cache may use.
-    """
-
-    def __init__(self, size: int, std_dev: float = 1.0, seed: int = 0, *, block_size: int = 1 << 14,
-                 cache_bytes: int = 64 << 20):
-        for name, value in (("size", size), ("block_size", block_size)):
-            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-                raise ValueError(f"{name} must be a positive int, got {value!r}")
-        if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
-            raise ValueError(f"seed must be a non-negative int, got {seed!r}")
-        self.size, self.std_dev, self.seed = int(size), float(std_dev), int(seed)
-        self.block_size = int(block_size)
-        self._max_blocks = max(2, cache_bytes // (8 * self.block_size))
-        self._blocks: OrderedDict[int, torch.Tensor] = OrderedDict()
-        self._lock = threading.Lock()
-
-    def __len__(self) -> int:
-        return self.size
-
-    def _block(self, index: int) -> torch.Tensor:
-        with self._lock:
-            block = self._blocks.get(index)
-            if block is not None:
-                self._blocks.move_to_end(index)
-                return block
-        length = min(self.block_size, self.size - index * self.block_size)
-        values = np.random.default_rng((self.seed, index)).standard_normal(length)
-        block = torch.from_numpy(values).mul_(self.std_dev)
-        with self._lock:
-            self._blocks[index] = block
-            while len(self._blocks) > self._max_blocks:
-                self._blocks.popitem(last=False)
-        return block
-
-    def __getitem__(self, index: slice) -> torch.Tensor:
-        if not isinstance(index, slice):
-            raise TypeError(f"a NoiseTable is read with a slice such as table[a:b], got {index!r}")
-        start, stop, step = index.indices(self.size)
-        if step != 1:
-            raise ValueError(f"a NoiseTable slice must be contiguous (step 1), got step {step}")
-        if stop <= start:
-            return torch.zeros(0, dtype=torch.float64)
-        first, last = start // self.block_size, (stop - 1) // self.block_size
-        offset = first * self.block_size
-        if first == last:
-            return self._block(first)[start - offset : stop - offset].clone()
-        joined = torch.cat([self._block(b) for b in range(first, last + 1)])
-        return joined[start - offset : stop - offset]
-
-    def __repr__(self) -> str:
-        return f"NoiseTable(size={self.size}, std_dev={self.std_dev}, seed={self.seed})"
-
-
-class SharedNoiseSampler:
-    """Draws slices of a shared noise table at random start indices.
-
-    Processes that build the table and the sampler with the same seeds draw the same
-    slices, and a slice is recovered from its start index alone (:meth:`get`).
-
-    Args:
-        noise: The table: a 1-D floating-point tensor or a :class:`NoiseTable`.
-        seed: Seed of the start-index generator.
-
-    Raises:
-        ValueError: (also an ``AssertionError``) when ``noise`` is not a 1-D
-            floating-point tensor or a :class:`NoiseTable`.
-    """
-
-    def __init__(self, noise: Union[torch.Tensor, NoiseTable], seed: int):
-        if isinstance(noise, torch.Tensor):
-            if noise.dim() != 1 or not noise.is_floating_point():
-                raise _InvalidInput(
-                    f"noise must be a 1-D floating-point tensor (0.3.4 required float64), got shape "
-                    f"{list(noise.shape)} and dtype {noise.dtype}"
-                )
-        elif not isinstance(noise, NoiseTable):
-            raise _InvalidInput(f"noise must be a torch.Tensor or a NoiseTable, got {type(noise).__name__}")
-        self.noise = noise
-        self.rg = np.random.default_rng(seed)
-
-    def _check(self, idx: int, size: int) -> None:
-        if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or not 0 < size <= len(self.noise):
-            raise ValueError(f"size must be an int in [1, {len(self.noise)}] (the noise size), got {size!r}")
-        if not 0 <= idx <= len(self.noise) - size:
-            raise ValueError(
-                f"idx must be in [0, {len(self.noise) - size}] for a slice of {size} values of a noise "
-                f"table of {len(self.noise)}, got {idx!r}"
-            )
-
-    def get(self, idx: int, size: int) -> torch.Tensor:
-        """The ``size`` values starting at index ``idx``.
-
-        Raises:
-            ValueError: When the slice does not fit in the table.
-        """
-        self._check(idx, size)
-        return self.noise[idx : idx + size]
-
-    def sample(self, size: int) -> Tuple[int, torch.Tensor]:
-        """Draw a start index and return ``(index, the size values there)``.
-
-        Raises:
-            ValueError: When ``size`` is larger than the table (the noise size is too small).
-        """
-        self._check(0, size)
-        idx = int(self.rg.integers(0, len(self.noise) - size + 1))
-        return idx, self.noise[idx : idx + size]
 
 
 # Instances built on each group, counted the same way in every member (all build together).
@@ -457,10 +109,11 @@ class ARS(TorchFramework):
                          "``sample_seed + i``).")
 
     def __init__(self, actor: nn.Module, optimizer: Callable, ars_group: RpcGroup,
-                 model_server: Tuple[PushPullModelServer]):
+                 model_server: Tuple[PushPullModelServer], *_: Any, **options: Any):
+        super().__init__(*_, **options)
         rollout_num, used_rollout_num, noise_size = self.rollout_num, self.used_rollout_num, self.noise_size
         if used_rollout_num > rollout_num:
-            raise _InvalidInput(
+            raise ValueAssertionError(
                 f"used_rollout_num must be at most rollout_num, got used_rollout_num={used_rollout_num} "
                 f"and rollout_num={rollout_num}"
             )
@@ -479,7 +132,6 @@ class ARS(TorchFramework):
         members, me = ars_group.get_group_members(), ars_group.get_cur_name()
         if me not in members:
             raise ValueError(f"the current process {me!r} is not a member of ars_group {members}")
-        super().__init__()
 
         self.actor = actor
         self.actor_optim = self._make_optimizer(optimizer, actor, self.learning_rate)

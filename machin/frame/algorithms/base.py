@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import inspect
 import math
 import os
 import weakref
@@ -24,13 +25,14 @@ from typing import (
 import torch
 from torch import nn
 
+from ...utils import torch_internals
 from ...utils.compat import warn_caller
 from ...utils.logging import default_logger
 from ...utils.schedules import check_progress
 from .. import optimizers as optimizers_module
 from ..buffers import Buffer
 from ..optimizers import build_optimizer
-from .options import Option, install_options, positive
+from .options import Option, constructor_signature, option_specs, positive, warn_extra_arguments
 from .utils import _unwrap
 
 __all__ = ["TorchFramework", "Driver", "UpdateResult", "pack_result", "NetworkMismatchError"]
@@ -80,7 +82,7 @@ def _reaches_other_tensors(losses: Sequence[Any], stepped: Iterable[torch.Tensor
     return False
 
 
-_MODE_SENSITIVE_LAYERS = (nn.modules.dropout._DropoutNd, nn.modules.batchnorm._NormBase)
+_MODE_SENSITIVE_LAYERS = torch_internals.mode_sensitive_layer_types()
 _mode_sensitivity: weakref.WeakKeyDictionary[nn.Module, bool] = weakref.WeakKeyDictionary()
 
 
@@ -158,14 +160,36 @@ def _raise_if_not_finite(name: str, value: torch.Tensor) -> None:
         )
 
 
-class TorchFramework:
+class FrameworkType(type):
+    """The metaclass of :class:`TorchFramework`, for two things only.
+
+    It presents the constructor: ``inspect.signature`` and ``help()`` read the class's
+    ``__signature__`` (see :func:`~machin.frame.algorithms.options.constructor_signature`).
+    And it calls ``_after_init`` once the outermost constructor has returned, when every
+    subclass's part has made its optimizers.
+    """
+
+    def __call__(cls, *args: Any, **kwargs: Any) -> Any:
+        algorithm = super().__call__(*args, **kwargs)
+        algorithm._after_init()
+        return algorithm
+
+    @property
+    def __signature__(cls) -> inspect.Signature:
+        return constructor_signature(cls)
+
+
+class TorchFramework(metaclass=FrameworkType):
     """Base class of all algorithms.
 
     Subclasses list their networks in two class attributes: ``_is_top`` (every
     network the algorithm holds) and ``_is_restorable`` (the networks written by
     :meth:`save` and read by :meth:`load`), and their keyword options as
     :class:`~machin.frame.algorithms.options.Option` class attributes (inherited, so a
-    subclass declares only what it adds or changes). The base class owns the single
+    subclass declares only what it adds or changes). A subclass's constructor takes
+    ``(self, <networks, optimizer, ...>, *_, **options)`` and first calls
+    ``super().__init__(*_, **options)``, which sets the options (see
+    :mod:`machin.frame.algorithms.options`). The base class owns the single
     place where a loss becomes an optimizer step (:meth:`_optimize`), the learning-rate
     schedulers, checkpoint files and the optional autograd-graph drawings.
     """
@@ -188,14 +212,28 @@ class TorchFramework:
                                          "e.g. ``((lr_func,),)``.")
     lr_scheduler_kwargs = Option(None, doc="One dict of keyword scheduler arguments per optimizer.")
 
-    def __init_subclass__(cls, **kwargs: Any) -> None:
-        super().__init_subclass__(**kwargs)
-        install_options(cls)
+    #: Training progress of the schedules, in ``[0, 1]`` (see :meth:`set_progress`).
+    _progress: float = 0.0
 
-    def __init__(self):
+    def __init__(self, *_: Any, **options: Any):
+        """Set every option, the given value or the default, checked (extra arguments warn).
+
+        Args:
+            _: Extra positional arguments: ignored with an ``ExtraArgumentsWarning``.
+            options: The keyword options; unknown ones are ignored with an ``ExtraArgumentsWarning``.
+        """
+        self._schedules: Dict[str, Callable[[float], Any]] = {}
         self._visualized: set = set()
         self._lr_schedulers: List[Any] = []
         self._backward: Callable[[torch.Tensor], None] = torch.autograd.backward
+        specs = option_specs(type(self))
+        warn_extra_arguments(self, _, options, specs)
+        for name, spec in specs.items():
+            setattr(self, name, options.get(name, spec.default))  # checked by the Option
+        self._check_options()
+
+    def _check_options(self) -> None:
+        """Check what involves several options, once all are set (before any constructor body runs on)."""
 
     #: Learning-rate option -> the optimizer attributes it sets (a later change of the
     #: option, by assignment or by a schedule, sets their learning rate).
@@ -204,7 +242,7 @@ class TorchFramework:
     def _option_changed(self, name: str, value: Any) -> None:
         """Called after every (checked) change of an option attribute."""
         for attr in self._learning_rate_of.get(name, ()):
-            optimizer = self.__dict__.get(attr)
+            optimizer = getattr(self, attr, None)
             if optimizer is not None and value is not None:
                 for group in optimizer.param_groups:
                     group["lr"] = value
@@ -224,11 +262,9 @@ class TorchFramework:
         Raises:
             ValueError: When ``progress`` is outside ``[0, 1]``, or a scheduled value fails its check.
         """
-        progress = check_progress(progress)
-        self.__dict__["_progress"] = progress
-        specs = type(self)._option_specs
-        for name, schedule in list(self.__dict__.get("_schedules", {}).items()):
-            specs[name].assign(self, schedule(progress), scheduled=True)
+        self._progress = progress = check_progress(progress)
+        for name, schedule in self._schedules.items():
+            getattr(type(self), name).set_scheduled(self, schedule(progress))
 
     def _optimizers(self) -> List[torch.optim.Optimizer]:
         """Every optimizer, in the order of ``lr_scheduler_args`` / ``lr_scheduler_kwargs``."""
@@ -328,8 +364,7 @@ class TorchFramework:
 
     def _make_buffer(self, factory: Callable[[], Buffer]) -> Buffer:
         """The ``replay_buffer`` option, or ``factory()`` when it was not given."""
-        given = self._option_values.get("replay_buffer")
-        return factory() if given is None else given
+        return factory() if self.replay_buffer is None else self.replay_buffer
 
     # -- training plumbing ----------------------------------------------------------
     def _optimize(self, loss: Union[torch.Tensor, Sequence[torch.Tensor]],
@@ -671,6 +706,3 @@ class TorchFramework:
 
     def _load_extra_run_state(self, state: Mapping[str, Any]) -> None:
         """Load what :meth:`_extra_run_state` returned (after the checked common parts)."""
-
-
-install_options(TorchFramework)

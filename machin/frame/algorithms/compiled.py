@@ -18,8 +18,9 @@ What stays eager is what must: sampling the batch, the non-finite check of each 
 epsilon). Networks are not wrapped or changed, so checkpoints, target updates and
 ``act*`` calls see the same modules as before.
 
-Each compiled function gets a code object of its own, so that two frameworks (or two
-steps) never share torch.compile's per-code cache and its recompile limit. When a step
+Each compiled function is a copy with a compile cache of its own
+(:func:`~machin.utils.torch_internals.with_own_compile_cache`), so that two frameworks (or
+two steps) never share torch.compile's cache and its recompile limit. When a step
 cannot be compiled (a network that torch.compile cannot trace, a backend that fails,
 e.g. without a C++ compiler) the step runs eagerly from then on, after one
 :class:`CompileFallbackWarning` naming the step and the reason.
@@ -30,13 +31,14 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-import types
 import weakref
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, List, Optional, Sequence, Union
 
 import torch
 from torch import nn
+from torch.utils.weak import WeakTensorKeyDictionary
 
+from ...utils import torch_internals
 from ...utils.compat import warn_caller
 from .. import optimizers
 from . import utils
@@ -89,16 +91,18 @@ def compilable(trains: Trains = None, *, after: Optional[str] = None) -> Callabl
 
 
 def _put_gradients(framework: Any, loss: torch.Tensor, pending: Optional[tuple]) -> None:
-    """Set the gradients a compiled loss step computed for ``loss`` (``pending``), or run its backward pass."""
+    """Set the gradients a compiled loss step computed for ``loss`` (``pending``: parameters, gradients),
+    or run its backward pass."""
     if pending is not None:
-        for param, grad in zip(pending[1], pending[2]):
+        for param, grad in zip(*pending):
             param.grad = grad
     else:
         framework._backward(loss)
 
 
 # -- the functions that torch.compile traces ------------------------------------------------
-# Each compiled step calls a fresh copy of one of these (see ``_fresh``).
+# Each compiled step compiles a copy of one of these with a compile cache of its own
+# (``torch_internals.with_own_compile_cache``).
 
 
 def _losses_of(output: Any) -> list:
@@ -140,14 +144,6 @@ def _optimizer_step(optimizer, step, params, max_norm):
     step(optimizer)
 
 
-def _fresh(template: Callable, name: str) -> Callable:
-    """A copy of ``template`` with a code object of its own (torch.compile caches per code object)."""
-    code = template.__code__.replace(co_name=name)
-    if hasattr(code, "co_qualname"):
-        code = code.replace(co_qualname=name)
-    return types.FunctionType(code, template.__globals__, name)
-
-
 def _noop() -> None:
     return None
 
@@ -160,35 +156,13 @@ def _noop() -> None:
 # at compile time, and the compiled code holds only the result.
 
 
-#: The frameworks with compiled steps: where a traced ``safe_call`` finds its network by id.
-_compiled_frameworks: weakref.WeakSet[Any] = weakref.WeakSet()
-
-
-def _network_with_id(model_id: int) -> nn.Module:
-    """The module of a compiled framework whose ``id`` is ``model_id`` (found at trace time).
-
-    The traced ``safe_call`` hands its plan function the network's ``id``, a constant on
-    every PyTorch (the module itself is one only from 2.13 on); the network is then found
-    among the modules of the frameworks being compiled, as they are now.
-    """
-    for framework in list(_compiled_frameworks):
-        for name in getattr(framework, "_is_top", ()):
-            network = getattr(framework, name, None)
-            if isinstance(network, nn.Module):
-                for module in network.modules():
-                    if id(module) == model_id:
-                        return module
-    raise TypeError("safe_call is traced on a module that is not a network of the compiled framework")
-
-
-def _call_plan(model_id: int, keys: tuple, required: tuple) -> tuple:
-    """``((key, dict index), ...)`` that ``safe_call`` passes to a network, and its input device.
+def _call_plan(model: nn.Module, keys: tuple, required: tuple) -> tuple:
+    """``((key, dict index), ...)`` that ``safe_call`` passes to ``model``, and its input device.
 
     Run eagerly while tracing (``assume_constant_result``), with safe_call's own rules
-    and caches, for the network with ``id`` ``model_id``. A call that safe_call would
-    refuse raises here; the step then runs eagerly, where safe_call raises its own error.
+    and caches. A call that safe_call would refuse raises here; the step then runs
+    eagerly, where safe_call raises its own error.
     """
-    model = _network_with_id(model_id)
     signature = utils._signatures.get(model)
     if signature is None:
         signature = utils._signatures[model] = utils._read_signature(model)
@@ -212,7 +186,7 @@ def _traced_safe_call(model, *named_args, required_argument=()):
             keys.append(tuple(arg_dict.keys()))
         else:
             raise TypeError("safe_call takes dictionaries of network inputs")
-    picks, device = _constant_call_plan(id(model), tuple(keys), tuple(required_argument))
+    picks, device = _constant_call_plan(model, tuple(keys), tuple(required_argument))
     kwargs = {}
     for key, index in picks:
         value = named_args[index][key]
@@ -231,11 +205,17 @@ _stand_ins_installed = False
 
 
 def _install_stand_ins() -> None:
-    """Register the stand-ins with torch.compile (once per process; a no-op on old PyTorch)."""
+    """Register the stand-ins with torch.compile (once per process).
+
+    Not before torch 2.13, whose ``assume_constant_result`` is the first to take a module
+    argument: older releases trace the originals (more guards, same results).
+    """
     global _stand_ins_installed, _constant_call_plan
     if _stand_ins_installed:
         return
     _stand_ins_installed = True
+    if torch_internals.TORCH_VERSION < "2.13":
+        return
     substitute = getattr(torch.compiler, "substitute_in_graph", None)
     constant = getattr(torch.compiler, "assume_constant_result", None)
     if substitute is None or constant is None:
@@ -252,15 +232,13 @@ def _install_stand_ins() -> None:
 class _Step:
     """The compiled functions of one loss step (created on first use) and whether it fell back."""
 
-    __slots__ = ("name", "with_grads", "plain", "eager", "pending")
+    __slots__ = ("name", "with_grads", "plain", "eager")
 
     def __init__(self, name: str):
         self.name = name
         self.with_grads: Optional[Callable] = None
         self.plain: Optional[Callable] = None
         self.eager = False
-        # its last losses whose gradients may await _optimize (held, so no new tensor takes their id)
-        self.pending: Tuple[torch.Tensor, ...] = ()
 
 
 class _OptimizerStep:
@@ -289,11 +267,6 @@ def _reason(error: BaseException) -> str:
         if frames:
             where = f" (at {frames[-1]})"
     return f"{type(shown).__name__}: {text}{where}"
-
-
-def _is_backend_failure(error: BaseException) -> bool:
-    failed = getattr(torch._dynamo.exc, "BackendCompilerFailed", ())
-    return isinstance(error, failed)
 
 
 def _clone(value: Any) -> Any:
@@ -370,15 +343,16 @@ class CompiledSteps:
         self._fullgraph = fullgraph
         try:
             torch.compile(_noop, fullgraph=fullgraph, **self._settings)  # reject bad settings now, not mid-training
-        except Exception as error:
+        except (RuntimeError, TypeError, ValueError) as error:  # torch.compile's own checks raise RuntimeError
             raise ValueError(f"{self.owner}.compile(): torch.compile does not accept these settings "
                              f"({self._describe_settings()}): {error}") from error
-        self._grads_in_graph = hasattr(torch._dynamo.config, "trace_autograd_ops")
+        self._grads_in_graph = torch_internals.can_trace_autograd_ops()
         _install_stand_ins()
-        _compiled_frameworks.add(framework)
         self._steps: Dict[Callable, _Step] = {}
-        self._optimizer_steps: Dict[int, Tuple[Any, _OptimizerStep]] = {}
-        self._pending: Dict[int, tuple] = {}
+        self._optimizer_steps: weakref.WeakKeyDictionary[Any, _OptimizerStep] = weakref.WeakKeyDictionary()
+        #: ``loss -> (parameters, gradients)`` computed by a compiled loss step, until _optimize uses them
+        #: (an entry goes with its loss tensor).
+        self._pending = WeakTensorKeyDictionary()
         #: Why nothing is compiled any more (a backend failure), or ``None``.
         self.disabled: Optional[str] = None
 
@@ -386,7 +360,8 @@ class CompiledSteps:
         return ", ".join(f"{k}={v!r}" for k, v in self._settings.items() if v is not None)
 
     def _compile(self, template: Callable, name: str, fullgraph: bool) -> Callable:
-        return torch.compile(_fresh(template, name), fullgraph=fullgraph, **self._settings)
+        return torch.compile(torch_internals.with_own_compile_cache(template, name), fullgraph=fullgraph,
+                             **self._settings)
 
     # -- loss steps ---------------------------------------------------------------------------
     def run(self, method: Callable, trains: Trains, after: Optional[str], framework: Any,
@@ -421,14 +396,9 @@ class CompiledSteps:
             else:
                 if step.with_grads is None:
                     step.with_grads = self._compile(_step_with_grads, _code_name(step.name, "grads"), self._fullgraph)
-                config = torch._dynamo.config
-                previous = config.trace_autograd_ops
-                config.trace_autograd_ops = True  # lets the step trace torch.autograd.grad into its graph
-                try:
-                    with torch.no_grad():  # nothing leaves the call with a graph: an inference graph
-                        output, grads = step.with_grads(method, framework, params, args, kwargs)
-                finally:
-                    config.trace_autograd_ops = previous
+                # no_grad: nothing leaves the call with a graph (an inference graph)
+                with torch_internals.tracing_autograd_ops(), torch.no_grad():
+                    output, grads = step.with_grads(method, framework, params, args, kwargs)
         except Exception as error:  # noqa: BLE001 - any failure to compile: rerun eagerly, then decide
             output = method(framework, *args, **kwargs)  # the user's own errors surface here, as in eager
             self._give_up(step, error)
@@ -440,13 +410,9 @@ class CompiledSteps:
             if len(losses) != len(params):
                 raise TypeError(f"{step.name} returned {len(losses)} loss(es) but is declared to train "
                                 f"{len(params)} network(s)")
-            for loss in step.pending:  # gradients of this step's previous call that were never used
-                entry = self._pending.get(id(loss))
-                if entry is not None and entry[0] is loss:  # not another step's loss that reuses the id
-                    del self._pending[id(loss)]
-            entries = {id(loss): (loss, group, g) for loss, group, g in zip(losses, params, grads) if g is not None}
-            self._pending.update(entries)
-            step.pending = tuple(entry[0] for entry in entries.values())
+            for loss, group, grad in zip(losses, params, grads):
+                if grad is not None:
+                    self._pending[loss] = (group, grad)
         if after is not None:
             getattr(framework, after)(*args, **kwargs)
         return output
@@ -475,21 +441,19 @@ class CompiledSteps:
             gradient_max: The clipping norm (``inf``: none).
         """
         step = self._optimizer_step_of(framework, optimizer)
-        pending = self._pending.pop(id(loss), None)
-        if pending is not None and pending[0] is not loss:
-            pending = None
+        pending = self._pending.pop(loss, None)
         optimizers.clear_grads(optimizer)
         _put_gradients(framework, loss, pending)
         self._clip_and_step(step, optimizer, parameters, gradient_max)
         return True
 
     def _optimizer_step_of(self, framework: Any, optimizer: Any) -> _OptimizerStep:
-        entry = self._optimizer_steps.get(id(optimizer))
-        if entry is None or entry[0] is not optimizer:
+        step = self._optimizer_steps.get(optimizer)
+        if step is None:
             name = next((f"the step of {self.owner}.{k}" for k, v in vars(framework).items() if v is optimizer),
                         f"the step of {type(optimizer).__name__}")
-            entry = self._optimizer_steps[id(optimizer)] = (optimizer, _OptimizerStep(name, optimizers.raw_step(optimizer)))
-        return entry[1]
+            step = self._optimizer_steps[optimizer] = _OptimizerStep(name, optimizers.raw_step(optimizer))
+        return step
 
     def step(self, framework: Any, optimizer: Any, parameters: Union[nn.Module, Any], gradient_max: float) -> None:
         """Clip the gradients of ``parameters`` and step ``optimizer``: one compiled call where it can be.
@@ -529,7 +493,7 @@ class CompiledSteps:
             self._eager_step(optimizer, params, max_norm)
             self._give_up(step, error)
             return
-        optimizer._opt_called = True  # what the LR schedulers' wrapper of ``step`` records
+        torch_internals.mark_stepped_for_schedulers(optimizer)
 
     def put_gradients(self, framework: Any, loss: torch.Tensor) -> None:
         """Set the gradients that a compiled loss step computed for ``loss``, or run its backward pass.
@@ -540,8 +504,7 @@ class CompiledSteps:
             framework: The algorithm instance.
             loss: A loss returned by a compiled loss step (or one with an autograd graph).
         """
-        pending = self._pending.pop(id(loss), None)
-        _put_gradients(framework, loss, pending if pending is not None and pending[0] is loss else None)
+        _put_gradients(framework, loss, self._pending.pop(loss, None))
 
     @staticmethod
     def _eager_step(optimizer: Any, params: list, max_norm: Optional[float]) -> None:
@@ -552,7 +515,7 @@ class CompiledSteps:
     # -- failures -----------------------------------------------------------------------------
     def _give_up(self, step: Union[_Step, _OptimizerStep], error: BaseException) -> None:
         reason = _reason(error)
-        if _is_backend_failure(error):
+        if torch_internals.is_backend_failure(error):
             self.disabled = reason
             message = (f"{self.owner}.compile(): the torch.compile backend {self.backend!r} failed on "
                        f"{step.name}: {reason}. {self.owner} keeps training eagerly (same results, no "
@@ -575,9 +538,7 @@ def _inductor_options(mode: Optional[str], options: Optional[Dict[str, Any]]) ->
     """
     merged: Dict[str, Any] = {"size_asserts": False}
     if mode is not None:
-        from torch._inductor import list_mode_options
-
-        merged.update(list_mode_options(mode))
+        merged.update(torch_internals.inductor_mode_options(mode))
     merged.update(options or {})
     return merged
 

@@ -65,7 +65,7 @@ class DDPG(ReplayMixin, SoftTargets, ActorCriticOptions, TorchFramework):
             e.g. ``nn.MSELoss()``.
 
     The keyword options (``batch_size``, ``discount``, ``update_rate``, ...) are listed
-    with their defaults in the constructor's documentation below; the schedulers take
+    with their defaults in the signature and documented as attributes below; the schedulers take
     one entry per optimizer, the actor's first, then the critics'.
 
     Raises:
@@ -83,8 +83,8 @@ class DDPG(ReplayMixin, SoftTargets, ActorCriticOptions, TorchFramework):
                           "Machin 0.3.4).")
 
     def __init__(self, actor: nn.Module, actor_target: nn.Module, critic: nn.Module, critic_target: nn.Module,
-                 optimizer: Callable, criterion: Callable):
-        super().__init__()
+                 optimizer: Callable, criterion: Callable, *_: Any, **options: Any):
+        super().__init__(*_, **options)
         self._check_criterion(criterion)
         self._check_same_structure(actor_target=(actor, actor_target), critic_target=(critic, critic_target))
         self.criterion = criterion

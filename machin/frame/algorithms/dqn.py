@@ -55,7 +55,7 @@ class DQN(ReplayMixin, TorchFramework):
         criterion: Loss, called as ``criterion(target[B, 1], predicted[B, 1])``.
 
     The keyword options (``batch_size``, ``discount``, ``mode``, ...) are listed with
-    their defaults in the constructor's documentation below.
+    their defaults in the signature, and each is documented as an attribute below.
     """
 
     _is_top = ["qnet", "qnet_target"]
@@ -84,8 +84,9 @@ class DQN(ReplayMixin, TorchFramework):
     mode = Option("double", _known_mode, doc='``"vanilla"``, ``"fixed_target"`` or ``"double"``; '
                   'checked when set, also after construction (0.3.4 raised at the next update).')
 
-    def __init__(self, qnet: nn.Module, qnet_target: Optional[nn.Module], optimizer: Callable, criterion: Callable):
-        super().__init__()
+    def __init__(self, qnet: nn.Module, qnet_target: Optional[nn.Module], optimizer: Callable, criterion: Callable,
+                 *_: Any, **options: Any):
+        super().__init__(*_, **options)
         mode = self.mode
         if self._mode_034 is not None and mode != self._mode_034:
             warn_caller(
@@ -178,10 +179,8 @@ class DQN(ReplayMixin, TorchFramework):
             explore = torch.rand(action.shape, device=action.device) < epsilon
             if explore.any():
                 action = torch.where(explore, torch.randint_like(action, output.shape[1]), action)
-        if decay_epsilon and "epsilon" not in self.__dict__.get("_schedules", ()):
-            # epsilon * decay and the floor are probabilities already: no check to repeat
-            self.__dict__["epsilon"] = decayed = max(epsilon * self.epsilon_decay, self.epsilon_min)
-            self._option_changed("epsilon", decayed)
+        if decay_epsilon and "epsilon" not in self._schedules:  # a schedule replaces the decay
+            self.epsilon = max(epsilon * self.epsilon_decay, self.epsilon_min)
         return pack_result(action, extras)
 
     def criticize(self, state: Dict[str, Any], use_target: bool = False):

@@ -91,15 +91,17 @@ class IMPALA(OneLearningRate, LearnerPipeline, SharedNetworkSync, A2C):
     replay_buffer = None
 
     def __init__(self, actor: nn.Module, critic: nn.Module, optimizer: Callable, criterion: Callable,
-                 impala_group: RpcGroup, model_server: Tuple[PushPullModelServer]):
+                 impala_group: RpcGroup, model_server: Tuple[PushPullModelServer], *_: Any, **options: Any):
+        self.impala_group = impala_group
+        self._init_sync(model_server, "IMPALA")
+        super().__init__(actor, critic, optimizer, criterion, *_, **options)
+
+    def _check_options(self) -> None:
         if self.isw_clip_rho < self.isw_clip_c:
             raise ValueError(
                 f"isw_clip_rho must be at least isw_clip_c, got isw_clip_rho={self.isw_clip_rho} and "
                 f"isw_clip_c={self.isw_clip_c}"
             )
-        self.impala_group = impala_group
-        self._init_sync(model_server, "IMPALA")
-        super().__init__(actor, critic, optimizer, criterion)
 
     def _default_buffer(self) -> EpisodeDistributedBuffer:
         return EpisodeDistributedBuffer("impala_buffer", self.impala_group, self.replay_size)

@@ -21,7 +21,6 @@ the same numbers as running them one after the other.
 from __future__ import annotations
 
 import copy
-import importlib
 import os
 import re
 from collections.abc import Mapping
@@ -31,8 +30,8 @@ import torch
 from torch import nn
 
 from ...parallel.pool import CtxPool, ThreadPool
+from ...utils import torch_internals
 from ...utils.compat import ignores_extra_args
-from .. import optimizers
 from ..buffers import Buffer, PrioritizedBuffer
 from ..buffers.shm_buffer import SHMBuffer, TransitionLike
 from ..noise.dispatch import DEFAULT_NOISE_PARAM, noise_adder, resolve_noise_mode
@@ -40,6 +39,7 @@ from ..noise.generator import OrnsteinUhlenbeckNoiseGen
 from ..transition import as_transition
 from .base import TorchFramework, UpdateResult, pack_result, split_output
 from .critics import SoftTargets, critic_action_input, value_column
+from .legacy_checkpoint import LegacyFile, file_versions, load_legacy_files
 from .options import (
     ActorCriticOptions,
     BufferOptions,
@@ -52,6 +52,7 @@ from .options import (
 )
 from .replay import REQUIRED_ATTRS, SampledBatch, bellman_target, make_batch, value_loss
 from .utils import assert_output_is_probs, hard_update, safe_call
+from .worker_copy import WorkerCopy, call_in_worker
 
 # SHMBuffer lives in machin.frame.buffers.shm_buffer; it stays importable from here.
 __all__ = ["MADDPG", "SHMBuffer"]
@@ -67,16 +68,6 @@ _OLD_LAYOUT = {
     "actor_targets": ("all_actor_target", re.compile(r"^actor_(\d+)_(\d+)\.")),
     "critic_targets": ("all_critic_target", re.compile(r"^critic_(\d+)()\.")),
 }
-
-
-def _versions(model_dir: str, name: str) -> set:
-    """Versions ``v`` of the files ``<model_dir>/<name>_<v>.pt``."""
-    pattern = re.compile(re.escape(name) + r"_(\d+)\.pt$")
-    try:
-        files = os.listdir(model_dir)
-    except OSError:
-        return set()
-    return {int(m.group(1)) for m in map(pattern.match, files) if m}
 
 
 
@@ -160,8 +151,8 @@ class MADDPG(BufferOptions, SoftTargets, ActorCriticOptions, TorchFramework):
 
     def __init__(self, actors: Sequence[nn.Module], actor_targets: Sequence[nn.Module], critics: Sequence[nn.Module],
                  critic_targets: Sequence[nn.Module], critic_visible_actors: Sequence[Sequence[int]],
-                 optimizer: Callable, criterion: Callable):
-        super().__init__()
+                 optimizer: Callable, criterion: Callable, *_: Any, **options: Any):
+        super().__init__(*_, **options)
         agent_num = self._check_networks(actors=actors, actor_targets=actor_targets, critics=critics,
                                          critic_targets=critic_targets)
         self.critic_visible_actors = self._check_visibility(critic_visible_actors, agent_num)
@@ -194,7 +185,7 @@ class MADDPG(BufferOptions, SoftTargets, ActorCriticOptions, TorchFramework):
                              for agent in self.actors]
         self.critic_optims = [self._make_optimizer(optimizer, critic, self.critic_learning_rate)
                               for critic in self.critics]
-        replay_buffer = self._option_values["replay_buffer"]
+        replay_buffer = self.replay_buffer
         if replay_buffer is None:
             buffer_class = SHMBuffer if self.pool_type == "process" else Buffer
             self.replay_buffers = [buffer_class(self.replay_size, self.replay_device) for _ in range(agent_num)]
@@ -607,6 +598,27 @@ class MADDPG(BufferOptions, SoftTargets, ActorCriticOptions, TorchFramework):
     def _agent_optimizers(self, agent: int) -> List[torch.optim.Optimizer]:
         return self.actor_optims[agent] + [self.critic_optims[agent]]
 
+    def _update_agent_in_worker(self, agent: int, rows: List[Tuple[int, List[int]]], update_value: bool,
+                                update_policy: bool, concatenate: bool, buffers: Dict[int, Buffer],
+                                settings: List[List[Dict[str, Any]]]) -> Tuple[float, float, bool]:
+        """:meth:`_update_agent` in a process worker, on the shared networks with the worker's optimizers.
+
+        ``buffers`` are the owner's current buffers of the agents ``agent`` sees, and
+        ``settings`` the owner's parameter-group entries (e.g. learning rates changed by its
+        schedulers) of the agent's optimizers.
+        """
+        for other, buffer in buffers.items():
+            self.replay_buffers[other] = buffer
+        for optim, groups in zip(self._agent_optimizers(agent), settings):
+            for group, values in zip(optim.param_groups, groups):
+                group.update(values)
+        self._set_mode(True, *self.actors[agent], self.critics[agent])
+        return self._update_agent(agent, rows, update_value, update_policy, concatenate)
+
+    def _optimizer_states(self, agents: List[int]) -> List[List[Dict[str, Any]]]:
+        """The state dicts of the optimizers of ``agents`` (read from a process worker)."""
+        return [[optim.state_dict() for optim in self._agent_optimizers(agent)] for agent in agents]
+
     def _update_agents(self, jobs: List[Tuple[Any, ...]]) -> List[Tuple[float, float, bool]]:
         """Run :meth:`_update_agent` for every job, in the pool or in this thread."""
         if self.pool_type == "thread" and self.pool_size == 1:
@@ -622,10 +634,10 @@ class MADDPG(BufferOptions, SoftTargets, ActorCriticOptions, TorchFramework):
             settings = [[{key: value for key, value in group.items() if key != "params"}
                          for group in optim.param_groups] for optim in self._agent_optimizers(agent)]
             pending.append(workers[agent % len(workers)].apply_async(
-                _update_agent_in_worker, (agent, rows, *switches, buffers, settings)))
+                call_in_worker, ("_update_agent_in_worker", agent, rows, *switches, buffers, settings)))
         results = [task.get() for task in pending]
         for optim in self.critic_optims + [o for agent in self.actor_optims for o in agent]:
-            optim._opt_called = True  # what a step here would record (read by lr schedulers)
+            torch_internals.mark_stepped_for_schedulers(optim)  # the steps ran in the workers
         # A worker counts its skipped steps in its own copy; an agent skips one step at most.
         self.skipped_updates = getattr(self, "skipped_updates", 0) + sum(not taken for *_, taken in results)
         return results
@@ -674,7 +686,7 @@ class MADDPG(BufferOptions, SoftTargets, ActorCriticOptions, TorchFramework):
                 for name in self._is_top:  # workers write the parameters in place, the owner reads them
                     getattr(self, name).share_memory()
                 uses_cuda = any(p.is_cuda for name in self._is_top for p in getattr(self, name).parameters())
-                context = _WorkerCopy(self)
+                context = WorkerCopy(self)
                 self._pool = [CtxPool(1, worker_contexts=[context], is_copy_tensor=False,
                                       share_method="cuda" if uses_cuda else "cpu")
                               for _ in range(min(self.pool_size, self.agent_num))]
@@ -693,7 +705,7 @@ class MADDPG(BufferOptions, SoftTargets, ActorCriticOptions, TorchFramework):
     def _fetch_optimizer_states(self, workers: List[CtxPool]) -> None:
         for index, worker in enumerate(workers):
             agents = list(range(index, self.agent_num, len(workers)))
-            for agent, states in zip(agents, worker.apply(_optimizer_states_in_worker, (agents,))):
+            for agent, states in zip(agents, worker.apply(call_in_worker, ("_optimizer_states", agents))):
                 for optim, state in zip(self._agent_optimizers(agent), states):
                     # Own copies: shared CUDA memory dies with the worker that allocated it.
                     optim.load_state_dict(copy.deepcopy(state))
@@ -723,9 +735,9 @@ class MADDPG(BufferOptions, SoftTargets, ActorCriticOptions, TorchFramework):
         of the current names; reading it needs ``trusted=True``.
         """
         names = self._file_names(network_map)
-        if not any(_versions(model_dir, name) for name in names.values()):
+        if not any(file_versions(model_dir, name) for name in names.values()):
             old_names = {attr: _OLD_LAYOUT[attr][0] if name == attr else name for attr, name in names.items()}
-            common = set.intersection(*(_versions(model_dir, name) for name in old_names.values()))
+            common = set.intersection(*(file_versions(model_dir, name) for name in old_names.values()))
             if common:
                 self._load_034(model_dir, old_names, version if version in common else max(common), trusted)
                 self._post_load()
@@ -733,112 +745,6 @@ class MADDPG(BufferOptions, SoftTargets, ActorCriticOptions, TorchFramework):
         super().load(model_dir, network_map, version, trusted=trusted)
 
     def _load_034(self, model_dir: str, old_names: Dict[str, str], version: int, trusted: bool) -> None:
-        """Read 0.3.4's ``all_*_target`` files, renaming their keys to this layout.
-
-        Every file is read and checked against its network before any network changes.
-        """
-        from ...utils.prepare import CheckpointLoadError, StateDictMismatchError, _fit_state_dict
-
-        fitted = {}
-        for attr, name in old_names.items():
-            path = os.path.join(model_dir, f"{name}_{version}.pt")
-            try:
-                loaded = torch.load(path, map_location="cpu", weights_only=not trusted)
-            except Exception as e:  # the unpickler's error type depends on the content
-                if not trusted and "GLOBAL" in str(e):
-                    raise RuntimeError(
-                        f"{path} looks like a Machin 0.3.4 checkpoint (a whole pickled module), which is "
-                        f"not read by default because unpickling it can run code. If you trust the file, "
-                        f"load it with load(..., trusted=True)."
-                    ) from e
-                raise CheckpointLoadError(
-                    f"cannot read the checkpoint file {path!r}: it is damaged (truncated, empty or "
-                    f"overwritten) or is not a torch checkpoint ({type(e).__name__})"
-                ) from e
-            state = loaded.state_dict() if isinstance(loaded, nn.Module) else loaded
-            if not isinstance(state, dict):
-                raise RuntimeError(f"{path!r} holds a {type(state).__name__}, not a state dict")
-            pattern = _OLD_LAYOUT[attr][1]
-            renamed = {pattern.sub(lambda m: ".".join(g for g in m.groups() if g) + ".", key): value
-                       for key, value in state.items()}
-            try:
-                fitted[attr] = _fit_state_dict(getattr(self, attr), renamed)
-            except StateDictMismatchError as e:
-                raise StateDictMismatchError(f"network {attr!r} (file {path!r}): {e}") from e
-        for attr, state in fitted.items():
-            getattr(self, attr).load_state_dict(state)
-
-
-# -- process-pool plumbing ------------------------------------------------------------------------
-def _worker_framework(context: Any) -> MADDPG:
-    # A forked worker inherits the _WorkerCopy itself; a spawned one receives it rebuilt.
-    return context.framework if isinstance(context, _WorkerCopy) else context
-
-
-def _update_agent_in_worker(context: Any, agent: int, rows: List[Tuple[int, List[int]]], update_value: bool,
-                            update_policy: bool, concatenate: bool, buffers: Dict[int, Buffer],
-                            settings: List[List[Dict[str, Any]]]) -> Tuple[float, float, bool]:
-    """Process-pool task: train ``agent`` on the shared networks with this worker's optimizers."""
-    framework = _worker_framework(context)
-    for other, buffer in buffers.items():
-        framework.replay_buffers[other] = buffer
-    for optim, groups in zip(framework._agent_optimizers(agent), settings):
-        for group, values in zip(optim.param_groups, groups):
-            group.update(values)  # e.g. learning rates changed by the owner's schedulers
-    framework._set_mode(True, *framework.actors[agent], framework.critics[agent])
-    return framework._update_agent(agent, rows, update_value, update_policy, concatenate)
-
-
-def _optimizer_states_in_worker(context: Any, agents: List[int]) -> List[List[Dict[str, Any]]]:
-    framework = _worker_framework(context)
-    return [[optim.state_dict() for optim in framework._agent_optimizers(agent)] for agent in agents]
-
-
-class _WorkerCopy:
-    """The context of a process worker: the framework it trains agents with.
-
-    A forked worker inherits this object as it is. A spawned worker unpickles it as
-    a copy of the framework without the pool and the schedulers, whose tensors are
-    shared with the owner. Optimizers travel as their import path and state: dill
-    (which the pools use) pickles a class by value when it cannot reach it as an
-    attribute of its package, and ``torch.optim`` hides its submodules
-    (``torch.optim.adam``), so ``torch.optim.Adam`` itself cannot be sent.
-    """
-
-    def __init__(self, framework: MADDPG):
-        self.framework = framework
-
-    def __reduce__(self) -> Tuple[Any, ...]:
-        state = self.framework.__getstate__()
-        state["_lr_schedulers"] = []
-        state["actor_optims"] = [[_PortableOptimizer(o) for o in agent] for agent in state["actor_optims"]]
-        state["critic_optims"] = [_PortableOptimizer(o) for o in state["critic_optims"]]
-        return _rebuild_framework, (type(self.framework), state)
-
-
-class _PortableOptimizer:
-    """Pickles as an optimizer rebuilt from its class's import path and ``__getstate__``."""
-
-    def __init__(self, optimizer: torch.optim.Optimizer):
-        self.optimizer = optimizer
-
-    def __reduce__(self) -> Tuple[Any, ...]:
-        cls = type(self.optimizer)
-        return _rebuild_optimizer, (cls.__module__, cls.__qualname__, self.optimizer.__getstate__(),
-                                    optimizers.is_fused_by_default(self.optimizer))
-
-
-def _rebuild_framework(cls: type, state: Dict[str, Any]) -> MADDPG:
-    framework = cls.__new__(cls)
-    framework.__dict__.update(state)
-    return framework
-
-
-def _rebuild_optimizer(module: str, qualname: str, state: Dict[str, Any],
-                       fused_by_default: bool = False) -> torch.optim.Optimizer:
-    cls: Any = importlib.import_module(module)
-    for name in qualname.split("."):
-        cls = getattr(cls, name)
-    optimizer = cls.__new__(cls)
-    optimizer.__setstate__(state)
-    return optimizers.adopt(optimizer, fused_by_default)
+        """Read 0.3.4's ``all_*_target`` files, renaming their keys to this layout."""
+        files = {attr: LegacyFile(name, _OLD_LAYOUT[attr][1]) for attr, name in old_names.items()}
+        load_legacy_files({attr: getattr(self, attr) for attr in files}, files, model_dir, version, trusted)

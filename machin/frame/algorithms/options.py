@@ -1,39 +1,45 @@
-"""Constructor options, declared once per concept and inherited by every algorithm.
+"""Constructor options: declared once per concept, checked in one place, read as plain attributes.
 
-An algorithm class declares each keyword option of its constructor as a class attribute::
+The whole mechanism, in four parts:
 
-    class DDPG(ReplayMixin, TorchFramework):
-        update_rate = Option(0.001, unit_interval, "Soft target update rate tau.")
-
-        def __init__(self, actor, actor_target, critic, critic_target, optimizer, criterion):
-            ...  # reads self.update_rate, self.batch_size, ... already checked
-
-    class DDPGPer(PrioritizedReplayMixin, DDPG):
-        update_rate = DDPG.update_rate.but(default=0.005)  # all that differs
-
-Options are collected along the MRO (the options of ``TorchFramework``, of the
-mixins and of every base), so a subclass lists only what it adds or changes. Before
-the constructor body runs, every option is checked (its check raises ``TypeError`` /
-``ValueError`` naming it) and stored as an instance attribute of its name. The
-constructor's signature (``inspect.signature``, ``help()``) shows every option with
-its default as a keyword argument after ``*_`` and, as in Machin 0.3.4, extra
-positional and keyword arguments are accepted and ignored with an
-:class:`~machin.utils.compat.ExtraArgumentsWarning`.
+1. **Declaration.** An algorithm declares each keyword option of its constructor as a class
+   attribute, ``name = Option(default, check, doc)``. Options are inherited: a subclass lists
+   only what it adds or changes (``update_rate = DDPG.update_rate.but(default=0.005)``), and
+   a plain class attribute of the same name (``mode = "double"``) fixes an inherited option,
+   which is then no longer accepted. :func:`option_specs` collects them along the MRO.
+2. **Construction.** Every constructor takes its networks, optimizer, ... positionally, then
+   ``*_, **options``, and passes ``*_, **options`` on to ``super().__init__``.
+   ``TorchFramework.__init__`` (in ``base.py``) assigns every option, given or default, with
+   ``setattr``, and warns (:class:`~machin.utils.compat.ExtraArgumentsWarning`) about extra
+   positional arguments and unknown keywords, which Machin 0.3.4 also accepted and ignored.
+   A user's subclass written the 0.3.4 way (its own ``__init__(self, *args, **kwargs)``
+   calling ``super().__init__(*args, **kwargs)``) therefore just works.
+3. **Checking.** An :class:`Option` is a data descriptor with a ``__set__`` and no
+   ``__get__``: every assignment, in the constructor or later (``dqn.discount = 2``), runs
+   the option's check, which raises ``TypeError`` / ``ValueError`` naming the option and the
+   value. Reading ``self.discount`` is an ordinary attribute read (Python finds no
+   ``__get__`` and returns the instance's value). A *schedulable* option also takes a
+   schedule (see :mod:`machin.utils.schedules`); ``set_progress`` moves it along.
+4. **Presentation.** ``FrameworkType``, the metaclass of ``TorchFramework`` (in ``base.py``), does two
+   small things: it gives each algorithm class a ``__signature__`` (:func:`constructor_signature`:
+   the positional arguments, ``*_``, every option with its default, ``**__``), which
+   ``inspect.signature`` and ``help()`` show, and it calls ``_after_init`` (the
+   learning-rate schedulers) once the whole constructor, every subclass's part, has run.
 """
 
 from __future__ import annotations
 
 import inspect
 import numbers
-from typing import Any, Callable, Dict, Optional, Tuple
+from typing import Any, Callable, Dict, Optional
 
-from ...utils.compat import drop_extra_args
+from ...utils.compat import ExtraArgumentsWarning, other_library_note, warn_caller
 
 __all__ = [
     "Option",
-    "AttributeOption",
     "option_specs",
-    "install_options",
+    "constructor_signature",
+    "warn_extra_arguments",
     "real",
     "positive",
     "positive_int",
@@ -52,25 +58,33 @@ __all__ = [
 Check = Callable[[str, Any], Any]
 
 
-def _real(name: str, value: Any, what: str) -> None:
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError(f"{name} must be {what}, got {value!r} of type {type(value).__name__}")
+def _not_real(value: Any) -> bool:
+    if type(value) is float or type(value) is int:  # the usual case, without the slower ABC test
+        return False
+    return isinstance(value, bool) or not isinstance(value, numbers.Real)
 
 
-def _integer(name: str, value: Any, what: str) -> None:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise TypeError(f"{name} must be {what}, got {value!r} of type {type(value).__name__}")
+def _not_integer(value: Any) -> bool:
+    if type(value) is int:
+        return False
+    return isinstance(value, bool) or not isinstance(value, numbers.Integral)
+
+
+def _wrong_type(name: str, what: str, value: Any) -> TypeError:
+    return TypeError(f"{name} must be {what}, got {value!r} of type {type(value).__name__}")
 
 
 def real(name: str, value: Any) -> Any:
     """Check that ``value`` is a real number; return it (errors name the option ``name``)."""
-    _real(name, value, "a real number")
+    if _not_real(value):
+        raise _wrong_type(name, "a real number", value)
     return value
 
 
 def positive(name: str, value: Any) -> Any:
     """Check that ``value`` is a real number above 0 (``inf`` allowed); return it (errors name the option ``name``)."""
-    _real(name, value, "a positive real number")
+    if _not_real(value):
+        raise _wrong_type(name, "a positive real number", value)
     if not value > 0:
         raise ValueError(f"{name} must be positive, got {value!r}")
     return value
@@ -78,7 +92,8 @@ def positive(name: str, value: Any) -> Any:
 
 def positive_int(name: str, value: Any) -> Any:
     """Check that ``value`` is an integer above 0; return it (errors name the option ``name``)."""
-    _integer(name, value, "a positive integer")
+    if _not_integer(value):
+        raise _wrong_type(name, "a positive integer", value)
     if not value > 0:
         raise ValueError(f"{name} must be a positive integer, got {value!r}")
     return value
@@ -86,7 +101,8 @@ def positive_int(name: str, value: Any) -> Any:
 
 def non_negative(name: str, value: Any) -> Any:
     """Check that ``value`` is a real number of at least 0; return it (errors name the option ``name``)."""
-    _real(name, value, "a non-negative real number")
+    if _not_real(value):
+        raise _wrong_type(name, "a non-negative real number", value)
     if not value >= 0:
         raise ValueError(f"{name} must be non-negative, got {value!r}")
     return value
@@ -94,7 +110,8 @@ def non_negative(name: str, value: Any) -> Any:
 
 def non_negative_int(name: str, value: Any) -> Any:
     """Check that ``value`` is an integer of at least 0; return it (errors name the option ``name``)."""
-    _integer(name, value, "a non-negative integer")
+    if _not_integer(value):
+        raise _wrong_type(name, "a non-negative integer", value)
     if not value >= 0:
         raise ValueError(f"{name} must be a non-negative integer, got {value!r}")
     return value
@@ -102,7 +119,8 @@ def non_negative_int(name: str, value: Any) -> Any:
 
 def unit_interval(name: str, value: Any) -> Any:
     """Check that ``value`` is a real number in ``(0, 1]`` (a rate or a decay factor); return it (errors name the option ``name``)."""
-    _real(name, value, "a real number in (0, 1]")
+    if _not_real(value):
+        raise _wrong_type(name, "a real number in (0, 1]", value)
     if not 0 < value <= 1:
         raise ValueError(f"{name} must be in (0, 1], got {value!r}")
     return value
@@ -110,7 +128,8 @@ def unit_interval(name: str, value: Any) -> Any:
 
 def probability(name: str, value: Any) -> Any:
     """Check that ``value`` is a real number in ``[0, 1]`` (a discount, a lambda); return it (errors name the option ``name``)."""
-    _real(name, value, "a real number in [0, 1]")
+    if _not_real(value):
+        raise _wrong_type(name, "a real number in [0, 1]", value)
     if not 0 <= value <= 1:
         raise ValueError(f"{name} must be in [0, 1], got {value!r}")
     return value
@@ -143,99 +162,75 @@ def one_of(*choices: Any) -> Check:
 
 
 class Option:
-    """One keyword option of an algorithm's constructor.
+    """One keyword option of an algorithm's constructor, kept as a checked attribute.
 
-    An option stored as an attribute (the default) stays checked: assigning
-    ``algorithm.<name> = value`` later runs the same check. A *schedulable* option also
-    takes a schedule (a callable of the training progress, see
+    Assigning ``algorithm.<name> = value`` (the constructor does it too) runs ``check``
+    and stores the result in the instance; reading the attribute is an ordinary read.
+    On the class, the name gives the option itself (``DQN.discount``). A *schedulable*
+    option also takes a schedule (a callable of the training progress, see
     :mod:`machin.utils.schedules`) instead of a number: the attribute then holds the
-    schedule's value, which :meth:`~machin.frame.algorithms.base.TorchFramework.set_progress`
-    moves along (and checks) as training goes on.
+    schedule's value, which
+    :meth:`~machin.frame.algorithms.base.TorchFramework.set_progress` moves along as
+    training goes on; assigning a plain value ends the schedule.
 
     Args:
         default: The value used when the caller does not pass the option.
         check: ``check(name, value) -> value``: raises ``TypeError`` / ``ValueError`` for a
             bad value, returns the value to store. ``None``: any value.
-        doc: One sentence for the constructor's documentation.
-        attribute: Store the value as an instance attribute of the option's name
-            (``False`` for options that only configure construction, e.g. ``replay_buffer``;
-            the constructor body reads them from ``self._option_values``, which is removed
-            once construction ends).
-        schedulable: Accept a schedule as well as a value. A value given or assigned is
-            checked with ``check``; a schedule's values with ``schedule_check`` when given
-            (e.g. a learning rate must be positive, but a schedule may decay it to 0).
+        doc: One sentence for the documentation.
+        schedulable: Accept a schedule as well as a value.
+        schedule_check: Check of a schedule's values (default: ``check``); e.g. a learning
+            rate given as a number must be positive, but a schedule may decay it to 0.
     """
 
-    __slots__ = ("name", "default", "check", "doc", "attribute", "schedulable", "schedule_check")
-
-    def __new__(cls, *args: Any, attribute: bool = True, **kwargs: Any):
-        if cls is Option and attribute:
-            cls = AttributeOption
-        return super().__new__(cls)
-
-    def __init__(self, default: Any, check: Optional[Check] = None, doc: str = "", *, attribute: bool = True,
+    def __init__(self, default: Any, check: Optional[Check] = None, doc: str = "", *,
                  schedulable: bool = False, schedule_check: Optional[Check] = None):
         self.name = ""
         self.default = default
         self.check = check
         self.doc = doc
-        self.attribute = attribute
         self.schedulable = schedulable
         self.schedule_check = schedule_check
+        self.__doc__ = f"{doc} (keyword option, default ``{default!r}``)".lstrip()  # what help() shows
 
     def __set_name__(self, owner: type, name: str) -> None:
         self.name = name
 
+    def __set__(self, algorithm: Any, value: Any) -> None:
+        if self.schedulable and callable(value) and not isinstance(value, numbers.Number):
+            self.set_scheduled(algorithm, value(algorithm._progress))
+            algorithm._schedules[self.name] = value
+            return
+        if self.check is not None:
+            value = self.check(self.name, value)
+        algorithm._schedules.pop(self.name, None)
+        vars(algorithm)[self.name] = value
+        algorithm._option_changed(self.name, value)
+
+    def set_scheduled(self, algorithm: Any, value: Any) -> None:
+        """Check a value of the option's schedule (with ``schedule_check``) and store it; the schedule stays.
+
+        Args:
+            algorithm: The instance whose option it is.
+            value: The schedule's value at the current progress.
+        """
+        check = self.schedule_check or self.check
+        if check is not None:
+            value = check(self.name, value)
+        vars(algorithm)[self.name] = value
+        algorithm._option_changed(self.name, value)
+
     def but(self, **changes: Any) -> Option:
         """A copy with some fields changed, e.g. ``DDPG.update_rate.but(default=0.005)``."""
-        fields = {k: getattr(self, k) for k in ("default", "check", "doc", "attribute", "schedulable",
-                                                "schedule_check")}
+        fields = {"default": self.default, "check": self.check, "doc": self.doc,
+                  "schedulable": self.schedulable, "schedule_check": self.schedule_check}
         unknown = set(changes) - set(fields)
         if unknown:
             raise TypeError(f"Option.but() got unknown field(s) {sorted(unknown)}; fields are {sorted(fields)}")
-        fields.update(changes)
-        default, check, doc = fields.pop("default"), fields.pop("check"), fields.pop("doc")
-        return Option(default, check, doc, **fields)
+        return Option(**{**fields, **changes})
 
     def __repr__(self) -> str:
         return f"Option({self.name}={self.default!r})"
-
-
-class AttributeOption(Option):
-    """An option kept as a checked instance attribute (what ``Option(...)`` makes by default).
-
-    Only assigning goes through the option (``__set__`` checks the value, then stores it in
-    the instance's ``__dict__`` under the option's name). It has no ``__get__``, so reading
-    ``algorithm.<name>`` is a plain instance-dictionary read: no Python call on the hot
-    paths, and nothing for ``torch.compile`` to trace in a compiled step (before 2.13 it
-    cannot trace a descriptor's ``__get__`` that reads the instance's ``__dict__``). On the
-    class, the name still gives the option itself (``DQN.discount``).
-    """
-
-    __slots__ = ()
-
-    def __set__(self, instance: Any, value: Any) -> None:
-        schedules = instance.__dict__.setdefault("_schedules", {})
-        if self.schedulable and callable(value) and not isinstance(value, numbers.Number):
-            schedules[self.name] = value
-            self.assign(instance, value(instance.__dict__.get("_progress", 0.0)), scheduled=True)
-        else:
-            schedules.pop(self.name, None)
-            self.assign(instance, value)
-
-    def assign(self, instance: Any, value: Any, scheduled: bool = False) -> None:
-        """Check ``value`` and store it as the option of ``instance``.
-
-        ``scheduled``: the value comes from a schedule (checked with ``schedule_check``;
-        the schedule is kept).
-        """
-        check = (self.schedule_check or self.check) if scheduled else self.check
-        if check is not None:
-            value = check(self.name, value)
-        instance.__dict__[self.name] = value
-        changed = getattr(instance, "_option_changed", None)
-        if changed is not None:
-            changed(self.name, value)
 
 
 def option_specs(cls: type) -> Dict[str, Option]:
@@ -254,116 +249,51 @@ def option_specs(cls: type) -> Dict[str, Option]:
     return specs
 
 
-_RESOLVED = "_option_values"
-_CONSTRUCTING = "_constructing_options"
+def warn_extra_arguments(algorithm: Any, extra_args: tuple, given: Dict[str, Any], specs: Dict[str, Option]) -> None:
+    """Warn (:class:`~machin.utils.compat.ExtraArgumentsWarning`, at the caller's line) about
+    extra positional arguments and keywords that are not options; the constructor ignores them.
 
-
-def _positional_names(fn: Callable) -> Tuple[str, ...]:
-    params = list(inspect.signature(fn).parameters.values())[1:]  # drop self
-    for p in params:
-        if p.kind not in (p.POSITIONAL_OR_KEYWORD, p.POSITIONAL_ONLY):
-            raise TypeError(
-                f"{fn.__qualname__} declares {p.name!r} as {p.kind.description}: an option-taking constructor "
-                f"lists only its positional arguments (networks, optimizer, ...); declare options as Option "
-                f"class attributes"
-            )
-    return tuple(p.name for p in params)
-
-
-def _options_doc(specs: Dict[str, Option]) -> str:
-    lines = ["Keyword options (checked before construction, stored as attributes of their names):", ""]
-    for spec in specs.values():
-        lines.append(f"    {spec.name} (default ``{spec.default!r}``): {spec.doc}".rstrip())
-    return "\n".join(lines)
-
-
-def _store(self: Any, specs: Dict[str, Option], given: Dict[str, Any]) -> None:
-    """Check the ``given`` values and store them (as attributes, or in ``_option_values``)."""
-    values = self.__dict__.setdefault(_RESOLVED, {})
-    for name, value in given.items():
-        spec = specs[name]
-        if spec.attribute:
-            setattr(self, name, value)  # checked by the AttributeOption
-            value = getattr(self, name)
-        elif spec.check is not None:
-            value = spec.check(name, value)
-        values[name] = value
-
-
-def _make_init(cls: type, body: Callable, specs: Dict[str, Option]) -> Callable:
-    positional = _positional_names(body)
-    accepted = frozenset(positional)
-    option_names = frozenset(specs)
-
-    def __init__(self, *args, **kwargs):
-        specs_now = type(self)._option_specs
-        if self.__dict__.get(_CONSTRUCTING):
-            # An inner call: a subclass body calling super().__init__(networks, ...), perhaps
-            # with options of its own choosing (a user's subclass written the 0.3.4 way).
-            given = {k: kwargs.pop(k) for k in list(kwargs) if k in specs_now}
-            if given:
-                _store(self, specs_now, given)
-            return body(self, *args, **kwargs)
-        args, kwargs = drop_extra_args(f"{type(self).__name__}.__init__", args, kwargs, len(positional),
-                                       accepted | option_names, stacklevel=2)
-        self.__dict__[_RESOLVED] = {}
-        self.__dict__[_CONSTRUCTING] = True
-        try:
-            _store(self, specs_now, {name: kwargs.get(name, spec.default) for name, spec in specs_now.items()})
-            body(self, *args, **{k: v for k, v in kwargs.items() if k in accepted})
-            self._after_init()
-        finally:
-            # Options are attributes now; the rest (e.g. a given replay_buffer) only served construction.
-            del self.__dict__[_CONSTRUCTING]
-            self.__dict__.pop(_RESOLVED, None)
-
-    body_params = list(inspect.signature(body).parameters.values())
-    params = body_params + [inspect.Parameter("_", inspect.Parameter.VAR_POSITIONAL)]
-    params += [inspect.Parameter(s.name, inspect.Parameter.KEYWORD_ONLY, default=s.default) for s in specs.values()]
-    params.append(inspect.Parameter("__", inspect.Parameter.VAR_KEYWORD))
-    __init__.__signature__ = inspect.Signature(params)
-    __init__.__doc__ = "\n\n".join(d for d in (inspect.cleandoc(body.__doc__ or ""), _options_doc(specs)) if d)
-    __init__.__qualname__ = f"{cls.__qualname__}.__init__"
-    __init__.__module__ = cls.__module__
-    __init__._option_body = body
-    __init__.__machin_ignores_extra_args__ = True
-    return __init__
-
-
-def install_options(cls: type) -> None:
-    """Collect the options of ``cls`` and give it a constructor that checks and stores them.
-
-    Called for every subclass of :class:`~machin.frame.algorithms.base.TorchFramework`. A
-    class whose own ``__init__`` takes only positional arguments (networks, optimizer,
-    ...) gets it wrapped; a class without its own ``__init__`` gets the inherited body
-    wrapped with its own options and signature. A constructor written the Machin 0.3.4
-    way (taking keywords, e.g. a user's subclass that passes ``**kwargs`` on to
-    ``super().__init__``) is left as it is: the base constructor it calls resolves the
-    options.
+    Args:
+        algorithm: The instance being constructed (its class is named in the warning).
+        extra_args: The extra positional arguments.
+        given: The keyword arguments given.
+        specs: The options of the class (:func:`option_specs`).
     """
-    specs = option_specs(cls)
-    cls._option_specs = specs
-    # The constructor this class would run: its own, or the nearest inherited one.
-    definer = next(k for k in cls.__mro__ if "__init__" in k.__dict__)
-    init = definer.__dict__["__init__"]
-    if hasattr(init, "_option_body"):
-        body = init._option_body
-    else:
-        try:
-            _positional_names(init)
-        except TypeError:
-            return  # a keyword-taking constructor (written the 0.3.4 way): leave it alone
-        if definer is not cls:
-            return
-        body = init
-    cls.__init__ = _make_init(cls, body, specs)
+    unknown = [name for name in given if name not in specs]
+    if not extra_args and not unknown:
+        return
+    ignored = [f"{len(extra_args)} positional argument(s)"] if extra_args else []
+    if unknown:
+        ignored.append("keyword argument(s) " + ", ".join(repr(name) for name in unknown))
+    warn_caller(f"{type(algorithm).__name__}.__init__() does not use {' and '.join(ignored)}; ignored "
+                f"(Machin 0.3.4 accepted and dropped them too).{other_library_note(unknown, specs)}",
+                ExtraArgumentsWarning)
+
+
+def constructor_signature(cls: type) -> inspect.Signature:
+    """The signature ``inspect.signature(cls)`` and ``help(cls)`` show.
+
+    For a constructor of the usual form ``__init__(self, <positional>, *_, **options)``: the
+    positional arguments, ``*_``, every option of ``cls`` as a keyword with its default, then
+    ``**__`` (the form of Machin 0.3.4's constructors). Any other constructor (a user's
+    subclass taking ``*args, **kwargs``) shows its own signature.
+    """
+    params = list(inspect.signature(cls.__init__).parameters.values())[1:]  # without self
+    kinds = [p.kind for p in params]
+    if inspect.Parameter.KEYWORD_ONLY in kinds or kinds[-2:] != [inspect.Parameter.VAR_POSITIONAL,
+                                                                  inspect.Parameter.VAR_KEYWORD]:
+        return inspect.Signature(params)
+    options = [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=spec.default)
+               for name, spec in option_specs(cls).items()]
+    return inspect.Signature(params[:-2] + [inspect.Parameter("_", inspect.Parameter.VAR_POSITIONAL)] + options
+                             + [inspect.Parameter("__", inspect.Parameter.VAR_KEYWORD)])
 
 
 def _buffer(name: str, value: Any) -> Any:
     from ..buffers import Buffer
 
     if not isinstance(value, Buffer):
-        raise TypeError(f"{name} must be a Buffer (or None for the default one), got {type(value).__name__}")
+        raise TypeError(f"{name} must be a Buffer, got {type(value).__name__}")
     return value
 
 
@@ -375,7 +305,8 @@ class BufferOptions:
     replay_size = Option(500000, positive_int, "Capacity of the default buffer.")
     replay_device = Option("cpu", doc="Device of the default buffer.")
     replay_buffer = Option(None, optional(_buffer), "A buffer to use instead of the default one "
-                           "(``replay_size`` and ``replay_device`` are then not used).", attribute=False)
+                           "(``replay_size`` and ``replay_device`` are then not used); the attribute "
+                           "holds the buffer in use.")
 
 
 class ActorCriticOptions:

@@ -102,8 +102,9 @@ class R2D1(DQNPer):
     _SEQUENCE_OPTIONS = ("sequence_length", "burn_in", "n_step", "discount", "sequence_stride", "priority_eta",
                          "hidden_key")
 
-    def __init__(self, qnet: nn.Module, qnet_target: nn.Module, optimizer: Callable, criterion: Callable):
-        super().__init__(qnet, qnet_target, optimizer, criterion)
+    def __init__(self, qnet: nn.Module, qnet_target: nn.Module, optimizer: Callable, criterion: Callable,
+                 *_: Any, **options: Any):
+        super().__init__(qnet, qnet_target, optimizer, criterion, *_, **options)
         self._check_buffer(self.replay_buffer)
         self._hidden_parts = 0  # > 0 once tuple hidden states (of that many tensors) were stored
         self._online_run: Optional[Tuple[SequenceBatch, torch.Tensor]] = None

@@ -61,10 +61,10 @@ class RAINBOW(DQNPer):
     driver = Driver("act_discrete_with_noise", {}, "act_discrete", "episode")
 
     def __init__(self, qnet: nn.Module, qnet_target: nn.Module, optimizer: Callable, value_min: float,
-                 value_max: float):
+                 value_max: float, *_: Any, **options: Any):
         if not value_min < value_max:
             raise ValueError(f"value_min must be below value_max, got {value_min!r} and {value_max!r}")
-        super().__init__(qnet, qnet_target, optimizer, None)
+        super().__init__(qnet, qnet_target, optimizer, None, *_, **options)
         self.value_min = value_min
         self.value_max = value_max
 

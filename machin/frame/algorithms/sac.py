@@ -87,8 +87,8 @@ class SAC(ReplayMixin, SoftTargets, ActorCriticOptions, TorchFramework):
     _learning_rate_of = {**ActorCriticOptions._learning_rate_of, "alpha_learning_rate": ("alpha_optim",)}
 
     def __init__(self, actor: nn.Module, critic: nn.Module, critic_target: nn.Module, critic2: nn.Module,
-                 critic2_target: nn.Module, optimizer: Callable, criterion: Callable):
-        super().__init__()
+                 critic2_target: nn.Module, optimizer: Callable, criterion: Callable, *_: Any, **options: Any):
+        super().__init__(*_, **options)
         self._check_criterion(criterion)
         self._check_same_structure(critic_target=(critic, critic_target), critic2_target=(critic2, critic2_target))
         self.criterion = criterion
@@ -138,9 +138,7 @@ class SAC(ReplayMixin, SoftTargets, ActorCriticOptions, TorchFramework):
                 f"target_entropy cannot be derived from discrete actions (the actor returned "
                 f"{action.dtype} actions); pass target_entropy explicitly, e.g. 0.5 * log(action_num)"
             )
-        # a float passes the option's check; written directly so that a compiled step traces
-        # the write on every PyTorch (before 2.13, torch.compile cannot trace Option.__set__)
-        self.__dict__["target_entropy"] = -float(action[0].numel())
+        self.target_entropy = -float(action[0].numel())
 
     def _sample_action(self, state: Dict[str, Any], size: int) -> Tuple[torch.Tensor, torch.Tensor]:
         """Draw ``(action, log_prob[B, 1])`` from the actor, with gradient."""

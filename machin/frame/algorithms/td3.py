@@ -49,9 +49,10 @@ class TD3(DDPG):
     policy_update_delay = Option(2, positive_int, "Update the actor and the targets once per this many updates.")
 
     def __init__(self, actor: nn.Module, actor_target: nn.Module, critic: nn.Module, critic_target: nn.Module,
-                 critic2: nn.Module, critic2_target: nn.Module, optimizer: Callable, criterion: Callable):
+                 critic2: nn.Module, critic2_target: nn.Module, optimizer: Callable, criterion: Callable,
+                 *_: Any, **options: Any):
         self._check_same_structure(critic2_target=(critic2, critic2_target))
-        super().__init__(actor, actor_target, critic, critic_target, optimizer, criterion)
+        super().__init__(actor, actor_target, critic, critic_target, optimizer, criterion, *_, **options)
         self.critic2, self.critic2_target = critic2, critic2_target
         hard_update(self.critic2_target, self.critic2)
         self.critic2_optim = self._make_optimizer(optimizer, self.critic2, self.critic_learning_rate)

@@ -91,7 +91,7 @@ class TRPO(A2C):
     ``entropy_weight`` is set). ``gradient_max`` and the learning-rate scheduler
     apply to the critic only (one scheduler slot). Its own options (``kl_max_delta``,
     ``damping``, the line search and conjugate-gradient settings) are listed in the
-    constructor's documentation.
+    signature and documented as attributes.
 
     Raises:
         ValueError: When an option is out of range.

@@ -16,6 +16,13 @@ from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Tuple
 import torch
 from torch import nn
 
+from ...utils.torch_internals import (
+    TorchInternalsError,
+    buffer_slots,
+    foreach_lerp_,
+    parameter_slots,
+)
+
 __all__ = [
     "safe_call",
     "safe_return",
@@ -181,9 +188,11 @@ def _holder(model: nn.Module, tensor: torch.Tensor) -> Optional[_Remembered]:
     """``(tensor, dict of the submodule that holds it, its key there)``; ``None`` where the
     module keeps its tensors in something else than dicts (TorchScript)."""
     for module in model.modules():
-        for store in (module._parameters, module._buffers):
-            if not isinstance(store, dict):
-                return None
+        try:
+            stores = (parameter_slots(module), buffer_slots(module))
+        except TorchInternalsError:
+            return None
+        for store in stores:
             for key, value in store.items():
                 if value is tensor:
                     return tensor, store, key
@@ -448,7 +457,7 @@ def soft_update_pairs(pairs: Iterable[Tuple[nn.Module, nn.Module]], update_rate:
         if target_buffers:
             with_buffers.append((source_net, target_net))
     if targets:
-        torch._foreach_lerp_(targets, sources, update_rate)
+        foreach_lerp_(targets, sources, update_rate)
     for source_net, target_net in with_buffers:
         for t, s in zip(target_net.buffers(), source_net.buffers()):
             if t.is_floating_point():

@@ -26,6 +26,7 @@ import torch
 from torch import nn
 
 from ...utils.compat import ExtraArgumentsWarning
+from ...utils.torch_internals import forward_pre_hooks, parameter_slots
 from .generator import NormalNoiseGen, _check_sigma, _real
 
 if TYPE_CHECKING:
@@ -252,14 +253,14 @@ class ModelPerturbation:
     def _collect_slots(self) -> None:
         canonical = {id(p): name for name, p in self.model.named_parameters()}
         for module in self.model.modules():
-            for attr, param in module._parameters.items():
+            for attr, param in parameter_slots(module).items():
                 if param is not None and id(param) in canonical:
                     name = canonical[id(param)]
                     self._owners.setdefault(name, (module, attr))
                     self._slots.append((module, attr, name))
 
     def _clean_params(self) -> Dict[str, torch.Tensor]:
-        return {name: module._parameters[attr] for name, (module, attr) in self._owners.items()}
+        return {name: parameter_slots(module)[attr] for name, (module, attr) in self._owners.items()}
 
     def _is_stale(self, clean: Dict[str, torch.Tensor]) -> bool:
         """Whether the noise set no longer fits the parameters (moved, cast or replaced)."""
@@ -299,13 +300,13 @@ class ModelPerturbation:
             replacement[name] = value
         self._swapped = clean
         for module, attr, name in self._slots:
-            module._parameters[attr] = replacement[name]
+            parameter_slots(module)[attr] = replacement[name]
 
     def _restore(self) -> None:
         if self._swapped is None:
             return
         for module, attr, name in self._slots:
-            module._parameters[attr] = self._swapped[name]
+            parameter_slots(module)[attr] = self._swapped[name]
         self._swapped = None
 
     def _backward_message(self, name: str) -> Callable[[torch.Tensor], None]:
@@ -456,7 +457,7 @@ def _check_perturb_arguments(model: Any, perturb_switch: Any, reset_switch: Any,
         )
     if any(
         isinstance(getattr(hook, "__self__", None), ModelPerturbation)
-        for hook in model._forward_pre_hooks.values()
+        for hook in forward_pre_hooks(model)
     ):
         raise RuntimeError(
             f"{name}: model {type(model).__name__} is already perturbed; call the handle "

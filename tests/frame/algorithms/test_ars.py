@@ -1,4 +1,4 @@
-"""ARS: running statistics, state filter, shared noise, one round over a group checked by hand, learning."""
+"""ARS: one round over a group checked by hand, learning (its helpers: tests/frame/test_normalization.py, tests/frame/noise/test_noise_table.py)."""
 
 import math
 import os
@@ -11,13 +11,8 @@ import torch
 from torch import nn
 
 from machin.frame.algorithms import ARS as ExportedARS
-from machin.frame.algorithms.ars import (
-    ARS,
-    MeanStdFilter,
-    NoiseTable,
-    RunningStat,
-    SharedNoiseSampler,
-)
+from machin.frame.algorithms import ars as ars_module
+from machin.frame.algorithms.ars import ARS, NoiseTable, SharedNoiseSampler
 from machin.frame.helpers import model_server_helper
 from machin.parallel.distributed import World
 from machin.parallel.distributed.roles import Roles
@@ -27,151 +22,13 @@ from tests.multiprocess import no_children_left, run_ranks  # noqa: F401
 pytestmark = pytest.mark.usefixtures("no_children_left")
 
 
-# -- RunningStat ------------------------------------------------------------------------------
-def test_running_stat_matches_numpy_for_single_samples_and_batches():
-    data = np.random.default_rng(0).normal(3.0, 2.0, size=(50, 2, 3))
-    one_by_one, batched = RunningStat((2, 3)), RunningStat([2, 3])
-    for x in data:
-        one_by_one.push(torch.from_numpy(x))
-    batched.push(data[:1])  # a batch of one
-    batched.push(torch.from_numpy(data[1:20]).float())  # any real dtype is converted to float64
-    batched.push(data[20:])
-    for stat in (one_by_one, batched):
-        assert stat.n == 50 and stat.shape == torch.Size([2, 3])
-        assert stat.mean.dtype == torch.float64
-        np.testing.assert_allclose(stat.mean.numpy(), data.mean(axis=0), rtol=1e-6)
-        np.testing.assert_allclose(stat.var.numpy(), data.var(axis=0, ddof=1), rtol=1e-5)
-        np.testing.assert_allclose(stat.std.numpy(), data.std(axis=0, ddof=1), rtol=1e-5)
+def test_the_helpers_of_0_3_4_stay_importable_from_the_ars_module():
+    from machin.frame.noise import noise_table
+    from machin.frame.normalization import MeanStdFilter, RunningStat
 
-
-def test_running_stat_of_scalar_samples():
-    # shape (): numpy's 0-dimensional arithmetic yields scalars; the statistics stay tensors
-    stat = RunningStat(())
-    for x in (1.0, torch.tensor(3.0, dtype=torch.float64), np.float64(8.0)):
-        stat.push(x)
-    stat.update(stat.copy())
-    assert stat.mean.shape == () and stat.mean.dtype == torch.float64
-    assert stat.mean.item() == pytest.approx(4.0)
-    assert stat.var.item() == pytest.approx(np.var([1, 3, 8, 1, 3, 8], ddof=1))
-    assert stat.std.item() == pytest.approx(np.std([1, 3, 8, 1, 3, 8], ddof=1))
-
-
-def test_running_stat_update_merges_like_pushing_everything_into_one():
-    data = np.random.default_rng(1).normal(size=(30, 4))
-    left, right, whole = RunningStat(4), RunningStat(4), RunningStat(4)
-    left.push(data[:12])
-    right.push(data[12:])
-    whole.push(data)
-    merged = left.copy()
-    merged.update(right)
-    merged.update(RunningStat(4))  # merging nothing changes nothing
-    assert merged.n == 30 and left.n == 12  # the copy is independent
-    np.testing.assert_allclose(merged.mean.numpy(), whole.mean.numpy(), rtol=1e-12)
-    np.testing.assert_allclose(merged.var.numpy(), whole.var.numpy(), rtol=1e-12)
-    empty = RunningStat(4)
-    empty.update(left)
-    np.testing.assert_array_equal(empty.mean.numpy(), left.mean.numpy())
-
-
-def test_running_stat_with_few_samples_and_bad_shapes():
-    stat = RunningStat(2)
-    assert stat.var.tolist() == [0.0, 0.0]
-    stat.push(torch.tensor([3.0, -2.0], dtype=torch.float64))
-    before = stat.mean
-    assert stat.var.tolist() == [9.0, 4.0]  # 0.3.4: the squared mean until there are two samples
-    stat.push([5.0, 0.0])
-    assert before.tolist() == [3.0, -2.0], "a returned mean must not change with later pushes"
-    assert stat.mean.tolist() == [4.0, -1.0] and stat.var.tolist() == [2.0, 2.0]
-    for error in (ValueError, AssertionError):  # 0.3.4 asserted
-        with pytest.raises(error, match=r"Shape mismatch: RunningStat of sample shape \[2\] got a value of shape \[3\]"):
-            stat.push(torch.zeros(3))
-        with pytest.raises(error, match="Shape mismatch: cannot merge"):
-            stat.update(RunningStat(3))
-    assert "RunningStat(shape=[2], n=2" in repr(stat)
-
-
-# -- MeanStdFilter ----------------------------------------------------------------------------
-def test_filter_normalises_only_after_apply_stats_and_zeroes_constant_features():
-    states = np.random.default_rng(2).normal(5.0, 3.0, size=(200, 3))
-    states[:, 2] = 7.0  # a constant feature
-    state_filter = MeanStdFilter((3,))
-    first = state_filter.filter(torch.from_numpy(states[:1]))
-    np.testing.assert_allclose(first.numpy(), states[:1] / (1 + 1e-8))  # mean 0, std 1 until applied
-    for row in states[1:]:
-        state_filter.filter(torch.tensor(row, dtype=torch.float32))
-    assert state_filter.rs.n == state_filter.rs_local.n == 200
-    state_filter.apply_stats()
-    out = state_filter.filter(torch.from_numpy(states), update=False).numpy()
-    assert state_filter.rs.n == 200, "update=False must not count the state"
-    np.testing.assert_allclose(out[:, :2].mean(axis=0), 0.0, atol=1e-6)  # rows pushed as float32
-    np.testing.assert_allclose(out[:, :2].std(axis=0, ddof=1), 1.0, rtol=1e-6)
-    assert np.all(out[:, 2] == 0.0)
-    far = state_filter.filter(torch.tensor([[1e6, -1e6, 7.0]]), update=False)
-    assert far[0, 0] > 1e4 and far[0, 1] < -1e4, "there is no clipping"
-    for error in (ValueError, AssertionError):
-        with pytest.raises(error, match=r"Shape mismatch: MeanStdFilter of state shape \[3\] got \[4\]"):
-            state_filter.filter(torch.zeros(4), update=False)
-
-
-def test_filter_collect_sync_copy_and_clear_local():
-    rng = np.random.default_rng(3)
-    manager, worker = MeanStdFilter(2), MeanStdFilter(2)
-    manager.filter(rng.normal(size=(5, 2)))
-    seen_by_worker = rng.normal(size=(7, 2))
-    worker.filter(seen_by_worker)
-    manager.collect(worker)  # the worker's local part joins the manager's total
-    assert manager.rs.n == 12
-    manager.clear_local()
-    assert manager.rs_local.n == 0 and manager.rs.n == 12
-    worker.sync(manager)
-    assert worker.rs.n == 12 and worker.rs_local.n == 0
-    np.testing.assert_array_equal(worker.rs.mean.numpy(), manager.rs.mean.numpy())
-    snapshot = worker.copy()
-    worker.filter(rng.normal(size=(3, 2)))
-    worker.apply_stats()
-    assert snapshot.rs.n == 12 and snapshot.mean.tolist() == [0.0, 0.0]
-    with pytest.raises(AssertionError, match="Shape mismatch: cannot sync"):
-        worker.sync(MeanStdFilter(3))
-
-
-# -- shared noise -----------------------------------------------------------------------------
-def test_noise_table_is_rebuilt_from_its_seed_and_sliced_consistently():
-    table, same, other = (NoiseTable(100000, 0.5, seed, block_size=1000) for seed in (7, 7, 8))
-    assert len(table) == 100000
-    whole = table[2500:7300]
-    assert torch.equal(whole, same[2500:7300]) and not torch.equal(whole, other[2500:7300])
-    assert torch.equal(whole, torch.cat([table[2500:3000], table[3000:6999], table[6999:7300]]))
-    assert torch.equal(table[99990:100000], same[99990:])  # the shorter last block
-    assert whole.dtype == torch.float64 and abs(whole.std().item() - 0.5) < 0.03
-    whole.zero_()
-    assert torch.equal(table[2500:2600], same[2500:2600]), "a slice must not share memory with the table"
-    small = NoiseTable(10**6, seed=0, block_size=1000, cache_bytes=4 * 8 * 1000)
-    for start in range(0, 10**6, 50000):
-        small[start : start + 10]
-    assert len(small._blocks) == 4, "the block cache must stay within cache_bytes"
-    with pytest.raises(ValueError, match="must be contiguous"):
-        table[0:10:2]
-
-
-def test_shared_noise_sampler_draws_the_same_slices_for_the_same_seed():
-    table = NoiseTable(5000, 0.02, seed=1)
-    first, second, third = SharedNoiseSampler(table, 3), SharedNoiseSampler(table, 3), SharedNoiseSampler(table, 4)
-    draws = [first.sample(40) for _ in range(5)]
-    again = [second.sample(40) for _ in range(5)]
-    assert [i for i, _ in draws] == [i for i, _ in again]
-    assert [i for i, _ in draws] != [third.sample(40)[0] for _ in range(5)]
-    for index, values in draws:
-        assert values.shape == (40,) and 0 <= index <= 5000 - 40
-        assert torch.equal(values, first.get(index, 40))
-    tensor_noise = torch.arange(10, dtype=torch.float64)
-    assert SharedNoiseSampler(tensor_noise, 0).get(3, 4).tolist() == [3.0, 4.0, 5.0, 6.0]
-    assert SharedNoiseSampler(tensor_noise, 0).sample(10)[0] == 0
-    with pytest.raises(ValueError, match=r"size must be an int in \[1, 10\]"):
-        SharedNoiseSampler(tensor_noise, 0).sample(11)
-    with pytest.raises(ValueError, match=r"idx must be in \[0, 6\]"):
-        SharedNoiseSampler(tensor_noise, 0).get(7, 4)
-    with pytest.raises(AssertionError, match="noise must be a 1-D floating-point tensor"):
-        SharedNoiseSampler(torch.arange(10), 0)
+    for helper in (RunningStat, MeanStdFilter, noise_table.NoiseTable, noise_table.SharedNoiseSampler):
+        assert getattr(ars_module, helper.__name__) is helper
+        assert helper.__name__ in ars_module.__all__
 
 
 # -- ARS --------------------------------------------------------------------------------------

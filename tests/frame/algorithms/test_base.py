@@ -26,8 +26,8 @@ class Tiny(TorchFramework):
     learning_rate = Option(1.0, positive, "Learning rate of both optimizers.")
     seed = Option(0, doc="Seed of the initial weights.")
 
-    def __init__(self):
-        super().__init__()
+    def __init__(self, *_, **options):
+        super().__init__(*_, **options)
         torch.manual_seed(self.seed)
         self.net_a = nn.Linear(3, 2)
         self.net_b = nn.Linear(2, 1)

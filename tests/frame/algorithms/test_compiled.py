@@ -208,7 +208,7 @@ def test_compiled_updates_equal_eager_ones_and_compile_once(name):
     assert compiled._compiled_steps is not None and compiled._compiled_steps.disabled is None
     assert last == warm, f"{name}: {last - warm} recompilation(s) in 40 updates after the warm-up"
     # every optimizer stepped through its compiled step (a joint step's too)
-    steps = compiled._compiled_steps._optimizer_steps.values()
+    steps = compiled._compiled_steps._optimizer_steps.items()
     assert {id(o) for o in compiled._optimizers()} <= {id(o) for o, _ in steps}
     assert all(step.compiled is not None and not step.eager for _, step in steps)
     # eager steps run torch's fused Adam; compile() gave the plain step to inductor instead
@@ -479,16 +479,17 @@ def test_cuda_graphs_on_a_gpu_match_eager_and_compile_once(name):
 
 
 
-def test_a_traced_safe_call_finds_its_network_by_id():
-    # While tracing, safe_call's plan is computed from the network's id (a constant on every
-    # torch release), and the network is looked up among the compiled frameworks' modules.
+def test_a_traced_safe_calls_plan_follows_safe_calls_rules():
+    # While tracing, safe_call's plan (the inputs it passes, the device it moves them to) is
+    # computed once, at compile time, from the network itself (a constant from torch 2.13 on).
     from machin.frame.algorithms.compiled import _call_plan
 
     agent = dqn("double").compile(backend=BACKEND)
-    picks, device = _call_plan(id(agent.qnet), (("state", "other"),), ())
+    picks, device = _call_plan(agent.qnet, (("state", "other"),), ())
     assert picks == (("state", 0),) and device == torch.device("cpu")  # where its parameters are
-    assert _call_plan(id(agent.qnet.net[0]), (("input",),), ())[0] == (("input", 0),)  # a submodule too
+    assert _call_plan(agent.qnet.net[0], (("input",),), ())[0] == (("input", 0),)  # a submodule too
+    assert _call_plan(agent.qnet, (None, ("state",)), ())[0] == (("state", 1),)  # from the second dict
     with pytest.raises(TypeError, match="misses forward arguments"):
-        _call_plan(id(agent.qnet), (("observation",),), ())
-    with pytest.raises(TypeError, match="not a network of the compiled framework"):
-        _call_plan(id(QNet()), (("state",),), ())
+        _call_plan(agent.qnet, (("observation",),), ())
+    with pytest.raises(TypeError, match=r"misses forward arguments \['extra'\]"):
+        _call_plan(QNet(), (("state",),), ("extra",))

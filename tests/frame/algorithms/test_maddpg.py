@@ -10,7 +10,8 @@ import pytest
 import torch
 from torch import nn
 
-from machin.frame.algorithms.maddpg import MADDPG, SHMBuffer, _WorkerCopy
+from machin.frame.algorithms.maddpg import MADDPG, SHMBuffer
+from machin.frame.algorithms.worker_copy import WorkerCopy
 from machin.frame.buffers import Buffer, PrioritizedBuffer
 from machin.frame.transition import Transition
 from machin.parallel.pickle import dumps, loads
@@ -553,7 +554,7 @@ def test_a_spawned_workers_context_unpickles_as_a_working_framework():
     maddpg = make_maddpg(lr_scheduler=torch.optim.lr_scheduler.LambdaLR,
                          lr_scheduler_args=((lambda e: 1.0,), (lambda e: 1.0,)))
     fill(maddpg)
-    rebuilt = loads(dumps(_WorkerCopy(maddpg)))
+    rebuilt = loads(dumps(WorkerCopy(maddpg)))
     assert type(rebuilt) is MADDPG and rebuilt._pool is None and rebuilt._lr_schedulers == []
     assert rebuilt.critic_optims[1].param_groups[0]["params"][0] is next(rebuilt.critics[1].parameters())
     torch.manual_seed(4)

@@ -2,6 +2,7 @@
 
 import inspect
 import math
+import pydoc
 
 import pytest
 import torch
@@ -29,24 +30,32 @@ def make_dqn(**options):
 
 # -- declaration and signature -------------------------------------------------------------------
 def test_a_subclass_declares_only_what_differs_and_shows_every_option():
-    assert "__init__" not in vars(DDPGPer) or vars(DDPGPer)["__init__"]._option_body is vars(DDPG)[
-        "__init__"]._option_body
-    signature = inspect.signature(DDPGPer.__init__)
+    assert "__init__" not in vars(DDPGPer)  # DDPG's constructor serves it unchanged
+    signature = inspect.signature(DDPGPer)
     assert signature.parameters["update_rate"].default == 0.005
-    assert inspect.signature(DDPG.__init__).parameters["update_rate"].default == 0.001
+    assert inspect.signature(DDPG).parameters["update_rate"].default == 0.001
     names = list(signature.parameters)
-    assert names[:7] == ["self", "actor", "actor_target", "critic", "critic_target", "optimizer", "criterion"]
-    assert names[7] == "_" and names[-1] == "__"  # 0.3.4's ``*_, **__``
+    assert names[:6] == ["actor", "actor_target", "critic", "critic_target", "optimizer", "criterion"]
+    assert names[6] == "_" and names[-1] == "__"  # 0.3.4's ``*_, **__``
     assert {"batch_size", "discount", "gradient_max", "replay_size", "visualize", "n_step"} <= set(names)
-    # Every option is documented in the constructor's docstring, with its default.
+    # help() shows the signature and every option's documentation with its default.
+    text = pydoc.render_doc(DDPGPer, renderer=pydoc.plaintext)
+    assert "update_rate=0.005" in text
     for name, spec in option_specs(DDPGPer).items():
-        assert f"{name} (default ``{spec.default!r}``)" in DDPGPer.__init__.__doc__
+        assert f"(keyword option, default ``{spec.default!r}``)" in spec.__doc__ and spec.doc in text, name
+
+
+def test_a_bad_option_is_reported_from_its_check_alone():
+    with pytest.raises(ValueError, match=r"discount must be in \[0, 1\], got 2") as caught:
+        make_dqn(discount=2)
+    frames = [entry for entry in caught.traceback if entry.path.name == "options.py"]
+    assert [entry.name for entry in frames] == ["__set__", "probability"]
 
 
 def test_a_plain_class_attribute_fixes_an_inherited_option():
     assert "mode" not in option_specs(RAINBOW) and "n_step" not in option_specs(RAINBOW)
     assert RAINBOW.mode == "double"
-    assert "reward_future_steps" in inspect.signature(RAINBOW.__init__).parameters
+    assert "reward_future_steps" in inspect.signature(RAINBOW).parameters
 
 
 def test_options_become_checked_attributes_and_extras_warn():
@@ -59,8 +68,10 @@ def test_options_become_checked_attributes_and_extras_warn():
         make_dqn(batch_size=2.5)
     with pytest.warns(ExtraArgumentsWarning, match="'bogus'"):
         make_dqn(bogus=1)
-    # A construction-only option is not kept around.
-    assert not hasattr(dqn, "_option_values")
+    # The replay_buffer option's attribute holds the buffer in use.
+    assert dqn.replay_buffer.buffer_size == 100
+    with pytest.raises(TypeError, match="replay_buffer must be None or a Buffer, got list"):
+        dqn.replay_buffer = [1, 2]
 
 
 def test_subclass_constructor_adds_positionals_and_keeps_the_options_it_was_given():
@@ -98,8 +109,8 @@ def test_a_new_framework_declares_its_options_as_class_attributes():
         learning_rate = Option(0.1, positive, "Learning rate.")
         steps = Option(2, positive_int, "Steps per update.")
 
-        def __init__(self, net):
-            super().__init__()
+        def __init__(self, net, *_, **options):
+            super().__init__(*_, **options)
             self.net = net
             self.optim = self._make_optimizer(torch.optim.SGD, net, self.learning_rate)
 
@@ -108,7 +119,7 @@ def test_a_new_framework_declares_its_options_as_class_attributes():
 
     tiny = Tiny(nn.Linear(1, 1), steps=5, learning_rate=0.5)
     assert (tiny.steps, tiny.optim.param_groups[0]["lr"], tiny.gradient_max) == (5, 0.5, math.inf)
-    params = inspect.signature(Tiny.__init__).parameters
+    params = inspect.signature(Tiny).parameters
     assert params["steps"].default == 2 and params["net"].kind is inspect.Parameter.POSITIONAL_OR_KEYWORD
     with pytest.raises(ValueError, match="steps must be a positive integer, got 0"):
         Tiny(nn.Linear(1, 1), steps=0)
