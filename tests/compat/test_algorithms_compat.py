@@ -306,3 +306,75 @@ def test_error_phrases_of_0_3_4():
         ddpg.act_with_noise({"state": torch.zeros(1, 3)}, mode="bogus")
     with pytest.raises(ValueError, match="Input tensor is not a probability tensor"):
         assert_output_is_probs(torch.tensor([[0.5, 0.7]]))
+
+
+# -- Machin 0.3.4's overridable helpers ------------------------------------------------------
+def test_the_0_3_4_helpers_compute_what_they_did():
+    torch.manual_seed(0)
+    state = {"state": torch.randn(5, 4)}
+    dqn = BUILDERS["DQN"]()
+    assert torch.equal(dqn._criticize(state), dqn.qnet(state["state"]))
+    assert torch.equal(dqn._criticize(state, True), dqn.qnet_target(state["state"]))
+    assert torch.equal(dqn._act_discrete(state), dqn.qnet(state["state"]).argmax(dim=1, keepdim=True))
+    a2c = BUILDERS["A2C"]()
+    assert torch.equal(a2c._criticize(state), a2c.critic(state["state"]))
+
+    ddpg, td3, sac = BUILDERS["DDPG"](), BUILDERS["TD3"](), BUILDERS["SAC"]()
+    pendulum = {"state": torch.randn(5, 3)}
+    action = {"action": torch.rand(5, 1)}
+    assert torch.equal(ddpg._act(pendulum), ddpg.actor(pendulum["state"]))
+    assert torch.equal(ddpg._act(pendulum, True), ddpg.actor_target(pendulum["state"]))
+    assert torch.equal(ddpg._criticize(pendulum, action, True), ddpg.critic_target(pendulum["state"], action["action"]))
+    assert torch.equal(td3._criticize2(pendulum, action), td3.critic2(pendulum["state"], action["action"]))
+    assert torch.equal(sac._criticize2(pendulum, action, True), sac.critic2_target(pendulum["state"], action["action"]))
+
+
+def _counting(base, hook):
+    """A subclass of ``base`` (written the 0.3.4 way) whose override of ``hook`` counts its calls."""
+
+    def counted(self, *args, **kwargs):
+        self.calls += 1
+        return getattr(super(subclass, self), hook)(*args, **kwargs)
+
+    subclass = type(f"Counting{base.__name__}", (base,), {hook: counted, "calls": 0})
+    return subclass
+
+
+def test_an_override_of_a_0_3_4_helper_is_what_the_update_uses():
+    dqn = _counting(DQN, "_criticize")(QNet(), QNet(), torch.optim.Adam, nn.MSELoss(), batch_size=8)
+    for i in range(8):
+        dqn.store_transition(transition([0.1 * i] * 4, i % 2, [0.1 * i] * 4, 1.0, False))
+    dqn.update()
+    assert dqn.calls == 3  # the predicted Q values, the target Q values, the double-DQN next action
+
+    ddpg = _counting(DDPG, "_act")(*_ddpg_nets(), torch.optim.Adam, nn.MSELoss(), batch_size=8)
+    fill_ddpg(ddpg, 16)
+    ddpg.update()
+    assert ddpg.calls == 2  # the target actor's next actions, the actor loss
+
+    a2c = _counting(A2C, "_criticize")(CategoricalActor(), ValueCritic(), torch.optim.Adam, nn.MSELoss(),
+                                       batch_size=8, actor_update_times=1, critic_update_times=1)
+    a2c.store_episode([step_dict([0.1 * i] * 4, [[i % 2]], [0.1 * i + 0.1] * 4, 1.0, i == 9) for i in range(10)])
+    calls_when_stored = a2c.calls
+    a2c.update()
+    assert calls_when_stored > 0 and a2c.calls > calls_when_stored  # the episode's values, the critic loss
+
+
+@pytest.mark.parametrize("base, hook, replacement", [
+    (DDPG, "_criticize", "_critic_value"),
+    (TD3, "_criticize2", "_critic_value"),
+    (SAC, "_criticize", "_critic_value"),
+    (RAINBOW, "_criticize", "_predicted_value"),
+])
+def test_an_override_the_update_does_not_use_is_named_when_the_class_is_made(base, hook, replacement):
+    with pytest.warns(UserWarning, match=rf"Mine overrides {hook}, a Machin 0.3.4 helper that the update of "
+                                         rf"{base.__name__} does not call in machin; override {replacement}"):
+        type("Mine", (base,), {hook: lambda self, *args, **kwargs: None})
+
+
+def test_overrides_the_update_uses_are_not_warned_about():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        type("Mine", (DQN,), {"_criticize": DQN._criticize, "_act_discrete": DQN._act_discrete})
+        type("Mine", (DDPG,), {"_act": DDPG._act})
+        type("Mine", (A2C,), {"_criticize": A2C._criticize, "_eval_act": A2C._eval_act})

@@ -167,6 +167,15 @@ class A2C(BufferOptions, ActorCriticOptions, TorchFramework):
         """Critic output for ``state``, with gradient."""
         return safe_call(self.critic, state)
 
+    def _criticize(self, state: Dict[str, Any], *_: Any, **__: Any) -> torch.Tensor:
+        """State values ``[B, 1]`` (the critic's first output), with gradient: Machin 0.3.4's
+        overridable helper, through which the update computes every value.
+
+        Args:
+            state: State dict ``{key: [B, ...]}`` for the critic.
+        """
+        return split_output(self._critic_value(state))[0]
+
     def criticize(self, state: Dict[str, Any]) -> Any:
         """State values ``[B, 1]`` (and any extra critic outputs) for ``state``."""
         with torch.no_grad():
@@ -247,7 +256,7 @@ class A2C(BufferOptions, ActorCriticOptions, TorchFramework):
         states = {k: torch.cat([t["state"][k] for t in episode] + [t["next_state"][k] for t in episode])
                   for k in keys}
         with torch.no_grad():
-            values = split_output(self._critic_value(states))[0]
+            values = self._criticize(states)
         values = as_column(values, 2 * steps, "the critic output").view(-1).tolist()
         returns, advantages = returns_and_advantages(
             [float(t["reward"]) for t in episode], values[:steps], values[steps:],
@@ -333,7 +342,7 @@ class A2C(BufferOptions, ActorCriticOptions, TorchFramework):
 
     @compilable(("critic",))
     def _critic_loss(self, batch: PolicyBatch) -> torch.Tensor:
-        value = as_column(split_output(self._critic_value(batch.state))[0], batch.size, "the critic output")
+        value = as_column(self._criticize(batch.state), batch.size, "the critic output")
         target = batch.target_value.to(device=value.device, dtype=value.dtype)
         return self.value_weight * self.criterion(target, value)
 

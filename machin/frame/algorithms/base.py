@@ -6,6 +6,7 @@ import contextlib
 import inspect
 import math
 import os
+import warnings
 import weakref
 from dataclasses import dataclass
 from typing import (
@@ -214,6 +215,25 @@ class TorchFramework(metaclass=FrameworkType):
 
     #: Training progress of the schedules, in ``[0, 1]`` (see :meth:`set_progress`).
     _progress: float = 0.0
+
+    #: Machin 0.3.4 helpers (``_criticize``, ...) this family still offers but its update does
+    #: not call, each with what to override instead. A subclass that overrides one of them
+    #: gets a warning when it is created, so that a 0.3.4 subclass is not silently ignored.
+    _legacy_hooks: Dict[str, str] = {}
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "_legacy_hooks" in cls.__dict__:  # a machin class that declares its hooks
+            return
+        for hook, replacement in cls._legacy_hooks.items():
+            if hook in cls.__dict__:
+                family = next(k.__name__ for k in cls.__mro__[1:] if "_legacy_hooks" in k.__dict__)
+                warnings.warn(
+                    f"{cls.__qualname__} overrides {hook}, a Machin 0.3.4 helper that the update of "
+                    f"{family} does not call in machin; override {replacement} instead",
+                    UserWarning,
+                    stacklevel=2,
+                )
 
     def __init__(self, *_: Any, **options: Any):
         """Set every option, the given value or the default, checked (extra arguments warn).
@@ -706,3 +726,19 @@ class TorchFramework(metaclass=FrameworkType):
 
     def _load_extra_run_state(self, state: Mapping[str, Any]) -> None:
         """Load what :meth:`_extra_run_state` returned (after the checked common parts)."""
+
+    @classmethod
+    def generate_config(cls, config: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
+        """A complete config of this algorithm: ``config`` plus the defaults it lacks
+        (see :func:`machin.frame.algorithms.config.generate_config`)."""
+        from .config import generate_config
+
+        return generate_config(cls, config)
+
+    @classmethod
+    def init_from_config(cls, config: Dict[str, Any], model_device: Any = "cpu") -> TorchFramework:
+        """Build this algorithm from a config, its networks on ``model_device``
+        (see :func:`machin.frame.algorithms.config.init_from_config`)."""
+        from .config import init_from_config
+
+        return init_from_config(cls, config, model_device)

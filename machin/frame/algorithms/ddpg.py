@@ -230,9 +230,36 @@ class DDPG(ReplayMixin, SoftTargets, ActorCriticOptions, TorchFramework):
            name: str = "critic") -> torch.Tensor:
         return self._value_column(safe_call(critic, state, action), size, name)
 
+    # -- Machin 0.3.4's overridable helpers ------------------------------------------------
+    def _act(self, state: Dict[str, Any], use_target: bool = False, **__: Any) -> Any:
+        """The actor's raw action (its first output) for ``state``, with gradient; the update
+        computes the next actions and the actor loss through it.
+
+        Args:
+            state: State dict ``{key: [B, ...]}`` for the actor.
+            use_target: Use the target actor.
+        """
+        return split_output(safe_call(self.actor_target if use_target else self.actor, state))[0]
+
+    def _criticize(self, state: Dict[str, Any], action: Dict[str, Any], use_target: bool = False,
+                   **__: Any) -> torch.Tensor:
+        """The critic's value (its first output) of ``action`` in ``state``, with gradient.
+
+        The update picks its critics by name (TD3 and SAC have two), so an override of this
+        helper is not used by it: override :meth:`_critic_value` instead (a warning says so).
+
+        Args:
+            state: State dict for the critic.
+            action: Action dict for the critic.
+            use_target: Use the target critic.
+        """
+        return split_output(safe_call(self.critic_target if use_target else self.critic, state, action))[0]
+
+    _legacy_hooks = {"_criticize": "_critic_value(critic, state, action, size, name)"}
+
     def _target_action(self, batch: SampledBatch) -> Any:
         """The target actor's raw action in the next states (TD3 smooths it with noise)."""
-        return split_output(safe_call(self.actor_target, batch.next_state))[0]
+        return self._act(batch.next_state, True)
 
     def _next_value(self, batch: SampledBatch, next_action: Dict[str, Any]) -> torch.Tensor:
         """Value ``[B, 1]`` of the next state (TD3 takes the minimum of two target critics)."""
@@ -278,8 +305,7 @@ class DDPG(ReplayMixin, SoftTargets, ActorCriticOptions, TorchFramework):
     @compilable(("actor",))
     def _actor_loss(self, batch: SampledBatch) -> torch.Tensor:
         """Minus the mean of ``Q(s, mu(s))`` over ``batch`` (one compiled step after :meth:`compile`)."""
-        raw, _ = split_output(safe_call(self.actor, batch.state))
-        action = self.action_transform_function(raw, batch.state, batch.others)
+        action = self.action_transform_function(self._act(batch.state), batch.state, batch.others)
         return -self._critic_value(self.critic, batch.state, action, batch.size).mean()
 
     def _update_actor(self, batch: SampledBatch, step: bool) -> float:

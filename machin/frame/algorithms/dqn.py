@@ -204,13 +204,31 @@ class DQN(ReplayMixin, TorchFramework):
         """
         return sampled_actions["action"]
 
+    # -- Machin 0.3.4's overridable helpers: the update computes its Q values through them --
+    def _criticize(self, state: Dict[str, Any], use_target: bool = False, **__: Any) -> torch.Tensor:
+        """Q values ``[B, action_num]`` of ``state`` (the Q network's first output), with gradient.
+
+        Args:
+            state: State dict ``{key: [B, ...]}`` for the Q network.
+            use_target: Evaluate the target network instead of the online one.
+        """
+        return split_output(safe_call(self._q_network(use_target), state))[0]
+
+    def _act_discrete(self, state: Dict[str, Any], use_target: bool = False, **__: Any) -> torch.Tensor:
+        """Greedy actions ``[B, 1]`` for ``state`` (double DQN picks its next actions with it).
+
+        Args:
+            state: State dict ``{key: [B, ...]}`` for the Q network.
+            use_target: Use the target network instead of the online one.
+        """
+        return self._greedy_action(self._criticize(state, use_target))
+
     # -- update -----------------------------------------------------------------------
     def _next_value(self, batch: SampledBatch) -> torch.Tensor:
         """Value ``[B, 1]`` of the next state under the mode's target rule (no gradient)."""
-        target_q, _ = split_output(safe_call(self.qnet_target, batch.next_state))
+        target_q = self._criticize(batch.next_state, True)
         if self.mode == "double":
-            online_q, _ = split_output(safe_call(self.qnet, batch.next_state))
-            next_action = online_q.argmax(dim=1, keepdim=True).to(target_q.device)
+            next_action = self._act_discrete(batch.next_state).to(target_q.device)
             return target_q.gather(1, next_action)
         return target_q.max(dim=1, keepdim=True).values
 
@@ -222,7 +240,7 @@ class DQN(ReplayMixin, TorchFramework):
                                         batch.terminal.to(device), batch.others)
 
     def _predicted_value(self, batch: SampledBatch) -> torch.Tensor:
-        q, _ = split_output(safe_call(self.qnet, batch.state))
+        q = self._criticize(batch.state)
         action = self.action_get_function(batch.action).to(device=q.device, dtype=torch.long)
         if action.dim() != 2:
             action = action.view(batch.size, 1)

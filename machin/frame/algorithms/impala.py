@@ -34,7 +34,7 @@ from ..helpers.servers import build_from_roles
 from ..returns import vtrace
 from ..transition import Transition
 from .a2c import A2C
-from .base import UpdateResult, split_output
+from .base import UpdateResult
 from .options import OneLearningRate, Option, positive
 from .policy import PolicyBatch, split_actor_output
 from .prefetch import LearnerPipeline
@@ -178,7 +178,7 @@ class IMPALA(OneLearningRate, LearnerPipeline, SharedNetworkSync, A2C):
             log_prob = split_actor_output(self._eval_act(episode.state, episode.action), "IMPALA")[1]
             log_prob = as_column(log_prob, steps, "the actor's log_prob output").view(-1)
             both = {k: torch.cat([episode.state[k], episode.next_state[k]]) for k in episode.state}
-            values = as_column(split_output(self._critic_value(both))[0], 2 * steps, "the critic output").view(-1)
+            values = as_column(self._criticize(both), 2 * steps, "the critic output").view(-1)
         device = values.device
         behaviour = torch.tensor(episode.action_log_prob, dtype=values.dtype, device=device)
         targets, advantage = vtrace(

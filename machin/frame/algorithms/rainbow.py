@@ -51,6 +51,10 @@ class RAINBOW(DQNPer):
     (always double) and ``n_step`` (``reward_future_steps`` instead).
     """
 
+    # The distributional update reads the Q network's distributions directly.
+    _legacy_hooks = {"_criticize": "_predicted_value(batch) and _bellman_target(batch)",
+                     "_act_discrete": "_bellman_target(batch)"}
+
     _criterion_needed = False
     mode = "double"
     n_step = 1

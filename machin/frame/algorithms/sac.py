@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from ...utils.compat import ignores_extra_args
-from .base import Driver, TorchFramework, UpdateResult
+from .base import Driver, TorchFramework, UpdateResult, split_output
 from .compiled import compilable
 from .critics import SoftTargets, critic_action_input, value_column
 from .options import ActorCriticOptions, Option, non_negative, optional, positive
@@ -149,6 +149,32 @@ class SAC(ReplayMixin, SoftTargets, ActorCriticOptions, TorchFramework):
     def _critic_value(self, critic: nn.Module, state: Dict[str, Any], action: Dict[str, Any],
                    size: int) -> torch.Tensor:
         return value_column(safe_call(critic, state, action), size, "the critic")
+
+    # -- Machin 0.3.4's helpers (the update picks its critics itself, see DDPG._criticize) --
+    def _criticize(self, state: Dict[str, Any], action: Dict[str, Any], use_target: bool = False,
+                   **__: Any) -> torch.Tensor:
+        """The first critic's value (its first output) of ``action`` in ``state``, with gradient.
+
+        Args:
+            state: State dict for the critic.
+            action: Action dict for the critic.
+            use_target: Use the target critic.
+        """
+        return split_output(safe_call(self.critic_target if use_target else self.critic, state, action))[0]
+
+    def _criticize2(self, state: Dict[str, Any], action: Dict[str, Any], use_target: bool = False,
+                    **__: Any) -> torch.Tensor:
+        """The second critic's value (its first output) of ``action`` in ``state``, with gradient.
+
+        Args:
+            state: State dict for the critic.
+            action: Action dict for the critic.
+            use_target: Use the second target critic.
+        """
+        return split_output(safe_call(self.critic2_target if use_target else self.critic2, state, action))[0]
+
+    _legacy_hooks = {"_criticize": "_critic_value(critic, state, action, size)",
+                     "_criticize2": "_critic_value(critic, state, action, size)"}
 
     def _min_q(self, critics: Tuple[nn.Module, nn.Module], state: Dict[str, Any], action: Dict[str, Any],
                size: int) -> torch.Tensor:

@@ -7,11 +7,12 @@ from typing import Any, Callable, Dict, List
 import torch
 from torch import nn
 
+from .base import split_output
 from .critics import CriticSet
 from .ddpg import DDPG
 from .options import Option, non_negative, positive_int
 from .replay import SampledBatch
-from .utils import hard_update
+from .utils import hard_update, safe_call
 
 __all__ = ["TD3"]
 
@@ -71,6 +72,20 @@ class TD3(DDPG):
         """
         noise = (torch.randn_like(actions) * policy_noise).clamp(-noise_clip, noise_clip)
         return actions + noise
+
+    def _criticize2(self, state: Dict[str, Any], action: Dict[str, Any], use_target: bool = False,
+                    **__: Any) -> torch.Tensor:
+        """The second critic's value (its first output) of ``action`` in ``state`` (Machin 0.3.4's
+        helper; the update does not call it, see :meth:`DDPG._criticize`).
+
+        Args:
+            state: State dict for the critic.
+            action: Action dict for the critic.
+            use_target: Use the second target critic.
+        """
+        return split_output(safe_call(self.critic2_target if use_target else self.critic2, state, action))[0]
+
+    _legacy_hooks = {**DDPG._legacy_hooks, "_criticize2": "_critic_value(critic, state, action, size, name)"}
 
     def _target_action(self, batch: SampledBatch) -> torch.Tensor:
         smoothed = self.policy_noise_function(super()._target_action(batch), self.policy_noise, self.noise_clip)
