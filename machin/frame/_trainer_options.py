@@ -241,23 +241,27 @@ def check_parts(callbacks: Any, evaluator: Any, loggers: Any, checkpointer: Any)
                 raise TypeError(f"{name} must hold Callback objects, got {part!r} ({type(part).__name__})")
 
 
-def resume_problem(group: bool, seed: Optional[int]) -> Optional[str]:
-    """Why runs with these options cannot be saved for an exact resume, or ``None`` when they can."""
-    if group:
-        return "it trains on a group of environments (saves need a single environment)"
+def resume_problem(group_problem: Optional[str], seed: Optional[int]) -> Optional[str]:
+    """Why runs with these options cannot be saved for an exact resume, or ``None`` when they can.
+
+    ``group_problem`` is why the group of environments cannot be replayed (``None`` for a
+    single environment or a group that can be).
+    """
+    if group_problem is not None:
+        return f"it trains on a group of environments that cannot be saved: {group_problem}"
     if seed is None:
         return "it has no seed (give seed=..., so that the episode in progress can be replayed on resume)"
     return None
 
 
-def check_save_options(save_every: Any, log_dir: Any, group: bool, seed: Optional[int]) -> None:
+def check_save_options(save_every: Any, log_dir: Any, group_problem: Optional[str], seed: Optional[int]) -> None:
     """``save_every`` needs a ``log_dir`` to save into and options that allow an exact resume."""
     if save_every is None:
         return
     check_number("save_every", save_every, minimum=1, integer=True)
     if log_dir is None:
         raise ValueError(f"save_every={save_every} saves into <log_dir>/saves: give log_dir, got log_dir=None")
-    why = resume_problem(group, seed)
+    why = resume_problem(group_problem, seed)
     if why is not None:
         raise ValueError(f"save_every={save_every} saves runs for an exact resume, which this trainer cannot: "
                          f"{why}")

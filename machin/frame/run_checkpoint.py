@@ -158,8 +158,10 @@ class RunCheckpoint(Callback):
     goes to the handler installed before. The handlers are installed only when the run
     is in the main thread, and the previous ones are put back when the run ends.
 
-    Saves need a single training environment (not a group) and a ``seed`` on the trainer,
-    so that the episode in progress can be replayed on resume.
+    Saves need a ``seed`` on the trainer and a single training environment or a group
+    whose environments can be replayed one by one
+    (:func:`~machin.frame.sampler.replay_problem`), so that the episodes in progress can
+    be replayed on resume.
 
     Args:
         directory: Where the saves go (one ``steps_<n>`` directory each; created if missing).

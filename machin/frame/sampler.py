@@ -21,17 +21,17 @@ The environments are a machin parallel wrapper
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple, Union
 
 import numpy as np
 import torch
-from gymnasium.vector import AutoresetMode, VectorEnv
+from gymnasium.vector import AutoresetMode, SyncVectorEnv, VectorEnv
 
 from ..env.wrappers.openai_gym import ParallelWrapperDummy, ParallelWrapperSubProc
 from .algorithms.utils import Hidden, map_hidden
 
-__all__ = ["EpisodeInfo", "VecSampler", "check_hidden_options"]
+__all__ = ["EpisodeInfo", "VecSampler", "check_hidden_options", "replay_problem"]
 
 ActionFn = Callable[[Any], Tuple[torch.Tensor, Dict[str, torch.Tensor]]]
 CustomFn = Callable[[Any], Dict[str, torch.Tensor]]
@@ -68,6 +68,7 @@ class _Step(NamedTuple):
     truncated: np.ndarray
     obs: np.ndarray  # observation to act on next (after any reset)
     ready: np.ndarray  # environments that take an action at the next step
+    reset_states: Optional[Dict[int, Any]] = None  # finished environment -> generator state its reset uses
 
 
 class _Acted(NamedTuple):
@@ -125,6 +126,38 @@ def check_hidden_options(hidden_key: Optional[str], initial_hidden: Any, hidden_
         )
 
 
+def replay_problem(envs: Any) -> Optional[str]:
+    """Why the sampler cannot replay the environments of ``envs`` one by one, or ``None`` when it can.
+
+    Replaying is what an exact resume of a saved run needs (see
+    :meth:`VecSampler.state_dict`): each environment is reset from its recorded seed or
+    generator state and stepped through its recorded actions, on its own.
+    """
+    if isinstance(envs, ParallelWrapperSubProc):
+        return ("its environments run in subprocesses (ParallelWrapperSubProc), where their random generators "
+                "cannot be read nor their episodes replayed one by one: use a ParallelWrapperDummy or a gymnasium "
+                "SyncVectorEnv")
+    if isinstance(envs, VectorEnv):
+        if not isinstance(envs, SyncVectorEnv):
+            return (f"it is a {type(envs).__name__}: of the gymnasium vector environments, only an unwrapped "
+                    f"SyncVectorEnv lets its environments be replayed one by one")
+        if AutoresetMode(envs.metadata.get("autoreset_mode", AutoresetMode.NEXT_STEP)) == AutoresetMode.SAME_STEP:
+            return ("its autoreset mode is SAME_STEP, which resets an environment inside the step that ends its "
+                    "episode, so the generator state that reset starts from cannot be recorded: use NEXT_STEP "
+                    "(gymnasium's default) or DISABLED")
+    return None
+
+
+def _generator_state(env: Any) -> Optional[Dict[str, Any]]:
+    """The state of a gymnasium environment's ``np_random`` (``None`` for an environment without one)."""
+    generator = getattr(getattr(env, "unwrapped", env), "np_random", None)
+    return None if generator is None else generator.bit_generator.state
+
+
+def _set_generator_state(env: Any, state: Dict[str, Any]) -> None:
+    getattr(env, "unwrapped", env).np_random.bit_generator.state = state
+
+
 class _WrapperEnvs:
     """A machin parallel wrapper; finished environments are reset right after the step."""
 
@@ -133,6 +166,8 @@ class _WrapperEnvs:
         self.size = wrapper.size()
         self.action_space = wrapper.action_space
         self.observation_space = wrapper.observation_space
+        self.problem = replay_problem(wrapper)  # why it cannot be replayed, or None
+        self.replayable = self.problem is None
         self._all = np.ones(self.size, dtype=bool)
 
     def reset(self, seeds: Optional[List[int]]) -> np.ndarray:
@@ -140,14 +175,29 @@ class _WrapperEnvs:
             self.wrapper.seed(seeds)
         return np.stack(self.wrapper.reset())
 
+    def generator_state(self, index: int) -> Optional[Dict[str, Any]]:
+        """The generator state of environment ``index`` (``None`` when it cannot be read)."""
+        return _generator_state(self.wrapper._envs[index]) if self.replayable else None
+
+    def restart(self, index: int, state: Dict[str, Any], pending: bool) -> Optional[np.ndarray]:
+        """Reset environment ``index`` from generator ``state``; its observation (the wrapper never waits)."""
+        _set_generator_state(self.wrapper._envs[index], state)
+        return self.wrapper.reset(idx=[index])[0]
+
+    def step_one(self, index: int, action: np.ndarray) -> Tuple[np.ndarray, bool]:
+        """Step environment ``index`` alone: its observation and whether its episode ended."""
+        obs, _, done, _ = self.wrapper.step([action], idx=[index])
+        return obs[0], bool(done[0])
+
     def step(self, actions: np.ndarray) -> _Step:
         obs, reward, _, infos = self.wrapper.step(actions)
         next_obs = np.stack(obs)
         terminated = _flags([info["terminated"] for info in infos])
         truncated = _flags([info["truncated"] for info in infos])
         done = np.flatnonzero(terminated | truncated)
-        current = next_obs
+        current, reset_states = next_obs, {}
         if done.size:
+            reset_states = {index: self.generator_state(index) for index in done.tolist()}
             current = next_obs.copy()
             current[done] = np.stack(self.wrapper.reset(idx=done.tolist()))
         return _Step(
@@ -157,6 +207,7 @@ class _WrapperEnvs:
             truncated,
             current,
             self._all,
+            reset_states,
         )
 
 
@@ -177,11 +228,35 @@ class _GymVectorEnvs:
         self.action_space = env.single_action_space
         self.observation_space = env.single_observation_space
         self.mode = AutoresetMode(env.metadata.get("autoreset_mode", AutoresetMode.NEXT_STEP))
+        self.problem = replay_problem(env)  # why it cannot be replayed, or None
+        self.replayable = self.problem is None
         self._all = np.ones(self.size, dtype=bool)
 
     def reset(self, seeds: Optional[List[int]]) -> np.ndarray:
         obs, _ = self.env.reset(seed=seeds)
         return np.array(obs)
+
+    def generator_state(self, index: int) -> Optional[Dict[str, Any]]:
+        """The generator state of environment ``index`` (``None`` when it cannot be read)."""
+        return _generator_state(self.env.envs[index]) if self.replayable else None
+
+    def restart(self, index: int, state: Dict[str, Any], pending: bool) -> Optional[np.ndarray]:
+        """Reset environment ``index`` from generator ``state`` and return its observation.
+
+        ``pending``: the environment waits for the reset that the next step makes
+        (``NEXT_STEP``): only its generator is set and the vector environment told.
+        """
+        env = self.env.envs[index]
+        _set_generator_state(env, state)
+        if pending:
+            self.env._autoreset_envs[index] = True
+            return None
+        return env.reset()[0]
+
+    def step_one(self, index: int, action: np.ndarray) -> Tuple[np.ndarray, bool]:
+        """Step environment ``index`` alone: its observation and whether its episode ended."""
+        obs, _, terminated, truncated, _ = self.env.envs[index].step(action)
+        return obs, bool(terminated or truncated)
 
     def step(self, actions: np.ndarray) -> _Step:
         obs, reward, terminated, truncated, info = self.env.step(actions)
@@ -189,6 +264,8 @@ class _GymVectorEnvs:
         terminated, truncated = _flags(terminated), _flags(truncated)
         done = terminated | truncated
         next_obs, current, ready = obs, obs, self._all
+        # the generators before the resets: NEXT_STEP resets at the next step, DISABLED below
+        reset_states = {index: self.generator_state(index) for index in np.flatnonzero(done).tolist()}
         if self.mode == AutoresetMode.NEXT_STEP:
             ready = ~done
         elif done.any():
@@ -202,7 +279,7 @@ class _GymVectorEnvs:
                 reset_obs, _ = self.env.reset(options={"reset_mask": done})
                 current[done] = np.asarray(reset_obs)[done]
         return _Step(
-            next_obs, np.asarray(reward, dtype=np.float64), terminated, truncated, current, ready
+            next_obs, np.asarray(reward, dtype=np.float64), terminated, truncated, current, ready, reset_states
         )
 
 
@@ -407,6 +484,12 @@ class VecSampler:
         self._returns = [0.0] * self.size
         self._lengths = [0] * self.size
         self._update_credit = 0.0
+        # how each environment's episode in progress began ({"seed": ...} or {"random": generator state})
+        # and the actions it took since, so that a resumed run can replay it
+        self._starts: List[Dict[str, Any]] = [{} for _ in range(self.size)]
+        self._actions: List[List[np.ndarray]] = [[] for _ in range(self.size)]
+        self._call: Optional[Dict[str, Any]] = None  # progress of the collect call in progress
+        self._resumed_call: Optional[Dict[str, Any]] = None  # a saved call, which the next call continues
         self.total_steps = 0
         self.total_episodes = 0
 
@@ -445,6 +528,9 @@ class VecSampler:
         seeds = None
         if self.seed is not None and not self._seeded:
             seeds = [self.seed + index for index in range(self.size)]
+        self._starts = [{"seed": seeds[index]} if seeds is not None else
+                        {"random": self._envs.generator_state(index)} for index in range(self.size)]
+        self._actions = [[] for _ in range(self.size)]
         self._obs = self._to_tensor(self._envs.reset(seeds))
         if self.hidden_key is not None:
             self._hidden = map_hidden(lambda h: h.repeat(self.size, *([1] * (h.dim() - 1))), self.initial_hidden)
@@ -540,6 +626,8 @@ class VecSampler:
                 acted = self._choose_actions(self._obs[rows], acting.size, given)
                 actions[acting] = acted.actions
         result = self._envs.step(actions)
+        if self._envs.replayable:
+            self._record(acting, actions, result.reset_states)
         next_state = self._to_tensor(result.next_obs)
         state = self._obs
         self._obs = next_state if result.obs is result.next_obs else self._to_tensor(result.obs)
@@ -577,6 +665,13 @@ class VecSampler:
                 finished.append(self._finish(index, terminated, truncated and not terminated))
         self.total_steps += acting.size
         return acting.size, finished
+
+    def _record(self, acting: np.ndarray, actions: np.ndarray, reset_states: Dict[int, Any]) -> None:
+        """Keep the actions of the acting environments; a finished one starts a new record from its reset."""
+        for index in acting.tolist():
+            self._actions[index].append(actions[index].copy())
+        for index, state in reset_states.items():
+            self._starts[index], self._actions[index] = {"random": state}, []
 
     def _keep_hidden(self, acting: np.ndarray, new: Hidden) -> None:
         """Store the acting rows' new hidden states (a fresh tensor: stored rows stay untouched)."""
@@ -663,10 +758,11 @@ class VecSampler:
             )
         if not self._started:
             self.reset()
-        taken, finished = 0, []
-        while (steps is None or taken < steps) and (episodes is None or len(finished) < episodes):
+        call = self._begin_call("collect", {"steps": steps, "episodes": episodes})
+        finished = call["finished"]
+        while (steps is None or call["taken"] < steps) and (episodes is None or len(finished) < episodes):
             count, done = self._step()
-            taken += count
+            call["taken"] += count
             finished.extend(done)
             if updates_per_step > 0:
                 self._update_credit += count * updates_per_step
@@ -675,6 +771,7 @@ class VecSampler:
                 self._update_credit -= int(self._update_credit)
             if on_step is not None:
                 on_step(count, done)
+        self._call = None
         return finished
 
     def collect_rollout(
@@ -730,9 +827,11 @@ class VecSampler:
             raise TypeError(f"on_step must be callable or None, got {on_step!r}")
         if not self._started:
             self.reset()
-        finished: List[EpisodeInfo] = []
-        for _ in range(n_steps):
+        call = self._begin_call("collect_rollout", {"n_steps": n_steps})
+        finished = call["finished"]
+        while call["taken"] < n_steps:
             count, done = self._step()
+            call["taken"] += 1
             finished.extend(done)
             if on_step is not None:
                 on_step(count, done)
@@ -740,4 +839,125 @@ class VecSampler:
             if tail:  # the episode goes on: its return and length keep counting for its EpisodeInfo
                 self._episodes[index] = []
                 self._store(tail)
+        self._call = None
         return finished
+
+    def _begin_call(self, kind: str, limits: Dict[str, Any]) -> Dict[str, Any]:
+        """The progress of a new call: that of the saved call when the sampler was resumed inside one."""
+        resumed, self._resumed_call = self._resumed_call, None
+        if resumed is None:
+            self._call = {"kind": kind, "limits": limits, "taken": 0, "finished": []}
+        elif (resumed["kind"], resumed["limits"]) != (kind, limits):
+            raise ValueError(f"the sampler was saved inside {resumed['kind']}({resumed['limits']}), which must be "
+                             f"continued first, got {kind}({limits})")
+        else:
+            self._call = resumed
+        return self._call
+
+    # -- saving and resuming --------------------------------------------------------------
+
+    @property
+    def resumes_a_call(self) -> bool:
+        """Whether the sampler was loaded from a state saved inside a collect call, which the next call continues."""
+        return self._resumed_call is not None
+
+    def replay_problem(self) -> Optional[str]:
+        """Why this sampler's state cannot be saved for an exact resume, or ``None`` when it can."""
+        return self._envs.problem
+
+    def state_dict(self) -> Dict[str, Any]:
+        """The sampler's state, from which :meth:`load_state_dict` continues exactly.
+
+        It holds the current observations, hidden states and counters, the steps not
+        stored yet, the progress of the collect call in progress (a state taken from
+        ``on_step`` is continued by the next call of the same kind and limits), and, for
+        every environment, how its episode in progress began (the seed or the generator
+        state of its reset) and the actions it took since. It contains only tensors,
+        numbers, strings, ``None`` and containers of them.
+
+        Raises:
+            ValueError: If the environments cannot be replayed one by one (see
+                :func:`replay_problem`), or an environment's reset was not recorded.
+        """
+        why = self.replay_problem()
+        if why is not None:
+            raise ValueError(f"the sampler's state cannot be saved for an exact resume: {why}")
+        unknown = [index for index, start in enumerate(self._starts) if self._started and
+                   start.get("seed") is None and start.get("random") is None]
+        if unknown:
+            raise ValueError(f"the sampler's state cannot be saved for an exact resume: the environments {unknown} "
+                             f"have no np_random generator whose state their reset could be replayed from")
+        call = self._call
+        return {
+            "size": self.size, "started": self._started, "seeded": self._seeded, "obs": self._obs,
+            "ready": self._ready.tolist(), "hidden": self._hidden, "episodes": [list(e) for e in self._episodes],
+            "returns": list(self._returns), "lengths": list(self._lengths), "update_credit": self._update_credit,
+            "total_steps": self.total_steps, "total_episodes": self.total_episodes,
+            "starts": [{"seed": start.get("seed"), "random": start.get("random"), "actions": self._action_rows(i)}
+                       for i, start in enumerate(self._starts)],
+            "call": None if call is None else {**call, "finished": [asdict(info) for info in call["finished"]]},
+        }
+
+    def _action_rows(self, index: int) -> torch.Tensor:
+        """The actions of environment ``index`` since its reset, as one ``[k, *action_shape]`` tensor."""
+        rows = self._actions[index]
+        array = np.stack(rows) if rows else np.zeros((0, *self._action_shape), dtype=self._action_dtype)
+        return torch.from_numpy(np.ascontiguousarray(array))
+
+    def load_state_dict(self, state: Dict[str, Any]) -> None:
+        """Continue from a :meth:`state_dict` of a sampler built the same way.
+
+        The environments are reset as the first :meth:`collect` did, then every
+        environment whose episode began later is reset from its recorded generator state,
+        and each one replays its recorded actions; the observation reached must be the
+        saved one.
+
+        Raises:
+            ValueError: If the environments cannot be replayed, the state is of another
+                number of environments, or an environment does not replay to its saved
+                observation (it is not deterministic given its seed and actions).
+        """
+        why = self.replay_problem()
+        if why is not None:
+            raise ValueError(f"the sampler cannot resume exactly: {why}")
+        if state["size"] != self.size:
+            raise ValueError(f"the saved sampler stepped {state['size']} environments, this one steps {self.size}")
+        ready = np.asarray(state["ready"], dtype=bool)
+        if state["started"]:
+            self._replay(state["starts"], state["obs"], ready)
+        self._started, self._seeded, self._obs, self._ready = state["started"], state["seeded"], state["obs"], ready
+        self._hidden, self._episodes = state["hidden"], [list(e) for e in state["episodes"]]
+        self._returns, self._lengths = list(state["returns"]), list(state["lengths"])
+        self._update_credit = state["update_credit"]
+        self.total_steps, self.total_episodes = state["total_steps"], state["total_episodes"]
+        self._starts = [{key: start[key] for key in ("seed", "random") if start[key] is not None}
+                        for start in state["starts"]]
+        self._actions = [list(start["actions"].numpy().copy()) for start in state["starts"]]
+        call = state["call"]
+        self._resumed_call = None if call is None else {
+            **call, "finished": [EpisodeInfo(**info) for info in call["finished"]]}
+        self._call = None
+
+    def _replay(self, starts: List[Dict[str, Any]], saved_obs: torch.Tensor, ready: np.ndarray) -> None:
+        """Bring every environment back to its saved place: reset, restart from the generator, replay."""
+        seeds = None if self.seed is None else [self.seed + index for index in range(self.size)]
+        first = self._envs.reset(seeds)
+        for index, start in enumerate(starts):
+            if start["random"] is not None:
+                obs = self._envs.restart(index, start["random"], pending=not ready[index])
+                how = "from its recorded generator state"
+            elif start["seed"] is not None and seeds is not None and start["seed"] == seeds[index]:
+                obs, how = first[index], f"with seed {start['seed']}"
+            else:
+                raise ValueError(f"environment {index} was saved in an episode begun with seed {start['seed']}, "
+                                 f"but this sampler seeds it with {None if seeds is None else seeds[index]}")
+            actions = start["actions"].numpy()
+            for step, action in enumerate(actions):
+                obs, done = self._envs.step_one(index, action)
+                if done:
+                    raise ValueError(f"environment {index}: replaying its episode in progress (reset {how}), it "
+                                     f"ended after {step + 1} of its {len(actions)} actions")
+            if ready[index] and not torch.equal(self._to_tensor(np.asarray(obs)), saved_obs[index]):
+                raise ValueError(f"environment {index}: replaying its episode in progress (reset {how}, then its "
+                                 f"{len(actions)} actions) did not lead to the saved observation, so the "
+                                 f"environment does not repeat itself given its seed and the actions")

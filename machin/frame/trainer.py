@@ -101,7 +101,7 @@ from .run_checkpoint import (
     default_save_directory,
     read_trainer_state,
 )
-from .sampler import VecSampler
+from .sampler import VecSampler, replay_problem
 
 __all__ = ["Trainer", "TrainResult"]
 
@@ -274,7 +274,9 @@ class Trainer:
             and at its end, into ``<log_dir>/saves`` (a
             :class:`~machin.frame.run_checkpoint.RunCheckpoint`, called after every other
             part), so that ``run(..., resume=True)`` can continue it. Needs ``log_dir``,
-            ``seed`` and a single environment.
+            ``seed`` and a single environment or a group whose environments can be
+            replayed one by one (a ``ParallelWrapperDummy`` or a gymnasium
+            ``SyncVectorEnv`` not in ``SAME_STEP`` autoreset mode).
 
     Attributes:
         evaluator: The part that evaluates (an :class:`~machin.frame.callbacks.Evaluator`).
@@ -343,7 +345,7 @@ class Trainer:
         check_run_options(smoothing, solved_reward, solved_repeat, seed, log_dir, gif_env)
         check_random_options(random_steps, random_action, isinstance(env, _ENV_GROUPS), acting.store, hidden_key)
         check_parts(callbacks, evaluator, loggers, checkpointer)
-        check_save_options(save_every, log_dir, isinstance(env, _ENV_GROUPS), seed)
+        check_save_options(save_every, log_dir, replay_problem(env) if isinstance(env, _ENV_GROUPS) else None, seed)
         self.framework = framework
         self._keep(acting, updates)
         self.eval_episodes, self.random_steps = eval_episodes, random_steps
@@ -751,9 +753,11 @@ class Trainer:
     def check_resumable(self) -> None:
         """Raise a ``ValueError`` unless this trainer's runs can be saved and resumed exactly.
 
-        That needs a single training environment and a ``seed``.
+        That needs a ``seed`` and a single training environment or a group whose
+        environments the sampler can replay one by one
+        (:func:`~machin.frame.sampler.replay_problem`).
         """
-        why = resume_problem(self.sampler is not None, self.seed)
+        why = resume_problem(None if self.sampler is None else self.sampler.replay_problem(), self.seed)
         if why is not None:
             raise ValueError(f"a run of this trainer cannot be saved for an exact resume: {why}")
 
@@ -768,8 +772,10 @@ class Trainer:
         """The run's state between two training steps, besides the algorithm's (what a save keeps).
 
         That is the counters, the result so far, the training episode in progress (its
-        reset seed, actions, current state and the steps it has not stored) and what the
-        parts' ``state_dict`` return. Only valid during :meth:`run`, at a step boundary.
+        reset seed, actions, current state and the steps it has not stored), on a group the
+        sampler's :meth:`~machin.frame.sampler.VecSampler.state_dict` (every environment's
+        episode in progress, and the progress of the collect call in progress) and what
+        the parts' ``state_dict`` return. Only valid during :meth:`run`, at a step boundary.
         """
         live = self._live
         state = {
@@ -784,6 +790,7 @@ class Trainer:
             "episode": None if live is None else {"seed": live.seed, "state": live.state, "steps": live.steps,
                                                   "actions": live.actions, "total": live.total,
                                                   "done": live.done},
+            "group": None if self.sampler is None else self.sampler.state_dict(),
             "parts": [[_class_name(part), part.state_dict()] for part in _stateful(self._parts)],
         }
         check_storable("the trainer's state", state)
@@ -830,6 +837,11 @@ class Trainer:
         self._rollout_finished = list(counters["rollout_finished"])
         self.result = TrainResult(**state["result"])
         self._live = None if state["episode"] is None else self._replay(state["episode"], path)
+        if self.sampler is not None:
+            try:
+                self.sampler.load_state_dict(state["group"])
+            except ValueError as error:
+                raise RunCheckpointError(f"cannot resume from {path!r}: {error}") from None
         for part, (_, saved) in zip(_stateful(self._parts), state["parts"]):
             part.load_state_dict(saved)
         self.resumed_from = path
@@ -1006,11 +1018,14 @@ class Trainer:
     def _unfinished(self) -> bool:
         """Whether a resumed run is inside a training episode (a rollout) it must finish first.
 
-        Between episodes (rollouts) of a run that was not resumed, it never is.
+        Between episodes (rollouts) of a run that was not resumed, it never is. On a group,
+        it is when the sampler was saved inside a collect call.
         """
+        if self.sampler is not None:
+            return self.sampler.resumes_a_call
         if self.rollout_steps is not None:
             return self._rollout_taken > 0
-        return self.sampler is None and self._live is not None
+        return self._live is not None
 
     def _rollout(self) -> List[float]:
         """One rollout and its update; the returns of the episodes it ended."""

@@ -4,8 +4,9 @@ A child process trains through the trainer, saving every ``SAVE_EVERY`` steps. O
 to the end; another kills itself with SIGKILL from a callback at a random step between two
 saves, in the middle of an episode, and a fresh process resumes it and trains to the end.
 Both must end with bit-identical networks, the same returns and evaluation history, the
-same CSV rows and the same TensorBoard scalars (none written twice). Then SIGTERM / SIGINT,
-a resume without a save, and bad or foreign saves.
+same CSV rows and the same TensorBoard scalars (none written twice). The same on groups of
+environments (a gymnasium ``SyncVectorEnv`` and a ``ParallelWrapperDummy``). Then SIGTERM /
+SIGINT, a resume without a save, and bad or foreign saves.
 """
 
 import csv
@@ -22,9 +23,11 @@ from typing import Any, Callable, Dict, Optional
 import gymnasium as gym
 import pytest
 import torch
+from gymnasium.vector import AutoresetMode, SyncVectorEnv
 from tensorboardX.proto import event_pb2
 from torch import nn
 
+from machin.env.wrappers.openai_gym import ParallelWrapperDummy
 from machin.frame.algorithms import DDPG, DQN, PPO, DQNPer
 from machin.frame.callbacks import Callback
 from machin.frame.run_checkpoint import RunCheckpoint, RunCheckpointError
@@ -148,6 +151,111 @@ def test_resume_after_sigkill_is_bit_identical(name, tmp_path):
     assert scalars == _scalars(os.path.join(full_dir, "tensorboard"))
     for tag, values in scalars.items():
         assert len({step for step, _ in values}) == len(values), f"{tag} has a step written twice"
+
+
+# -- groups of environments -------------------------------------------------------------------------
+GROUP_STEPS = 200
+
+
+def _cartpole(*_: Any) -> gym.Env:
+    return gym.make("CartPole-v1", max_episode_steps=MAX_STEPS)
+
+
+GROUPS: Dict[str, Any] = {  # case: (algorithm, group maker, trainer options)
+    "PPO-rollouts-SyncVectorEnv": ("PPO", lambda: SyncVectorEnv([_cartpole] * 3),
+                                   {"rollout_steps": 16, "warmup_steps": 0}),
+    "PPO-rollouts-ParallelWrapperDummy": ("PPO", lambda: ParallelWrapperDummy([_cartpole] * 3),
+                                          {"rollout_steps": 16, "warmup_steps": 0}),
+    "DQN-SyncVectorEnv-DISABLED": ("DQN", lambda: SyncVectorEnv([_cartpole] * 2,
+                                                               autoreset_mode=AutoresetMode.DISABLED), {}),
+}
+
+
+class _KillAfter(Callback):
+    """Kills its own process with SIGKILL at the first step that reaches ``step`` (a group's steps jump)."""
+
+    def __init__(self, step: Optional[int]) -> None:
+        self.step = step
+
+    def on_step(self, trainer, transitions):
+        if self.step is not None and trainer.steps >= self.step:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _group_trainer(case: str, agent: Any, group: Any, directory: str, kill_at: Optional[int] = None) -> Trainer:
+    _, _, options = GROUPS[case]
+    options = {"warmup_steps": 16, **options}
+    return Trainer(agent, group, eval_env=_cartpole, seed=SEED, log_dir=directory, progress=False, eval_interval=2,
+                   eval_episodes=1, save_every=SAVE_EVERY, callbacks=[_KillAfter(kill_at)], **options)
+
+
+def _train_group(rank: int, case: str, directory: str, kill_at: Optional[int], resume: bool) -> Dict[str, Any]:
+    """Train on the group of ``case`` for ``GROUP_STEPS`` steps; what the run produced."""
+    name, make_group, _ = GROUPS[case]
+    agent, group = _build(name), make_group()
+    try:
+        trainer = _group_trainer(case, agent, group, directory, kill_at)
+        result = trainer.run(steps=GROUP_STEPS, resume=resume)
+    finally:
+        group.close()
+    return {"nets": _nets(agent), "returns": result.returns, "eval_returns": result.eval_returns,
+            "steps": result.steps, "episodes": result.episodes, "resumed_from": trainer.resumed_from}
+
+
+@pytest.mark.multiprocess
+@pytest.mark.parametrize("case", list(GROUPS))
+def test_resume_on_a_group_after_sigkill_is_bit_identical(case, tmp_path):
+    full_dir, killed_dir = str(tmp_path / "full"), str(tmp_path / "killed")
+    full = run_ranks(_train_group, 1, args=(case, full_dir, None, False), timeout=120)[0]
+    assert full["steps"] >= GROUP_STEPS and full["eval_returns"]
+    kill_at = random.Random(case).randint(2 * SAVE_EVERY, GROUP_STEPS - SAVE_EVERY)
+
+    outcome = run_ranks(_train_group, 1, args=(case, killed_dir, kill_at, False), timeout=120, allow_exit=[0])[0]
+    assert getattr(outcome, "exitcode", None) == -signal.SIGKILL
+    newest = _newest(killed_dir)  # the kill comes before the save of its step: the newest is older
+    assert SAVE_EVERY <= int(newest.split("_")[-1]) < kill_at
+
+    name = GROUPS[case][0]
+    assert any(not torch.equal(value, getattr(_build(name), net).state_dict()[key])
+               for net, params in full["nets"].items() for key, value in params.items()), "nothing was trained"
+    resumed = run_ranks(_train_group, 1, args=(case, killed_dir, None, True), timeout=120)[0]
+    assert resumed["resumed_from"] == newest
+    _assert_same_nets(resumed["nets"], full["nets"], case)
+    for key in ("returns", "eval_returns", "steps", "episodes"):
+        assert resumed[key] == full[key], key
+    assert _csv_rows(killed_dir) == _csv_rows(full_dir)
+    assert _scalars(os.path.join(killed_dir, "tensorboard")) == _scalars(os.path.join(full_dir, "tensorboard"))
+
+
+def test_a_group_that_cannot_be_replayed_is_refused(tmp_path):
+    group = SyncVectorEnv([_cartpole] * 2, autoreset_mode=AutoresetMode.SAME_STEP)
+    try:
+        with pytest.raises(ValueError, match=r"save_every=30 saves runs for an exact resume, which this trainer "
+                                             r"cannot: it trains on a group of environments that cannot be saved: "
+                                             r"its autoreset mode is SAME_STEP"):
+            Trainer(_build("PPO"), group, eval_env=_cartpole, seed=SEED, log_dir=str(tmp_path),
+                    save_every=SAVE_EVERY, progress=False)
+    finally:
+        group.close()
+
+
+def test_a_group_that_does_not_replay_is_refused(tmp_path):
+    case, directory = "PPO-rollouts-ParallelWrapperDummy", str(tmp_path)
+    with ParallelWrapperDummy([_cartpole] * 3) as group:
+        _group_trainer(case, _build("PPO"), group, directory).run(steps=40)
+    shutil.rmtree(_newest(directory))  # keep the save at step 30, inside a rollout
+
+    def shifted(*_):  # another environment: its observations differ from the saved ones
+        env = _cartpole()
+        return gym.wrappers.TransformObservation(env, lambda obs: obs + 1.0, env.observation_space)
+
+    agent = _build("PPO")
+    before = _nets(agent)
+    with ParallelWrapperDummy([shifted] * 3) as group, pytest.raises(
+            RunCheckpointError, match=r"steps_30.*environment 0: replaying its episode in progress \(reset .*, "
+                                      r"then its \d+ actions\) did not lead to the saved observation"):
+        _group_trainer(case, agent, group, directory).run(steps=GROUP_STEPS, resume=True)
+    _assert_same_nets(_nets(agent), before, "PPO")
 
 
 # -- in one process: signals, resume without a save, bad saves -----------------------------------
