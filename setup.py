@@ -4,7 +4,9 @@ from pathlib import Path
 from setuptools import find_packages, setup
 
 root = Path(__file__).parent
-version = re.search(r'__version__ = "([^"]+)"', (root / "machin" / "__init__.py").read_text()).group(1)
+version = re.search(
+    r'__version__ = "([^"]+)"', (root / "machin" / "__init__.py").read_text()
+).group(1)
 
 setup(
     name="machin",
@@ -35,7 +37,12 @@ setup(
     ],
     extras_require={
         # what the bundled examples and tests use beyond the library itself
-        "examples": ["gymnasium[classic-control,box2d]>=1.1", "mpe2>=1.1", "pettingzoo>=1.24", "ale-py>=0.9"],
+        "examples": [
+            "gymnasium[classic-control,box2d]>=1.1",
+            "mpe2>=1.1",
+            "pettingzoo>=1.24",
+            "ale-py>=0.9",
+        ],
         "test": ["pytest>=8.0", "pytest-timeout>=2.3", "pytest-xdist>=3.5"],
         # the Ray transport of machin.parallel.distributed (World(transport="ray"), launch_ray)
         "ray": ["ray>=2.40"],

@@ -64,11 +64,18 @@ def target_table(output: str, every_module: bool = True) -> List[str]:
         rows.setdefault(match["label"], []).append(float(match["ratio"]))
     lines = ["| row | target | ratio | met |", "| --- | --- | --- | --- |"]
     for start, bound in TARGETS:
-        found = [(label, ratio) for label, ratios in rows.items() if label.startswith(start) for ratio in ratios]
+        found = [
+            (label, ratio)
+            for label, ratios in rows.items()
+            if label.startswith(start)
+            for ratio in ratios
+        ]
         if not found and every_module:
             lines.append(f"| {start} | <= {bound:g} | not run | - |")
         for label, ratio in found:
-            lines.append(f"| {label} | <= {bound:g} | {ratio:.2f} | {'yes' if ratio <= bound else 'no'} |")
+            lines.append(
+                f"| {label} | <= {bound:g} | {ratio:.2f} | {'yes' if ratio <= bound else 'no'} |"
+            )
     return lines if len(lines) > 2 else []
 
 

@@ -27,7 +27,9 @@ S, A, B, GAMMA, TAU = 3, 1, 100, 0.99, 0.005
 
 
 def mlp(inputs, outputs):
-    return nn.Sequential(nn.Linear(inputs, 64), nn.ReLU(), nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, outputs))
+    return nn.Sequential(
+        nn.Linear(inputs, 64), nn.ReLU(), nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, outputs)
+    )
 
 
 class Actor(nn.Module):
@@ -64,8 +66,13 @@ class GaussianActor(nn.Module):
 
 def replay_data(n=20_000):
     g = torch.Generator().manual_seed(0)
-    return (torch.randn(n, S, generator=g), torch.rand(n, A, generator=g) * 4 - 2, torch.randn(n, 1, generator=g),
-            torch.randn(n, S, generator=g), (torch.rand(n, 1, generator=g) < 0.01).float())
+    return (
+        torch.randn(n, S, generator=g),
+        torch.rand(n, A, generator=g) * 4 - 2,
+        torch.randn(n, 1, generator=g),
+        torch.randn(n, S, generator=g),
+        (torch.rand(n, 1, generator=g) < 0.01).float(),
+    )
 
 
 def store_all(buffer, rows, **kwargs):
@@ -81,9 +88,19 @@ def store_all(buffer, rows, **kwargs):
 
 def fill(agent, data):
     s, a, r, s2, d = data
-    store_all(agent.replay_buffer, (
-        Transition(state={"state": s[i:i + 1]}, action={"action": a[i:i + 1]}, next_state={"state": s2[i:i + 1]},
-                   reward=float(r[i]), terminal=bool(d[i])) for i in range(s.shape[0])))
+    store_all(
+        agent.replay_buffer,
+        (
+            Transition(
+                state={"state": s[i : i + 1]},
+                action={"action": a[i : i + 1]},
+                next_state={"state": s2[i : i + 1]},
+                reward=float(r[i]),
+                terminal=bool(d[i]),
+            )
+            for i in range(s.shape[0])
+        ),
+    )
 
 
 DEVICE = torch.device("cpu")
@@ -123,7 +140,7 @@ def ddpg_floor(nets, data, twin=False, delay=1):
         with torch.no_grad():
             a2 = actor_t(s2)
             if twin:
-                a2 = (a2 + (torch.randn_like(a2) * 0.2).clamp(-0.5, 0.5))
+                a2 = a2 + (torch.randn_like(a2) * 0.2).clamp(-0.5, 0.5)
             q2 = torch.min(*[c(s2, a2) for c in critics_t]) if twin else critics_t[0](s2, a2)
             y = r + GAMMA * (1 - d) * q2
         for c, opt in zip(critics, c_opts):
@@ -140,8 +157,9 @@ def ddpg_floor(nets, data, twin=False, delay=1):
 def sac_floor(nets, data):
     actor, critics, critics_t = nets
     log_alpha = torch.zeros(1, requires_grad=True, device=DEVICE)
-    opts = [floor_adam(actor.parameters(), lr=5e-4)] + [floor_adam(c.parameters(), lr=1e-3)
-                                                              for c in critics]
+    opts = [floor_adam(actor.parameters(), lr=5e-4)] + [
+        floor_adam(c.parameters(), lr=1e-3) for c in critics
+    ]
     alpha_opt = floor_adam([log_alpha], lr=1e-3)
     mse = nn.MSELoss(reduction="sum")
 
@@ -154,7 +172,11 @@ def sac_floor(nets, data):
         for c, opt in zip(critics, opts[1:]):
             step(mse(y, c(s, a)), opt)
         act, lp, _ = actor(s)
-        step(-(torch.min(*[c(s, act) for c in critics]) - alpha * lp).mean(), opts[0], only_stepped=True)
+        step(
+            -(torch.min(*[c(s, act) for c in critics]) - alpha * lp).mean(),
+            opts[0],
+            only_stepped=True,
+        )
         step(-(log_alpha * (lp.detach() - A).mean()), alpha_opt)
         for target, online in zip(critics_t, critics):
             lerp(target, online)
@@ -194,16 +216,40 @@ def ppo_setup(device="cpu", store=True):
     g = torch.Generator().manual_seed(1)
     states = torch.randn(rollout, 1, 4, generator=g)
     actions = torch.randint(2, (rollout, 1, 1), generator=g)
-    values, gaes = torch.randn(rollout, generator=g).tolist(), torch.randn(rollout, generator=g).tolist()
-    episode = [Transition(state={"state": states[i]}, action={"action": actions[i]}, next_state={"state": states[i]},
-                          reward=1.0, terminal=False, value=values[i], gae=gaes[i]) for i in range(rollout)]
+    values, gaes = (
+        torch.randn(rollout, generator=g).tolist(),
+        torch.randn(rollout, generator=g).tolist(),
+    )
+    episode = [
+        Transition(
+            state={"state": states[i]},
+            action={"action": actions[i]},
+            next_state={"state": states[i]},
+            reward=1.0,
+            terminal=False,
+            value=values[i],
+            gae=gaes[i],
+        )
+        for i in range(rollout)
+    ]
     actor, critic = PPOActor().to(device), PPOCritic().to(device)
-    ppo = PPO(copy.deepcopy(actor), copy.deepcopy(critic), torch.optim.Adam, nn.MSELoss(reduction="sum"),
-              batch_size=batch, actor_update_times=actor_times, critic_update_times=critic_times,
-              surrogate_loss_clip=clip, replay_size=rollout)
+    ppo = PPO(
+        copy.deepcopy(actor),
+        copy.deepcopy(critic),
+        torch.optim.Adam,
+        nn.MSELoss(reduction="sum"),
+        batch_size=batch,
+        actor_update_times=actor_times,
+        critic_update_times=critic_times,
+        surrogate_loss_clip=clip,
+        replay_size=rollout,
+    )
     a_opt, c_opt = floor_adam(actor.parameters(), lr=1e-3), floor_adam(critic.parameters(), lr=1e-3)
     mse = nn.MSELoss(reduction="sum")
-    value_t, gae_t = torch.tensor(values, device=device).view(-1, 1), torch.tensor(gaes, device=device).view(-1, 1)
+    value_t, gae_t = (
+        torch.tensor(values, device=device).view(-1, 1),
+        torch.tensor(gaes, device=device).view(-1, 1),
+    )
 
     def library():
         store_all(ppo.replay_buffer, episode, required_attrs=())
@@ -213,7 +259,9 @@ def ppo_setup(device="cpu", store=True):
 
     def floor():
         if store:
-            s = torch.cat([states[i] for i in range(rollout)]).to(device)  # the storage write the buffer does
+            s = torch.cat([states[i] for i in range(rollout)]).to(
+                device
+            )  # the storage write the buffer does
             a = torch.cat([actions[i] for i in range(rollout)]).to(device)
         else:
             s, a = stored
@@ -230,7 +278,12 @@ def ppo_setup(device="cpu", store=True):
             idx = torch.randperm(rollout, device=device)[:batch]
             step(0.5 * mse(value_t[idx], critic(s[idx])), c_opt)
 
-    return ppo, library, floor, f"PPO update ({rollout}-step rollout, {actor_times}+{critic_times} steps of {batch})"
+    return (
+        ppo,
+        library,
+        floor,
+        f"PPO update ({rollout}-step rollout, {actor_times}+{critic_times} steps of {batch})",
+    )
 
 
 def ppo_bench() -> float:
@@ -257,34 +310,87 @@ def main(device: str = "cpu") -> None:
 
 def ddpg_bench(data, mse) -> float:
     actor, critic = Actor(), Critic()
-    ddpg = DDPG(copy.deepcopy(actor), copy.deepcopy(actor), copy.deepcopy(critic), copy.deepcopy(critic),
-                torch.optim.Adam, mse, batch_size=B, update_rate=TAU, replay_size=len(data[0]))
+    ddpg = DDPG(
+        copy.deepcopy(actor),
+        copy.deepcopy(actor),
+        copy.deepcopy(critic),
+        copy.deepcopy(critic),
+        torch.optim.Adam,
+        mse,
+        batch_size=B,
+        update_rate=TAU,
+        replay_size=len(data[0]),
+    )
     fill(ddpg, data)
-    floor = ddpg_floor((copy.deepcopy(actor), copy.deepcopy(actor), [copy.deepcopy(critic)], [copy.deepcopy(critic)]),
-                       data)
+    floor = ddpg_floor(
+        (
+            copy.deepcopy(actor),
+            copy.deepcopy(actor),
+            [copy.deepcopy(critic)],
+            [copy.deepcopy(critic)],
+        ),
+        data,
+    )
     return compare("DDPG update", ddpg.update, floor, number=50, repeats=11)
 
 
 def td3_bench(data, mse) -> float:
     actor, critic, critic2 = Actor(), Critic(), Critic()
-    td3 = TD3(copy.deepcopy(actor), copy.deepcopy(actor), copy.deepcopy(critic), copy.deepcopy(critic),
-              copy.deepcopy(critic2), copy.deepcopy(critic2), torch.optim.Adam, mse, batch_size=B, update_rate=TAU,
-              replay_size=len(data[0]))
+    td3 = TD3(
+        copy.deepcopy(actor),
+        copy.deepcopy(actor),
+        copy.deepcopy(critic),
+        copy.deepcopy(critic),
+        copy.deepcopy(critic2),
+        copy.deepcopy(critic2),
+        torch.optim.Adam,
+        mse,
+        batch_size=B,
+        update_rate=TAU,
+        replay_size=len(data[0]),
+    )
     fill(td3, data)
-    floor = ddpg_floor((copy.deepcopy(actor), copy.deepcopy(actor), [copy.deepcopy(critic), copy.deepcopy(critic2)],
-                        [copy.deepcopy(critic), copy.deepcopy(critic2)]), data, twin=True, delay=2)
+    floor = ddpg_floor(
+        (
+            copy.deepcopy(actor),
+            copy.deepcopy(actor),
+            [copy.deepcopy(critic), copy.deepcopy(critic2)],
+            [copy.deepcopy(critic), copy.deepcopy(critic2)],
+        ),
+        data,
+        twin=True,
+        delay=2,
+    )
     return compare("TD3 update", td3.update, floor, number=50, repeats=11)
 
 
 def sac_bench(data, mse) -> float:
     gactor, critic, critic2 = GaussianActor().to(DEVICE), Critic().to(DEVICE), Critic().to(DEVICE)
-    sac = SAC(copy.deepcopy(gactor), copy.deepcopy(critic), copy.deepcopy(critic), copy.deepcopy(critic2),
-              copy.deepcopy(critic2), torch.optim.Adam, mse, batch_size=B, update_rate=TAU,
-              replay_size=len(data[0]), target_entropy=-A)
+    sac = SAC(
+        copy.deepcopy(gactor),
+        copy.deepcopy(critic),
+        copy.deepcopy(critic),
+        copy.deepcopy(critic2),
+        copy.deepcopy(critic2),
+        torch.optim.Adam,
+        mse,
+        batch_size=B,
+        update_rate=TAU,
+        replay_size=len(data[0]),
+        target_entropy=-A,
+    )
     fill(sac, data)
-    floor = sac_floor((copy.deepcopy(gactor), [copy.deepcopy(critic), copy.deepcopy(critic2)],
-                       [copy.deepcopy(critic), copy.deepcopy(critic2)]), data)
-    return compare(f"SAC update on {DEVICE}", sac.update, floor, number=50, repeats=11, clock=clock_for(DEVICE))
+    floor = sac_floor(
+        (
+            copy.deepcopy(gactor),
+            [copy.deepcopy(critic), copy.deepcopy(critic2)],
+            [copy.deepcopy(critic), copy.deepcopy(critic2)],
+        ),
+        data,
+    )
+    return compare(
+        f"SAC update on {DEVICE}", sac.update, floor, number=50, repeats=11, clock=clock_for(DEVICE)
+    )
 
 
 if __name__ == "__main__":

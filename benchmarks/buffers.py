@@ -72,8 +72,13 @@ def cartpole_transitions(n: int, seed: int = 0) -> List[Transition]:
 
 def as_dict(t: Transition) -> Dict[str, Any]:
     """The documented dict form of a transition (what ``store_transition`` is usually given)."""
-    return {"state": t.state, "action": t.action, "next_state": t.next_state, "reward": t.reward,
-            "terminal": t.terminal}
+    return {
+        "state": t.state,
+        "action": t.action,
+        "next_state": t.next_state,
+        "reward": t.reward,
+        "terminal": t.terminal,
+    }
 
 
 def fill(buffer: Buffer, transitions: List[Transition], total: int) -> None:
@@ -115,11 +120,11 @@ class FloorColumns:
         n, i = len(ts), self.pos
         if i + n > self.size:
             i = 0
-        self.s[i:i + n] = np.concatenate([t["state"]["state"].numpy() for t in ts])
-        self.a[i:i + n] = np.concatenate([t["action"]["action"].numpy() for t in ts])
-        self.s2[i:i + n] = np.concatenate([t["next_state"]["state"].numpy() for t in ts])
-        self.r[i:i + n] = [t["reward"] for t in ts]
-        self.d[i:i + n] = [t["terminal"] for t in ts]
+        self.s[i : i + n] = np.concatenate([t["state"]["state"].numpy() for t in ts])
+        self.a[i : i + n] = np.concatenate([t["action"]["action"].numpy() for t in ts])
+        self.s2[i : i + n] = np.concatenate([t["next_state"]["state"].numpy() for t in ts])
+        self.r[i : i + n] = [t["reward"] for t in ts]
+        self.d[i : i + n] = [t["terminal"] for t in ts]
         self.pos = (i + n) % self.size
         self.filled = min(self.size, self.filled + n)
 
@@ -155,9 +160,11 @@ class FloorSumTree:
 
     def set_all(self, weights: np.ndarray) -> None:
         first = self.first
-        self.tree[first:first + weights.size] = weights
+        self.tree[first : first + weights.size] = weights
         while first > 1:
-            self.tree[first // 2:first] = self.tree[first:2 * first:2] + self.tree[first + 1:2 * first:2]
+            self.tree[first // 2 : first] = (
+                self.tree[first : 2 * first : 2] + self.tree[first + 1 : 2 * first : 2]
+            )
             first //= 2
 
     def find(self, targets: np.ndarray) -> np.ndarray:
@@ -176,7 +183,7 @@ class FloorSumTree:
         self.tree[node] = weight
 
     def update(self, index: np.ndarray, weights: np.ndarray) -> None:
-        order = self.order[:index.size]
+        order = self.order[: index.size]
         self.owner[index] = order  # the last occurrence of a repeated index wins
         last = self.owner[index] == order
         nodes, weights = index[last] + self.first, weights[last]
@@ -237,11 +244,21 @@ def bench_append() -> None:
         unchecked.append(dicts[i])
 
     compare("buffer append (dict)", library, floor_append, number=2000)
-    compare("buffer append (Transition built beforehand; info)", library_transition, floor_append, number=2000)
+    compare(
+        "buffer append (Transition built beforehand; info)",
+        library_transition,
+        floor_append,
+        number=2000,
+    )
     # what the non-finite checks cost: the same append without them
-    compare("buffer append (dict, check_finite=False; info)", library_unchecked, floor_append, number=2000)
+    compare(
+        "buffer append (dict, check_finite=False; info)",
+        library_unchecked,
+        floor_append,
+        number=2000,
+    )
 
-    episodes = [dicts[i:i + EPISODE] for i in range(0, len(dicts), EPISODE)]
+    episodes = [dicts[i : i + EPISODE] for i in range(0, len(dicts), EPISODE)]
 
     def library_extend():
         i = counter["lib"] = (counter["lib"] + 1) % len(episodes)
@@ -251,7 +268,9 @@ def bench_append() -> None:
         i = counter["floor"] = (counter["floor"] + 1) % len(episodes)
         floor.extend(episodes[i])
 
-    compare(f"buffer extend ({EPISODE}-step episode of dicts)", library_extend, floor_extend, number=20)
+    compare(
+        f"buffer extend ({EPISODE}-step episode of dicts)", library_extend, floor_extend, number=20
+    )
 
 
 def bench_sample() -> None:
@@ -272,7 +291,9 @@ def bench_sample() -> None:
     def floor_sample():
         floor.sample(BATCH)
 
-    compare("buffer sample_batch(256, 'random') from 100k", library_random, floor_sample, number=500)
+    compare(
+        "buffer sample_batch(256, 'random') from 100k", library_random, floor_sample, number=500
+    )
     compare(
         "buffer sample_batch(256) from 100k (info: distinct positions; the floor draws with replacement)",
         library_unique,
@@ -299,7 +320,9 @@ def bench_prioritized_append() -> None:
         i = counter["floor"] = (counter["floor"] + 1) % len(dicts)
         tree.update_one(floor.append(dicts[i]), tree.max_weight)
 
-    compare("prioritized append (dict, default priority) into 500k", library, floor_append, number=2000)
+    compare(
+        "prioritized append (dict, default priority) into 500k", library, floor_append, number=2000
+    )
 
 
 def bench_prioritized() -> None:
@@ -318,7 +341,9 @@ def bench_prioritized() -> None:
     for _ in range(16):
         _, _, index, _ = buffer.sample_batch(BATCH)
         updates.append((rng.random(BATCH), index))
-    compare("update_priority(256) in 100k", *update_priority_sides(buffer, tree, updates), number=500)
+    compare(
+        "update_priority(256) in 100k", *update_priority_sides(buffer, tree, updates), number=500
+    )
 
     beta = [0.4]
 

@@ -34,7 +34,9 @@ def setup_torch() -> None:
 FLOOR_ADAM_FUSED = os.environ.get("MACHIN_BENCH_FLOOR_ADAM", "fused") != "default"
 
 
-def floor_adam(params: Iterable[torch.Tensor], lr: float, fused: Optional[bool] = None) -> torch.optim.Adam:
+def floor_adam(
+    params: Iterable[torch.Tensor], lr: float, fused: Optional[bool] = None
+) -> torch.optim.Adam:
     """The floors' Adam: ``fused=True`` (``FLOOR_ADAM_FUSED`` when ``fused`` is ``None``) where torch has the kernel."""
     params = list(params)
     fused = FLOOR_ADAM_FUSED if fused is None else fused
@@ -54,7 +56,9 @@ def clock_for(device) -> Callable[[], float]:
     return time.thread_time if torch.device(device).type == "cpu" else time.perf_counter
 
 
-def time_once(fn: Callable[[], object], number: int, clock: Callable[[], float] = time.thread_time) -> float:
+def time_once(
+    fn: Callable[[], object], number: int, clock: Callable[[], float] = time.thread_time
+) -> float:
     """Seconds of ``clock`` per call of ``fn``, averaged over ``number`` back-to-back calls."""
     start = clock()
     for _ in range(number):

@@ -63,9 +63,13 @@ COMPILE: dict = {}
 
 def dqn_data(n: int = N):
     g = torch.Generator().manual_seed(0)
-    return (torch.randn(n, STATE, generator=g), torch.randint(ACTIONS, (n, 1), generator=g),
-            torch.randn(n, 1, generator=g), torch.randn(n, STATE, generator=g),
-            (torch.rand(n, 1, generator=g) < 0.05).float())
+    return (
+        torch.randn(n, STATE, generator=g),
+        torch.randint(ACTIONS, (n, 1), generator=g),
+        torch.randn(n, 1, generator=g),
+        torch.randn(n, STATE, generator=g),
+        (torch.rand(n, 1, generator=g) < 0.05).float(),
+    )
 
 
 def dqn_floor(qnet: nn.Module, data):
@@ -121,63 +125,151 @@ def gpu_busy(fn, number: int = 20) -> float:
     return total_us / 1e3 / number
 
 
-def row(name: str, framework, floor, number: int = 50, repeats: int = 11, max_calls: int = 60, **timing) -> None:
+def row(
+    name: str, framework, floor, number: int = 50, repeats: int = 11, max_calls: int = 60, **timing
+) -> None:
     seconds = warm_up(framework.update, max_calls=max_calls)
     print(f"  {name}: compiled in {seconds:.1f} s", flush=True)
     before = graphs()
-    compare(f"compiled {name} vs eager floor", framework.update, floor, number=number, repeats=repeats,
-            clock=clock_for(ac_updates.DEVICE), **timing)
+    compare(
+        f"compiled {name} vs eager floor",
+        framework.update,
+        floor,
+        number=number,
+        repeats=repeats,
+        clock=clock_for(ac_updates.DEVICE),
+        **timing,
+    )
     if graphs() != before:
-        print(f"  {name}: {graphs() - before} graph(s) compiled while timing (recompilation)", flush=True)
-    if ac_updates.DEVICE.type == "cuda":  # what dominates: the GPU's kernels, or the host around them
-        print(f"  {name}: GPU busy per update: compiled {gpu_busy(framework.update):.3f} ms, "
-              f"eager floor {gpu_busy(floor):.3f} ms", flush=True)
+        print(
+            f"  {name}: {graphs() - before} graph(s) compiled while timing (recompilation)",
+            flush=True,
+        )
+    if (
+        ac_updates.DEVICE.type == "cuda"
+    ):  # what dominates: the GPU's kernels, or the host around them
+        print(
+            f"  {name}: GPU busy per update: compiled {gpu_busy(framework.update):.3f} ms, "
+            f"eager floor {gpu_busy(floor):.3f} ms",
+            flush=True,
+        )
 
 
 def bench_dqn(mse) -> None:
     data = dqn_data()
     qnet = QNet().to(ac_updates.DEVICE)
-    dqn = DQN(copy.deepcopy(qnet), copy.deepcopy(qnet), torch.optim.Adam, mse, batch_size=B, update_rate=TAU,
-              discount=GAMMA, replay_size=N)
+    dqn = DQN(
+        copy.deepcopy(qnet),
+        copy.deepcopy(qnet),
+        torch.optim.Adam,
+        mse,
+        batch_size=B,
+        update_rate=TAU,
+        discount=GAMMA,
+        replay_size=N,
+    )
     s, a, r, s2, d = data
     dqn.replay_buffer.extend(
-        Transition(state={"state": s[i:i + 1]}, action={"action": a[i:i + 1]}, next_state={"state": s2[i:i + 1]},
-                   reward=float(r[i]), terminal=bool(d[i])) for i in range(N))
-    row("DQN update (double, MLP 4-16-16-2)", dqn.compile(**COMPILE), dqn_floor(copy.deepcopy(qnet), data), number=100)
+        Transition(
+            state={"state": s[i : i + 1]},
+            action={"action": a[i : i + 1]},
+            next_state={"state": s2[i : i + 1]},
+            reward=float(r[i]),
+            terminal=bool(d[i]),
+        )
+        for i in range(N)
+    )
+    row(
+        "DQN update (double, MLP 4-16-16-2)",
+        dqn.compile(**COMPILE),
+        dqn_floor(copy.deepcopy(qnet), data),
+        number=100,
+    )
 
 
 def bench_ddpg(data, mse) -> None:
     device = ac_updates.DEVICE
     actor, critic = Actor().to(device), Critic().to(device)
-    ddpg = DDPG(copy.deepcopy(actor), copy.deepcopy(actor), copy.deepcopy(critic), copy.deepcopy(critic),
-                torch.optim.Adam, mse, batch_size=B, update_rate=TAU, replay_size=N)
+    ddpg = DDPG(
+        copy.deepcopy(actor),
+        copy.deepcopy(actor),
+        copy.deepcopy(critic),
+        copy.deepcopy(critic),
+        torch.optim.Adam,
+        mse,
+        batch_size=B,
+        update_rate=TAU,
+        replay_size=N,
+    )
     fill(ddpg, data)
-    floor = ddpg_floor((copy.deepcopy(actor), copy.deepcopy(actor), [copy.deepcopy(critic)], [copy.deepcopy(critic)]),
-                       data)
+    floor = ddpg_floor(
+        (
+            copy.deepcopy(actor),
+            copy.deepcopy(actor),
+            [copy.deepcopy(critic)],
+            [copy.deepcopy(critic)],
+        ),
+        data,
+    )
     row("DDPG update", ddpg.compile(**COMPILE), floor)
 
 
 def bench_td3(data, mse) -> None:
     device = ac_updates.DEVICE
     actor, critic, critic2 = Actor().to(device), Critic().to(device), Critic().to(device)
-    td3 = TD3(copy.deepcopy(actor), copy.deepcopy(actor), copy.deepcopy(critic), copy.deepcopy(critic),
-              copy.deepcopy(critic2), copy.deepcopy(critic2), torch.optim.Adam, mse, batch_size=B, update_rate=TAU,
-              replay_size=N)
+    td3 = TD3(
+        copy.deepcopy(actor),
+        copy.deepcopy(actor),
+        copy.deepcopy(critic),
+        copy.deepcopy(critic),
+        copy.deepcopy(critic2),
+        copy.deepcopy(critic2),
+        torch.optim.Adam,
+        mse,
+        batch_size=B,
+        update_rate=TAU,
+        replay_size=N,
+    )
     fill(td3, data)
-    floor = ddpg_floor((copy.deepcopy(actor), copy.deepcopy(actor), [copy.deepcopy(critic), copy.deepcopy(critic2)],
-                        [copy.deepcopy(critic), copy.deepcopy(critic2)]), data, twin=True, delay=2)
+    floor = ddpg_floor(
+        (
+            copy.deepcopy(actor),
+            copy.deepcopy(actor),
+            [copy.deepcopy(critic), copy.deepcopy(critic2)],
+            [copy.deepcopy(critic), copy.deepcopy(critic2)],
+        ),
+        data,
+        twin=True,
+        delay=2,
+    )
     row("TD3 update", td3.compile(**COMPILE), floor)
 
 
 def bench_sac(data, mse) -> None:
     device = ac_updates.DEVICE
     gactor, critic, critic2 = GaussianActor().to(device), Critic().to(device), Critic().to(device)
-    sac = SAC(copy.deepcopy(gactor), copy.deepcopy(critic), copy.deepcopy(critic), copy.deepcopy(critic2),
-              copy.deepcopy(critic2), torch.optim.Adam, mse, batch_size=B, update_rate=TAU, replay_size=N,
-              target_entropy=-ac_updates.A)
+    sac = SAC(
+        copy.deepcopy(gactor),
+        copy.deepcopy(critic),
+        copy.deepcopy(critic),
+        copy.deepcopy(critic2),
+        copy.deepcopy(critic2),
+        torch.optim.Adam,
+        mse,
+        batch_size=B,
+        update_rate=TAU,
+        replay_size=N,
+        target_entropy=-ac_updates.A,
+    )
     fill(sac, data)
-    floor = sac_floor((copy.deepcopy(gactor), [copy.deepcopy(critic), copy.deepcopy(critic2)],
-                       [copy.deepcopy(critic), copy.deepcopy(critic2)]), data)
+    floor = sac_floor(
+        (
+            copy.deepcopy(gactor),
+            [copy.deepcopy(critic), copy.deepcopy(critic2)],
+            [copy.deepcopy(critic), copy.deepcopy(critic2)],
+        ),
+        data,
+    )
     row("SAC update", sac.compile(**COMPILE), floor)
 
 

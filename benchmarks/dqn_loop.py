@@ -30,7 +30,9 @@ BATCH, STATE, ACTIONS, CAPACITY, TAU, GAMMA = 100, 4, 2, 100_000, 0.005, 0.99
 class QNet(nn.Module):
     def __init__(self):
         super().__init__()
-        self.net = nn.Sequential(nn.Linear(STATE, 16), nn.ReLU(), nn.Linear(16, 16), nn.ReLU(), nn.Linear(16, ACTIONS))
+        self.net = nn.Sequential(
+            nn.Linear(STATE, 16), nn.ReLU(), nn.Linear(16, 16), nn.ReLU(), nn.Linear(16, ACTIONS)
+        )
 
     def forward(self, state):
         return self.net(state)
@@ -38,7 +40,11 @@ class QNet(nn.Module):
 
 def stream(n=4096):
     g = torch.Generator().manual_seed(0)
-    return torch.randn(n, 1, STATE, generator=g), torch.rand(n, generator=g).tolist(), (torch.rand(n, generator=g) < 0.05).tolist()
+    return (
+        torch.randn(n, 1, STATE, generator=g),
+        torch.rand(n, generator=g).tolist(),
+        (torch.rand(n, generator=g) < 0.05).tolist(),
+    )
 
 
 class Floor:
@@ -48,9 +54,16 @@ class Floor:
         self.q, self.q_t = qnet.to(device), copy.deepcopy(qnet).to(device)
         self.device = device
         self.opt = floor_adam(self.q.parameters(), lr=1e-3)
-        self.columns = (torch.empty(CAPACITY, STATE), torch.empty(CAPACITY, 1, dtype=torch.long),
-                        torch.empty(CAPACITY, STATE), torch.empty(CAPACITY, 1), torch.empty(CAPACITY, 1))
-        self.views = tuple(c.numpy() for c in self.columns)  # rows are written and gathered through these
+        self.columns = (
+            torch.empty(CAPACITY, STATE),
+            torch.empty(CAPACITY, 1, dtype=torch.long),
+            torch.empty(CAPACITY, STATE),
+            torch.empty(CAPACITY, 1),
+            torch.empty(CAPACITY, 1),
+        )
+        self.views = tuple(
+            c.numpy() for c in self.columns
+        )  # rows are written and gathered through these
         self.s, self.a, self.s2 = self.views[:3]
         self.r, self.d = self.views[3][:, 0], self.views[4][:, 0]
         self.size = self.pos = 0
@@ -85,8 +98,16 @@ def main(device: str = "cpu") -> None:
     setup_torch()
     states, rewards, dones = stream()
     qnet = QNet()
-    dqn = DQN(copy.deepcopy(qnet).to(device), copy.deepcopy(qnet).to(device), torch.optim.Adam,
-              nn.MSELoss(reduction="sum"), batch_size=BATCH, update_rate=TAU, discount=GAMMA, replay_size=CAPACITY)
+    dqn = DQN(
+        copy.deepcopy(qnet).to(device),
+        copy.deepcopy(qnet).to(device),
+        torch.optim.Adam,
+        nn.MSELoss(reduction="sum"),
+        batch_size=BATCH,
+        update_rate=TAU,
+        discount=GAMMA,
+        replay_size=CAPACITY,
+    )
     floor = Floor(copy.deepcopy(qnet), device)
     counter = {"lib": 0, "floor": 0}
 
@@ -94,8 +115,15 @@ def main(device: str = "cpu") -> None:
         i = counter["lib"] = (counter["lib"] + 1) % (len(rewards) - 1)
         state = states[i]
         action = dqn.act_discrete_with_noise({"state": state})
-        dqn.store_transition({"state": {"state": state}, "action": {"action": action},
-                              "next_state": {"state": states[i + 1]}, "reward": rewards[i], "terminal": dones[i]})
+        dqn.store_transition(
+            {
+                "state": {"state": state},
+                "action": {"action": action},
+                "next_state": {"state": states[i + 1]},
+                "reward": rewards[i],
+                "terminal": dones[i],
+            }
+        )
         return dqn.update()
 
     def floor_step():
@@ -105,8 +133,14 @@ def main(device: str = "cpu") -> None:
     for _ in range(BATCH):  # fill both buffers past one batch
         library_step()
         floor_step()
-    compare(f"DQN step (act_discrete_with_noise + store_transition + update) on {device}", library_step,
-            floor_step, number=100, repeats=11, clock=clock_for(device))
+    compare(
+        f"DQN step (act_discrete_with_noise + store_transition + update) on {device}",
+        library_step,
+        floor_step,
+        number=100,
+        repeats=11,
+        clock=clock_for(device),
+    )
 
 
 if __name__ == "__main__":

@@ -61,7 +61,9 @@ BATCH, CAPACITY, TAU, GAMMA, STEPS = 100, 100_000, 0.005, 0.99, 200
 
 
 def mlp(inputs: int, outputs: int) -> nn.Sequential:
-    return nn.Sequential(nn.Linear(inputs, 64), nn.ReLU(), nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, outputs))
+    return nn.Sequential(
+        nn.Linear(inputs, 64), nn.ReLU(), nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, outputs)
+    )
 
 
 class QNet(nn.Module):
@@ -95,15 +97,26 @@ class Columns:
     """The floor's replay memory: preallocated tensors, written through numpy views."""
 
     def __init__(self, state_dim: int, action_dim: int, action_dtype: torch.dtype):
-        self.tensors = (torch.zeros(CAPACITY, state_dim), torch.zeros(CAPACITY, action_dim, dtype=action_dtype),
-                        torch.zeros(CAPACITY, state_dim), torch.zeros(CAPACITY, 1), torch.zeros(CAPACITY, 1))
+        self.tensors = (
+            torch.zeros(CAPACITY, state_dim),
+            torch.zeros(CAPACITY, action_dim, dtype=action_dtype),
+            torch.zeros(CAPACITY, state_dim),
+            torch.zeros(CAPACITY, 1),
+            torch.zeros(CAPACITY, 1),
+        )
         self.views = tuple(t.numpy() for t in self.tensors)
         self.s, self.a, self.s2 = self.views[:3]
         self.r, self.d = self.views[3][:, 0], self.views[4][:, 0]
         self.pos = self.filled = 0
 
-    def store(self, state: torch.Tensor, action: torch.Tensor, next_state: torch.Tensor, reward: float,
-              terminal: bool) -> None:
+    def store(
+        self,
+        state: torch.Tensor,
+        action: torch.Tensor,
+        next_state: torch.Tensor,
+        reward: float,
+        terminal: bool,
+    ) -> None:
         i = self.pos
         self.s[i] = state.numpy()
         self.a[i] = action.numpy()
@@ -119,8 +132,12 @@ class Columns:
         return [torch.from_numpy(v.take(index, axis=0)) for v in self.views]
 
 
-def adam_step(loss: torch.Tensor, optimizer: torch.optim.Optimizer, only_stepped: bool = False,
-              bare: bool = False) -> None:
+def adam_step(
+    loss: torch.Tensor,
+    optimizer: torch.optim.Optimizer,
+    only_stepped: bool = False,
+    bare: bool = False,
+) -> None:
     """Zero, backward, step; ``only_stepped`` computes gradients for the stepped parameters alone.
 
     ``bare`` drops the gradients and steps without the wrappers of ``zero_grad`` and ``step``
@@ -175,8 +192,17 @@ class Side:
 class LibraryDQN(Side):
     def __init__(self, qnet: nn.Module, compiled: bool = False):
         super().__init__("CartPole-v1")
-        self.agent = DQN(copy.deepcopy(qnet), copy.deepcopy(qnet), torch.optim.Adam, nn.MSELoss(reduction="sum"),
-                         batch_size=BATCH, update_rate=TAU, discount=GAMMA, replay_size=CAPACITY, learning_rate=1e-3)
+        self.agent = DQN(
+            copy.deepcopy(qnet),
+            copy.deepcopy(qnet),
+            torch.optim.Adam,
+            nn.MSELoss(reduction="sum"),
+            batch_size=BATCH,
+            update_rate=TAU,
+            discount=GAMMA,
+            replay_size=CAPACITY,
+            learning_rate=1e-3,
+        )
         if compiled:
             self.agent.compile()
 
@@ -185,8 +211,13 @@ class LibraryDQN(Side):
         action = self.agent.act_discrete_with_noise({"state": state})
         obs, reward, terminated, truncated, _ = self.env.step(action.item())
         next_state = observe(obs)
-        transition = {"state": {"state": state}, "action": {"action": action}, "next_state": {"state": next_state},
-                      "reward": float(reward), "terminal": terminated}
+        transition = {
+            "state": {"state": state},
+            "action": {"action": action},
+            "next_state": {"state": next_state},
+            "reward": float(reward),
+            "terminal": terminated,
+        }
         start = time.thread_time()
         self.agent.store_transition(transition)
         self.store_seconds += time.thread_time() - start
@@ -200,7 +231,10 @@ class FloorDQN(Side):
         self.bare = bare
         self.q, self.q_target = copy.deepcopy(qnet), copy.deepcopy(qnet)
         self.optimizer = floor_adam(self.q.parameters(), lr=1e-3, fused=fused)
-        self.params, self.target_params = list(self.q.parameters()), list(self.q_target.parameters())
+        self.params, self.target_params = (
+            list(self.q.parameters()),
+            list(self.q_target.parameters()),
+        )
         self.mse = nn.MSELoss(reduction="sum")
         self.memory = Columns(4, 1, torch.long)
         self.epsilon = 1.0
@@ -236,10 +270,20 @@ class FloorDQN(Side):
 class LibraryDDPG(Side):
     def __init__(self, actor: nn.Module, critic: nn.Module, compiled: bool = False):
         super().__init__("Pendulum-v1")
-        self.agent = DDPG(copy.deepcopy(actor), copy.deepcopy(actor), copy.deepcopy(critic), copy.deepcopy(critic),
-                          torch.optim.Adam, nn.MSELoss(reduction="sum"), batch_size=BATCH, update_rate=TAU,
-                          discount=GAMMA, replay_size=CAPACITY, actor_learning_rate=5e-4,
-                          critic_learning_rate=1e-3)
+        self.agent = DDPG(
+            copy.deepcopy(actor),
+            copy.deepcopy(actor),
+            copy.deepcopy(critic),
+            copy.deepcopy(critic),
+            torch.optim.Adam,
+            nn.MSELoss(reduction="sum"),
+            batch_size=BATCH,
+            update_rate=TAU,
+            discount=GAMMA,
+            replay_size=CAPACITY,
+            actor_learning_rate=5e-4,
+            critic_learning_rate=1e-3,
+        )
         if compiled:
             self.agent.compile()
 
@@ -248,8 +292,13 @@ class LibraryDDPG(Side):
         action = self.agent.act_with_noise({"state": state}, noise_param=(0.0, 0.2), mode="normal")
         obs, reward, terminated, truncated, _ = self.env.step(action.numpy()[0])
         next_state = observe(obs)
-        transition = {"state": {"state": state}, "action": {"action": action}, "next_state": {"state": next_state},
-                      "reward": float(reward), "terminal": terminated}
+        transition = {
+            "state": {"state": state},
+            "action": {"action": action},
+            "next_state": {"state": next_state},
+            "reward": float(reward),
+            "terminal": terminated,
+        }
         start = time.thread_time()
         self.agent.store_transition(transition)
         self.store_seconds += time.thread_time() - start
@@ -258,7 +307,9 @@ class LibraryDDPG(Side):
 
 
 class FloorDDPG(Side):
-    def __init__(self, actor: nn.Module, critic: nn.Module, fused: Optional[bool] = None, bare: bool = False):
+    def __init__(
+        self, actor: nn.Module, critic: nn.Module, fused: Optional[bool] = None, bare: bool = False
+    ):
         super().__init__("Pendulum-v1")
         self.bare = bare
         self.actor, self.actor_target = copy.deepcopy(actor), copy.deepcopy(actor)
@@ -266,7 +317,9 @@ class FloorDDPG(Side):
         self.actor_optimizer = floor_adam(self.actor.parameters(), lr=5e-4, fused=fused)
         self.critic_optimizer = floor_adam(self.critic.parameters(), lr=1e-3, fused=fused)
         self.params = list(self.actor.parameters()) + list(self.critic.parameters())
-        self.target_params = list(self.actor_target.parameters()) + list(self.critic_target.parameters())
+        self.target_params = list(self.actor_target.parameters()) + list(
+            self.critic_target.parameters()
+        )
         self.mse = nn.MSELoss(reduction="sum")
         self.memory = Columns(3, 1, torch.float32)
 
@@ -289,14 +342,27 @@ class FloorDDPG(Side):
             target = r + GAMMA * (1 - d) * self.critic_target(s2, self.actor_target(s2))
         loss = self.mse(self.critic(s, a), target)
         adam_step(loss, self.critic_optimizer, bare=self.bare)
-        adam_step(-self.critic(s, self.actor(s)).mean(), self.actor_optimizer, only_stepped=True, bare=self.bare)
+        adam_step(
+            -self.critic(s, self.actor(s)).mean(),
+            self.actor_optimizer,
+            only_stepped=True,
+            bare=self.bare,
+        )
         with torch.no_grad():
             torch._foreach_lerp_(self.target_params, self.params, TAU)
         return loss.item()
 
 
-def compare_loops(name: str, library: Side, floor: Side, *, steps: int = STEPS, repeats: int = 21,
-                  warmup: int = 2, show_store: bool = True) -> Dict[str, float]:
+def compare_loops(
+    name: str,
+    library: Side,
+    floor: Side,
+    *,
+    steps: int = STEPS,
+    repeats: int = 21,
+    warmup: int = 2,
+    show_store: bool = True,
+) -> Dict[str, float]:
     """Time both loops, alternating ``repeats`` runs of ``steps`` steps; print three lines, return the ratios.
 
     Each side first runs ``warmup`` untimed runs (beyond the steps that fill its replay past one
@@ -313,7 +379,9 @@ def compare_loops(name: str, library: Side, floor: Side, *, steps: int = STEPS, 
         floor.run(steps)
         library.run(steps)
     times: Dict[str, Dict[str, List[float]]] = {
-        "lib": {"cpu": [], "wall": [], "store": []}, "floor": {"cpu": [], "wall": [], "store": []}}
+        "lib": {"cpu": [], "wall": [], "store": []},
+        "floor": {"cpu": [], "wall": [], "store": []},
+    }
     gc_was_enabled = gc.isenabled()
     gc.disable()
     try:
@@ -331,15 +399,23 @@ def compare_loops(name: str, library: Side, floor: Side, *, steps: int = STEPS, 
         if gc_was_enabled:
             gc.enable()
     ratios = {}
-    labels = {"cpu": f"{name} loop (CPU time per step)", "wall": f"{name} loop (wall time per step)",
-              "store": f"store_transition inside the {name} loop (CPU time per step)"}
+    labels = {
+        "cpu": f"{name} loop (CPU time per step)",
+        "wall": f"{name} loop (wall time per step)",
+        "store": f"store_transition inside the {name} loop (CPU time per step)",
+    }
     if not show_store:
         del labels["store"]
     for what, label in labels.items():
         lib, flo = statistics.median(times["lib"][what]), statistics.median(times["floor"][what])
-        ratios[what] = statistics.median(x / y for x, y in zip(times["lib"][what], times["floor"][what]))
-        print(f"{label}: library {lib * 1e3:.4f} ms, floor {flo * 1e3:.4f} ms, ratio {ratios[what]:.2f} "
-              f"({repeats} repeats, median of the paired ratios)", flush=True)
+        ratios[what] = statistics.median(
+            x / y for x, y in zip(times["lib"][what], times["floor"][what])
+        )
+        print(
+            f"{label}: library {lib * 1e3:.4f} ms, floor {flo * 1e3:.4f} ms, ratio {ratios[what]:.2f} "
+            f"({repeats} repeats, median of the paired ratios)",
+            flush=True,
+        )
     return ratios
 
 
@@ -351,21 +427,45 @@ def main() -> None:
     actor, critic = Actor(), Critic()
     compare_loops("DDPG, Pendulum-v1,", LibraryDDPG(actor, critic), FloorDDPG(actor, critic))
     # Info: the same loops against floors with torch's default (per-tensor) Adam, as CleanRL writes them.
-    compare_loops("DQN against a default-Adam floor, CartPole-v1,", LibraryDQN(qnet), FloorDQN(qnet, fused=False),
-                  show_store=False)
-    compare_loops("DDPG against a default-Adam floor, Pendulum-v1,", LibraryDDPG(actor, critic),
-                  FloorDDPG(actor, critic, fused=False), show_store=False)
+    compare_loops(
+        "DQN against a default-Adam floor, CartPole-v1,",
+        LibraryDQN(qnet),
+        FloorDQN(qnet, fused=False),
+        show_store=False,
+    )
+    compare_loops(
+        "DDPG against a default-Adam floor, Pendulum-v1,",
+        LibraryDDPG(actor, critic),
+        FloorDDPG(actor, critic, fused=False),
+        show_store=False,
+    )
     # Info: against floors that also skip the idle wrappers of zero_grad and step, as the library does.
-    compare_loops("DQN against a floor without the optimizer wrappers, CartPole-v1,", LibraryDQN(qnet),
-                  FloorDQN(qnet, bare=True), show_store=False)
-    compare_loops("DDPG against a floor without the optimizer wrappers, Pendulum-v1,", LibraryDDPG(actor, critic),
-                  FloorDDPG(actor, critic, bare=True), show_store=False)
+    compare_loops(
+        "DQN against a floor without the optimizer wrappers, CartPole-v1,",
+        LibraryDQN(qnet),
+        FloorDQN(qnet, bare=True),
+        show_store=False,
+    )
+    compare_loops(
+        "DDPG against a floor without the optimizer wrappers, Pendulum-v1,",
+        LibraryDDPG(actor, critic),
+        FloorDDPG(actor, critic, bare=True),
+        show_store=False,
+    )
     # The same loops with the library's update compiled (``agent.compile()``), against the same eager floors.
     # The first updates compile (tens of seconds) during the warm-up runs.
-    compare_loops("DQN with compile(), CartPole-v1,", LibraryDQN(qnet, compiled=True), FloorDQN(qnet),
-                  show_store=False)
-    compare_loops("DDPG with compile(), Pendulum-v1,", LibraryDDPG(actor, critic, compiled=True),
-                  FloorDDPG(actor, critic), show_store=False)
+    compare_loops(
+        "DQN with compile(), CartPole-v1,",
+        LibraryDQN(qnet, compiled=True),
+        FloorDQN(qnet),
+        show_store=False,
+    )
+    compare_loops(
+        "DDPG with compile(), Pendulum-v1,",
+        LibraryDDPG(actor, critic, compiled=True),
+        FloorDDPG(actor, critic),
+        show_store=False,
+    )
 
 
 def profile(which: str = "dqn", steps: int = 2000) -> None:
@@ -374,8 +474,9 @@ def profile(which: str = "dqn", steps: int = 2000) -> None:
     import pstats
 
     setup_torch()
-    side: Callable[[], Side] = (lambda: LibraryDQN(QNet())) if which == "dqn" else (
-        lambda: LibraryDDPG(Actor(), Critic()))
+    side: Callable[[], Side] = (
+        (lambda: LibraryDQN(QNet())) if which == "dqn" else (lambda: LibraryDDPG(Actor(), Critic()))
+    )
     loop = side()
     loop.run(BATCH + 200)
     profiler = cProfile.Profile()

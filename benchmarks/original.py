@@ -46,15 +46,30 @@ ROOT = Path(__file__).resolve().parent.parent
 #: Where the original's source tree is looked for when ``$MACHIN_ORIGINAL`` is not set.
 DEFAULT_ORIGINAL = ROOT.parent / "shared" / "reference" / "machin-0.3.4"
 #: The modules the original imports that a current stack lacks (replaced by stand-ins).
-_MISSING_MODULES = ("gym", "gym.spaces", "gym.wrappers", "colorlog", "torchviz", "moviepy", "moviepy.editor",
-                    "GPUtil")
+_MISSING_MODULES = (
+    "gym",
+    "gym.spaces",
+    "gym.wrappers",
+    "colorlog",
+    "torchviz",
+    "moviepy",
+    "moviepy.editor",
+    "GPUtil",
+)
 #: ``torch.distributed`` functions the original decorates its wrappers with (removed from torch 2.x).
-_REMOVED_DIST = ("broadcast_multigpu", "all_reduce_multigpu", "reduce_multigpu", "all_gather_multigpu")
+_REMOVED_DIST = (
+    "broadcast_multigpu",
+    "all_reduce_multigpu",
+    "reduce_multigpu",
+    "all_gather_multigpu",
+)
 #: numpy's aliases of builtin types that the original uses (removed in numpy 1.24).
 _REMOVED_NUMPY = {"float": float, "int": int, "bool": bool, "object": object}
 _RESULT = "RESULT "
-SKIP_MESSAGE = ("original: no source tree of Machin 0.3.4 found (set MACHIN_ORIGINAL to the directory "
-                "holding its machin package); nothing to compare against")
+SKIP_MESSAGE = (
+    "original: no source tree of Machin 0.3.4 found (set MACHIN_ORIGINAL to the directory "
+    "holding its machin package); nothing to compare against"
+)
 
 
 def original_path() -> Optional[Path]:
@@ -138,13 +153,15 @@ def measure(original: bool = False) -> Dict[str, float]:
         def call():
             i = counter[key] = (counter[key] + 1) % len(dicts)
             return fn(dicts[i])
+
         return call
 
     size = 10_000
     buffer, floor = Buffer(size), buffers.FloorColumns(size)
     _fill(buffer, dicts, size)
-    ratios["append"] = compare("append", cycling("lib", buffer.append), cycling("floor", floor.append),
-                               number=2000)
+    ratios["append"] = compare(
+        "append", cycling("lib", buffer.append), cycling("floor", floor.append), number=2000
+    )
 
     stored = 100_000
     buffer, floor = Buffer(stored), buffers.FloorColumns(stored)
@@ -152,32 +169,53 @@ def measure(original: bool = False) -> Dict[str, float]:
     for d in dicts:
         floor.append(d)
     floor.filled = stored
-    ratios["sample"] = compare("sample_batch(256, 'random') from 100k",
-                               lambda: buffer.sample_batch(256, sample_method="random"),
-                               lambda: floor.sample(256), number=500)
+    ratios["sample"] = compare(
+        "sample_batch(256, 'random') from 100k",
+        lambda: buffer.sample_batch(256, sample_method="random"),
+        lambda: floor.sample(256),
+        number=500,
+    )
 
-    per, floor, tree = PrioritizedBuffer(stored), buffers.FloorColumns(stored), buffers.FloorSumTree(stored)
+    per, floor, tree = (
+        PrioritizedBuffer(stored),
+        buffers.FloorColumns(stored),
+        buffers.FloorSumTree(stored),
+    )
     _fill(per, dicts, stored)
     tree.set_all(np.ones(stored))
     ratios["prioritized append"] = compare(
-        "prioritized append into 100k", cycling("lib", per.append),
-        cycling("floor", lambda d: tree.update_one(floor.append(d), tree.max_weight)), number=2000)
+        "prioritized append into 100k",
+        cycling("lib", per.append),
+        cycling("floor", lambda d: tree.update_one(floor.append(d), tree.max_weight)),
+        number=2000,
+    )
 
     rng = np.random.default_rng(0)
     updates = [(rng.random(256) + 0.1, rng.choice(stored, 256, replace=False)) for _ in range(16)]
-    ratios["update_priority"] = compare("update_priority(256) in 100k",
-                                        *buffers.update_priority_sides(per, tree, updates), number=500)
+    ratios["update_priority"] = compare(
+        "update_priority(256) in 100k",
+        *buffers.update_priority_sides(per, tree, updates),
+        number=500,
+    )
 
     qnet = loops.QNet()
-    ratios["DQN loop"] = loops.compare_loops("DQN, CartPole-v1,", loops.LibraryDQN(qnet), loops.FloorDQN(qnet),
-                                             repeats=11, show_store=False)["cpu"]
+    ratios["DQN loop"] = loops.compare_loops(
+        "DQN, CartPole-v1,",
+        loops.LibraryDQN(qnet),
+        loops.FloorDQN(qnet),
+        repeats=11,
+        show_store=False,
+    )["cpu"]
     actor, critic = loops.Actor(), loops.Critic()
     ddpg = loops.LibraryDDPG(actor, critic)
     if original:  # its actions carry the actor's graph: its users detach them before numpy()
         act = type(ddpg.agent).act_with_noise
-        ddpg.agent.act_with_noise = lambda *args, **kwargs: act(ddpg.agent, *args, **kwargs).detach()
-    ratios["DDPG loop"] = loops.compare_loops("DDPG, Pendulum-v1,", ddpg, loops.FloorDDPG(actor, critic),
-                                              repeats=11, show_store=False)["cpu"]
+        ddpg.agent.act_with_noise = lambda *args, **kwargs: act(
+            ddpg.agent, *args, **kwargs
+        ).detach()
+    ratios["DDPG loop"] = loops.compare_loops(
+        "DDPG, Pendulum-v1,", ddpg, loops.FloorDDPG(actor, critic), repeats=11, show_store=False
+    )["cpu"]
 
     data, mse = ac_updates.replay_data(), torch.nn.MSELoss(reduction="sum")
     ratios["DDPG update"] = ac_updates.ddpg_bench(data, mse)
@@ -193,7 +231,9 @@ def run_child(command: List[str], prefix: str, timeout: float) -> Optional[Dict[
     The child is killed after ``timeout`` seconds. Raises ``RuntimeError`` when it fails, is
     killed or prints no RESULT line (its output, tracebacks included, was printed already).
     """
-    child = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    child = subprocess.Popen(
+        command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
     killed = threading.Event()
 
     def kill() -> None:
@@ -206,7 +246,7 @@ def run_child(command: List[str], prefix: str, timeout: float) -> Optional[Dict[
     try:
         for line in child.stdout:
             if line.startswith(_RESULT):
-                result = json.loads(line[len(_RESULT):])
+                result = json.loads(line[len(_RESULT) :])
             else:
                 print(f"{prefix}{line.rstrip()}", flush=True)
         code = child.wait()
@@ -221,15 +261,22 @@ def run_child(command: List[str], prefix: str, timeout: float) -> Optional[Dict[
 
 def _side(which: str, path: Path, timeout: float) -> Dict[str, float]:
     """Run :func:`measure` in a child process for ``which`` side."""
-    return run_child([sys.executable, "-m", "benchmarks.original", which, str(path)], f"  [{which}] ", timeout)
+    return run_child(
+        [sys.executable, "-m", "benchmarks.original", which, str(path)], f"  [{which}] ", timeout
+    )
 
 
 def table(machin: Dict[str, float], original: Dict[str, float]) -> List[str]:
     """Markdown rows: each ratio to the floor, and how many times less time machin takes."""
-    lines = ["| path | machin / floor | Machin 0.3.4 / floor | machin faster by |", "| --- | --- | --- | --- |"]
+    lines = [
+        "| path | machin / floor | Machin 0.3.4 / floor | machin faster by |",
+        "| --- | --- | --- | --- |",
+    ]
     for row, ratio in machin.items():
         if row in original:
-            lines.append(f"| {row} | {ratio:.2f} | {original[row]:.2f} | {original[row] / ratio:.1f}x |")
+            lines.append(
+                f"| {row} | {ratio:.2f} | {original[row]:.2f} | {original[row] / ratio:.1f}x |"
+            )
     return lines
 
 

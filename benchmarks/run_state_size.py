@@ -34,14 +34,20 @@ from typing import Any, Dict, List, Optional
 import torch
 from torch import nn
 
-CASES = {"CartPole 100k": ("dqn", 100_000), "CartPole 1M": ("dqn", 1_000_000), "Pendulum 100k": ("ddpg", 100_000)}
+CASES = {
+    "CartPole 100k": ("dqn", 100_000),
+    "CartPole 1M": ("dqn", 1_000_000),
+    "Pendulum 100k": ("ddpg", 100_000),
+}
 _DIMS = {"dqn": 4, "ddpg": 3}
 _CHUNK = 10_000
 _MIB = 1 << 20
 
 
 def _mlp(inputs: int, outputs: int) -> nn.Module:
-    return nn.Sequential(nn.Linear(inputs, 16), nn.ReLU(), nn.Linear(16, 16), nn.ReLU(), nn.Linear(16, outputs))
+    return nn.Sequential(
+        nn.Linear(inputs, 16), nn.ReLU(), nn.Linear(16, 16), nn.ReLU(), nn.Linear(16, outputs)
+    )
 
 
 class QNet(nn.Module):
@@ -77,9 +83,18 @@ def build(kind: str, replay_size: int) -> Any:
 
     torch.manual_seed(0)
     if kind == "dqn":
-        return DQN(QNet(), QNet(), torch.optim.Adam, nn.MSELoss(reduction="sum"), replay_size=replay_size)
-    return DDPG(Actor(), Actor(), Critic(), Critic(), torch.optim.Adam, nn.MSELoss(reduction="sum"),
-                replay_size=replay_size)
+        return DQN(
+            QNet(), QNet(), torch.optim.Adam, nn.MSELoss(reduction="sum"), replay_size=replay_size
+        )
+    return DDPG(
+        Actor(),
+        Actor(),
+        Critic(),
+        Critic(),
+        torch.optim.Adam,
+        nn.MSELoss(reduction="sum"),
+        replay_size=replay_size,
+    )
 
 
 def fill(algorithm: Any, kind: str, count: int) -> None:
@@ -94,10 +109,18 @@ def fill(algorithm: Any, kind: str, count: int) -> None:
         else:
             actions = torch.rand(n, 1, 1, generator=generator) * 4 - 2
         rewards = torch.randn(n, generator=generator).tolist()
-        algorithm.replay_buffer.extend([
-            {"state": {"state": states[i]}, "action": {"action": actions[i]}, "next_state": {"state": states[i + 1]},
-             "reward": rewards[i], "terminal": i % 200 == 199}
-            for i in range(n)])
+        algorithm.replay_buffer.extend(
+            [
+                {
+                    "state": {"state": states[i]},
+                    "action": {"action": actions[i]},
+                    "next_state": {"state": states[i + 1]},
+                    "reward": rewards[i],
+                    "terminal": i % 200 == 199,
+                }
+                for i in range(n)
+            ]
+        )
 
 
 def _rss_mib() -> float:
@@ -114,7 +137,9 @@ def _buffer_mib(algorithm: Any) -> float:
     """The bytes of the filled rows of every column of the algorithm's buffer, in MiB."""
     buffer = algorithm.replay_buffer
     groups = [*buffer._major.values(), buffer._sub, buffer._custom]
-    return sum(col.tensor[0].nbytes * buffer.size() for cols in groups for col in cols.values()) / _MIB
+    return (
+        sum(col.tensor[0].nbytes * buffer.size() for cols in groups for col in cols.values()) / _MIB
+    )
 
 
 def child(case: str, phase: str, path: str, room: int) -> Dict[str, Any]:
@@ -130,13 +155,29 @@ def child(case: str, phase: str, path: str, room: int) -> Dict[str, Any]:
     else:
         algorithm.resume(path)
     seconds = time.perf_counter() - start
-    return {"seconds": seconds, "before": before, "peak": _peak_mib(), "buffer": _buffer_mib(algorithm),
-            "size": algorithm.replay_buffer.size()}
+    return {
+        "seconds": seconds,
+        "before": before,
+        "peak": _peak_mib(),
+        "buffer": _buffer_mib(algorithm),
+        "size": algorithm.replay_buffer.size(),
+    }
 
 
 def _run_child(case: str, phase: str, path: str, room: int) -> Dict[str, Any]:
-    command = [sys.executable, "-m", "benchmarks.run_state_size", "--child", case, phase, path, str(room)]
-    output = subprocess.run(command, check=True, capture_output=True, text=True, timeout=1800).stdout
+    command = [
+        sys.executable,
+        "-m",
+        "benchmarks.run_state_size",
+        "--child",
+        case,
+        phase,
+        path,
+        str(room),
+    ]
+    output = subprocess.run(
+        command, check=True, capture_output=True, text=True, timeout=1800
+    ).stdout
     return json.loads(output.strip().splitlines()[-1])
 
 
@@ -149,18 +190,42 @@ def measure(case: str, room: int = 1) -> Dict[str, Any]:
         load = _run_child(case, "resume", path, room)
     if load["size"] != save["size"]:
         raise RuntimeError(f"{case}: resumed {load['size']} transitions, saved {save['size']}")
-    return {"case": case, "save_s": save["seconds"], "load_s": load["seconds"], "file_mib": size / _MIB,
-            "buffer_mib": save["buffer"], "save_before": save["before"], "save_peak": save["peak"],
-            "load_before": load["before"], "load_peak": load["peak"]}
+    return {
+        "case": case,
+        "save_s": save["seconds"],
+        "load_s": load["seconds"],
+        "file_mib": size / _MIB,
+        "buffer_mib": save["buffer"],
+        "save_before": save["before"],
+        "save_peak": save["peak"],
+        "load_before": load["before"],
+        "load_peak": load["peak"],
+    }
 
 
 def table(rows: List[Dict[str, Any]]) -> str:
     """The rows as a reStructuredText grid-less ("simple") table."""
-    head = ("case", "save s", "resume s", "file MiB", "buffer MiB", "save: RSS before / peak MiB",
-            "resume: RSS before / peak MiB")
-    body = [(r["case"], f"{r['save_s']:.2f}", f"{r['load_s']:.2f}", f"{r['file_mib']:.1f}", f"{r['buffer_mib']:.1f}",
-             f"{r['save_before']:.0f} / {r['save_peak']:.0f}", f"{r['load_before']:.0f} / {r['load_peak']:.0f}")
-            for r in rows]
+    head = (
+        "case",
+        "save s",
+        "resume s",
+        "file MiB",
+        "buffer MiB",
+        "save: RSS before / peak MiB",
+        "resume: RSS before / peak MiB",
+    )
+    body = [
+        (
+            r["case"],
+            f"{r['save_s']:.2f}",
+            f"{r['load_s']:.2f}",
+            f"{r['file_mib']:.1f}",
+            f"{r['buffer_mib']:.1f}",
+            f"{r['save_before']:.0f} / {r['save_peak']:.0f}",
+            f"{r['load_before']:.0f} / {r['load_peak']:.0f}",
+        )
+        for r in rows
+    ]
     widths = [max(len(line[i]) for line in [head, *body]) for i in range(len(head))]
     rule = "  ".join("=" * w for w in widths)
     lines = [rule, "  ".join(h.ljust(w) for h, w in zip(head, widths)).rstrip(), rule]
@@ -170,9 +235,13 @@ def table(rows: List[Dict[str, Any]]) -> str:
 
 def main(argv: Optional[List[str]] = None) -> None:
     """Measure the chosen cases (default: all) and print the table."""
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.run_state_size", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.run_state_size", description=__doc__.split("\n")[0]
+    )
     parser.add_argument("--cases", nargs="+", choices=list(CASES), default=list(CASES))
-    parser.add_argument("--partly-filled", action="store_true", help="buffers with twice the room they fill")
+    parser.add_argument(
+        "--partly-filled", action="store_true", help="buffers with twice the room they fill"
+    )
     parser.add_argument("--child", nargs=4, help=argparse.SUPPRESS)
     args = parser.parse_args([] if argv is None else argv)
     if args.child:

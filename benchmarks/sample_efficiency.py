@@ -175,7 +175,9 @@ def _orthogonal(net: nn.Sequential, output_gain: float) -> nn.Sequential:
     """SB3's ``ortho_init``: gain sqrt(2) for hidden layers, ``output_gain`` for the last, zero biases."""
     linears = [m for m in net if isinstance(m, nn.Linear)]
     for layer in linears:
-        nn.init.orthogonal_(layer.weight, gain=output_gain if layer is linears[-1] else math.sqrt(2))
+        nn.init.orthogonal_(
+            layer.weight, gain=output_gain if layer is linears[-1] else math.sqrt(2)
+        )
         nn.init.zeros_(layer.bias)
     return net
 
@@ -318,7 +320,11 @@ class _Trainer(Trainer):
     def _eval_seed(self, index: int) -> Optional[int]:
         if self.seed is None:
             return None
-        return self.seed + 2 * 10**6 + index if self.final else _eval_seed(self.seed, self.evaluations, index)
+        return (
+            self.seed + 2 * 10**6 + index
+            if self.final
+            else _eval_seed(self.seed, self.evaluations, index)
+        )
 
     def train(self, steps: int) -> Any:
         """``run(steps=steps)``, then the final evaluation of ``_FINAL_EPISODES`` episodes (``final_eval``)."""
@@ -332,55 +338,152 @@ class _Trainer(Trainer):
 
 
 def _train_dqn(task: Task, steps: int, seed: int, eval_episodes: int) -> Any:
-    dqn = DQN(QNet(4, 2), QNet(4, 2), torch.optim.Adam, nn.SmoothL1Loss(),
-              mode=_DQN_MODE, update_rate=None, update_steps=128, learning_rate=2.3e-3,
-              batch_size=64, replay_size=100_000, discount=0.99, gradient_max=10.0,
-              epsilon=LinearSchedule(1.0, 0.04, 0.16))
-    trainer = _Trainer(dqn, _make(task.env_id), eval_env=_make(task.env_id), act_method="act_discrete_with_noise",
-                       eval_act_method="act_discrete", train_freq=256, gradient_steps=128, warmup_steps=1000,
-                       random_steps=1000, eval_every_steps=EVAL_EVERY, eval_episodes=eval_episodes, seed=seed,
-                       progress=False)
+    dqn = DQN(
+        QNet(4, 2),
+        QNet(4, 2),
+        torch.optim.Adam,
+        nn.SmoothL1Loss(),
+        mode=_DQN_MODE,
+        update_rate=None,
+        update_steps=128,
+        learning_rate=2.3e-3,
+        batch_size=64,
+        replay_size=100_000,
+        discount=0.99,
+        gradient_max=10.0,
+        epsilon=LinearSchedule(1.0, 0.04, 0.16),
+    )
+    trainer = _Trainer(
+        dqn,
+        _make(task.env_id),
+        eval_env=_make(task.env_id),
+        act_method="act_discrete_with_noise",
+        eval_act_method="act_discrete",
+        train_freq=256,
+        gradient_steps=128,
+        warmup_steps=1000,
+        random_steps=1000,
+        eval_every_steps=EVAL_EVERY,
+        eval_episodes=eval_episodes,
+        seed=seed,
+        progress=False,
+    )
     return trainer.train(steps)
 
 
 def _train_ppo(task: Task, steps: int, seed: int, eval_episodes: int) -> Any:
-    ppo = BenchPPO(CategoricalActor(4, 2), ValueNet(4), functools.partial(torch.optim.Adam, eps=1e-5),
-                   nn.MSELoss(), joint_update=True, value_target="lambda_return", batch_size=256,
-                   actor_update_times=20, critic_update_times=20, discount=0.98, gae_lambda=0.8,
-                   value_weight=0.5, gradient_max=0.5, entropy_weight=None, normalize_advantage=True,
-                   actor_learning_rate=LinearSchedule(1e-3, 0.0), critic_learning_rate=LinearSchedule(1e-3, 0.0),
-                   surrogate_loss_clip=LinearSchedule(0.2, 0.0))
+    ppo = BenchPPO(
+        CategoricalActor(4, 2),
+        ValueNet(4),
+        functools.partial(torch.optim.Adam, eps=1e-5),
+        nn.MSELoss(),
+        joint_update=True,
+        value_target="lambda_return",
+        batch_size=256,
+        actor_update_times=20,
+        critic_update_times=20,
+        discount=0.98,
+        gae_lambda=0.8,
+        value_weight=0.5,
+        gradient_max=0.5,
+        entropy_weight=None,
+        normalize_advantage=True,
+        actor_learning_rate=LinearSchedule(1e-3, 0.0),
+        critic_learning_rate=LinearSchedule(1e-3, 0.0),
+        surrogate_loss_clip=LinearSchedule(0.2, 0.0),
+    )
     with ParallelWrapperDummy([_make(task.env_id)] * 8) as envs:
-        trainer = _Trainer(ppo, envs, eval_env=_make(task.env_id), eval_act_method="act_greedy", rollout_steps=32,
-                           eval_every_steps=EVAL_EVERY, eval_episodes=eval_episodes, seed=seed, progress=False)
+        trainer = _Trainer(
+            ppo,
+            envs,
+            eval_env=_make(task.env_id),
+            eval_act_method="act_greedy",
+            rollout_steps=32,
+            eval_every_steps=EVAL_EVERY,
+            eval_episodes=eval_episodes,
+            seed=seed,
+            progress=False,
+        )
         return trainer.train(steps)
 
 
 def _train_sac(task: Task, steps: int, seed: int, eval_episodes: int) -> Any:
     critics = [QCritic(3, 1, (256, 256)) for _ in range(4)]
-    sac = BenchSAC(SquashedGaussianActor(3, 1), *critics, torch.optim.Adam, nn.MSELoss(),
-                   actor_learning_rate=1e-3, critic_learning_rate=1e-3, alpha_learning_rate=1e-3,
-                   batch_size=256, replay_size=1_000_000, discount=0.99, update_rate=0.005,
-                   initial_entropy_alpha=1.0, target_entropy=-1.0)
-    trainer = _Trainer(sac, _make(task.env_id), eval_env=_make(task.env_id), act_method="act",
-                       eval_act_method="act_greedy", action_to_env=_unscaler(task.env_id), train_freq=1,
-                       gradient_steps=1, warmup_steps=100, random_steps=100, random_action=_uniform_unit_action,
-                       eval_every_steps=EVAL_EVERY, eval_episodes=eval_episodes, seed=seed, progress=False)
+    sac = BenchSAC(
+        SquashedGaussianActor(3, 1),
+        *critics,
+        torch.optim.Adam,
+        nn.MSELoss(),
+        actor_learning_rate=1e-3,
+        critic_learning_rate=1e-3,
+        alpha_learning_rate=1e-3,
+        batch_size=256,
+        replay_size=1_000_000,
+        discount=0.99,
+        update_rate=0.005,
+        initial_entropy_alpha=1.0,
+        target_entropy=-1.0,
+    )
+    trainer = _Trainer(
+        sac,
+        _make(task.env_id),
+        eval_env=_make(task.env_id),
+        act_method="act",
+        eval_act_method="act_greedy",
+        action_to_env=_unscaler(task.env_id),
+        train_freq=1,
+        gradient_steps=1,
+        warmup_steps=100,
+        random_steps=100,
+        random_action=_uniform_unit_action,
+        eval_every_steps=EVAL_EVERY,
+        eval_episodes=eval_episodes,
+        seed=seed,
+        progress=False,
+    )
     return trainer.train(steps)
 
 
 def _train_td3(task: Task, steps: int, seed: int, eval_episodes: int) -> Any:
     hidden = (400, 300)
-    td3 = TD3(DeterministicActor(3, 1, hidden), DeterministicActor(3, 1, hidden),
-              QCritic(3, 1, hidden), QCritic(3, 1, hidden), QCritic(3, 1, hidden), QCritic(3, 1, hidden),
-              torch.optim.Adam, nn.MSELoss(), actor_learning_rate=1e-3, critic_learning_rate=1e-3,
-              batch_size=256, replay_size=200_000, discount=0.98, update_rate=0.005, policy_noise=0.2,
-              noise_clip=0.5, policy_update_delay=2, action_range=(-1.0, 1.0))
-    trainer = _Trainer(td3, _make(task.env_id), eval_env=_make(task.env_id), act_method="act_with_noise",
-                       act_kwargs={"noise_param": (0.0, 0.1), "mode": "normal"}, eval_act_method="act",
-                       action_to_env=_unscaler(task.env_id), train_freq=1, gradient_steps=1, warmup_steps=10_000,
-                       random_steps=10_000, random_action=_uniform_unit_action, eval_every_steps=EVAL_EVERY,
-                       eval_episodes=eval_episodes, seed=seed, progress=False)
+    td3 = TD3(
+        DeterministicActor(3, 1, hidden),
+        DeterministicActor(3, 1, hidden),
+        QCritic(3, 1, hidden),
+        QCritic(3, 1, hidden),
+        QCritic(3, 1, hidden),
+        QCritic(3, 1, hidden),
+        torch.optim.Adam,
+        nn.MSELoss(),
+        actor_learning_rate=1e-3,
+        critic_learning_rate=1e-3,
+        batch_size=256,
+        replay_size=200_000,
+        discount=0.98,
+        update_rate=0.005,
+        policy_noise=0.2,
+        noise_clip=0.5,
+        policy_update_delay=2,
+        action_range=(-1.0, 1.0),
+    )
+    trainer = _Trainer(
+        td3,
+        _make(task.env_id),
+        eval_env=_make(task.env_id),
+        act_method="act_with_noise",
+        act_kwargs={"noise_param": (0.0, 0.1), "mode": "normal"},
+        eval_act_method="act",
+        action_to_env=_unscaler(task.env_id),
+        train_freq=1,
+        gradient_steps=1,
+        warmup_steps=10_000,
+        random_steps=10_000,
+        random_action=_uniform_unit_action,
+        eval_every_steps=EVAL_EVERY,
+        eval_episodes=eval_episodes,
+        seed=seed,
+        progress=False,
+    )
     return trainer.train(steps)
 
 
@@ -403,24 +506,59 @@ def _train_sb3(name: str, task: Task, steps: int, seed: int, eval_episodes: int)
         from stable_baselines3.common.env_util import make_vec_env
         from stable_baselines3.common.noise import NormalActionNoise
     except ImportError as error:
-        raise SystemExit("--library sb3 needs stable-baselines3 importable (pip install stable-baselines3)") from error
+        raise SystemExit(
+            "--library sb3 needs stable-baselines3 importable (pip install stable-baselines3)"
+        ) from error
     if name == "dqn":
-        model = SB3DQN("MlpPolicy", task.env_id, learning_rate=2.3e-3, batch_size=64, buffer_size=100_000,
-                       learning_starts=1000, gamma=0.99, target_update_interval=10, train_freq=256,
-                       gradient_steps=128, exploration_fraction=0.16, exploration_final_eps=0.04,
-                       policy_kwargs={"net_arch": [256, 256]}, seed=seed, device="cpu")
+        model = SB3DQN(
+            "MlpPolicy",
+            task.env_id,
+            learning_rate=2.3e-3,
+            batch_size=64,
+            buffer_size=100_000,
+            learning_starts=1000,
+            gamma=0.99,
+            target_update_interval=10,
+            train_freq=256,
+            gradient_steps=128,
+            exploration_fraction=0.16,
+            exploration_final_eps=0.04,
+            policy_kwargs={"net_arch": [256, 256]},
+            seed=seed,
+            device="cpu",
+        )
     elif name == "ppo":
-        model = SB3PPO("MlpPolicy", make_vec_env(task.env_id, n_envs=8, seed=seed), n_steps=32, batch_size=256,
-                       gae_lambda=0.8, gamma=0.98, n_epochs=20, ent_coef=0.0,
-                       learning_rate=lambda left: left * 1e-3, clip_range=lambda left: left * 0.2,
-                       seed=seed, device="cpu")
+        model = SB3PPO(
+            "MlpPolicy",
+            make_vec_env(task.env_id, n_envs=8, seed=seed),
+            n_steps=32,
+            batch_size=256,
+            gae_lambda=0.8,
+            gamma=0.98,
+            n_epochs=20,
+            ent_coef=0.0,
+            learning_rate=lambda left: left * 1e-3,
+            clip_range=lambda left: left * 0.2,
+            seed=seed,
+            device="cpu",
+        )
     elif name == "sac":  # the zoo sets only the learning rate; the rest are SB3's defaults
         model = SB3SAC("MlpPolicy", task.env_id, learning_rate=1e-3, seed=seed, device="cpu")
     else:
-        model = SB3TD3("MlpPolicy", task.env_id, gamma=0.98, buffer_size=200_000, learning_starts=10_000,
-                       action_noise=NormalActionNoise(np.zeros(1), np.full(1, 0.1)), gradient_steps=1,
-                       train_freq=1, learning_rate=1e-3, policy_kwargs={"net_arch": [400, 300]}, seed=seed,
-                       device="cpu")
+        model = SB3TD3(
+            "MlpPolicy",
+            task.env_id,
+            gamma=0.98,
+            buffer_size=200_000,
+            learning_starts=10_000,
+            action_noise=NormalActionNoise(np.zeros(1), np.full(1, 0.1)),
+            gradient_steps=1,
+            train_freq=1,
+            learning_rate=1e-3,
+            policy_kwargs={"net_arch": [400, 300]},
+            seed=seed,
+            device="cpu",
+        )
     discrete = isinstance(model.action_space, gym.spaces.Discrete)
     eval_env = gym.make(task.env_id)
     curve = types.SimpleNamespace(eval_steps=[], eval_returns=[], steps=0, evaluations=0)
@@ -436,11 +574,15 @@ def _train_sb3(name: str, task: Task, steps: int, seed: int, eval_episodes: int)
                     total, done = 0.0, False
                     while not done:
                         action, _ = self.model.predict(obs, deterministic=True)
-                        obs, reward, terminated, truncated, _ = eval_env.step(int(action) if discrete else action)
+                        obs, reward, terminated, truncated, _ = eval_env.step(
+                            int(action) if discrete else action
+                        )
                         total, done = total + float(reward), terminated or truncated
                     returns.append(total)
                 curve.eval_steps.append(now // EVAL_EVERY * EVAL_EVERY)
-                curve.eval_returns.append((None, statistics.mean(returns)))  # as the trainer: (episode, mean)
+                curve.eval_returns.append(
+                    (None, statistics.mean(returns))
+                )  # as the trainer: (episode, mean)
             return True
 
     model.learn(steps, callback=Evaluate())
@@ -453,7 +595,9 @@ def _train_sb3(name: str, task: Task, steps: int, seed: int, eval_episodes: int)
             total, done = 0.0, False
             while not done:
                 action, _ = model.predict(obs, deterministic=True)
-                obs, reward, terminated, truncated, _ = eval_env.step(int(action) if discrete else action)
+                obs, reward, terminated, truncated, _ = eval_env.step(
+                    int(action) if discrete else action
+                )
                 total, done = total + float(reward), terminated or truncated
             returns.append(total)
         curve.final_eval = statistics.mean(returns)
@@ -461,9 +605,16 @@ def _train_sb3(name: str, task: Task, steps: int, seed: int, eval_episodes: int)
     return curve
 
 
-def run_seed(name: str, seed: int, steps_scale: float = 1.0, eval_episodes: int = 5,
-             library: str = "machin", eval_starts: str = "same", final_episodes: int = 0,
-             dqn_mode: str = "fixed_target") -> Dict[str, Any]:
+def run_seed(
+    name: str,
+    seed: int,
+    steps_scale: float = 1.0,
+    eval_episodes: int = 5,
+    library: str = "machin",
+    eval_starts: str = "same",
+    final_episodes: int = 0,
+    dqn_mode: str = "fixed_target",
+) -> Dict[str, Any]:
     """Train task ``name`` with seed ``seed``; return its evaluations and summary (a JSON-able dict).
 
     ``library="sb3"`` trains it with Stable-Baselines3 instead. ``eval_starts="fresh"`` resets
@@ -487,14 +638,24 @@ def run_seed(name: str, seed: int, steps_scale: float = 1.0, eval_episodes: int 
     else:
         result = _TRAIN[name](task, budget, seed, eval_episodes)
     cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
-    curve = [(s, float(r)) for s, (_, r) in zip(result.eval_steps, result.eval_returns) if s <= budget]
+    curve = [
+        (s, float(r)) for s, (_, r) in zip(result.eval_steps, result.eval_returns) if s <= budget
+    ]
     reached = next((s for s, r in curve if r >= task.threshold), None)
     return {
-        "task": name, "library": library, "seed": seed, "budget": budget, "steps_taken": result.steps,
-        "eval_steps": [s for s, _ in curve], "eval_returns": [r for _, r in curve],
-        "steps_to_threshold": reached, "final_return": curve[-1][1] if curve else None,
+        "task": name,
+        "library": library,
+        "seed": seed,
+        "budget": budget,
+        "steps_taken": result.steps,
+        "eval_steps": [s for s, _ in curve],
+        "eval_returns": [r for _, r in curve],
+        "steps_to_threshold": reached,
+        "final_return": curve[-1][1] if curve else None,
         "final_eval": getattr(result, "final_eval", None),
-        "cpu_seconds": cpu, "wall_seconds": wall, "final_episodes": final_episodes,
+        "cpu_seconds": cpu,
+        "wall_seconds": wall,
+        "final_episodes": final_episodes,
     }
 
 
@@ -515,27 +676,49 @@ def summarize(runs: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
         if not mine:
             continue
         task = TASKS[name]
-        steps = [math.inf if r["steps_to_threshold"] is None else float(r["steps_to_threshold"]) for r in mine]
+        steps = [
+            math.inf if r["steps_to_threshold"] is None else float(r["steps_to_threshold"])
+            for r in mine
+        ]
         finals = [r["final_return"] for r in mine if r["final_return"] is not None]
         evals = [r["final_eval"] for r in mine if r.get("final_eval") is not None]
         final_episodes = mine[0].get("final_episodes", 0)
         median_steps = statistics.median(steps)
-        rows.append({
-            "task": name, "env": task.env_id, "seeds": len(mine), "budget": mine[0]["budget"],
-            "threshold": task.threshold, "median_steps": None if math.isinf(median_steps) else median_steps,
-            "steps": [None if math.isinf(s) else s for s in steps], "target": task.target,
-            "meets_target": not math.isinf(median_steps) and median_steps <= task.target,
-            "final_median": statistics.median(finals) if finals else None,
-            "final_eval_median": statistics.median(evals) if evals else None, "final_episodes": final_episodes,
-            "zoo_final": task.zoo_final, "sb3_steps": task.sb3_steps,
-            "cpu_seconds": sum(r["cpu_seconds"] for r in mine),
-        })
+        rows.append(
+            {
+                "task": name,
+                "env": task.env_id,
+                "seeds": len(mine),
+                "budget": mine[0]["budget"],
+                "threshold": task.threshold,
+                "median_steps": None if math.isinf(median_steps) else median_steps,
+                "steps": [None if math.isinf(s) else s for s in steps],
+                "target": task.target,
+                "meets_target": not math.isinf(median_steps) and median_steps <= task.target,
+                "final_median": statistics.median(finals) if finals else None,
+                "final_eval_median": statistics.median(evals) if evals else None,
+                "final_episodes": final_episodes,
+                "zoo_final": task.zoo_final,
+                "sb3_steps": task.sb3_steps,
+                "cpu_seconds": sum(r["cpu_seconds"] for r in mine),
+            }
+        )
     return rows
 
 
 def print_table(rows: List[Dict[str, Any]]) -> None:
-    header = ["task", "env", "seeds", "budget", "median steps to thr (per seed)", "target", "final (median)",
-              "zoo final", "SB3 steps", "CPU s (per seed)"]
+    header = [
+        "task",
+        "env",
+        "seeds",
+        "budget",
+        "median steps to thr (per seed)",
+        "target",
+        "final (median)",
+        "zoo final",
+        "SB3 steps",
+        "CPU s (per seed)",
+    ]
     table = [header]
     for row in rows:
         per_seed = ", ".join(_steps_text(s) for s in row["steps"])
@@ -543,39 +726,67 @@ def print_table(rows: List[Dict[str, Any]]) -> None:
         final = "-" if row["final_median"] is None else f"{row['final_median']:.1f}"
         if row["final_eval_median"] is not None:
             final += f" ({row['final_episodes']} episodes: {row['final_eval_median']:.1f})"
-        table.append([
-            row["task"], f"{row['env']} ({row['threshold']:g})", str(row["seeds"]), f"{row['budget']:,}",
-            f"{_steps_text(row['median_steps'])} ({per_seed})", f"<= {row['target']:,} {verdict}", final,
-            row["zoo_final"], row["sb3_steps"],
-            f"{row['cpu_seconds']:.0f} ({row['cpu_seconds'] / row['seeds']:.0f})",
-        ])
+        table.append(
+            [
+                row["task"],
+                f"{row['env']} ({row['threshold']:g})",
+                str(row["seeds"]),
+                f"{row['budget']:,}",
+                f"{_steps_text(row['median_steps'])} ({per_seed})",
+                f"<= {row['target']:,} {verdict}",
+                final,
+                row["zoo_final"],
+                row["sb3_steps"],
+                f"{row['cpu_seconds']:.0f} ({row['cpu_seconds'] / row['seeds']:.0f})",
+            ]
+        )
     widths = [max(len(line[i]) for line in table) for i in range(len(header))]
     for i, line in enumerate(table):
-        print("  ".join(cell.ljust(width) for cell, width in zip(line, widths)).rstrip(), flush=True)
+        print(
+            "  ".join(cell.ljust(width) for cell, width in zip(line, widths)).rstrip(), flush=True
+        )
         if i == 0:
             print("  ".join("-" * width for width in widths), flush=True)
 
 
-def run(tasks: Sequence[str], seeds: int, workers: Optional[int], steps_scale: float = 1.0,
-        eval_episodes: int = 5, json_path: Optional[str] = None, library: str = "machin",
-        eval_starts: str = "same", final_episodes: int = 0, dqn_mode: str = "fixed_target") -> List[Dict[str, Any]]:
+def run(
+    tasks: Sequence[str],
+    seeds: int,
+    workers: Optional[int],
+    steps_scale: float = 1.0,
+    eval_episodes: int = 5,
+    json_path: Optional[str] = None,
+    library: str = "machin",
+    eval_starts: str = "same",
+    final_episodes: int = 0,
+    dqn_mode: str = "fixed_target",
+) -> List[Dict[str, Any]]:
     """Run every (task, seed), ``workers`` at a time; print one line per run and the table."""
-    jobs = [(name, seed, steps_scale, eval_episodes, library, eval_starts, final_episodes, dqn_mode)
-            for name in tasks for seed in range(seeds)]
+    jobs = [
+        (name, seed, steps_scale, eval_episodes, library, eval_starts, final_episodes, dqn_mode)
+        for name in tasks
+        for seed in range(seeds)
+    ]
     # the longest runs first, so that the last worker to finish does not start late
     jobs.sort(key=lambda job: {"sac": 0, "td3": 1, "dqn": 2, "ppo": 3}[job[0]])
     workers = min(len(jobs), workers or os.cpu_count() or 1)
-    print(f"{library}: {len(jobs)} runs ({', '.join(tasks)} x {seeds} seeds), {workers} worker process(es), "
-          f"one torch thread each, budgets x{steps_scale:g}, evaluation starts: {eval_starts}"
-          + (f", DQN mode {dqn_mode}" if "dqn" in tasks and library == "machin" else ""), flush=True)
+    print(
+        f"{library}: {len(jobs)} runs ({', '.join(tasks)} x {seeds} seeds), {workers} worker process(es), "
+        f"one torch thread each, budgets x{steps_scale:g}, evaluation starts: {eval_starts}"
+        + (f", DQN mode {dqn_mode}" if "dqn" in tasks and library == "machin" else ""),
+        flush=True,
+    )
     started, runs = time.perf_counter(), []
 
     def report(result: Dict[str, Any]) -> None:
         runs.append(result)
         final = "-" if result["final_return"] is None else f"{result['final_return']:.1f}"
-        print(f"  {result['task']} seed {result['seed']}: steps to threshold "
-              f"{_steps_text(result['steps_to_threshold'])}, final {final}, "
-              f"{result['cpu_seconds']:.0f} CPU s, {result['wall_seconds']:.0f} s", flush=True)
+        print(
+            f"  {result['task']} seed {result['seed']}: steps to threshold "
+            f"{_steps_text(result['steps_to_threshold'])}, final {final}, "
+            f"{result['cpu_seconds']:.0f} CPU s, {result['wall_seconds']:.0f} s",
+            flush=True,
+        )
 
     if workers == 1:
         for job in jobs:
@@ -586,8 +797,11 @@ def run(tasks: Sequence[str], seeds: int, workers: Optional[int], steps_scale: f
                 report(result)
     rows = summarize(runs)
     print_table(rows)
-    print(f"total wall time {time.perf_counter() - started:.0f} s; 'final' is the greedy return at the budget; "
-          f"steps '-': threshold not reached", flush=True)
+    print(
+        f"total wall time {time.perf_counter() - started:.0f} s; 'final' is the greedy return at the budget; "
+        f"steps '-': threshold not reached",
+        flush=True,
+    )
     if json_path:
         with open(json_path, "w") as handle:
             json.dump({"rows": rows, "runs": runs}, handle, indent=1)
@@ -602,35 +816,76 @@ def main(argv: Optional[List[str]] = None) -> Optional[List[Dict[str, Any]]]:
             print(SKIP_MESSAGE, flush=True)
             return None
         argv = []
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.sample_efficiency", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.sample_efficiency",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--tasks", nargs="+", choices=list(TASKS), default=list(TASKS))
     parser.add_argument("--seeds", type=int, default=3, help="seeds 0 .. n-1 per task (default 3)")
-    parser.add_argument("--workers", type=int, default=None,
-                        help="parallel processes (default: the number of cores); 1 runs in this process")
-    parser.add_argument("--steps-scale", type=float, default=1.0,
-                        help="multiply the zoo's step budgets, e.g. 0.05 for a smoke test")
-    parser.add_argument("--eval-episodes", type=int, default=5, help="greedy episodes per evaluation (default 5)")
-    parser.add_argument("--json", default=None, help="also write the rows and every run's evaluations here")
-    parser.add_argument("--library", choices=["machin", "sb3"], default="machin",
-                        help="train with machin (default) or with Stable-Baselines3 "
-                             "(which must be importable) under the same settings and evaluations")
-    parser.add_argument("--eval-starts", choices=["same", "fresh"], default="same",
-                        help="reset the evaluation episodes with the same seeds every time (default, the "
-                             "trainer's seeding) or with new seeds at every evaluation")
-    parser.add_argument("--final-episodes", type=int, default=0,
-                        help="after training, evaluate the greedy policy on this many more episodes and report "
-                             "their mean next to the last evaluation (default 0: none)")
-    parser.add_argument("--dqn-mode", choices=["fixed_target", "double"], default="fixed_target",
-                        help="machin DQN's target rule: SB3's max over the target network (default) or machin's "
-                             "default double DQN")
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=None,
+        help="parallel processes (default: the number of cores); 1 runs in this process",
+    )
+    parser.add_argument(
+        "--steps-scale",
+        type=float,
+        default=1.0,
+        help="multiply the zoo's step budgets, e.g. 0.05 for a smoke test",
+    )
+    parser.add_argument(
+        "--eval-episodes", type=int, default=5, help="greedy episodes per evaluation (default 5)"
+    )
+    parser.add_argument(
+        "--json", default=None, help="also write the rows and every run's evaluations here"
+    )
+    parser.add_argument(
+        "--library",
+        choices=["machin", "sb3"],
+        default="machin",
+        help="train with machin (default) or with Stable-Baselines3 "
+        "(which must be importable) under the same settings and evaluations",
+    )
+    parser.add_argument(
+        "--eval-starts",
+        choices=["same", "fresh"],
+        default="same",
+        help="reset the evaluation episodes with the same seeds every time (default, the "
+        "trainer's seeding) or with new seeds at every evaluation",
+    )
+    parser.add_argument(
+        "--final-episodes",
+        type=int,
+        default=0,
+        help="after training, evaluate the greedy policy on this many more episodes and report "
+        "their mean next to the last evaluation (default 0: none)",
+    )
+    parser.add_argument(
+        "--dqn-mode",
+        choices=["fixed_target", "double"],
+        default="fixed_target",
+        help="machin DQN's target rule: SB3's max over the target network (default) or machin's "
+        "default double DQN",
+    )
     args = parser.parse_args(argv)
     if args.seeds < 1 or (args.workers is not None and args.workers < 1) or args.steps_scale <= 0:
         parser.error("--seeds and --workers must be positive, --steps-scale greater than 0")
     if args.final_episodes < 0:
         parser.error("--final-episodes must be 0 or more")
-    return run(args.tasks, args.seeds, args.workers, args.steps_scale, args.eval_episodes, args.json, args.library,
-               args.eval_starts, args.final_episodes, args.dqn_mode)
+    return run(
+        args.tasks,
+        args.seeds,
+        args.workers,
+        args.steps_scale,
+        args.eval_episodes,
+        args.json,
+        args.library,
+        args.eval_starts,
+        args.final_episodes,
+        args.dqn_mode,
+    )
 
 
 if __name__ == "__main__":

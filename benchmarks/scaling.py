@@ -68,8 +68,13 @@ APEX_BATCH, IMPALA_BATCH = 64, 4
 class QNet(nn.Module):
     def __init__(self, hidden: int = 64):
         super().__init__()
-        self.net = nn.Sequential(nn.Linear(4, hidden), nn.ReLU(), nn.Linear(hidden, hidden), nn.ReLU(),
-                                 nn.Linear(hidden, 2))
+        self.net = nn.Sequential(
+            nn.Linear(4, hidden),
+            nn.ReLU(),
+            nn.Linear(hidden, hidden),
+            nn.ReLU(),
+            nn.Linear(hidden, 2),
+        )
 
     def forward(self, state):
         return self.net(state)
@@ -112,7 +117,9 @@ def _build(algorithm: str, roles: Roles):
     return cls.from_roles(roles, *_networks(algorithm), **_options(algorithm))
 
 
-def _play(agent, algorithm: str, env, seed: int, store: Optional[Callable[[Any], None]] = None) -> int:
+def _play(
+    agent, algorithm: str, env, seed: int, store: Optional[Callable[[Any], None]] = None
+) -> int:
     """One episode; returns its steps. ``store`` receives what the agent would store (default: the agent)."""
     obs, _ = env.reset(seed=seed)
     state = torch.tensor(obs, dtype=torch.float32).view(1, -1)
@@ -124,8 +131,13 @@ def _play(agent, algorithm: str, env, seed: int, store: Optional[Callable[[Any],
             action, log_prob, _ = agent.act({"state": state})
         obs, reward, terminated, truncated, _ = env.step(action.item())
         next_state = torch.tensor(obs, dtype=torch.float32).view(1, -1)
-        step = {"state": {"state": state}, "action": {"action": action}, "next_state": {"state": next_state},
-                "reward": float(reward), "terminal": terminated}
+        step = {
+            "state": {"state": state},
+            "action": {"action": action},
+            "next_state": {"state": next_state},
+            "reward": float(reward),
+            "terminal": terminated,
+        }
         if algorithm == "apex":
             (store or agent.store_transition)(step)
         else:
@@ -163,7 +175,9 @@ class _TrainedSteps:
         return result
 
 
-def _learn(agent, algorithm: str, control: RunControl, seconds: float, warmup: float) -> Dict[str, float]:
+def _learn(
+    agent, algorithm: str, control: RunControl, seconds: float, warmup: float
+) -> Dict[str, float]:
     """Update without pause; the rates over ``seconds`` after ``warmup`` seconds."""
     warm = 200 if algorithm == "apex" else 8
     while agent.replay_buffer.all_size() < warm:
@@ -180,8 +194,12 @@ def _learn(agent, algorithm: str, control: RunControl, seconds: float, warmup: f
             last = (now, updates, sum(control.steps.values()), time.process_time(), trained.count)
             break
     elapsed, done = last[0] - first[0], last[1] - first[1]
-    return {"steps_per_s": (last[2] - first[2]) / elapsed, "updates_per_s": done / elapsed,
-            "cpu_ms_per_update": 1000 * (last[3] - first[3]) / done, "trained_per_s": (last[4] - first[4]) / elapsed}
+    return {
+        "steps_per_s": (last[2] - first[2]) / elapsed,
+        "updates_per_s": done / elapsed,
+        "cpu_ms_per_update": 1000 * (last[3] - first[3]) / done,
+        "trained_per_s": (last[4] - first[4]) / elapsed,
+    }
 
 
 def _rank(rank: int, algorithm: str, seconds: float, warmup: float) -> Optional[Dict[str, float]]:
@@ -202,7 +220,9 @@ def _rank(rank: int, algorithm: str, seconds: float, warmup: float) -> Optional[
         while True:
             agent.manual_sync()
             episode += 1
-            if control.report(steps=_play(agent, algorithm, env, rank * 100000 + episode), episodes=1).stop:
+            if control.report(
+                steps=_play(agent, algorithm, env, rank * 100000 + episode), episodes=1
+            ).stop:
                 break
         env.close()
     control.finish(world)
@@ -224,12 +244,19 @@ def _launcher(backend: str) -> Callable[..., List[Any]]:
         missing.append("the ray package (pip install machin[ray])")
     if missing:
         raise RuntimeError(f"backend 'ray' cannot run here: missing {' and '.join(missing)}")
-    os.environ.setdefault("RAY_worker_niceness", "0")  # the RPC ranks' priority (see the module's text)
+    os.environ.setdefault(
+        "RAY_worker_niceness", "0"
+    )  # the RPC ranks' priority (see the module's text)
     return lambda *args, **kwargs: launch(*args, transport="ray", **kwargs)
 
 
-def measure(algorithm: str, samplers: int, seconds: float, backend: str = "rpc",
-            warmup: float = WARMUP_SECONDS) -> Dict[str, float]:
+def measure(
+    algorithm: str,
+    samplers: int,
+    seconds: float,
+    backend: str = "rpc",
+    warmup: float = WARMUP_SECONDS,
+) -> Dict[str, float]:
     """Run one learner and ``samplers`` samplers; returns the learner's rates over ``seconds`` after ``warmup``.
 
     Raises:
@@ -237,7 +264,9 @@ def measure(algorithm: str, samplers: int, seconds: float, backend: str = "rpc",
         RuntimeError: When ``backend`` cannot run in this checkout (the message names what is missing).
     """
     run_world = _launcher(backend)
-    return run_world(_rank, samplers + 1, args=(algorithm, seconds, warmup), timeout=seconds + warmup + 180)[0]
+    return run_world(
+        _rank, samplers + 1, args=(algorithm, seconds, warmup), timeout=seconds + warmup + 180
+    )[0]
 
 
 class _Ready:
@@ -300,7 +329,13 @@ def _local_agent(algorithm: str):
         agent = _LocalIMPALA(*_networks(algorithm), None, (_NoServer(),), **_options(algorithm))
         episodes = agent.replay_buffer.episodes
         for seed in range(40):
-            _play(agent, algorithm, env, seed, store=lambda steps: episodes.append(EpisodeTransition.from_episode(steps)))
+            _play(
+                agent,
+                algorithm,
+                env,
+                seed,
+                store=lambda steps: episodes.append(EpisodeTransition.from_episode(steps)),
+            )
     env.close()
     return agent
 
@@ -320,33 +355,53 @@ def local_updates(algorithm: str, seconds: float) -> Dict[str, float]:
             agent.update()
             updates += 1
         elapsed = time.monotonic() - begin
-        return {"updates_per_s": updates / elapsed, "cpu_ms_per_update": 1000 * (time.process_time() - cpu) / updates,
-                "trained_per_s": trained.count / elapsed}
+        return {
+            "updates_per_s": updates / elapsed,
+            "cpu_ms_per_update": 1000 * (time.process_time() - cpu) / updates,
+            "trained_per_s": trained.count / elapsed,
+        }
     finally:
         torch.set_num_threads(threads)
 
 
-def _row(algorithm: str, n: int, rates: Dict[str, float], local: Dict[str, float], base: float) -> Dict[str, Any]:
-    return {"algorithm": algorithm, "samplers": n, **rates, "efficiency": rates["steps_per_s"] / (n * base),
-            "local_updates_per_s": local["updates_per_s"], "local_cpu_ms_per_update": local["cpu_ms_per_update"],
-            "ratio": rates["updates_per_s"] / local["updates_per_s"],
-            "ratio_per_transition": rates["trained_per_s"] / local["trained_per_s"]}
+def _row(
+    algorithm: str, n: int, rates: Dict[str, float], local: Dict[str, float], base: float
+) -> Dict[str, Any]:
+    return {
+        "algorithm": algorithm,
+        "samplers": n,
+        **rates,
+        "efficiency": rates["steps_per_s"] / (n * base),
+        "local_updates_per_s": local["updates_per_s"],
+        "local_cpu_ms_per_update": local["cpu_ms_per_update"],
+        "ratio": rates["updates_per_s"] / local["updates_per_s"],
+        "ratio_per_transition": rates["trained_per_s"] / local["trained_per_s"],
+    }
 
 
-HEADER = (f"{'algorithm':<10}{'samplers':>9}{'env steps/s':>13}{'updates/s':>11}{'efficiency':>12}"
-          f"{'local upd/s':>13}{'ratio':>7}{'CPU ms/upd':>12}{'local CPU ms':>14}{'ratio/transition':>18}")
+HEADER = (
+    f"{'algorithm':<10}{'samplers':>9}{'env steps/s':>13}{'updates/s':>11}{'efficiency':>12}"
+    f"{'local upd/s':>13}{'ratio':>7}{'CPU ms/upd':>12}{'local CPU ms':>14}{'ratio/transition':>18}"
+)
 
 
 def _print_row(row: Dict[str, Any]) -> None:
-    print(f"{row['algorithm']:<10}{row['samplers']:>9}{row['steps_per_s']:>13.0f}{row['updates_per_s']:>11.1f}"
-          f"{row['efficiency']:>12.2f}{row['local_updates_per_s']:>13.1f}{row['ratio']:>7.2f}"
-          f"{row['cpu_ms_per_update']:>12.2f}{row['local_cpu_ms_per_update']:>14.2f}"
-          f"{row['ratio_per_transition']:>18.2f}", flush=True)
+    print(
+        f"{row['algorithm']:<10}{row['samplers']:>9}{row['steps_per_s']:>13.0f}{row['updates_per_s']:>11.1f}"
+        f"{row['efficiency']:>12.2f}{row['local_updates_per_s']:>13.1f}{row['ratio']:>7.2f}"
+        f"{row['cpu_ms_per_update']:>12.2f}{row['local_cpu_ms_per_update']:>14.2f}"
+        f"{row['ratio_per_transition']:>18.2f}",
+        flush=True,
+    )
 
 
-def run(samplers: Sequence[int] = (1, 2, 4, 8), seconds: float = 15.0,
-        algorithms: Sequence[str] = ("apex", "impala"), backend: str = "rpc",
-        local_seconds: Optional[float] = None) -> List[Dict[str, Any]]:
+def run(
+    samplers: Sequence[int] = (1, 2, 4, 8),
+    seconds: float = 15.0,
+    algorithms: Sequence[str] = ("apex", "impala"),
+    backend: str = "rpc",
+    local_seconds: Optional[float] = None,
+) -> List[Dict[str, Any]]:
     """Measure every combination and print the table; returns its rows.
 
     Args:
@@ -357,8 +412,11 @@ def run(samplers: Sequence[int] = (1, 2, 4, 8), seconds: float = 15.0,
         local_seconds: Seconds of each local reference (default ``seconds``).
     """
     _launcher(backend)  # fail before anything runs
-    print(f"scaling on {os.cpu_count()} CPU core(s), backend {backend}, one learner, {seconds:g} s measured "
-          f"after {WARMUP_SECONDS:g} s of warm-up; local reference measured before each row", flush=True)
+    print(
+        f"scaling on {os.cpu_count()} CPU core(s), backend {backend}, one learner, {seconds:g} s measured "
+        f"after {WARMUP_SECONDS:g} s of warm-up; local reference measured before each row",
+        flush=True,
+    )
     print(HEADER, flush=True)
     rows = []
     for algorithm in algorithms:
@@ -377,15 +435,26 @@ def main(argv: Optional[List[str]] = None) -> Optional[List[Dict[str, Any]]]:
     """Run the benchmark, but only when asked for by name (``python -m benchmarks scaling``)."""
     if argv is None:
         if "scaling" not in sys.argv[1:]:
-            print("scaling: skipped (it takes minutes); run it with 'python -m benchmarks scaling'", flush=True)
+            print(
+                "scaling: skipped (it takes minutes); run it with 'python -m benchmarks scaling'",
+                flush=True,
+            )
             return None
         argv = []
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--samplers", type=int, nargs="+", default=[1, 2, 4, 8])
     parser.add_argument("--seconds", type=float, default=15.0, help="measured seconds per run")
-    parser.add_argument("--algorithms", nargs="+", choices=["apex", "impala"], default=["apex", "impala"])
-    parser.add_argument("--backend", choices=BACKENDS, default="rpc",
-                        help="transport of the world: torch RPC (default) or Ray actors")
+    parser.add_argument(
+        "--algorithms", nargs="+", choices=["apex", "impala"], default=["apex", "impala"]
+    )
+    parser.add_argument(
+        "--backend",
+        choices=BACKENDS,
+        default="rpc",
+        help="transport of the world: torch RPC (default) or Ray actors",
+    )
     args = parser.parse_args(argv)
     return run(args.samplers, args.seconds, args.algorithms, args.backend)
 

@@ -53,12 +53,22 @@ except ImportError:  # run as a script
     from common import setup_torch
 
 #: Printed instead of the rows when Stable-Baselines3 cannot be imported.
-SKIP_MESSAGE = ("versus: Stable-Baselines3 is not importable here (it is not a machin dependency); "
-                "pip install stable-baselines3 to compare against it")
+SKIP_MESSAGE = (
+    "versus: Stable-Baselines3 is not importable here (it is not a machin dependency); "
+    "pip install stable-baselines3 to compare against it"
+)
 
 
-def _time_sides(name: str, sides: Dict[str, Callable[[], object]], *, number: int, repeats: int = 11,
-                warmup: int = 2, wall: bool = False, per: int = 1) -> Dict[str, float]:
+def _time_sides(
+    name: str,
+    sides: Dict[str, Callable[[], object]],
+    *,
+    number: int,
+    repeats: int = 11,
+    warmup: int = 2,
+    wall: bool = False,
+    per: int = 1,
+) -> Dict[str, float]:
     """Time each side ``number`` calls per repeat; print one line per clock; return the ratios to the floor.
 
     ``sides`` maps ``"floor"``, ``"machin"`` and ``"sb3"`` to one call each. Every repeat runs
@@ -96,9 +106,18 @@ def _time_sides(name: str, sides: Dict[str, Callable[[], object]], *, number: in
         floor = median["floor"]
         parts = [f"floor {floor * 1e3:.4f} ms"]
         for key in ("machin", "sb3"):
-            ratio = ratios[f"{key} {clock}"] = statistics.median(x / y for x, y in zip(times[key], times["floor"]))
-            parts.append(f"{'SB3' if key == 'sb3' else key} {median[key] * 1e3:.4f} ms ({ratio:.2f})")
-        print(f"{name} ({clock} time per {'step' if per > 1 else 'call'}): " + ", ".join(parts) + f" ({repeats} repeats)", flush=True)
+            ratio = ratios[f"{key} {clock}"] = statistics.median(
+                x / y for x, y in zip(times[key], times["floor"])
+            )
+            parts.append(
+                f"{'SB3' if key == 'sb3' else key} {median[key] * 1e3:.4f} ms ({ratio:.2f})"
+            )
+        print(
+            f"{name} ({clock} time per {'step' if per > 1 else 'call'}): "
+            + ", ".join(parts)
+            + f" ({repeats} repeats)",
+            flush=True,
+        )
     return ratios
 
 
@@ -111,8 +130,13 @@ def _filled_buffers(stored: int, dicts: List[Dict[str, Any]], arrays: List[tuple
 
     machin = Buffer(stored)
     floor = buffers.FloorColumns(stored)
-    sb3 = ReplayBuffer(stored, spaces.Box(-np.inf, np.inf, (4,), np.float32), spaces.Discrete(2), device="cpu",
-                       handle_timeout_termination=False)
+    sb3 = ReplayBuffer(
+        stored,
+        spaces.Box(-np.inf, np.inf, (4,), np.float32),
+        spaces.Discrete(2),
+        device="cpu",
+        handle_timeout_termination=False,
+    )
     for i in range(stored):
         machin.append(dicts[i % len(dicts)])
         floor.append(dicts[i % len(dicts)])
@@ -125,8 +149,16 @@ def bench_buffers() -> Dict[str, float]:
     """``append`` into a full ring of 10k and ``sample(256)`` from 100k, in all three."""
     transitions = buffers.cartpole_transitions(2000)
     dicts = [buffers.as_dict(t) for t in transitions]
-    arrays = [(t.state["state"].numpy(), t.next_state["state"].numpy(), t.action["action"].numpy(),
-               np.array([t.reward], np.float32), np.array([float(t.terminal)], np.float32)) for t in transitions]
+    arrays = [
+        (
+            t.state["state"].numpy(),
+            t.next_state["state"].numpy(),
+            t.action["action"].numpy(),
+            np.array([t.reward], np.float32),
+            np.array([float(t.terminal)], np.float32),
+        )
+        for t in transitions
+    ]
     floor, machin, sb3 = _filled_buffers(10_000, dicts, arrays)
     counter = {"floor": 0, "machin": 0, "sb3": 0}
 
@@ -134,15 +166,33 @@ def bench_buffers() -> Dict[str, float]:
         i = counter[side] = (counter[side] + 1) % len(dicts)
         return i
 
-    ratios = {f"append {k}": v for k, v in _time_sides("append of a CartPole transition into 10k", {
-        "floor": lambda: floor.append(dicts[next_index("floor")]),
-        "machin": lambda: machin.append(dicts[next_index("machin")]),
-        "sb3": lambda: sb3.add(*arrays[next_index("sb3")], [{}])}, number=2000).items()}
+    ratios = {
+        f"append {k}": v
+        for k, v in _time_sides(
+            "append of a CartPole transition into 10k",
+            {
+                "floor": lambda: floor.append(dicts[next_index("floor")]),
+                "machin": lambda: machin.append(dicts[next_index("machin")]),
+                "sb3": lambda: sb3.add(*arrays[next_index("sb3")], [{}]),
+            },
+            number=2000,
+        ).items()
+    }
     floor, machin, sb3 = _filled_buffers(buffers.STORED, dicts, arrays)
-    ratios.update({f"sample {k}": v for k, v in _time_sides("sample(256) with replacement from 100k", {
-        "floor": lambda: floor.sample(buffers.BATCH),
-        "machin": lambda: machin.sample_batch(buffers.BATCH, sample_method="random"),
-        "sb3": lambda: sb3.sample(buffers.BATCH)}, number=500).items()})
+    ratios.update(
+        {
+            f"sample {k}": v
+            for k, v in _time_sides(
+                "sample(256) with replacement from 100k",
+                {
+                    "floor": lambda: floor.sample(buffers.BATCH),
+                    "machin": lambda: machin.sample_batch(buffers.BATCH, sample_method="random"),
+                    "sb3": lambda: sb3.sample(buffers.BATCH),
+                },
+                number=500,
+            ).items()
+        }
+    )
     return ratios
 
 
@@ -151,7 +201,9 @@ class _SB3Side:
 
     def __init__(self, model):
         self.model = model
-        model.learn(model.learning_starts + loops.BATCH)  # past the warm-up: every later step updates
+        model.learn(
+            model.learning_starts + loops.BATCH
+        )  # past the warm-up: every later step updates
 
     def run(self, steps: int) -> None:
         self.model.learn(steps, reset_num_timesteps=False)
@@ -162,27 +214,74 @@ def bench_loops(steps: int = 200) -> Dict[str, float]:
     from stable_baselines3 import DDPG, DQN
     from stable_baselines3.common.noise import NormalActionNoise
 
-    common = dict(learning_rate=1e-3, buffer_size=loops.CAPACITY, learning_starts=loops.BATCH,
-                  batch_size=loops.BATCH, tau=loops.TAU, gamma=loops.GAMMA, train_freq=1, gradient_steps=1,
-                  policy_kwargs={"net_arch": [64, 64]}, device="cpu", seed=0, verbose=0)
+    common = dict(
+        learning_rate=1e-3,
+        buffer_size=loops.CAPACITY,
+        learning_starts=loops.BATCH,
+        batch_size=loops.BATCH,
+        tau=loops.TAU,
+        gamma=loops.GAMMA,
+        train_freq=1,
+        gradient_steps=1,
+        policy_kwargs={"net_arch": [64, 64]},
+        device="cpu",
+        seed=0,
+        verbose=0,
+    )
     qnet = loops.QNet()
-    sides = {"floor": loops.FloorDQN(qnet), "machin": loops.LibraryDQN(qnet),
-             "sb3": _SB3Side(DQN("MlpPolicy", "CartPole-v1", target_update_interval=1,
-                                 exploration_initial_eps=0.0, exploration_final_eps=0.0, **common))}
+    sides = {
+        "floor": loops.FloorDQN(qnet),
+        "machin": loops.LibraryDQN(qnet),
+        "sb3": _SB3Side(
+            DQN(
+                "MlpPolicy",
+                "CartPole-v1",
+                target_update_interval=1,
+                exploration_initial_eps=0.0,
+                exploration_final_eps=0.0,
+                **common,
+            )
+        ),
+    }
     for side in (sides["floor"], sides["machin"]):
         side.run(loops.BATCH)
-    ratios = {f"DQN loop {k}": v for k, v in _time_sides(
-        "DQN loop, CartPole-v1", {k: (lambda s=s: s.run(steps)) for k, s in sides.items()}, number=1,
-        wall=True, per=steps).items()}
+    ratios = {
+        f"DQN loop {k}": v
+        for k, v in _time_sides(
+            "DQN loop, CartPole-v1",
+            {k: (lambda s=s: s.run(steps)) for k, s in sides.items()},
+            number=1,
+            wall=True,
+            per=steps,
+        ).items()
+    }
     actor, critic = loops.Actor(), loops.Critic()
-    sides = {"floor": loops.FloorDDPG(actor, critic), "machin": loops.LibraryDDPG(actor, critic),
-             "sb3": _SB3Side(DDPG("MlpPolicy", "Pendulum-v1", action_noise=NormalActionNoise(np.zeros(1), np.full(1, 0.2)),
-                                  **common))}
+    sides = {
+        "floor": loops.FloorDDPG(actor, critic),
+        "machin": loops.LibraryDDPG(actor, critic),
+        "sb3": _SB3Side(
+            DDPG(
+                "MlpPolicy",
+                "Pendulum-v1",
+                action_noise=NormalActionNoise(np.zeros(1), np.full(1, 0.2)),
+                **common,
+            )
+        ),
+    }
     for side in (sides["floor"], sides["machin"]):
         side.run(loops.BATCH)
-    ratios.update({f"DDPG loop {k}": v for k, v in _time_sides(
-        "DDPG loop, Pendulum-v1", {k: (lambda s=s: s.run(steps)) for k, s in sides.items()}, number=1,
-        wall=True, per=steps).items()})
+    ratios.update(
+        {
+            f"DDPG loop {k}": v
+            for k, v in _time_sides(
+                "DDPG loop, Pendulum-v1",
+                {k: (lambda s=s: s.run(steps)) for k, s in sides.items()},
+                number=1,
+                wall=True,
+                per=steps,
+            ).items()
+        }
+    )
     return ratios
 
 
@@ -194,7 +293,10 @@ def main() -> Optional[Dict[str, float]]:
         print(SKIP_MESSAGE, flush=True)
         return None
     setup_torch()
-    print(f"  Stable-Baselines3 {stable_baselines3.__version__}; times per call, (ratio to the floor)", flush=True)
+    print(
+        f"  Stable-Baselines3 {stable_baselines3.__version__}; times per call, (ratio to the floor)",
+        flush=True,
+    )
     ratios = bench_buffers()
     ratios.update(bench_loops())
     return ratios

@@ -30,6 +30,7 @@ html_title = f"machin {release}"
 # Long signatures are wrapped, one parameter per line, instead of running off the page.
 python_maximum_signature_line_length = 88
 
+
 # Machin 0.3.4's constructors take extra positional and keyword arguments (ignored with a
 # warning); their signatures hold them as ``*_`` and ``**__``, which say nothing to a reader.
 def _split_parameters(inner):

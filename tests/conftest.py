@@ -30,4 +30,3 @@ def warnings_logged():
     logger.addHandler(handler)
     yield messages
     logger.removeHandler(handler)
-

@@ -171,7 +171,9 @@ def _live_children() -> List[psutil.Process]:
         try:
             if child.pid in helpers or child.status() == psutil.STATUS_ZOMBIE:
                 continue
-            chain = [child]  # the child and its ancestors below this process: a helper's workers count too
+            chain = [
+                child
+            ]  # the child and its ancestors below this process: a helper's workers count too
             while chain[-1].ppid() != me and chain[-1].parent() is not None:
                 chain.append(chain[-1].parent())
             if not any(_is_torch_helper(p) or p.pid in _KEPT for p in chain):

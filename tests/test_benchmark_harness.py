@@ -23,7 +23,9 @@ def keep_torch_threads():
     torch.set_num_threads(threads)
 
 
-@pytest.mark.parametrize("task, scale", [("dqn", 0.04), ("ppo", 0.02), ("sac", 0.02), ("td3", 0.02)])
+@pytest.mark.parametrize(
+    "task, scale", [("dqn", 0.04), ("ppo", 0.02), ("sac", 0.02), ("td3", 0.02)]
+)
 def test_each_task_trains_evaluates_and_reports(task, scale):
     run = sample_efficiency.run_seed(task, 0, steps_scale=scale, final_episodes=1)
     budget = round(sample_efficiency.TASKS[task].steps * scale)
@@ -39,7 +41,9 @@ def test_fresh_evaluation_starts_differ_between_evaluations():
     sample_efficiency.run_seed("dqn", 0, steps_scale=0.02, eval_starts="fresh")
     assert sample_efficiency._eval_seed(3, 1, 0) != sample_efficiency._eval_seed(3, 2, 0)
     sample_efficiency.run_seed("dqn", 0, steps_scale=0.02)
-    assert sample_efficiency._eval_seed(3, 1, 0) == sample_efficiency._eval_seed(3, 2, 0) == 3 + 10**6
+    assert (
+        sample_efficiency._eval_seed(3, 1, 0) == sample_efficiency._eval_seed(3, 2, 0) == 3 + 10**6
+    )
 
 
 def test_dqn_mode_reaches_the_dqn_task(monkeypatch, capsys):
@@ -51,8 +55,20 @@ def test_dqn_mode_reaches_the_dqn_task(monkeypatch, capsys):
             modes.append(self.mode)
 
     monkeypatch.setattr(sample_efficiency, "DQN", RecordingDQN)
-    sample_efficiency.main(["--tasks", "dqn", "--seeds", "1", "--workers", "1", "--steps-scale", "0.02",
-                            "--dqn-mode", "double"])
+    sample_efficiency.main(
+        [
+            "--tasks",
+            "dqn",
+            "--seeds",
+            "1",
+            "--workers",
+            "1",
+            "--steps-scale",
+            "0.02",
+            "--dqn-mode",
+            "double",
+        ]
+    )
     assert modes == ["double"] and "DQN mode double" in capsys.readouterr().out
     sample_efficiency.run_seed("dqn", 0, steps_scale=0.02)
     assert modes == ["double", "fixed_target"]  # SB3's rule unless asked
@@ -62,11 +78,27 @@ def test_dqn_mode_reaches_the_dqn_task(monkeypatch, capsys):
 
 def test_the_command_line_writes_the_table_and_the_json(tmp_path, capsys):
     path = tmp_path / "runs.json"
-    rows = sample_efficiency.main(["--tasks", "dqn", "--seeds", "2", "--workers", "1", "--steps-scale", "0.02",
-                                   "--final-episodes", "2", "--json", str(path)])
+    rows = sample_efficiency.main(
+        [
+            "--tasks",
+            "dqn",
+            "--seeds",
+            "2",
+            "--workers",
+            "1",
+            "--steps-scale",
+            "0.02",
+            "--final-episodes",
+            "2",
+            "--json",
+            str(path),
+        ]
+    )
     out = capsys.readouterr().out
     assert "dqn seed 0" in out and "dqn seed 1" in out and "(2 episodes:" in out
-    assert rows[0]["seeds"] == 2 and rows[0]["median_steps"] is None  # 1000 random steps reach nothing
+    assert (
+        rows[0]["seeds"] == 2 and rows[0]["median_steps"] is None
+    )  # 1000 random steps reach nothing
     saved = json.loads(path.read_text())
     assert [r["seed"] for r in saved["runs"]] == [0, 1] and saved["rows"][0]["task"] == "dqn"
     with pytest.raises(SystemExit):
@@ -76,7 +108,9 @@ def test_the_command_line_writes_the_table_and_the_json(tmp_path, capsys):
 def test_the_versus_benchmark_without_stable_baselines3_says_so_and_stops(monkeypatch, capsys):
     from benchmarks import versus
 
-    monkeypatch.setitem(sys.modules, "stable_baselines3", None)  # as if not installed: import raises
+    monkeypatch.setitem(
+        sys.modules, "stable_baselines3", None
+    )  # as if not installed: import raises
     assert versus.main() is None
     assert versus.SKIP_MESSAGE in capsys.readouterr().out
 
@@ -84,16 +118,18 @@ def test_the_versus_benchmark_without_stable_baselines3_says_so_and_stops(monkey
 def test_the_target_table_sets_each_printed_ratio_against_its_target():
     from benchmarks.__main__ import target_table
 
-    output = "\n".join([
-        "== buffers",
-        "buffer append (dict): library 0.0100 ms, floor 0.0050 ms, ratio 2.00 (11 repeats)",
-        "buffer append (dict, check_finite=False; info): library 0.0100 ms, floor 0.0050 ms, ratio 2.60 (11 repeats)",
-        "update_priority(256) in 100k: library 0.2 ms, floor 0.1 ms, ratio 1.60 (11 repeats)",
-        "DQN, CartPole-v1, loop (CPU time per step): library 1.5 ms, floor 1.4 ms, ratio 1.07 (21 repeats, median)",
-        "DQN, CartPole-v1, loop (wall time per step): library 1.5 ms, floor 1.6 ms, ratio 0.94 (21 repeats, median)",
-        "compiled SAC update vs eager floor: library 1 ms, floor 2 ms, ratio 0.50 (11 repeats, wall)",
-        "compiled SAC update vs eager floor: library 1 ms, floor 1.2 ms, ratio 0.83 (11 repeats, wall)",
-    ])
+    output = "\n".join(
+        [
+            "== buffers",
+            "buffer append (dict): library 0.0100 ms, floor 0.0050 ms, ratio 2.00 (11 repeats)",
+            "buffer append (dict, check_finite=False; info): library 0.0100 ms, floor 0.0050 ms, ratio 2.60 (11 repeats)",
+            "update_priority(256) in 100k: library 0.2 ms, floor 0.1 ms, ratio 1.60 (11 repeats)",
+            "DQN, CartPole-v1, loop (CPU time per step): library 1.5 ms, floor 1.4 ms, ratio 1.07 (21 repeats, median)",
+            "DQN, CartPole-v1, loop (wall time per step): library 1.5 ms, floor 1.6 ms, ratio 0.94 (21 repeats, median)",
+            "compiled SAC update vs eager floor: library 1 ms, floor 2 ms, ratio 0.50 (11 repeats, wall)",
+            "compiled SAC update vs eager floor: library 1 ms, floor 1.2 ms, ratio 0.83 (11 repeats, wall)",
+        ]
+    )
     table = target_table(output)
     assert table[:2] == ["| row | target | ratio | met |", "| --- | --- | --- | --- |"]
     rows = {line for line in table[2:]}
@@ -102,12 +138,21 @@ def test_the_target_table_sets_each_printed_ratio_against_its_target():
     assert "| update_priority(256) in 100k | <= 1.5 | 1.60 | no |" in rows
     assert "| DQN, CartPole-v1, loop (CPU time per step) | <= 1.15 | 1.07 | yes |" in rows
     assert not any("wall time" in line for line in rows)
-    assert {"| compiled SAC update vs eager floor | <= 0.7 | 0.50 | yes |",
-            "| compiled SAC update vs eager floor | <= 0.7 | 0.83 | no |"} <= rows
+    assert {
+        "| compiled SAC update vs eager floor | <= 0.7 | 0.50 | yes |",
+        "| compiled SAC update vs eager floor | <= 0.7 | 0.83 | no |",
+    } <= rows
     assert "| compiled PPO update | <= 0.7 | not run | - |" in rows
     assert len(table) == 2 + 5 + 8  # 5 ratios of 4 targets found, 8 targets not run
-    assert len(target_table(output, every_module=False)) == 2 + 5  # some modules only: found rows only
-    assert target_table("== safe_call\nsafe_call: library 1 ms, floor 1 ms, ratio 1.00 (9 repeats)", False) == []
+    assert (
+        len(target_table(output, every_module=False)) == 2 + 5
+    )  # some modules only: found rows only
+    assert (
+        target_table(
+            "== safe_call\nsafe_call: library 1 ms, floor 1 ms, ratio 1.00 (9 repeats)", False
+        )
+        == []
+    )
 
 
 def test_the_original_benchmark_without_its_source_says_so_and_stops(monkeypatch, tmp_path, capsys):
@@ -120,14 +165,18 @@ def test_the_original_benchmark_without_its_source_says_so_and_stops(monkeypatch
     (tmp_path / "machin").mkdir()
     (tmp_path / "machin" / "__init__.py").write_text("")
     assert original.original_path() == tmp_path
-    with pytest.raises(RuntimeError, match="process of its own"):  # this process has machin imported
+    with pytest.raises(
+        RuntimeError, match="process of its own"
+    ):  # this process has machin imported
         original.import_original(tmp_path)
 
 
 def test_the_original_benchmark_table_divides_the_two_ratios():
     from benchmarks import original
 
-    lines = original.table({"append": 1.25, "DQN loop": 1.1, "new path": 1.0}, {"append": 25.0, "DQN loop": 3.3})
+    lines = original.table(
+        {"append": 1.25, "DQN loop": 1.1, "new path": 1.0}, {"append": 25.0, "DQN loop": 3.3}
+    )
     assert lines[2:] == ["| append | 1.25 | 25.00 | 20.0x |", "| DQN loop | 1.10 | 3.30 | 3.0x |"]
 
 
@@ -135,7 +184,9 @@ def test_the_stand_ins_of_missing_modules_accept_what_the_original_does_with_the
     from benchmarks.original import _Inert, _InertModule
 
     module = _InertModule("colorlog")
-    formatter = module.ColoredFormatter("%(message)s", log_colors={"INFO": "green"})  # built at import time
+    formatter = module.ColoredFormatter(
+        "%(message)s", log_colors={"INFO": "green"}
+    )  # built at import time
     formatter.format(object()).anything()
 
     class Env(_InertModule("gym").Env):  # subclassed at import time
@@ -153,11 +204,17 @@ def test_a_benchmark_child_prints_live_returns_its_result_and_is_killed_when_it_
     assert run_child([sys.executable, "-c", talk], "  [side] ", timeout=60) == {"append": 1.5}
     assert capsys.readouterr().out.splitlines() == ["  [side] first", "  [side] last"]
     with pytest.raises(RuntimeError, match="exit 3"):
-        run_child([sys.executable, "-c", "import sys; print('RESULT {}'); sys.exit(3)"], "", timeout=60)
+        run_child(
+            [sys.executable, "-c", "import sys; print('RESULT {}'); sys.exit(3)"], "", timeout=60
+        )
     with pytest.raises(RuntimeError, match="exit 0"):  # finished without a result
         run_child([sys.executable, "-c", "print('nothing')"], "", timeout=60)
     with pytest.raises(RuntimeError, match="killed after 1 s"):
-        run_child([sys.executable, "-c", "import time; print('waiting', flush=True); time.sleep(60)"], "", timeout=1)
+        run_child(
+            [sys.executable, "-c", "import time; print('waiting', flush=True); time.sleep(60)"],
+            "",
+            timeout=1,
+        )
     assert "waiting" in capsys.readouterr().out
 
 
@@ -176,7 +233,12 @@ def test_scaling_local_reference_runs_the_learners_update_in_one_process():
 def test_scaling_rows_give_the_efficiency_and_the_ratio_to_the_local_update():
     from benchmarks import scaling
 
-    rates = {"steps_per_s": 300.0, "updates_per_s": 40.0, "cpu_ms_per_update": 5.0, "trained_per_s": 4000.0}
+    rates = {
+        "steps_per_s": 300.0,
+        "updates_per_s": 40.0,
+        "cpu_ms_per_update": 5.0,
+        "trained_per_s": 4000.0,
+    }
     local = {"updates_per_s": 80.0, "cpu_ms_per_update": 4.0, "trained_per_s": 2000.0}
     row = scaling._row("impala", 2, rates, local, base=200.0)
     assert row["efficiency"] == pytest.approx(0.75)  # 300 steps/s from 2 samplers, 200 from one
@@ -205,4 +267,6 @@ def test_scaling_measures_a_learner_with_one_sampler():
     from benchmarks import scaling
 
     rates = scaling.measure("apex", 1, 0.5, warmup=0.5)
-    assert rates["updates_per_s"] > 0 and rates["steps_per_s"] > 0 and rates["cpu_ms_per_update"] > 0
+    assert (
+        rates["updates_per_s"] > 0 and rates["steps_per_s"] > 0 and rates["cpu_ms_per_update"] > 0
+    )

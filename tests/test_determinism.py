@@ -31,16 +31,24 @@ def dqn_losses(value: int):
     env = gym.make("CartPole-v1")
     seed(value, env)
     online = QNet()
-    dqn = DQN(online, copy.deepcopy(online), torch.optim.Adam, nn.MSELoss(reduction="sum"), batch_size=32)
+    dqn = DQN(
+        online, copy.deepcopy(online), torch.optim.Adam, nn.MSELoss(reduction="sum"), batch_size=32
+    )
     obs, _ = env.reset(seed=value)
     losses = []
     while len(losses) < UPDATES:
         state = observation(obs)
         action = dqn.act_discrete_with_noise({"state": state})
         obs, reward, terminated, truncated, _ = env.step(action.item())
-        dqn.store_transition({"state": {"state": state}, "action": {"action": action},
-                              "next_state": {"state": observation(obs)}, "reward": float(reward),
-                              "terminal": terminated})
+        dqn.store_transition(
+            {
+                "state": {"state": state},
+                "action": {"action": action},
+                "next_state": {"state": observation(obs)},
+                "reward": float(reward),
+                "terminal": terminated,
+            }
+        )
         if terminated or truncated:
             obs, _ = env.reset()
         if dqn.replay_buffer.size() >= 32:
@@ -58,8 +66,15 @@ def ddpg_losses(value: int):
 def ppo_losses(value: int):
     env = gym.make("CartPole-v1")
     seed(value, env)
-    ppo = PPO(CategoricalActor(hidden=16), ValueCritic(hidden=16), torch.optim.Adam, nn.MSELoss(reduction="sum"),
-              batch_size=16, actor_update_times=1, critic_update_times=1)
+    ppo = PPO(
+        CategoricalActor(hidden=16),
+        ValueCritic(hidden=16),
+        torch.optim.Adam,
+        nn.MSELoss(reduction="sum"),
+        batch_size=16,
+        actor_update_times=1,
+        critic_update_times=1,
+    )
     losses = []
     while len(losses) < UPDATES:
         obs, _ = env.reset()
@@ -69,9 +84,15 @@ def ppo_losses(value: int):
             action = ppo.act({"state": state})[0]
             obs, reward, terminated, truncated, _ = env.step(action.item())
             done = terminated or truncated
-            episode.append({"state": {"state": state}, "action": {"action": action},
-                            "next_state": {"state": observation(obs)}, "reward": float(reward),
-                            "terminal": terminated})
+            episode.append(
+                {
+                    "state": {"state": state},
+                    "action": {"action": action},
+                    "next_state": {"state": observation(obs)},
+                    "reward": float(reward),
+                    "terminal": terminated,
+                }
+            )
         ppo.store_episode(episode)
         losses.append(ppo.update())
     return losses

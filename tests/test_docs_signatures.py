@@ -43,12 +43,18 @@ def test_the_pages_show_the_main_constructors():
     assert {"DQN", "A2C", "SAC", "DDPG"} <= shown, shown
 
 
-@pytest.mark.parametrize("page, name, documented", SIGNATURES, ids=[f"{p}:{n}" for p, n, _ in SIGNATURES])
+@pytest.mark.parametrize(
+    "page, name, documented", SIGNATURES, ids=[f"{p}:{n}" for p, n, _ in SIGNATURES]
+)
 def test_a_documented_signature_lists_every_option_with_its_default(page, name, documented):
     parameters = inspect.signature(getattr(algorithms, name)).parameters.values()
     options = {p.name: p.default for p in parameters if p.kind is p.KEYWORD_ONLY}
-    assert sorted(set(options) - set(documented)) == [], f"{page} does not show these options of {name}"
-    assert sorted(set(documented) - set(options)) == [], f"{page} shows options {name} does not take"
+    assert sorted(set(options) - set(documented)) == [], (
+        f"{page} does not show these options of {name}"
+    )
+    assert sorted(set(documented) - set(options)) == [], (
+        f"{page} shows options {name} does not take"
+    )
     for key, text in documented.items():
         text = text.strip()
         if text == "inf":
@@ -58,4 +64,6 @@ def test_a_documented_signature_lists_every_option_with_its_default(page, name, 
             value = ast.literal_eval(text)
         except (ValueError, SyntaxError):
             continue  # an expression or a name: shown for the reader, not compared
-        assert options[key] == value, f"{page}: {name}({key}=...) defaults to {options[key]!r}, the page says {text}"
+        assert options[key] == value, (
+            f"{page}: {name}({key}=...) defaults to {options[key]!r}, the page says {text}"
+        )

@@ -124,4 +124,6 @@ def offenders() -> List[Tuple[str, List[str]]]:
 def test_every_public_object_documents_its_parameters():
     found = offenders()
     report = "\n".join(f"  {name}: {', '.join(missing)}" for name, missing in found)
-    assert not found, f"{len(found)} public objects lack a docstring or parameter descriptions:\n{report}"
+    assert not found, (
+        f"{len(found)} public objects lack a docstring or parameter descriptions:\n{report}"
+    )

@@ -97,8 +97,11 @@ def import_graph(prefix: str = "machin") -> Dict[str, Set[str]]:
     graph = {}
     for module, path in files.items():
         if module == prefix or module.startswith(prefix + "."):
-            graph[module] = {m for m in imports_of(module, path, known)
-                             if m == prefix or m.startswith(prefix + ".")}
+            graph[module] = {
+                m
+                for m in imports_of(module, path, known)
+                if m == prefix or m.startswith(prefix + ".")
+            }
     return graph
 
 
@@ -151,6 +154,7 @@ def cycles(graph: Dict[str, Set[str]]) -> List[List[str]]:
 
 def violations(graph: Dict[str, Set[str]], lower: str, upper: str) -> Iterator[str]:
     """``"a -> b"`` for every module ``a`` under ``lower`` that imports a module ``b`` under ``upper``."""
+
     def under(module: str, package: str) -> bool:
         return module == package or module.startswith(package + ".")
 
@@ -225,10 +229,15 @@ def test_the_checker_sees_cycles_and_function_level_imports(tmp_path):
 if __name__ == "__main__":
     full = import_graph()
     frame = frame_graph()
-    print(f"modules under machin: {len(full)}; under machin.frame: {len(frame)}; "
-          f"edges in machin.frame: {sum(len(d) for d in frame.values())}")
+    print(
+        f"modules under machin: {len(full)}; under machin.frame: {len(frame)}; "
+        f"edges in machin.frame: {sum(len(d) for d in frame.values())}"
+    )
     print("cycles in machin.frame:", cycles(frame) or "none")
-    print("cycles in machin (whole package, package __init__ re-exports included):", cycles(full) or "none")
+    print(
+        "cycles in machin (whole package, package __init__ re-exports included):",
+        cycles(full) or "none",
+    )
     bad = [v for lower, upper in RULES for v in violations(full, lower, upper)]
     print("layering violations:", bad or "none")
     sys.exit(1 if bad or cycles(frame) else 0)

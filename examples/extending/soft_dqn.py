@@ -25,8 +25,12 @@ class SoftDQN(DQN):
     """
 
     mode = "fixed_target"  # the soft value replaces the double-DQN rule: not an option here
-    temperature = Option(0.05, positive, "Temperature of the soft maximum (0 would be DQN's hard maximum).",
-                         schedulable=True)
+    temperature = Option(
+        0.05,
+        positive,
+        "Temperature of the soft maximum (0 would be DQN's hard maximum).",
+        schedulable=True,
+    )
 
     def _next_value(self, batch):
         """``temperature * logsumexp(Q'(s', .) / temperature)`` per sample, ``[B, 1]``."""
@@ -50,11 +54,23 @@ def main() -> None:
     from machin.frame.trainer import Trainer
 
     torch.manual_seed(0)
-    soft_dqn = SoftDQN(QNet(), QNet(), torch.optim.Adam, nn.MSELoss(reduction="sum"), temperature=0.05,
-                       update_rate=0.01, batch_size=64, replay_size=20000)
+    soft_dqn = SoftDQN(
+        QNet(),
+        QNet(),
+        torch.optim.Adam,
+        nn.MSELoss(reduction="sum"),
+        temperature=0.05,
+        update_rate=0.01,
+        batch_size=64,
+        replay_size=20000,
+    )
     env = gym.make("CartPole-v1", max_episode_steps=200)
     result = Trainer(soft_dqn, env, solved_reward=190, seed=0).run(episodes=300)
-    print(f"solved at episode {result.solved_episode}" if result.solved_episode else "not solved in 300 episodes")
+    print(
+        f"solved at episode {result.solved_episode}"
+        if result.solved_episode
+        else "not solved in 300 episodes"
+    )
 
 
 if __name__ == "__main__":

@@ -16,9 +16,19 @@ save_curve = write_curve
 __all__ = ["ENV_ID", "parse_args", "run", "save_curve"]
 
 
-def run(agent, *, episodes: int, seed: int, plot: str = "", gif: str = "", store_by_episode: bool = False,
-        warmup_steps: int = 500, solved_reward: float = 190.0, solved_repeat: int = 5,
-        name: str = "agent") -> bool:
+def run(
+    agent,
+    *,
+    episodes: int,
+    seed: int,
+    plot: str = "",
+    gif: str = "",
+    store_by_episode: bool = False,
+    warmup_steps: int = 500,
+    solved_reward: float = 190.0,
+    solved_repeat: int = 5,
+    name: str = "agent",
+) -> bool:
     """Train ``agent`` (a DQN-like framework) on CartPole-v0; returns whether it was solved.
 
     Args:
@@ -44,15 +54,25 @@ def run(agent, *, episodes: int, seed: int, plot: str = "", gif: str = "", store
             action = agent.act_discrete_with_noise({"state": state})
             obs, reward, terminated, truncated, _ = env.step(action.item())
             next_state = torch.tensor(obs, dtype=torch.float32).view(1, -1)
-            step = {"state": {"state": state}, "action": {"action": action},
-                    "next_state": {"state": next_state}, "reward": float(reward), "terminal": terminated}
+            step = {
+                "state": {"state": state},
+                "action": {"action": action},
+                "next_state": {"state": next_state},
+                "reward": float(reward),
+                "terminal": terminated,
+            }
             if store_by_episode:
                 stored.append(step)
             else:
                 agent.store_transition(step)
                 if steps >= warmup_steps:
                     agent.update()
-            state, total, done, steps = next_state, total + reward, terminated or truncated, steps + 1
+            state, total, done, steps = (
+                next_state,
+                total + reward,
+                terminated or truncated,
+                steps + 1,
+            )
         if store_by_episode:
             agent.store_episode(stored)
             if steps >= warmup_steps:

@@ -44,8 +44,14 @@ def script_name() -> str:
     return Path(sys.argv[0]).stem or "example"
 
 
-def parse_args(description: str, *, name: Optional[str] = None, episodes: int = 500,
-               gif: bool = True, nproc: Optional[int] = None) -> argparse.Namespace:
+def parse_args(
+    description: str,
+    *,
+    name: Optional[str] = None,
+    episodes: int = 500,
+    gif: bool = True,
+    nproc: Optional[int] = None,
+) -> argparse.Namespace:
     """Parse the options every example takes.
 
     Args:
@@ -62,20 +68,37 @@ def parse_args(description: str, *, name: Optional[str] = None, episodes: int = 
         (with ``nproc``) ``nproc`` and ``backend`` (``"rpc"`` or ``"ray"``) and ``address``.
     """
     name = name or script_name()
-    parser = argparse.ArgumentParser(description=description,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--episodes", type=int, default=episodes, help="stop after this many episodes")
+    parser = argparse.ArgumentParser(
+        description=description, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--episodes", type=int, default=episodes, help="stop after this many episodes"
+    )
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--plot", default=f"{name}_curve.png", metavar="PATH",
-                        help="learning-curve PNG written at the end ('' writes none; default: %(default)s)")
+    parser.add_argument(
+        "--plot",
+        default=f"{name}_curve.png",
+        metavar="PATH",
+        help="learning-curve PNG written at the end ('' writes none; default: %(default)s)",
+    )
     if gif:
-        parser.add_argument("--gif", nargs="?", const=f"{name}_episode.gif", default="", metavar="PATH",
-                            help="record one greedy episode of the trained agent as a GIF "
-                                 f"(default path: {name}_episode.gif)")
+        parser.add_argument(
+            "--gif",
+            nargs="?",
+            const=f"{name}_episode.gif",
+            default="",
+            metavar="PATH",
+            help="record one greedy episode of the trained agent as a GIF "
+            f"(default path: {name}_episode.gif)",
+        )
     if nproc is not None:
-        parser.add_argument("--nproc", type=int, default=nproc,
-                            help="processes (Ray actors with --backend ray) started by 'python script.py' "
-                                 "(torchrun sets its own)")
+        parser.add_argument(
+            "--nproc",
+            type=int,
+            default=nproc,
+            help="processes (Ray actors with --backend ray) started by 'python script.py' "
+            "(torchrun sets its own)",
+        )
         add_launch_options(parser)
     args = parser.parse_args()
     if nproc is not None:
@@ -95,7 +118,9 @@ def write_curve(returns: Sequence[float], path: str, title: str) -> Optional[str
     if not path or not returns:
         return None
     directory, stem, extension = _split(path)
-    written = create_learning_curve(returns, directory, stem, title=title, extension=extension or ".png")
+    written = create_learning_curve(
+        returns, directory, stem, title=title, extension=extension or ".png"
+    )
     print(f"learning curve written to {written}", flush=True)
     return written
 
@@ -108,8 +133,9 @@ def write_gif(frames: List[np.ndarray], path: str, fps: float = 30) -> str:
     return written
 
 
-def record_episode(env_id: str, policy: Callable[[torch.Tensor], torch.Tensor], path: str,
-                   seed: int = 0) -> float:
+def record_episode(
+    env_id: str, policy: Callable[[torch.Tensor], torch.Tensor], path: str, seed: int = 0
+) -> float:
     """Play one episode of ``env_id`` with ``policy`` and write its frames to ``path``.
 
     Args:
@@ -130,7 +156,9 @@ def record_episode(env_id: str, policy: Callable[[torch.Tensor], torch.Tensor], 
     with torch.no_grad():
         while not done:
             action = policy(torch.as_tensor(obs, dtype=torch.float32).view(1, -1))
-            action = int(action.item()) if discrete else action.numpy().reshape(env.action_space.shape)
+            action = (
+                int(action.item()) if discrete else action.numpy().reshape(env.action_space.shape)
+            )
             obs, reward, terminated, truncated, _ = env.step(action)
             frames.append(env.render())
             total, done = total + float(reward), terminated or truncated
@@ -155,8 +183,14 @@ class Progress:
         start: Initial smoothed value, or ``None``.
     """
 
-    def __init__(self, name: str, env_id: str, solved_reward: float, solved_repeat: int = 1,
-                 start: Optional[float] = 0.0):
+    def __init__(
+        self,
+        name: str,
+        env_id: str,
+        solved_reward: float,
+        solved_repeat: int = 1,
+        start: Optional[float] = 0.0,
+    ):
         self.name, self.env_id = name, env_id
         self.solved_reward, self.solved_repeat = solved_reward, solved_repeat
         self.smoothed = start
@@ -170,7 +204,9 @@ class Progress:
         """Whether the run has met the solved criterion."""
         return self.solved_at is not None
 
-    def end_episode(self, total: float, steps: int, extra: str = "", can_solve: bool = True) -> bool:
+    def end_episode(
+        self, total: float, steps: int, extra: str = "", can_solve: bool = True
+    ) -> bool:
         """Record one episode's return, print its line; returns whether the run is now solved.
 
         Args:
@@ -182,8 +218,11 @@ class Progress:
         self.returns.append(float(total))
         self.smoothed = total if self.smoothed is None else 0.9 * self.smoothed + 0.1 * total
         episode = len(self.returns)
-        print(f"{self.name} episode {episode:4d}  return {total:8.2f}  smoothed {self.smoothed:8.2f}  "
-              f"{extra}steps {steps:6d}  {time.time() - self.start_time:6.1f} s", flush=True)
+        print(
+            f"{self.name} episode {episode:4d}  return {total:8.2f}  smoothed {self.smoothed:8.2f}  "
+            f"{extra}steps {steps:6d}  {time.time() - self.start_time:6.1f} s",
+            flush=True,
+        )
         self.streak = self.streak + 1 if can_solve and self.smoothed > self.solved_reward else 0
         if self.streak >= self.solved_repeat:
             self.solved_at = episode

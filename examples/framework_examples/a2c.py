@@ -26,8 +26,13 @@ class Actor(nn.Module):
 
     def __init__(self, state_dim=4, action_num=2, hidden=32):
         super().__init__()
-        self.net = nn.Sequential(nn.Linear(state_dim, hidden), nn.Tanh(), nn.Linear(hidden, hidden), nn.Tanh(),
-                                 nn.Linear(hidden, action_num))
+        self.net = nn.Sequential(
+            nn.Linear(state_dim, hidden),
+            nn.Tanh(),
+            nn.Linear(hidden, hidden),
+            nn.Tanh(),
+            nn.Linear(hidden, action_num),
+        )
 
     def forward(self, state, action=None):
         dist = Categorical(logits=self.net(state))
@@ -40,8 +45,13 @@ class Critic(nn.Module):
 
     def __init__(self, state_dim=4, hidden=32):
         super().__init__()
-        self.net = nn.Sequential(nn.Linear(state_dim, hidden), nn.Tanh(), nn.Linear(hidden, hidden), nn.Tanh(),
-                                 nn.Linear(hidden, 1))
+        self.net = nn.Sequential(
+            nn.Linear(state_dim, hidden),
+            nn.Tanh(),
+            nn.Linear(hidden, hidden),
+            nn.Tanh(),
+            nn.Linear(hidden, 1),
+        )
 
     def forward(self, state):
         return self.net(state)
@@ -52,8 +62,17 @@ def greedy_action(agent, state):
     return agent.actor.net(state).argmax(dim=1, keepdim=True)
 
 
-def run(agent, *, episodes: int, seed: int, plot: str = "", gif: str = "", name: str = "agent",
-        solved_reward: float = 190.0, solved_repeat: int = 5) -> bool:
+def run(
+    agent,
+    *,
+    episodes: int,
+    seed: int,
+    plot: str = "",
+    gif: str = "",
+    name: str = "agent",
+    solved_reward: float = 190.0,
+    solved_repeat: int = 5,
+) -> bool:
     """Train an on-policy agent on CartPole-v0: store each episode whole, then update once.
 
     Prints one line per episode and stops once the smoothed return (0.9 / 0.1, from 0)
@@ -72,10 +91,21 @@ def run(agent, *, episodes: int, seed: int, plot: str = "", gif: str = "", name:
             obs, reward, terminated, truncated, _ = env.step(action.item())
             next_state = torch.tensor(obs, dtype=torch.float32).view(1, -1)
             # terminal=terminated: a time-limit cut (truncated) is bootstrapped from V(next_state)
-            stored.append({"state": {"state": state}, "action": {"action": action},
-                           "next_state": {"state": next_state}, "reward": float(reward),
-                           "terminal": terminated})
-            state, total, done, steps = next_state, total + reward, terminated or truncated, steps + 1
+            stored.append(
+                {
+                    "state": {"state": state},
+                    "action": {"action": action},
+                    "next_state": {"state": next_state},
+                    "reward": float(reward),
+                    "terminal": terminated,
+                }
+            )
+            state, total, done, steps = (
+                next_state,
+                total + reward,
+                terminated or truncated,
+                steps + 1,
+            )
         agent.store_episode(stored)
         agent.update()
         if progress.end_episode(total, steps):
@@ -90,6 +120,16 @@ def run(agent, *, episodes: int, seed: int, plot: str = "", gif: str = "", name:
 if __name__ == "__main__":
     args = parse_args(__doc__)
     torch.manual_seed(args.seed)
-    a2c = A2C(Actor(), Critic(), torch.optim.Adam, nn.MSELoss(), batch_size=1000, actor_update_times=3,
-              critic_update_times=5, actor_learning_rate=0.003, critic_learning_rate=0.003, gae_lambda=0.95)
+    a2c = A2C(
+        Actor(),
+        Critic(),
+        torch.optim.Adam,
+        nn.MSELoss(),
+        batch_size=1000,
+        actor_update_times=3,
+        critic_update_times=5,
+        actor_learning_rate=0.003,
+        critic_learning_rate=0.003,
+        gae_lambda=0.95,
+    )
     run(a2c, episodes=args.episodes, seed=args.seed, plot=args.plot, gif=args.gif, name="A2C")

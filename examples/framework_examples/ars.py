@@ -73,20 +73,35 @@ def main(rank, rounds=100, seed=0, plot=""):
     torch.set_num_threads(1)
     world = World(rpc_timeout=60)
     roles = Roles.from_world()  # process 0 manages; every process plays its share of the rollouts
-    ars = ARS.from_roles(roles, LinearPolicy(), torch.optim.SGD, learning_rate=0.5, noise_std_dev=0.1,
-                         noise_size=10**6, rollout_num=6, used_rollout_num=6, noise_seed=seed, sample_seed=seed)
+    ars = ARS.from_roles(
+        roles,
+        LinearPolicy(),
+        torch.optim.SGD,
+        learning_rate=0.5,
+        noise_std_dev=0.1,
+        noise_size=10**6,
+        rollout_num=6,
+        used_rollout_num=6,
+        noise_seed=seed,
+        sample_seed=seed,
+    )
     env = gym.make(ENV_ID)
     returns, steps, start = [], 0, time.time()
     for round_index in range(1, rounds + 1):
         for i, actor_type in enumerate(ars.get_actor_types()):
-            total, length = play(ars, env, actor_type, seed * 1000003 + rank * 100000 + round_index * 100 + i)
+            total, length = play(
+                ars, env, actor_type, seed * 1000003 + rank * 100000 + round_index * 100 + i
+            )
             ars.store_reward(total, actor_type)
             steps += length
         mean_return = ars.update()  # the same number in every process
         returns.append(mean_return)
         if rank == 0:
-            print(f"ARS round {round_index:4d}  mean return {mean_return:8.2f}  steps {steps:6d} (process 0)  "
-                  f"{time.time() - start:6.1f} s", flush=True)
+            print(
+                f"ARS round {round_index:4d}  mean return {mean_return:8.2f}  steps {steps:6d} (process 0)  "
+                f"{time.time() - start:6.1f} s",
+                flush=True,
+            )
         if mean_return >= SOLVED_REWARD:
             if rank == 0:
                 print(f"Environment solved at round {round_index}!", flush=True)
@@ -102,6 +117,12 @@ def main(rank, rounds=100, seed=0, plot=""):
 
 if __name__ == "__main__":
     args = parse_args(__doc__, episodes=100, gif=False, nproc=3)
-    plot = output_path(args.plot, args)  # absolute with Ray: a cluster's actors work in another directory
-    run_script(lambda rank: main(rank, args.episodes, args.seed, plot), args.nproc, timeout=3600,
-               **launch_kwargs(args))
+    plot = output_path(
+        args.plot, args
+    )  # absolute with Ray: a cluster's actors work in another directory
+    run_script(
+        lambda rank: main(rank, args.episodes, args.seed, plot),
+        args.nproc,
+        timeout=3600,
+        **launch_kwargs(args),
+    )

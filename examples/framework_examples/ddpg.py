@@ -9,7 +9,6 @@ The other examples of the deterministic-policy family (ddpg_per.py, hddpg.py, td
 reuse the networks and the training loop defined here.
 """
 
-
 import gymnasium as gym
 import torch
 from _common import Progress, parse_args, record_episode
@@ -25,8 +24,13 @@ torch.set_num_threads(1)  # the networks are tiny: more threads only add synchro
 class Actor(nn.Module):
     def __init__(self, state_dim=3, action_dim=1, hidden=64):
         super().__init__()
-        self.net = nn.Sequential(nn.Linear(state_dim, hidden), nn.ReLU(), nn.Linear(hidden, hidden), nn.ReLU(),
-                                 nn.Linear(hidden, action_dim))
+        self.net = nn.Sequential(
+            nn.Linear(state_dim, hidden),
+            nn.ReLU(),
+            nn.Linear(hidden, hidden),
+            nn.ReLU(),
+            nn.Linear(hidden, action_dim),
+        )
 
     def forward(self, state):
         return torch.tanh(self.net(state)) * ACTION_RANGE
@@ -35,8 +39,13 @@ class Actor(nn.Module):
 class Critic(nn.Module):
     def __init__(self, state_dim=3, action_dim=1, hidden=64):
         super().__init__()
-        self.net = nn.Sequential(nn.Linear(state_dim + action_dim, hidden), nn.ReLU(),
-                                 nn.Linear(hidden, hidden), nn.ReLU(), nn.Linear(hidden, 1))
+        self.net = nn.Sequential(
+            nn.Linear(state_dim + action_dim, hidden),
+            nn.ReLU(),
+            nn.Linear(hidden, hidden),
+            nn.ReLU(),
+            nn.Linear(hidden, 1),
+        )
 
     def forward(self, state, action):
         return self.net(torch.cat([state, action], dim=1))
@@ -53,9 +62,20 @@ def noisy_action(agent, state, noise_sigma=0.2):
     return action.clamp(-ACTION_RANGE, ACTION_RANGE)
 
 
-def run(agent, *, episodes: int, seed: int, plot: str = "", gif: str = "", name: str = "agent",
-        warmup_steps: int = 300, solved_reward: float = -200.0, explore=noisy_action,
-        greedy=lambda agent, state: agent.act({"state": state}), extra=lambda agent: "") -> bool:
+def run(
+    agent,
+    *,
+    episodes: int,
+    seed: int,
+    plot: str = "",
+    gif: str = "",
+    name: str = "agent",
+    warmup_steps: int = 300,
+    solved_reward: float = -200.0,
+    explore=noisy_action,
+    greedy=lambda agent, state: agent.act({"state": state}),
+    extra=lambda agent: "",
+) -> bool:
     """Train on Pendulum-v1 (200 steps per episode) with one update per step after a random warm-up.
 
     Prints one line per episode and stops once the smoothed return (0.9 / 0.1, started at
@@ -79,9 +99,15 @@ def run(agent, *, episodes: int, seed: int, plot: str = "", gif: str = "", name:
                 action = explore(agent, state)
             obs, reward, terminated, truncated, _ = env.step(action.numpy().reshape(-1))
             next_state = torch.tensor(obs, dtype=torch.float32).view(1, -1)
-            agent.store_transition({"state": {"state": state}, "action": {"action": action},
-                                    "next_state": {"state": next_state}, "reward": float(reward),
-                                    "terminal": terminated})
+            agent.store_transition(
+                {
+                    "state": {"state": state},
+                    "action": {"action": action},
+                    "next_state": {"state": next_state},
+                    "reward": float(reward),
+                    "terminal": terminated,
+                }
+            )
             steps += 1
             if steps >= warmup_steps:
                 agent.update()
@@ -98,6 +124,14 @@ def run(agent, *, episodes: int, seed: int, plot: str = "", gif: str = "", name:
 if __name__ == "__main__":
     args = parse_args(__doc__)
     torch.manual_seed(args.seed)
-    ddpg = DDPG(*networks(), torch.optim.Adam, nn.MSELoss(), batch_size=64, update_rate=0.005,
-                actor_learning_rate=1e-3, critic_learning_rate=1e-3, replay_size=100000)
+    ddpg = DDPG(
+        *networks(),
+        torch.optim.Adam,
+        nn.MSELoss(),
+        batch_size=64,
+        update_rate=0.005,
+        actor_learning_rate=1e-3,
+        critic_learning_rate=1e-3,
+        replay_size=100000,
+    )
     run(ddpg, episodes=args.episodes, seed=args.seed, plot=args.plot, gif=args.gif, name="DDPG")

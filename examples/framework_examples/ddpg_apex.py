@@ -44,7 +44,11 @@ WARMUP = 1000  # transitions stored by all samplers before the learner starts
 tutorial = load_tutorial("dqn_apex")
 # main() uses the tutorial's functions, not the module: with --backend ray, main travels to
 # the actors by value, and a module loaded from a file path cannot be imported there by name.
-learn, finish_run, stop_if_learner_lost = tutorial.learn, tutorial.finish_run, tutorial.stop_if_learner_lost
+learn, finish_run, stop_if_learner_lost = (
+    tutorial.learn,
+    tutorial.finish_run,
+    tutorial.stop_if_learner_lost,
+)
 RPC_TIMEOUT = tutorial.RPC_TIMEOUT
 
 
@@ -63,15 +67,29 @@ def sample(apex, control, rank, args):
             action = noisy_action(apex, state)
             obs, reward, terminated, truncated, _ = env.step(action.numpy().reshape(-1))
             next_state = torch.tensor(obs, dtype=torch.float32).view(1, -1)
-            apex.store_transition({"state": {"state": state}, "action": {"action": action},
-                                   "next_state": {"state": next_state}, "reward": float(reward),
-                                   "terminal": terminated})
-            state, total, done, played = next_state, total + reward, terminated or truncated, played + 1
+            apex.store_transition(
+                {
+                    "state": {"state": state},
+                    "action": {"action": action},
+                    "next_state": {"state": next_state},
+                    "reward": float(reward),
+                    "terminal": terminated,
+                }
+            )
+            state, total, done, played = (
+                next_state,
+                total + reward,
+                terminated or truncated,
+                played + 1,
+            )
         steps += played
         returns.append(total)
         smoothed = total if smoothed is None else 0.9 * smoothed + 0.1 * total
-        print(f"process {rank} episode {episode:4d}  return {total:8.1f}  smoothed {smoothed:8.1f}  "
-              f"{time.time() - start:6.1f} s", flush=True)
+        print(
+            f"process {rank} episode {episode:4d}  return {total:8.1f}  smoothed {smoothed:8.1f}  "
+            f"{time.time() - start:6.1f} s",
+            flush=True,
+        )
         solved = smoothed > SOLVED_REWARD
         if solved:
             print(f"process {rank}: environment solved at episode {episode}!", flush=True)
@@ -86,8 +104,17 @@ def main(rank, args):
     world = World(rpc_timeout=RPC_TIMEOUT)
     roles = Roles.from_world(learners=args.learners)  # learners 0 .. K-1, samplers the rest
     torch.manual_seed(args.seed)
-    apex = DDPGApex.from_roles(roles, Actor(), Actor(), Critic(), Critic(), torch.optim.Adam,
-                               nn.MSELoss(reduction="none"), batch_size=64, replay_size=50000)
+    apex = DDPGApex.from_roles(
+        roles,
+        Actor(),
+        Actor(),
+        Critic(),
+        Critic(),
+        torch.optim.Adam,
+        nn.MSELoss(reduction="none"),
+        batch_size=64,
+        replay_size=50000,
+    )
     apex.set_sync(False)  # samplers pull once per episode
     control = RunControl(apex.apex_group, roles, learner_group=apex.learner_group)
     with stop_if_learner_lost(world, control):

@@ -17,8 +17,13 @@ from machin.frame.algorithms import DQN
 class QNet(nn.Module):
     def __init__(self, state_dim=4, action_num=2):
         super().__init__()
-        self.net = nn.Sequential(nn.Linear(state_dim, 64), nn.ReLU(), nn.Linear(64, 64), nn.ReLU(),
-                                 nn.Linear(64, action_num))
+        self.net = nn.Sequential(
+            nn.Linear(state_dim, 64),
+            nn.ReLU(),
+            nn.Linear(64, 64),
+            nn.ReLU(),
+            nn.Linear(64, action_num),
+        )
 
     def forward(self, state):
         return self.net(state)
@@ -27,6 +32,15 @@ class QNet(nn.Module):
 if __name__ == "__main__":
     args = parse_args(__doc__)
     torch.manual_seed(args.seed)
-    dqn = DQN(QNet(), QNet(), torch.optim.Adam, nn.MSELoss(reduction="sum"), mode="double",
-              batch_size=64, epsilon_decay=0.999, update_rate=0.01, replay_size=20000)
+    dqn = DQN(
+        QNet(),
+        QNet(),
+        torch.optim.Adam,
+        nn.MSELoss(reduction="sum"),
+        mode="double",
+        batch_size=64,
+        epsilon_decay=0.999,
+        update_rate=0.01,
+        replay_size=20000,
+    )
     run(dqn, episodes=args.episodes, seed=args.seed, plot=args.plot, gif=args.gif, name="DQN")

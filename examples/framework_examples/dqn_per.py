@@ -18,6 +18,16 @@ if __name__ == "__main__":
     args = parse_args(__doc__)
     torch.manual_seed(args.seed)
     # the criterion must keep one loss per sample: it is weighted by importance before averaging
-    dqn_per = DQNPer(QNet(), QNet(), torch.optim.Adam, nn.MSELoss(reduction="none"),
-                     batch_size=64, epsilon_decay=0.999, update_rate=0.01, replay_size=20000)
-    run(dqn_per, episodes=args.episodes, seed=args.seed, plot=args.plot, gif=args.gif, name="DQNPer")
+    dqn_per = DQNPer(
+        QNet(),
+        QNet(),
+        torch.optim.Adam,
+        nn.MSELoss(reduction="none"),
+        batch_size=64,
+        epsilon_decay=0.999,
+        update_rate=0.01,
+        replay_size=20000,
+    )
+    run(
+        dqn_per, episodes=args.episodes, seed=args.seed, plot=args.plot, gif=args.gif, name="DQNPer"
+    )

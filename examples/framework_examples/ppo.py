@@ -13,7 +13,17 @@ from machin.frame.algorithms import PPO
 if __name__ == "__main__":
     args = parse_args(__doc__)
     torch.manual_seed(args.seed)
-    ppo = PPO(Actor(), Critic(), torch.optim.Adam, nn.MSELoss(), batch_size=1000, actor_update_times=10,
-              critic_update_times=20, actor_learning_rate=0.003, critic_learning_rate=0.005,
-              gae_lambda=0.95, surrogate_loss_clip=0.2)
+    ppo = PPO(
+        Actor(),
+        Critic(),
+        torch.optim.Adam,
+        nn.MSELoss(),
+        batch_size=1000,
+        actor_update_times=10,
+        critic_update_times=20,
+        actor_learning_rate=0.003,
+        critic_learning_rate=0.005,
+        gae_lambda=0.95,
+        surrogate_loss_clip=0.2,
+    )
     run(ppo, episodes=args.episodes, seed=args.seed, plot=args.plot, gif=args.gif, name="PPO")

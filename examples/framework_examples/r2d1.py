@@ -51,9 +51,20 @@ class RecurrentQNet(nn.Module):
 def main():
     args = parse_args(__doc__, episodes=300, gif=False)
     seed_everything(args.seed)
-    r2d1 = R2D1(RecurrentQNet(), RecurrentQNet(), torch.optim.Adam, nn.MSELoss(reduction="none"),
-                batch_size=64, learning_rate=2e-3, epsilon_decay=0.999, update_rate=0.01, replay_size=20000,
-                sequence_length=8, burn_in=4, n_step=3)
+    r2d1 = R2D1(
+        RecurrentQNet(),
+        RecurrentQNet(),
+        torch.optim.Adam,
+        nn.MSELoss(reduction="none"),
+        batch_size=64,
+        learning_rate=2e-3,
+        epsilon_decay=0.999,
+        update_rate=0.01,
+        replay_size=20000,
+        sequence_length=8,
+        burn_in=4,
+        n_step=3,
+    )
     env = MaskVelocity(gym.make(ENV_ID))
     progress, steps = Progress("R2D1", f"{ENV_ID} without velocities", solved_reward=150.0), 0
     for episode in range(1, args.episodes + 1):
@@ -65,9 +76,21 @@ def main():
             obs, reward, terminated, truncated, _ = env.step(action.item())
             next_state = torch.tensor(obs).view(1, -1)
             # the state dict records the hidden state the network was given at this step
-            stored.append({"state": {"state": state, "hidden": hidden}, "action": {"action": action},
-                           "next_state": {"state": next_state}, "reward": float(reward), "terminal": terminated})
-            state, hidden, total, done = next_state, next_hidden, total + reward, terminated or truncated
+            stored.append(
+                {
+                    "state": {"state": state, "hidden": hidden},
+                    "action": {"action": action},
+                    "next_state": {"state": next_state},
+                    "reward": float(reward),
+                    "terminal": terminated,
+                }
+            )
+            state, hidden, total, done = (
+                next_state,
+                next_hidden,
+                total + reward,
+                terminated or truncated,
+            )
             steps += 1
         r2d1.store_episode(stored)
         if steps >= 500:  # warm-up, then one update per two environment steps

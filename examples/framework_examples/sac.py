@@ -28,14 +28,20 @@ class Actor(nn.Module):
 
     def __init__(self, state_dim=3, action_dim=1, hidden=64):
         super().__init__()
-        self.body = nn.Sequential(nn.Linear(state_dim, hidden), nn.ReLU(), nn.Linear(hidden, hidden), nn.ReLU())
+        self.body = nn.Sequential(
+            nn.Linear(state_dim, hidden), nn.ReLU(), nn.Linear(hidden, hidden), nn.ReLU()
+        )
         self.mu = nn.Linear(hidden, action_dim)
         self.log_sigma = nn.Linear(hidden, action_dim)
 
     def forward(self, state, action=None):
         h = self.body(state)
         dist = Normal(self.mu(h), self.log_sigma(h).clamp(-10, 2).exp())
-        raw = dist.rsample() if action is None else torch.atanh((action / ACTION_RANGE).clamp(-0.999, 0.999))
+        raw = (
+            dist.rsample()
+            if action is None
+            else torch.atanh((action / ACTION_RANGE).clamp(-0.999, 0.999))
+        )
         squashed = torch.tanh(raw)
         log_prob = dist.log_prob(raw) - torch.log(ACTION_RANGE * (1 - squashed.pow(2)) + 1e-6)
         return squashed * ACTION_RANGE, log_prob.sum(dim=1, keepdim=True), dist.entropy()
@@ -46,8 +52,13 @@ class Critic(nn.Module):
 
     def __init__(self, state_dim=3, action_dim=1, hidden=64):
         super().__init__()
-        self.net = nn.Sequential(nn.Linear(state_dim + action_dim, hidden), nn.ReLU(),
-                                 nn.Linear(hidden, hidden), nn.ReLU(), nn.Linear(hidden, 1))
+        self.net = nn.Sequential(
+            nn.Linear(state_dim + action_dim, hidden),
+            nn.ReLU(),
+            nn.Linear(hidden, hidden),
+            nn.ReLU(),
+            nn.Linear(hidden, 1),
+        )
 
     def forward(self, state, action):
         return self.net(torch.cat([state, action], dim=1))
@@ -61,10 +72,30 @@ def mean_action(agent, state):
 if __name__ == "__main__":
     args = parse_args(__doc__)
     torch.manual_seed(args.seed)
-    sac = SAC(Actor(), Critic(), Critic(), Critic(), Critic(), torch.optim.Adam, nn.MSELoss(),
-              batch_size=64, actor_learning_rate=2e-3, critic_learning_rate=2e-3, alpha_learning_rate=5e-3,
-              update_rate=0.01, replay_size=100000)
+    sac = SAC(
+        Actor(),
+        Critic(),
+        Critic(),
+        Critic(),
+        Critic(),
+        torch.optim.Adam,
+        nn.MSELoss(),
+        batch_size=64,
+        actor_learning_rate=2e-3,
+        critic_learning_rate=2e-3,
+        alpha_learning_rate=5e-3,
+        update_rate=0.01,
+        replay_size=100000,
+    )
     # The training loop of ddpg.py, exploring with the sampled policy and recording the mean action.
-    run(sac, episodes=args.episodes, seed=args.seed, plot=args.plot, gif=args.gif, name="SAC",
-        explore=lambda agent, state: agent.act({"state": state})[0], greedy=mean_action,
-        extra=lambda agent: f"alpha {agent.entropy_alpha:.3f}  ")
+    run(
+        sac,
+        episodes=args.episodes,
+        seed=args.seed,
+        plot=args.plot,
+        gif=args.gif,
+        name="SAC",
+        explore=lambda agent, state: agent.act({"state": state})[0],
+        greedy=mean_action,
+        extra=lambda agent: f"alpha {agent.entropy_alpha:.3f}  ",
+    )

@@ -14,8 +14,22 @@ if __name__ == "__main__":
     args = parse_args(__doc__)
     torch.manual_seed(args.seed)
     actor, actor_target, critic, critic_target = networks()
-    td3 = TD3(actor, actor_target, critic, critic_target, Critic(), Critic(), torch.optim.Adam,
-              nn.MSELoss(), batch_size=64, update_rate=0.005, actor_learning_rate=3e-3,
-              critic_learning_rate=3e-3, policy_noise=0.2, noise_clip=0.5, policy_update_delay=2,
-              replay_size=100000)
+    td3 = TD3(
+        actor,
+        actor_target,
+        critic,
+        critic_target,
+        Critic(),
+        Critic(),
+        torch.optim.Adam,
+        nn.MSELoss(),
+        batch_size=64,
+        update_rate=0.005,
+        actor_learning_rate=3e-3,
+        critic_learning_rate=3e-3,
+        policy_noise=0.2,
+        noise_clip=0.5,
+        policy_update_delay=2,
+        replay_size=100000,
+    )
     run(td3, episodes=args.episodes, seed=args.seed, plot=args.plot, gif=args.gif, name="TD3")

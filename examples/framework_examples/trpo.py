@@ -16,6 +16,15 @@ from machin.frame.algorithms import TRPO
 if __name__ == "__main__":
     args = parse_args(__doc__)
     torch.manual_seed(args.seed)
-    trpo = TRPO(Actor(), Critic(), torch.optim.Adam, nn.MSELoss(), batch_size=1000, critic_update_times=20,
-                critic_learning_rate=0.005, gae_lambda=0.95, kl_max_delta=0.02)
+    trpo = TRPO(
+        Actor(),
+        Critic(),
+        torch.optim.Adam,
+        nn.MSELoss(),
+        batch_size=1000,
+        critic_update_times=20,
+        critic_learning_rate=0.005,
+        gae_lambda=0.95,
+        kl_max_delta=0.02,
+    )
     run(trpo, episodes=args.episodes, seed=args.seed, plot=args.plot, gif=args.gif, name="TRPO")

@@ -14,28 +14,47 @@ from . import launcher
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m machin.auto",
-                                     description="Train machin's algorithms from config files.")
+    parser = argparse.ArgumentParser(
+        prog="python -m machin.auto", description="Train machin's algorithms from config files."
+    )
     commands = parser.add_subparsers(dest="command", required=True)
     commands.add_parser("list", help="list the algorithms generate supports")
-    generate = commands.add_parser("generate", help="write a config with default networks for an environment")
-    generate.add_argument("--algo", required=True, help=f"one of {', '.join(auto_config.SUPPORTED)}")
+    generate = commands.add_parser(
+        "generate", help="write a config with default networks for an environment"
+    )
+    generate.add_argument(
+        "--algo", required=True, help=f"one of {', '.join(auto_config.SUPPORTED)}"
+    )
     generate.add_argument("--env", required=True, help="a gymnasium id, e.g. CartPole-v1")
-    generate.add_argument("-o", "--output", default=None,
-                          help="file to write (.json, or .yaml with PyYAML); default: print it")
-    generate.add_argument("--steps", type=int, default=50000, help="max_steps of the run (default 50000)")
+    generate.add_argument(
+        "-o",
+        "--output",
+        default=None,
+        help="file to write (.json, or .yaml with PyYAML); default: print it",
+    )
+    generate.add_argument(
+        "--steps", type=int, default=50000, help="max_steps of the run (default 50000)"
+    )
     generate.add_argument("--seed", type=int, default=0, help="seed of the run (default 0)")
     train = commands.add_parser("train", help="train from a config")
     train.add_argument("config", help="a config file (.json, or .yaml with PyYAML)")
-    train.add_argument("--log-dir", default=None, help="run directory (default: a new folder in root_dir)")
-    train.add_argument("--resume", action="store_true",
-                       help="continue the run saved in --log-dir (needs trainer_config.save_every)")
+    train.add_argument(
+        "--log-dir", default=None, help="run directory (default: a new folder in root_dir)"
+    )
+    train.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue the run saved in --log-dir (needs trainer_config.save_every)",
+    )
     enjoy = commands.add_parser("enjoy", help="play the networks of a run directory")
     enjoy.add_argument("run_dir", help="a run directory written by train")
     enjoy.add_argument("--episodes", type=int, default=1, help="episodes to play (default 1)")
     enjoy.add_argument("--gif", default=None, help="record the episodes to this GIF file")
-    enjoy.add_argument("--best", action="store_true",
-                       help="play the best evaluated networks (checkpoints/) instead of the final ones")
+    enjoy.add_argument(
+        "--best",
+        action="store_true",
+        help="play the best evaluated networks (checkpoints/) instead of the final ones",
+    )
     return parser
 
 

@@ -35,13 +35,40 @@ NETWORKS = "machin.auto.networks."
 
 #: Trainer options a config may hold (the others take Python objects).
 TRAINER_KEYS = (
-    "act_method", "act_kwargs", "eval_act_method", "eval_act_kwargs", "store", "updates_per_step",
-    "updates_per_episode", "train_freq", "gradient_steps", "rollout_steps", "warmup_steps",
-    "random_steps", "state_key", "eval_interval", "eval_every_steps", "eval_episodes", "smoothing",
-    "solved_reward", "solved_repeat", "tensorboard", "progress", "save_every",
+    "act_method",
+    "act_kwargs",
+    "eval_act_method",
+    "eval_act_kwargs",
+    "store",
+    "updates_per_step",
+    "updates_per_episode",
+    "train_freq",
+    "gradient_steps",
+    "rollout_steps",
+    "warmup_steps",
+    "random_steps",
+    "state_key",
+    "eval_interval",
+    "eval_every_steps",
+    "eval_episodes",
+    "smoothing",
+    "solved_reward",
+    "solved_repeat",
+    "tensorboard",
+    "progress",
+    "save_every",
 )
-TOP_KEYS = ("frame", "frame_config", "env", "env_kwargs", "trainer_config", "max_episodes",
-            "max_steps", "seed", "root_dir")
+TOP_KEYS = (
+    "frame",
+    "frame_config",
+    "env",
+    "env_kwargs",
+    "trainer_config",
+    "max_episodes",
+    "max_steps",
+    "seed",
+    "root_dir",
+)
 
 DISCRETE_ONLY = ("DQN", "DQNPer", "RAINBOW")
 BOX_ONLY = ("DDPG", "DDPGPer", "HDDPG", "TD3", "SAC")
@@ -53,9 +80,13 @@ SUPPORTED = DISCRETE_ONLY + BOX_ONLY + BOTH_SPACES
 def algorithm_class(name: Any) -> type:
     """The algorithm class of ``machin.frame.algorithms`` called ``name``."""
     cls = getattr(algorithms, name, None) if isinstance(name, str) else None
-    if not (isinstance(cls, type) and issubclass(cls, TorchFramework) and cls is not TorchFramework):
-        raise ConfigError(f"frame: {name!r} is not an algorithm of machin.frame.algorithms; "
-                          f"generate supports {list(SUPPORTED)}")
+    if not (
+        isinstance(cls, type) and issubclass(cls, TorchFramework) and cls is not TorchFramework
+    ):
+        raise ConfigError(
+            f"frame: {name!r} is not an algorithm of machin.frame.algorithms; "
+            f"generate supports {list(SUPPORTED)}"
+        )
     return cls
 
 
@@ -72,29 +103,46 @@ def _spaces(env_id: str, env_kwargs: Dict[str, Any]) -> Tuple[gym.Space, gym.Spa
 
 def _state_dim(space: gym.Space, env_id: str) -> int:
     if not isinstance(space, gym.spaces.Box) or len(space.shape) != 1:
-        raise ConfigError(f"env: the default networks need a flat Box observation space, "
-                          f"{env_id!r} has {space}")
+        raise ConfigError(
+            f"env: the default networks need a flat Box observation space, {env_id!r} has {space}"
+        )
     return int(space.shape[0])
 
 
 def _box_bounds(space: gym.spaces.Box, env_id: str) -> Tuple[List[float], List[float]]:
-    if len(space.shape) != 1 or not (np.all(np.isfinite(space.low)) and np.all(np.isfinite(space.high))):
-        raise ConfigError(f"env: the default networks need a flat, bounded Box action space, "
-                          f"{env_id!r} has {space}")
+    if len(space.shape) != 1 or not (
+        np.all(np.isfinite(space.low)) and np.all(np.isfinite(space.high))
+    ):
+        raise ConfigError(
+            f"env: the default networks need a flat, bounded Box action space, "
+            f"{env_id!r} has {space}"
+        )
     return [float(v) for v in space.low], [float(v) for v in space.high]
 
 
-def _network_kwargs(algo: str, state_dim: int, action_space: gym.Space, env_id: str) -> Dict[str, Any]:
+def _network_kwargs(
+    algo: str, state_dim: int, action_space: gym.Space, env_id: str
+) -> Dict[str, Any]:
     """``frame_config`` entries with the default networks of ``algo`` for these spaces."""
     discrete = isinstance(action_space, gym.spaces.Discrete)
     box = isinstance(action_space, gym.spaces.Box)
     if (discrete and algo in BOX_ONLY) or (box and algo in DISCRETE_ONLY) or not (discrete or box):
-        wanted = "Discrete" if algo in DISCRETE_ONLY else "Box" if algo in BOX_ONLY else "Discrete or Box"
-        raise ConfigError(f"env: {algo} needs a {wanted} action space, {env_id!r} has {action_space}")
+        wanted = (
+            "Discrete"
+            if algo in DISCRETE_ONLY
+            else "Box"
+            if algo in BOX_ONLY
+            else "Discrete or Box"
+        )
+        raise ConfigError(
+            f"env: {algo} needs a {wanted} action space, {env_id!r} has {action_space}"
+        )
     if discrete:
         action = {"state_dim": state_dim, "action_num": int(action_space.n)}
         if algo in BOTH_SPACES:
-            return _models([("CategoricalActor", action), ("ValueCritic", {"state_dim": state_dim})])
+            return _models(
+                [("CategoricalActor", action), ("ValueCritic", {"state_dim": state_dim})]
+            )
         name = "DistributionalQNet" if algo == "RAINBOW" else "QNet"
         return _models([(name, action)] * 2)
     low, high = _box_bounds(action_space, env_id)
@@ -109,13 +157,21 @@ def _network_kwargs(algo: str, state_dim: int, action_space: gym.Space, env_id: 
 
 
 def _models(networks: List[Tuple[str, Dict[str, Any]]]) -> Dict[str, Any]:
-    return {"models": [NETWORKS + name for name, _ in networks],
-            "model_args": [[] for _ in networks],
-            "model_kwargs": [copy.deepcopy(kwargs) for _, kwargs in networks]}
+    return {
+        "models": [NETWORKS + name for name, _ in networks],
+        "model_args": [[] for _ in networks],
+        "model_kwargs": [copy.deepcopy(kwargs) for _, kwargs in networks],
+    }
 
 
-def generate(algo: str, env_id: str, env_kwargs: Optional[Dict[str, Any]] = None,
-             max_steps: int = 50000, seed: Optional[int] = 0, root_dir: str = "runs") -> Dict[str, Any]:
+def generate(
+    algo: str,
+    env_id: str,
+    env_kwargs: Optional[Dict[str, Any]] = None,
+    max_steps: int = 50000,
+    seed: Optional[int] = 0,
+    root_dir: str = "runs",
+) -> Dict[str, Any]:
     """A launcher config training ``algo`` on the gymnasium environment ``env_id`` with
     default networks (:mod:`machin.auto.networks`) sized for its spaces.
 
@@ -135,14 +191,29 @@ def generate(algo: str, env_id: str, env_kwargs: Optional[Dict[str, Any]] = None
         raise ConfigError(f"--algo: generate supports {list(SUPPORTED)}, got {algo!r}")
     env_kwargs = dict(env_kwargs or {})
     observation_space, action_space = _spaces(env_id, env_kwargs)
-    frame_config = _network_kwargs(algo, _state_dim(observation_space, env_id), action_space, env_id)
+    frame_config = _network_kwargs(
+        algo, _state_dim(observation_space, env_id), action_space, env_id
+    )
     if algo == "RAINBOW":
         frame_config.update(value_min=-100.0, value_max=100.0)
     config = algorithm_class(algo).generate_config({"frame_config": frame_config})
-    trainer_config = {"warmup_steps": 0 if algo in BOTH_SPACES else 1000, "eval_interval": 10,
-                      "eval_episodes": 5, "solved_reward": None, "progress": True, "tensorboard": True}
-    config.update(env=env_id, env_kwargs=env_kwargs, trainer_config=trainer_config,
-                  max_episodes=None, max_steps=max_steps, seed=seed, root_dir=root_dir)
+    trainer_config = {
+        "warmup_steps": 0 if algo in BOTH_SPACES else 1000,
+        "eval_interval": 10,
+        "eval_episodes": 5,
+        "solved_reward": None,
+        "progress": True,
+        "tensorboard": True,
+    }
+    config.update(
+        env=env_id,
+        env_kwargs=env_kwargs,
+        trainer_config=trainer_config,
+        max_episodes=None,
+        max_steps=max_steps,
+        seed=seed,
+        root_dir=root_dir,
+    )
     return config
 
 
@@ -171,10 +242,14 @@ def validate(config: Any) -> Dict[str, Any]:
         _check_type(config, key, int, optional=True)
     _check_type(config, "root_dir", str, optional=True)
     if config.get("max_episodes") is None and config.get("max_steps") is None:
-        raise ConfigError("the config sets neither 'max_episodes' nor 'max_steps'; set at least one")
+        raise ConfigError(
+            "the config sets neither 'max_episodes' nor 'max_steps'; set at least one"
+        )
     unknown = sorted(set(config.get("trainer_config") or {}) - set(TRAINER_KEYS))
     if unknown:
-        raise ConfigError(f"unknown key trainer_config.{unknown[0]}; a config may set {list(TRAINER_KEYS)}")
+        raise ConfigError(
+            f"unknown key trainer_config.{unknown[0]}; a config may set {list(TRAINER_KEYS)}"
+        )
     return config
 
 
@@ -183,7 +258,9 @@ def _check_type(config: Dict[str, Any], key: str, kind: type, optional: bool = F
     if value is None and optional:
         return
     if not isinstance(value, kind) or isinstance(value, bool):
-        raise ConfigError(f"{key} must be of type {kind.__name__}, got {value!r} of type {type(value).__name__}")
+        raise ConfigError(
+            f"{key} must be of type {kind.__name__}, got {value!r} of type {type(value).__name__}"
+        )
 
 
 def trainer_options(config: Dict[str, Any]) -> Dict[str, Any]:
@@ -235,5 +312,7 @@ def _yaml(path: str) -> Any:
     try:
         import yaml
     except ImportError as error:
-        raise ConfigError(f"{path}: YAML configs need PyYAML (pip install pyyaml); use a .json path") from error
+        raise ConfigError(
+            f"{path}: YAML configs need PyYAML (pip install pyyaml); use a .json path"
+        ) from error
     return yaml

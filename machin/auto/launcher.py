@@ -55,8 +55,9 @@ def run_directory(config: Dict[str, Any], log_dir: Optional[str] = None) -> str:
     return log_dir
 
 
-def train(config: Dict[str, Any], log_dir: Optional[str] = None, resume: bool = False
-          ) -> Tuple[str, TrainResult]:
+def train(
+    config: Dict[str, Any], log_dir: Optional[str] = None, resume: bool = False
+) -> Tuple[str, TrainResult]:
     """Train the config's algorithm on its environment.
 
     The run directory gets ``config.json`` (the config as run), the trainer's files
@@ -81,13 +82,18 @@ def train(config: Dict[str, Any], log_dir: Optional[str] = None, resume: bool = 
     auto_config.save(config, os.path.join(run_dir, CONFIG_FILE))
     options = auto_config.trainer_options(config)
     with _make_trainer(framework, config, {**options, "log_dir": run_dir}) as trainer:
-        result = trainer.run(episodes=config.get("max_episodes"), steps=config.get("max_steps"),
-                             resume=resume)
+        result = trainer.run(
+            episodes=config.get("max_episodes"), steps=config.get("max_steps"), resume=resume
+        )
     framework.save(os.path.join(run_dir, FINAL_DIR))
-    summary = {"episodes": result.episodes, "steps": result.steps,
-               "last_return": result.returns[-1] if result.returns else None,
-               "best_eval_return": result.best_eval_return if result.eval_returns else None,
-               "best_version": result.best_version, "solved_episode": result.solved_episode}
+    summary = {
+        "episodes": result.episodes,
+        "steps": result.steps,
+        "last_return": result.returns[-1] if result.returns else None,
+        "best_eval_return": result.best_eval_return if result.eval_returns else None,
+        "best_version": result.best_version,
+        "solved_episode": result.solved_episode,
+    }
     with open(os.path.join(run_dir, RESULT_FILE), "w", encoding="utf-8") as file:
         json.dump(summary, file, indent=2)
     return run_dir, result
@@ -98,15 +104,18 @@ def load_run(run_dir: str, checkpoint: str = FINAL_DIR) -> Tuple[Dict[str, Any],
     (``"final"``, or ``"checkpoints"`` for the best evaluated ones)."""
     path = os.path.join(run_dir, CONFIG_FILE)
     if not os.path.isfile(path):
-        raise ConfigError(f"RUN_DIR: {run_dir!r} holds no {CONFIG_FILE} (is it a run directory of train?)")
+        raise ConfigError(
+            f"RUN_DIR: {run_dir!r} holds no {CONFIG_FILE} (is it a run directory of train?)"
+        )
     config = auto_config.load(path)
     framework = build_framework(config)
     framework.load(os.path.join(run_dir, checkpoint))
     return config, framework
 
 
-def enjoy(run_dir: str, episodes: int = 1, gif: Optional[str] = None,
-          checkpoint: str = FINAL_DIR) -> List[float]:
+def enjoy(
+    run_dir: str, episodes: int = 1, gif: Optional[str] = None, checkpoint: str = FINAL_DIR
+) -> List[float]:
     """Play ``episodes`` episodes with the trained networks of a run directory, the way the
     trainer evaluates (no exploration, nothing stored).
 
@@ -120,15 +129,23 @@ def enjoy(run_dir: str, episodes: int = 1, gif: Optional[str] = None,
         The return of each episode.
     """
     config, framework = load_run(run_dir, checkpoint)
-    options = {key: value for key, value in auto_config.trainer_options(config).items() if key in _PLAY_KEYS}
+    options = {
+        key: value
+        for key, value in auto_config.trainer_options(config).items()
+        if key in _PLAY_KEYS
+    }
     make = auto_config.env_maker(config, **({"render_mode": "rgb_array"} if gif else {}))
     frames: Optional[List[Any]] = [] if gif else None
     returns = []
-    with _make_trainer(framework, config, {**options, "progress": False, "eval_interval": 0}) as trainer:
+    with _make_trainer(
+        framework, config, {**options, "progress": False, "eval_interval": 0}
+    ) as trainer:
         env: gym.Env = make()
         try:
             for index in range(episodes):
-                returns.append(trainer.play_episode(env, trainer.evaluation_seed(index), frames=frames)[0])
+                returns.append(
+                    trainer.play_episode(env, trainer.evaluation_seed(index), frames=frames)[0]
+                )
         finally:
             env.close()
     if gif:

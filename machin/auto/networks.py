@@ -68,7 +68,9 @@ class DistributionalQNet(nn.Module):
         atoms: Number of values of each distribution.
     """
 
-    def __init__(self, state_dim: int, action_num: int, atoms: int = 51, hidden: int = 64, layers: int = 2):
+    def __init__(
+        self, state_dim: int, action_num: int, atoms: int = 51, hidden: int = 64, layers: int = 2
+    ):
         super().__init__()
         self.action_num, self.atoms = action_num, atoms
         self.net = mlp(state_dim, action_num * atoms, hidden, layers)
@@ -87,8 +89,15 @@ class DeterministicActor(nn.Module):
         low, high: The bounds of the action box, one number per dimension.
     """
 
-    def __init__(self, state_dim: int, action_dim: int, low: Sequence[float], high: Sequence[float],
-                 hidden: int = 64, layers: int = 2):
+    def __init__(
+        self,
+        state_dim: int,
+        action_dim: int,
+        low: Sequence[float],
+        high: Sequence[float],
+        hidden: int = 64,
+        layers: int = 2,
+    ):
         super().__init__()
         self.net = mlp(state_dim, action_dim, hidden, layers)
         self.bounds = _Bounds(low, high)
@@ -142,8 +151,9 @@ class CategoricalActor(nn.Module):
         super().__init__()
         self.net = mlp(state_dim, action_num, hidden, layers)
 
-    def forward(self, state: torch.Tensor, action: Optional[torch.Tensor] = None
-                ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def forward(
+        self, state: torch.Tensor, action: Optional[torch.Tensor] = None
+    ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Sample an action for ``state``, or score the given ``action``."""
         dist = Categorical(logits=self.net(state))
         action = dist.sample().view(-1, 1) if action is None else action
@@ -162,20 +172,30 @@ class GaussianActor(nn.Module):
         initial_log_std: The log standard deviation before training.
     """
 
-    def __init__(self, state_dim: int, action_dim: int, hidden: int = 64, layers: int = 2,
-                 initial_log_std: float = 0.0):
+    def __init__(
+        self,
+        state_dim: int,
+        action_dim: int,
+        hidden: int = 64,
+        layers: int = 2,
+        initial_log_std: float = 0.0,
+    ):
         super().__init__()
         self.net = mlp(state_dim, action_dim, hidden, layers)
         self.log_std = nn.Parameter(torch.full((1, action_dim), float(initial_log_std)))
 
-    def forward(self, state: torch.Tensor, action: Optional[torch.Tensor] = None
-                ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def forward(
+        self, state: torch.Tensor, action: Optional[torch.Tensor] = None
+    ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Sample an action for ``state``, or score the given ``action``."""
         mean = self.net(state)
         dist = Normal(mean, self.log_std.clamp(-20, 2).exp().expand_as(mean))
         action = dist.sample() if action is None else action
-        return (action, dist.log_prob(action).sum(dim=1, keepdim=True),
-                dist.entropy().sum(dim=1, keepdim=True))
+        return (
+            action,
+            dist.log_prob(action).sum(dim=1, keepdim=True),
+            dist.entropy().sum(dim=1, keepdim=True),
+        )
 
 
 class SquashedGaussianActor(nn.Module):
@@ -189,8 +209,15 @@ class SquashedGaussianActor(nn.Module):
         low, high: The bounds of the action box, one number per dimension.
     """
 
-    def __init__(self, state_dim: int, action_dim: int, low: Sequence[float], high: Sequence[float],
-                 hidden: int = 64, layers: int = 2):
+    def __init__(
+        self,
+        state_dim: int,
+        action_dim: int,
+        low: Sequence[float],
+        high: Sequence[float],
+        hidden: int = 64,
+        layers: int = 2,
+    ):
         super().__init__()
         self.body = mlp(state_dim, hidden, hidden, layers - 1) if layers > 1 else nn.Identity()
         width = hidden if layers > 1 else state_dim
@@ -198,8 +225,9 @@ class SquashedGaussianActor(nn.Module):
         self.log_std = nn.Linear(width, action_dim)
         self.bounds = _Bounds(low, high)
 
-    def forward(self, state: torch.Tensor, action: Optional[torch.Tensor] = None
-                ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def forward(
+        self, state: torch.Tensor, action: Optional[torch.Tensor] = None
+    ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Sample an action for ``state``, or score the given ``action``."""
         features = torch.relu(self.body(state)) if not isinstance(self.body, nn.Identity) else state
         dist = Normal(self.mean(features), self.log_std(features).clamp(-20, 2).exp())

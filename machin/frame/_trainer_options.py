@@ -18,10 +18,16 @@ from .sampler import check_hidden_options
 STORE_MODES = ("transition", "episode")
 
 
-def check_number(name: str, value: Any, minimum: Optional[float] = None, integer: bool = False) -> None:
+def check_number(
+    name: str, value: Any, minimum: Optional[float] = None, integer: bool = False
+) -> None:
     """Raise a ``ValueError`` naming ``name`` unless ``value`` is a number (an integer) ``>= minimum``."""
     kinds = (int,) if integer else (int, float)
-    if isinstance(value, bool) or not isinstance(value, kinds) or (minimum is not None and value < minimum):
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, kinds)
+        or (minimum is not None and value < minimum)
+    ):
         kind = "an integer" if integer else "a number"
         bound = "" if minimum is None else f" >= {minimum}"
         raise ValueError(f"{name} must be {kind}{bound}, got {value!r}")
@@ -38,7 +44,9 @@ class Acting:
     store: str
 
 
-def _driver(framework: Any, act_method: Any, eval_act_method: Any, store: Any, hidden_key: Any) -> Driver:
+def _driver(
+    framework: Any, act_method: Any, eval_act_method: Any, store: Any, hidden_key: Any
+) -> Driver:
     """The driver the algorithm's class declares (inherited from its family), or an empty one."""
     driver = getattr(type(framework), "driver", None)
     if driver is None and None in (act_method, eval_act_method, store):
@@ -55,10 +63,17 @@ def _driver(framework: Any, act_method: Any, eval_act_method: Any, store: Any, h
     return driver or Driver("", {}, "", "")
 
 
-def acting_options(framework: Any, act_method: Optional[str], act_kwargs: Optional[Dict[str, Any]],
-                   eval_act_method: Optional[str], eval_act_kwargs: Optional[Dict[str, Any]],
-                   store: Optional[str], hidden_key: Optional[str], initial_hidden: Any,
-                   state_key: str) -> Acting:
+def acting_options(
+    framework: Any,
+    act_method: Optional[str],
+    act_kwargs: Optional[Dict[str, Any]],
+    eval_act_method: Optional[str],
+    eval_act_kwargs: Optional[Dict[str, Any]],
+    store: Optional[str],
+    hidden_key: Optional[str],
+    initial_hidden: Any,
+    state_key: str,
+) -> Acting:
     """The act methods, their keyword arguments and the store mode, defaults from the family's driver.
 
     A given ``act_method`` drops the family's ``act_kwargs``. The recurrent options are
@@ -68,9 +83,17 @@ def acting_options(framework: Any, act_method: Optional[str], act_kwargs: Option
     check_hidden_options(hidden_key, initial_hidden, None, state_key)
     if act_kwargs is None:
         act_kwargs = driver.act_kwargs if act_method is None else {}
-    acting = Acting(act_method or driver.act_method, dict(act_kwargs), eval_act_method or driver.eval_act_method,
-                    dict(eval_act_kwargs or {}), store or driver.store)
-    for name, method in (("act_method", acting.act_method), ("eval_act_method", acting.eval_act_method)):
+    acting = Acting(
+        act_method or driver.act_method,
+        dict(act_kwargs),
+        eval_act_method or driver.eval_act_method,
+        dict(eval_act_kwargs or {}),
+        store or driver.store,
+    )
+    for name, method in (
+        ("act_method", acting.act_method),
+        ("eval_act_method", acting.eval_act_method),
+    ):
         if not callable(getattr(framework, method, None)):
             raise ValueError(f"{name} {method!r} is not a method of {type(framework).__name__}")
     if acting.store not in STORE_MODES:
@@ -90,8 +113,9 @@ class Updates:
     warmup_steps: int
 
 
-def burst_options(train_freq: Any, gradient_steps: Any,
-                  updates_per_step: Any) -> Tuple[Optional[Tuple[int, str]], Optional[int]]:
+def burst_options(
+    train_freq: Any, gradient_steps: Any, updates_per_step: Any
+) -> Tuple[Optional[Tuple[int, str]], Optional[int]]:
     """``(train_freq as (n, unit), gradient_steps)``, or ``(None, None)`` without bursts."""
     if train_freq is None and gradient_steps is None:
         return None, None
@@ -102,7 +126,11 @@ def burst_options(train_freq: Any, gradient_steps: Any,
         )
     if train_freq is None:
         train_freq = 1
-    if isinstance(train_freq, (tuple, list)) and len(train_freq) == 2 and train_freq[1] in ("step", "episode"):
+    if (
+        isinstance(train_freq, (tuple, list))
+        and len(train_freq) == 2
+        and train_freq[1] in ("step", "episode")
+    ):
         count, unit = train_freq
     else:
         count, unit = train_freq, "step"
@@ -113,10 +141,15 @@ def burst_options(train_freq: Any, gradient_steps: Any,
         )
     if gradient_steps is None:
         gradient_steps = 1
-    if (isinstance(gradient_steps, bool) or not isinstance(gradient_steps, int)
-            or not (gradient_steps >= 1 or gradient_steps == -1)):
-        raise ValueError(f"gradient_steps must be a positive integer or -1 (as many as steps taken), "
-                         f"got {gradient_steps!r}")
+    if (
+        isinstance(gradient_steps, bool)
+        or not isinstance(gradient_steps, int)
+        or not (gradient_steps >= 1 or gradient_steps == -1)
+    ):
+        raise ValueError(
+            f"gradient_steps must be a positive integer or -1 (as many as steps taken), "
+            f"got {gradient_steps!r}"
+        )
     return (count, unit), gradient_steps
 
 
@@ -131,21 +164,37 @@ def _check_rollout_options(rollout_steps: int, store: str, others: Dict[str, Any
             f"{', '.join(contradicting)}"
         )
     if store != "episode":
-        raise ValueError(f"rollout_steps stores each rollout with store_episode: it needs store='episode', "
-                         f"got store={store!r}")
+        raise ValueError(
+            f"rollout_steps stores each rollout with store_episode: it needs store='episode', "
+            f"got store={store!r}"
+        )
 
 
-def update_options(store: str, updates_per_step: Optional[float], updates_per_episode: Optional[int],
-                   train_freq: Any, gradient_steps: Optional[int], rollout_steps: Optional[int],
-                   warmup_steps: int) -> Updates:
+def update_options(
+    store: str,
+    updates_per_step: Optional[float],
+    updates_per_episode: Optional[int],
+    train_freq: Any,
+    gradient_steps: Optional[int],
+    rollout_steps: Optional[int],
+    warmup_steps: int,
+) -> Updates:
     """The update schedule, with the defaults of the store mode (see the trainer's options)."""
     episodic = store == "episode"
     check_number("warmup_steps", warmup_steps, minimum=0, integer=True)
     freq, gradient = burst_options(train_freq, gradient_steps, updates_per_step)
     if rollout_steps is not None:
-        _check_rollout_options(rollout_steps, store, {
-            "updates_per_step": updates_per_step, "updates_per_episode": updates_per_episode,
-            "train_freq": train_freq, "gradient_steps": gradient_steps, "warmup_steps": warmup_steps or None})
+        _check_rollout_options(
+            rollout_steps,
+            store,
+            {
+                "updates_per_step": updates_per_step,
+                "updates_per_episode": updates_per_episode,
+                "train_freq": train_freq,
+                "gradient_steps": gradient_steps,
+                "warmup_steps": warmup_steps or None,
+            },
+        )
         updates_per_step, updates_per_episode = 0.0, 0
     if updates_per_step is None:
         updates_per_step = 0.0 if episodic or freq is not None else 1.0
@@ -153,11 +202,14 @@ def update_options(store: str, updates_per_step: Optional[float], updates_per_ep
     if updates_per_episode is None:
         updates_per_episode = 1 if episodic and freq is None else 0
     check_number("updates_per_episode", updates_per_episode, minimum=0, integer=True)
-    return Updates(float(updates_per_step), updates_per_episode, freq, gradient, rollout_steps, warmup_steps)
+    return Updates(
+        float(updates_per_step), updates_per_episode, freq, gradient, rollout_steps, warmup_steps
+    )
 
 
-def evaluation_options(eval_interval: Optional[int], eval_every_steps: Optional[int],
-                       eval_episodes: int) -> Tuple[int, int]:
+def evaluation_options(
+    eval_interval: Optional[int], eval_every_steps: Optional[int], eval_episodes: int
+) -> Tuple[int, int]:
     """``(eval_interval, eval_every_steps)`` with their defaults; they exclude each other."""
     if eval_every_steps is not None:
         check_number("eval_every_steps", eval_every_steps, minimum=0, integer=True)
@@ -173,11 +225,16 @@ def evaluation_options(eval_interval: Optional[int], eval_every_steps: Optional[
     return eval_interval, eval_every_steps or 0
 
 
-def check_run_options(smoothing: Any, solved_reward: Any, solved_repeat: Any, seed: Any, log_dir: Any,
-                      gif_env: Any) -> None:
+def check_run_options(
+    smoothing: Any, solved_reward: Any, solved_repeat: Any, seed: Any, log_dir: Any, gif_env: Any
+) -> None:
     """The early stop, the seed and the output options."""
     check_number("solved_repeat", solved_repeat, minimum=1, integer=True)
-    if isinstance(smoothing, bool) or not isinstance(smoothing, (int, float)) or not 0 <= smoothing < 1:
+    if (
+        isinstance(smoothing, bool)
+        or not isinstance(smoothing, (int, float))
+        or not 0 <= smoothing < 1
+    ):
         raise ValueError(f"smoothing must be a number in [0, 1), got {smoothing!r}")
     if solved_reward is not None:
         check_number("solved_reward", solved_reward)
@@ -189,8 +246,9 @@ def check_run_options(smoothing: Any, solved_reward: Any, solved_repeat: Any, se
         raise TypeError(f"log_dir must be a path, a SaveEnv or None, got {type(log_dir).__name__}")
 
 
-def check_random_options(random_steps: Any, random_action: Any, group: bool, store: str,
-                         hidden_key: Optional[str]) -> None:
+def check_random_options(
+    random_steps: Any, random_action: Any, group: bool, store: str, hidden_key: Optional[str]
+) -> None:
     """Random first steps need one environment, transition mode and no recurrent state."""
     check_number("random_steps", random_steps, minimum=0, integer=True)
     if random_steps:
@@ -206,14 +264,20 @@ def check_random_options(random_steps: Any, random_action: Any, group: bool, sto
     elif random_action is not None:
         raise ValueError("random_action is only used with random_steps > 0, got random_steps=0")
     if random_action is not None and not callable(random_action):
-        raise TypeError(f"random_action must be a function returning an action, got {type(random_action).__name__}")
+        raise TypeError(
+            f"random_action must be a function returning an action, got {type(random_action).__name__}"
+        )
 
 
-def check_group_options(obs_to_state: Any, eval_env: Any, eval_interval: int, eval_every_steps: int) -> None:
+def check_group_options(
+    obs_to_state: Any, eval_env: Any, eval_interval: int, eval_every_steps: int
+) -> None:
     """A group of environments makes its own states and is never used for evaluation."""
     if obs_to_state is not None:
-        raise ValueError("obs_to_state only applies to a single environment: a group's sampler "
-                         "makes the state tensors itself (see VecSampler's state_dtype)")
+        raise ValueError(
+            "obs_to_state only applies to a single environment: a group's sampler "
+            "makes the state tensors itself (see VecSampler's state_dtype)"
+        )
     if eval_env is None and (eval_interval or eval_every_steps):
         raise ValueError(
             f"a group of environments is not used for evaluation: give eval_env (one "
@@ -227,18 +291,26 @@ def check_parts(callbacks: Any, evaluator: Any, loggers: Any, checkpointer: Any)
     from .callbacks import Callback, Evaluator
 
     if evaluator is not None and not isinstance(evaluator, Evaluator):
-        raise TypeError(f"evaluator must be an Evaluator (or a subclass of it) or None, got "
-                        f"{type(evaluator).__name__}")
+        raise TypeError(
+            f"evaluator must be an Evaluator (or a subclass of it) or None, got "
+            f"{type(evaluator).__name__}"
+        )
     if checkpointer is not None and not isinstance(checkpointer, Callback):
-        raise TypeError(f"checkpointer must be a Callback or None, got {type(checkpointer).__name__}")
+        raise TypeError(
+            f"checkpointer must be a Callback or None, got {type(checkpointer).__name__}"
+        )
     for name, parts in (("callbacks", callbacks), ("loggers", loggers)):
         if parts is None:
             continue
         if isinstance(parts, Callback) or not isinstance(parts, (list, tuple)):
-            raise TypeError(f"{name} must be a list of Callback objects or None, got {type(parts).__name__}")
+            raise TypeError(
+                f"{name} must be a list of Callback objects or None, got {type(parts).__name__}"
+            )
         for part in parts:
             if not isinstance(part, Callback):
-                raise TypeError(f"{name} must hold Callback objects, got {part!r} ({type(part).__name__})")
+                raise TypeError(
+                    f"{name} must hold Callback objects, got {part!r} ({type(part).__name__})"
+                )
 
 
 def resume_problem(group_problem: Optional[str], seed: Optional[int]) -> Optional[str]:
@@ -254,14 +326,20 @@ def resume_problem(group_problem: Optional[str], seed: Optional[int]) -> Optiona
     return None
 
 
-def check_save_options(save_every: Any, log_dir: Any, group_problem: Optional[str], seed: Optional[int]) -> None:
+def check_save_options(
+    save_every: Any, log_dir: Any, group_problem: Optional[str], seed: Optional[int]
+) -> None:
     """``save_every`` needs a ``log_dir`` to save into and options that allow an exact resume."""
     if save_every is None:
         return
     check_number("save_every", save_every, minimum=1, integer=True)
     if log_dir is None:
-        raise ValueError(f"save_every={save_every} saves into <log_dir>/saves: give log_dir, got log_dir=None")
+        raise ValueError(
+            f"save_every={save_every} saves into <log_dir>/saves: give log_dir, got log_dir=None"
+        )
     why = resume_problem(group_problem, seed)
     if why is not None:
-        raise ValueError(f"save_every={save_every} saves runs for an exact resume, which this trainer cannot: "
-                         f"{why}")
+        raise ValueError(
+            f"save_every={save_every} saves runs for an exact resume, which this trainer cannot: "
+            f"{why}"
+        )

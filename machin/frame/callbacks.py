@@ -245,7 +245,10 @@ class Evaluator(Callback):
 
         Evaluation episode ``j`` is reset with ``trainer.evaluation_seed(j)``.
         """
-        returns = [trainer.play_episode(trainer.eval_env, trainer.evaluation_seed(i))[0] for i in range(episodes)]
+        returns = [
+            trainer.play_episode(trainer.eval_env, trainer.evaluation_seed(i))[0]
+            for i in range(episodes)
+        ]
         return float(np.mean(returns))
 
 
@@ -259,11 +262,19 @@ def run_directories(log_dir: Union[str, os.PathLike, SaveEnv]) -> Dict[str, str]
     """
     if isinstance(log_dir, SaveEnv):
         log = log_dir.get_trial_train_log_dir()
-        return {"log": log, "tensorboard": log, "checkpoints": log_dir.get_trial_model_dir(),
-                "images": log_dir.get_trial_image_dir()}
+        return {
+            "log": log,
+            "tensorboard": log,
+            "checkpoints": log_dir.get_trial_model_dir(),
+            "images": log_dir.get_trial_image_dir(),
+        }
     log = os.fspath(log_dir)
-    return {"log": log, "tensorboard": os.path.join(log, "tensorboard"),
-            "checkpoints": os.path.join(log, "checkpoints"), "images": log}
+    return {
+        "log": log,
+        "tensorboard": os.path.join(log, "tensorboard"),
+        "checkpoints": os.path.join(log, "checkpoints"),
+        "images": log,
+    }
 
 
 class BestCheckpoint(Callback):
@@ -323,8 +334,10 @@ class CSVLogger(Callback):
         """Cut ``path`` back to its size at the save and append to it."""
         size, offset = (os.path.getsize(path) if os.path.exists(path) else None), int(state["size"])
         if size is None or size < offset:
-            raise ValueError(f"cannot continue {path!r} from the save: it has {size} bytes, it had {offset} when "
-                             f"the save was made")
+            raise ValueError(
+                f"cannot continue {path!r} from the save: it has {size} bytes, it had {offset} when "
+                f"the save was made"
+            )
         os.truncate(path, offset)
         self._handle = open(path, "a", newline="")  # noqa: SIM115 (closed in on_training_end)
         self._rows = csv.DictWriter(self._handle, fieldnames=_CSV_FIELDS)
@@ -334,8 +347,11 @@ class CSVLogger(Callback):
         if self._handle is None:
             return None
         self._handle.flush()
-        return {"size": os.fstat(self._handle.fileno()).st_size, "pending": self._pending,
-                "seconds": time.time() - self._start}
+        return {
+            "size": os.fstat(self._handle.fileno()).st_size,
+            "pending": self._pending,
+            "seconds": time.time() - self._start,
+        }
 
     def load_state_dict(self, state: Optional[Dict[str, Any]]) -> None:
         self._resume = state
@@ -346,9 +362,16 @@ class CSVLogger(Callback):
 
     def on_episode_end(self, trainer: Trainer, episode: EpisodeEnd) -> Optional[bool]:
         shown, self._pending = self._pending, None
-        self._rows.writerow({"episode": episode.episode, "steps": episode.steps, "return": episode.episode_return,
-                             "smoothed": episode.smoothed, "eval_return": "" if shown is None else shown,
-                             "seconds": round(time.time() - self._start, 3)})
+        self._rows.writerow(
+            {
+                "episode": episode.episode,
+                "steps": episode.steps,
+                "return": episode.episode_return,
+                "smoothed": episode.smoothed,
+                "eval_return": "" if shown is None else shown,
+                "seconds": round(time.time() - self._start, 3),
+            }
+        )
         self._handle.flush()
         return None
 
@@ -394,13 +417,17 @@ class TensorBoardLogger(Callback):
         from ..utils.tensor_board import TensorBoard
 
         self._board = TensorBoard()
-        self._board.init(logdir=self.directory, filename_suffix=f".{os.getpid()}.{next(_EVENT_FILE_NUMBERS)}")
+        self._board.init(
+            logdir=self.directory, filename_suffix=f".{os.getpid()}.{next(_EVENT_FILE_NUMBERS)}"
+        )
 
     def state_dict(self) -> Optional[Dict[str, Any]]:
         if self._board is None:
             return None
         self._board.writer.close()
-        files = {os.path.basename(path): os.path.getsize(path) for path in _event_files(self.directory)}
+        files = {
+            os.path.basename(path): os.path.getsize(path) for path in _event_files(self.directory)
+        }
         self._open()
         return {"files": files, "episode_eval": self._episode_eval}
 
@@ -415,8 +442,11 @@ class TensorBoardLogger(Callback):
         return None
 
     def on_episode_end(self, trainer: Trainer, episode: EpisodeEnd) -> Optional[bool]:
-        scalars = {"train/return": episode.episode_return, "train/smoothed_return": episode.smoothed,
-                   **{f"train/{name}": value for name, value in episode.losses.items()}}
+        scalars = {
+            "train/return": episode.episode_return,
+            "train/smoothed_return": episode.smoothed,
+            **{f"train/{name}": value for name, value in episode.losses.items()},
+        }
         if self._episode_eval is not None:
             scalars["eval/return"] = self._episode_eval
             self._episode_eval = None
@@ -457,11 +487,19 @@ class ProgressBar(Callback):
         from tqdm import tqdm
 
         if trainer.step_limit is not None:
-            self._bar = tqdm(total=trainer.step_limit, initial=min(trainer.steps, trainer.step_limit), unit="step",
-                             dynamic_ncols=True)
+            self._bar = tqdm(
+                total=trainer.step_limit,
+                initial=min(trainer.steps, trainer.step_limit),
+                unit="step",
+                dynamic_ncols=True,
+            )
         else:
-            self._bar = tqdm(total=trainer.episode_limit, initial=trainer.result.episodes, unit="episode",
-                             dynamic_ncols=True)
+            self._bar = tqdm(
+                total=trainer.episode_limit,
+                initial=trainer.result.episodes,
+                unit="episode",
+                dynamic_ncols=True,
+            )
 
     def on_episode_end(self, trainer: Trainer, episode: EpisodeEnd) -> Optional[bool]:
         shown = {"smoothed": f"{episode.smoothed:.1f}"}
@@ -497,7 +535,10 @@ class LearningCurve(Callback):
             from ..utils.media import create_learning_curve
 
             result.paths["curve"] = create_learning_curve(
-                result.returns, self.directory, "learning_curve", title=type(trainer.framework).__name__,
+                result.returns,
+                self.directory,
+                "learning_curve",
+                title=type(trainer.framework).__name__,
                 smoothing=trainer.smoothing,
             )
 

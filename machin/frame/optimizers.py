@@ -20,8 +20,19 @@ import torch
 from ..utils import torch_internals
 from ..utils.torch_internals import has_step_hooks
 
-__all__ = ["build_optimizer", "adopt", "is_fused_by_default", "unfuse_default", "fuse_default", "step",
-           "clear_grads", "raw_step", "has_step_hooks", "PortableOptimizer", "rebuild_optimizer"]
+__all__ = [
+    "build_optimizer",
+    "adopt",
+    "is_fused_by_default",
+    "unfuse_default",
+    "fuse_default",
+    "step",
+    "clear_grads",
+    "raw_step",
+    "has_step_hooks",
+    "PortableOptimizer",
+    "rebuild_optimizer",
+]
 
 #: Optimizer classes that machin builds with ``fused=True`` where torch has the fused kernel.
 _FUSABLE_OPTIMIZERS = (torch.optim.Adam, torch.optim.AdamW)
@@ -36,15 +47,22 @@ def _fusable(optimizer: Callable, params: list, kwargs: Mapping[str, Any]) -> bo
         if optimizer.args:
             return False
         optimizer, keywords = optimizer.func, {**optimizer.keywords, **kwargs}
-    if optimizer not in _FUSABLE_OPTIMIZERS or keywords.keys() & {"fused", "foreach", "differentiable"}:
+    if optimizer not in _FUSABLE_OPTIMIZERS or keywords.keys() & {
+        "fused",
+        "foreach",
+        "differentiable",
+    }:
         return False
     devices = torch_internals.fused_kernel_devices()
     return bool(params) and all(
-        isinstance(p, torch.Tensor) and torch.is_floating_point(p) and p.device.type in devices for p in params)
+        isinstance(p, torch.Tensor) and torch.is_floating_point(p) and p.device.type in devices
+        for p in params
+    )
 
 
-def build_optimizer(optimizer: Callable, params: Iterable[Any], learning_rate: float,
-                    **kwargs: Any) -> torch.optim.Optimizer:
+def build_optimizer(
+    optimizer: Callable, params: Iterable[Any], learning_rate: float, **kwargs: Any
+) -> torch.optim.Optimizer:
     """``optimizer(params, lr=learning_rate, **kwargs)``, fused where that is the same algorithm, only faster.
 
     ``torch.optim.Adam`` and ``AdamW`` (the classes, or a ``functools.partial`` of them, where
@@ -64,8 +82,11 @@ def build_optimizer(optimizer: Callable, params: Iterable[Any], learning_rate: f
     """
     params = list(params)
     fused = _fusable(optimizer, params, kwargs)
-    built = optimizer(params, lr=learning_rate, fused=True, **kwargs) if fused else optimizer(
-        params, lr=learning_rate, **kwargs)
+    built = (
+        optimizer(params, lr=learning_rate, fused=True, **kwargs)
+        if fused
+        else optimizer(params, lr=learning_rate, **kwargs)
+    )
     return adopt(built, fused)
 
 
@@ -88,7 +109,9 @@ def adopt(optimizer: Any, fused_by_default: bool = False) -> Any:
         return optimizer
     if fused_by_default:
         _fused_by_default.add(optimizer)
-    register = getattr(optimizer, "register_load_state_dict_pre_hook", None)  # where torch has the hook
+    register = getattr(
+        optimizer, "register_load_state_dict_pre_hook", None
+    )  # where torch has the hook
     if register is not None:
         register(_keep_implementation)
     return optimizer
@@ -103,7 +126,9 @@ def is_fused_by_default(optimizer: Any) -> bool:
 _IMPLEMENTATION_KEYS = ("fused", "foreach", "capturable")
 
 
-def _keep_implementation(optimizer: torch.optim.Optimizer, state_dict: Dict[str, Any]) -> Optional[Dict[str, Any]]:
+def _keep_implementation(
+    optimizer: torch.optim.Optimizer, state_dict: Dict[str, Any]
+) -> Optional[Dict[str, Any]]:
     """``load_state_dict`` pre-hook: the loaded parameter groups take the optimizer's implementation entries."""
     saved = state_dict.get("param_groups")
     if not isinstance(saved, list) or len(saved) != len(optimizer.param_groups):
@@ -165,8 +190,13 @@ def step(optimizer: Any) -> None:
         optimizer: The optimizer to step.
     """
     inner = torch_internals.hooked_step_inner(type(optimizer))
-    if (inner is None or not isinstance(optimizer, torch.optim.Optimizer) or "step" in vars(optimizer)
-            or has_step_hooks(optimizer) or torch_internals.profiler_enabled()):
+    if (
+        inner is None
+        or not isinstance(optimizer, torch.optim.Optimizer)
+        or "step" in vars(optimizer)
+        or has_step_hooks(optimizer)
+        or torch_internals.profiler_enabled()
+    ):
         optimizer.step()
     else:
         inner(optimizer)
@@ -197,7 +227,9 @@ def raw_step(optimizer: Any) -> Optional[Callable]:
     Args:
         optimizer: The optimizer a compiled step steps.
     """
-    if not isinstance(optimizer, torch.optim.Optimizer) or not type(optimizer).__module__.startswith("torch.optim"):
+    if not isinstance(optimizer, torch.optim.Optimizer) or not type(
+        optimizer
+    ).__module__.startswith("torch.optim"):
         return None
     if optimizer.defaults.get("differentiable", False):
         return None
@@ -223,12 +255,17 @@ class PortableOptimizer:
 
     def __reduce__(self) -> Tuple[Any, ...]:
         cls = type(self.optimizer)
-        return rebuild_optimizer, (cls.__module__, cls.__qualname__, self.optimizer.__getstate__(),
-                                   is_fused_by_default(self.optimizer))
+        return rebuild_optimizer, (
+            cls.__module__,
+            cls.__qualname__,
+            self.optimizer.__getstate__(),
+            is_fused_by_default(self.optimizer),
+        )
 
 
-def rebuild_optimizer(module: str, qualname: str, state: Dict[str, Any],
-                      fused_by_default: bool = False) -> torch.optim.Optimizer:
+def rebuild_optimizer(
+    module: str, qualname: str, state: Dict[str, Any], fused_by_default: bool = False
+) -> torch.optim.Optimizer:
     """The optimizer of class ``module.qualname`` with ``state`` (what :class:`PortableOptimizer` sends).
 
     Args:

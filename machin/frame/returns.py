@@ -25,8 +25,12 @@ def _reward(t: TransitionBase) -> float:
     return reward.sum().item() if isinstance(reward, torch.Tensor) else float(reward)
 
 
-def n_step_episode(episode: Sequence[Union[TransitionBase, Dict[str, Any]]], n: int, discount: float,
-                   return_attr: str = "reward") -> List[Transition]:
+def n_step_episode(
+    episode: Sequence[Union[TransitionBase, Dict[str, Any]]],
+    n: int,
+    discount: float,
+    return_attr: str = "reward",
+) -> List[Transition]:
     """Rewrite an episode so that each step looks ``n`` steps ahead.
 
     Step ``t`` gets the discounted sum ``sum_{k<m} discount**k * r_{t+k}`` of the
@@ -55,18 +59,32 @@ def n_step_episode(episode: Sequence[Union[TransitionBase, Dict[str, Any]]], n: 
     for i, t in enumerate(steps):
         m = min(n, length - i)
         last = steps[i + m - 1]
-        value = sum(rewards[i + k] * discount ** k for k in range(m))
-        custom = {name: getattr(t, name) for name in t.custom_attr if name not in (return_attr, "steps")}
-        fields = {"state": t.state, "action": t.action, "next_state": last.next_state,
-                  "reward": t.reward, "terminal": last.terminal, **custom, "steps": m}
+        value = sum(rewards[i + k] * discount**k for k in range(m))
+        custom = {
+            name: getattr(t, name) for name in t.custom_attr if name not in (return_attr, "steps")
+        }
+        fields = {
+            "state": t.state,
+            "action": t.action,
+            "next_state": last.next_state,
+            "reward": t.reward,
+            "terminal": last.terminal,
+            **custom,
+            "steps": m,
+        }
         fields[return_attr] = value
         rebuilt.append(Transition(**fields))
     return rebuilt
 
 
 def returns_and_advantages(
-    reward: Sequence[float], value: Sequence[float], next_value: Sequence[float],
-    terminal: Sequence[bool], truncated: Sequence[bool], discount: float, gae_lambda: float,
+    reward: Sequence[float],
+    value: Sequence[float],
+    next_value: Sequence[float],
+    terminal: Sequence[bool],
+    truncated: Sequence[bool],
+    discount: float,
+    gae_lambda: float,
 ) -> Tuple[List[float], List[float]]:
     """Discounted returns and GAE advantages of consecutive steps, in one reverse pass.
 
@@ -114,9 +132,16 @@ def returns_and_advantages(
     return returns, advantages
 
 
-def vtrace(reward: torch.Tensor, value: torch.Tensor, next_value: torch.Tensor, terminal: torch.Tensor,
-           log_ratio: torch.Tensor, discount: float, clip_rho: float, clip_c: float
-           ) -> Tuple[torch.Tensor, torch.Tensor]:
+def vtrace(
+    reward: torch.Tensor,
+    value: torch.Tensor,
+    next_value: torch.Tensor,
+    terminal: torch.Tensor,
+    log_ratio: torch.Tensor,
+    discount: float,
+    clip_rho: float,
+    clip_c: float,
+) -> Tuple[torch.Tensor, torch.Tensor]:
     """V-trace value targets and policy-gradient advantages of one episode (1-D tensors of length T).
 
     With ``rho_t = min(clip_rho, pi/mu)``, ``c_t = min(clip_c, pi/mu)`` (``pi/mu`` is

@@ -37,7 +37,13 @@ from .callbacks import Callback
 if TYPE_CHECKING:
     from .trainer import Trainer
 
-__all__ = ["RunCheckpoint", "RunCheckpointError", "default_save_directory", "newest_save", "read_trainer_state"]
+__all__ = [
+    "RunCheckpoint",
+    "RunCheckpointError",
+    "default_save_directory",
+    "newest_save",
+    "read_trainer_state",
+]
 
 #: Version of the layout of a save.
 FORMAT = 1
@@ -87,9 +93,17 @@ def write_save(trainer: Trainer, directory: str) -> str:
         os.remove(manifest_path)
     state = trainer.state_dict()
     trainer.framework.save_state(os.path.join(path, ALGORITHM_FILE))
-    size, sha256 = _write_atomic(os.path.join(path, _TRAINER_FILE), lambda file: torch.save(state, file))
-    manifest = {"format": FORMAT, "kind": _KIND, "steps": trainer.steps, "episodes": trainer.result.episodes,
-                "algorithm": _class_name(trainer.framework), "trainer": {"size": size, "sha256": sha256}}
+    size, sha256 = _write_atomic(
+        os.path.join(path, _TRAINER_FILE), lambda file: torch.save(state, file)
+    )
+    manifest = {
+        "format": FORMAT,
+        "kind": _KIND,
+        "steps": trainer.steps,
+        "episodes": trainer.result.episodes,
+        "algorithm": _class_name(trainer.framework),
+        "trainer": {"size": size, "sha256": sha256},
+    }
     _write_atomic(manifest_path, lambda file: file.write(json.dumps(manifest, indent=1).encode()))
     return path
 
@@ -104,13 +118,23 @@ def _read_manifest(path: str) -> Dict[str, Any]:
         with open(manifest_path, "rb") as file:
             manifest = json.loads(file.read().decode())
     except FileNotFoundError:
-        raise RunCheckpointError(f"cannot resume from {path!r}: {manifest_path!r} is missing, so the save did "
-                                 f"not complete") from None
+        raise RunCheckpointError(
+            f"cannot resume from {path!r}: {manifest_path!r} is missing, so the save did "
+            f"not complete"
+        ) from None
     except (ValueError, UnicodeDecodeError) as error:
-        raise RunCheckpointError(f"cannot resume from {path!r}: {manifest_path!r} is damaged ({error})") from None
-    if not isinstance(manifest, dict) or manifest.get("kind") != _KIND or manifest.get("format") != FORMAT:
-        raise RunCheckpointError(f"cannot resume from {path!r}: {manifest_path!r} is not the manifest of a "
-                                 f"trainer save of format {FORMAT}")
+        raise RunCheckpointError(
+            f"cannot resume from {path!r}: {manifest_path!r} is damaged ({error})"
+        ) from None
+    if (
+        not isinstance(manifest, dict)
+        or manifest.get("kind") != _KIND
+        or manifest.get("format") != FORMAT
+    ):
+        raise RunCheckpointError(
+            f"cannot resume from {path!r}: {manifest_path!r} is not the manifest of a "
+            f"trainer save of format {FORMAT}"
+        )
     return manifest
 
 
@@ -122,26 +146,36 @@ def read_trainer_state(path: str, framework: Any) -> Dict[str, Any]:
     """
     manifest = _read_manifest(path)
     if manifest.get("algorithm") != _class_name(framework):
-        raise RunCheckpointError(f"cannot resume from {path!r}: it is a run of a {manifest.get('algorithm')}, "
-                                 f"this trainer trains a {_class_name(framework)}")
+        raise RunCheckpointError(
+            f"cannot resume from {path!r}: it is a run of a {manifest.get('algorithm')}, "
+            f"this trainer trains a {_class_name(framework)}"
+        )
     file_path = os.path.join(path, _TRAINER_FILE)
     try:
         with open(file_path, "rb") as file:
             data = file.read()
     except OSError as error:
-        raise RunCheckpointError(f"cannot resume from {path!r}: {error.strerror or error} ({file_path!r})") from None
+        raise RunCheckpointError(
+            f"cannot resume from {path!r}: {error.strerror or error} ({file_path!r})"
+        ) from None
     expected = manifest.get("trainer") or {}
-    if len(data) != expected.get("size") or hashlib.sha256(data).hexdigest() != expected.get("sha256"):
-        raise RunCheckpointError(f"cannot resume from {path!r}: {file_path!r} is truncated or was changed after "
-                                 f"it was saved ({len(data)} bytes, the manifest says {expected.get('size')})")
+    if len(data) != expected.get("size") or hashlib.sha256(data).hexdigest() != expected.get(
+        "sha256"
+    ):
+        raise RunCheckpointError(
+            f"cannot resume from {path!r}: {file_path!r} is truncated or was changed after "
+            f"it was saved ({len(data)} bytes, the manifest says {expected.get('size')})"
+        )
     try:
         state = torch.load(io.BytesIO(data), weights_only=True)
     except Exception as error:  # noqa: BLE001 (any unpickling error means the same: not a trainer state)
-        raise RunCheckpointError(f"cannot resume from {path!r}: {file_path!r} is not a trainer state "
-                                 f"({error})") from None
+        raise RunCheckpointError(
+            f"cannot resume from {path!r}: {file_path!r} is not a trainer state ({error})"
+        ) from None
     if not isinstance(state, dict) or state.get("format") != FORMAT:
-        raise RunCheckpointError(f"cannot resume from {path!r}: {file_path!r} is not a trainer state of format "
-                                 f"{FORMAT}")
+        raise RunCheckpointError(
+            f"cannot resume from {path!r}: {file_path!r} is not a trainer state of format {FORMAT}"
+        )
     return state
 
 
@@ -173,8 +207,13 @@ class RunCheckpoint(Callback):
         ValueError: If ``every`` or ``keep`` is not a positive integer.
     """
 
-    def __init__(self, directory: Union[str, os.PathLike], every: int, keep: Optional[int] = 3,
-                 signals: Sequence[int] = (signal.SIGTERM, signal.SIGINT)) -> None:
+    def __init__(
+        self,
+        directory: Union[str, os.PathLike],
+        every: int,
+        keep: Optional[int] = 3,
+        signals: Sequence[int] = (signal.SIGTERM, signal.SIGINT),
+    ) -> None:
         from ._trainer_options import check_number
 
         check_number("every", every, minimum=1, integer=True)
@@ -199,8 +238,10 @@ class RunCheckpoint(Callback):
         """
         self.last_save = write_save(trainer, self.directory)
         if self.keep is not None:
-            for _, old in _complete_saves(self.directory)[:-self.keep]:
-                os.remove(os.path.join(old, _MANIFEST))  # incomplete first, so never half-deleted and resumed
+            for _, old in _complete_saves(self.directory)[: -self.keep]:
+                os.remove(
+                    os.path.join(old, _MANIFEST)
+                )  # incomplete first, so never half-deleted and resumed
                 shutil.rmtree(old, ignore_errors=True)
         return self.last_save
 
@@ -228,7 +269,10 @@ class RunCheckpoint(Callback):
 
     def on_training_end(self, trainer: Trainer, completed: bool) -> None:
         self._restore_handlers()
-        saved_now = self.last_save is not None and os.path.basename(self.last_save) == f"steps_{trainer.steps}"
+        saved_now = (
+            self.last_save is not None
+            and os.path.basename(self.last_save) == f"steps_{trainer.steps}"
+        )
         if completed and not saved_now:
             self.save(trainer)
 
@@ -254,7 +298,9 @@ def _storable(value: Any) -> bool:
     return False
 
 
-def check_storable(what: str, value: Any, make_error: Callable[[str], Exception] = RunCheckpointError) -> None:
+def check_storable(
+    what: str, value: Any, make_error: Callable[[str], Exception] = RunCheckpointError
+) -> None:
     """Raise unless ``value`` can be saved in a trainer state (see :func:`_storable`).
 
     Args:
@@ -263,5 +309,7 @@ def check_storable(what: str, value: Any, make_error: Callable[[str], Exception]
         make_error: Builds the exception raised, from its message.
     """
     if not _storable(value):
-        raise make_error(f"cannot save {what}: a trainer save holds only tensors, numbers, strings, None and "
-                         f"lists, tuples and dicts of them, got {value!r:.200}")
+        raise make_error(
+            f"cannot save {what}: a trainer save holds only tensors, numbers, strings, None and "
+            f"lists, tuples and dicts of them, got {value!r:.200}"
+        )

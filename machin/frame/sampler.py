@@ -68,7 +68,9 @@ class _Step(NamedTuple):
     truncated: np.ndarray
     obs: np.ndarray  # observation to act on next (after any reset)
     ready: np.ndarray  # environments that take an action at the next step
-    reset_states: Optional[Dict[int, Any]] = None  # finished environment -> generator state its reset uses
+    reset_states: Optional[Dict[int, Any]] = (
+        None  # finished environment -> generator state its reset uses
+    )
 
 
 class _Acted(NamedTuple):
@@ -77,7 +79,9 @@ class _Acted(NamedTuple):
     actions: np.ndarray  # for the environments, in the action space's dtype and shape
     stored: Dict[str, Tuple[torch.Tensor, ...]]  # action dict entries, one [1, ...] view per row
     custom: Dict[str, List[Any]]  # custom attributes, one Python number per row
-    hidden: Optional[Hidden] = None  # the new hidden state of the acting rows (batch first), detached
+    hidden: Optional[Hidden] = (
+        None  # the new hidden state of the acting rows (batch first), detached
+    )
 
 
 def _flags(values: Any) -> np.ndarray:
@@ -99,8 +103,9 @@ def _hidden_tensors(hidden: Any) -> Optional[Tuple[torch.Tensor, ...]]:
     return None
 
 
-def check_hidden_options(hidden_key: Optional[str], initial_hidden: Any, hidden_fn: Any = None,
-                         state_key: str = "state") -> None:
+def check_hidden_options(
+    hidden_key: Optional[str], initial_hidden: Any, hidden_fn: Any = None, state_key: str = "state"
+) -> None:
     """Check the recurrent options of :class:`VecSampler` (and of the trainer, which passes them on).
 
     Args:
@@ -114,10 +119,14 @@ def check_hidden_options(hidden_key: Optional[str], initial_hidden: Any, hidden_
     """
     if hidden_key is None:
         if initial_hidden is not None or hidden_fn is not None:
-            raise ValueError("initial_hidden and hidden_fn are only used with hidden_key: pass hidden_key too")
+            raise ValueError(
+                "initial_hidden and hidden_fn are only used with hidden_key: pass hidden_key too"
+            )
         return
     if not isinstance(hidden_key, str) or hidden_key == state_key:
-        raise ValueError(f"hidden_key must be a str other than state_key {state_key!r}, got {hidden_key!r}")
+        raise ValueError(
+            f"hidden_key must be a str other than state_key {state_key!r}, got {hidden_key!r}"
+        )
     parts = _hidden_tensors(initial_hidden)
     if parts is None or any(part.shape[0] != 1 for part in parts):
         raise ValueError(
@@ -134,17 +143,26 @@ def replay_problem(envs: Any) -> Optional[str]:
     generator state and stepped through its recorded actions, on its own.
     """
     if isinstance(envs, ParallelWrapperSubProc):
-        return ("its environments run in subprocesses (ParallelWrapperSubProc), where their random generators "
-                "cannot be read nor their episodes replayed one by one: use a ParallelWrapperDummy or a gymnasium "
-                "SyncVectorEnv")
+        return (
+            "its environments run in subprocesses (ParallelWrapperSubProc), where their random generators "
+            "cannot be read nor their episodes replayed one by one: use a ParallelWrapperDummy or a gymnasium "
+            "SyncVectorEnv"
+        )
     if isinstance(envs, VectorEnv):
         if not isinstance(envs, SyncVectorEnv):
-            return (f"it is a {type(envs).__name__}: of the gymnasium vector environments, only an unwrapped "
-                    f"SyncVectorEnv lets its environments be replayed one by one")
-        if AutoresetMode(envs.metadata.get("autoreset_mode", AutoresetMode.NEXT_STEP)) == AutoresetMode.SAME_STEP:
-            return ("its autoreset mode is SAME_STEP, which resets an environment inside the step that ends its "
-                    "episode, so the generator state that reset starts from cannot be recorded: use NEXT_STEP "
-                    "(gymnasium's default) or DISABLED")
+            return (
+                f"it is a {type(envs).__name__}: of the gymnasium vector environments, only an unwrapped "
+                f"SyncVectorEnv lets its environments be replayed one by one"
+            )
+        if (
+            AutoresetMode(envs.metadata.get("autoreset_mode", AutoresetMode.NEXT_STEP))
+            == AutoresetMode.SAME_STEP
+        ):
+            return (
+                "its autoreset mode is SAME_STEP, which resets an environment inside the step that ends its "
+                "episode, so the generator state that reset starts from cannot be recorded: use NEXT_STEP "
+                "(gymnasium's default) or DISABLED"
+            )
     return None
 
 
@@ -265,7 +283,9 @@ class _GymVectorEnvs:
         done = terminated | truncated
         next_obs, current, ready = obs, obs, self._all
         # the generators before the resets: NEXT_STEP resets at the next step, DISABLED below
-        reset_states = {index: self.generator_state(index) for index in np.flatnonzero(done).tolist()}
+        reset_states = {
+            index: self.generator_state(index) for index in np.flatnonzero(done).tolist()
+        }
         if self.mode == AutoresetMode.NEXT_STEP:
             ready = ~done
         elif done.any():
@@ -279,7 +299,13 @@ class _GymVectorEnvs:
                 reset_obs, _ = self.env.reset(options={"reset_mask": done})
                 current[done] = np.asarray(reset_obs)[done]
         return _Step(
-            next_obs, np.asarray(reward, dtype=np.float64), terminated, truncated, current, ready, reset_states
+            next_obs,
+            np.asarray(reward, dtype=np.float64),
+            terminated,
+            truncated,
+            current,
+            ready,
+            reset_states,
         )
 
 
@@ -310,8 +336,16 @@ def _env_group(envs: Any) -> Union[_WrapperEnvs, _GymVectorEnvs]:
     )
 
 
-def _check_sampler_options(framework: Any, act_kwargs: Any, state_key: Any, action_key: Any, store: Any,
-                           seed: Any, state_dtype: Any, functions: Dict[str, Any]) -> None:
+def _check_sampler_options(
+    framework: Any,
+    act_kwargs: Any,
+    state_key: Any,
+    action_key: Any,
+    store: Any,
+    seed: Any,
+    state_dtype: Any,
+    functions: Dict[str, Any],
+) -> None:
     """The type and value checks of :class:`VecSampler`'s options (``functions``: the optional callables)."""
     if act_kwargs is not None and not isinstance(act_kwargs, dict):
         raise TypeError(f"act_kwargs must be a dict or None, got {type(act_kwargs).__name__}")
@@ -327,9 +361,7 @@ def _check_sampler_options(framework: Any, act_kwargs: Any, state_key: Any, acti
             f"{type(framework).__name__} does not have"
         )
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
-        raise TypeError(
-            f"seed must be an int or None, got {seed!r} of type {type(seed).__name__}"
-        )
+        raise TypeError(f"seed must be an int or None, got {seed!r} of type {type(seed).__name__}")
     if state_dtype is not None and not isinstance(state_dtype, torch.dtype):
         raise TypeError(f"state_dtype must be a torch.dtype or None, got {state_dtype!r}")
     for name, function in functions.items():
@@ -453,8 +485,16 @@ class VecSampler:
     ) -> None:
         self._envs = _env_group(envs)
         self._act = self._find_act(framework, act_method)
-        _check_sampler_options(framework, act_kwargs, state_key, action_key, store, seed, state_dtype,
-                               {"action_fn": action_fn, "custom_fn": custom_fn, "hidden_fn": hidden_fn})
+        _check_sampler_options(
+            framework,
+            act_kwargs,
+            state_key,
+            action_key,
+            store,
+            seed,
+            state_dtype,
+            {"action_fn": action_fn, "custom_fn": custom_fn, "hidden_fn": hidden_fn},
+        )
         check_hidden_options(hidden_key, initial_hidden, hidden_fn, state_key)
 
         self.framework = framework
@@ -468,7 +508,9 @@ class VecSampler:
         self.action_fn = action_fn
         self.custom_fn = custom_fn
         self.hidden_key = hidden_key
-        self.initial_hidden = None if initial_hidden is None else map_hidden(torch.Tensor.detach, initial_hidden)
+        self.initial_hidden = (
+            None if initial_hidden is None else map_hidden(torch.Tensor.detach, initial_hidden)
+        )
         self.hidden_fn = hidden_fn
         self._store = getattr(framework, f"store_{store}")
         _array_space(self._envs.observation_space, "observation")
@@ -479,7 +521,9 @@ class VecSampler:
         self._seeded = False
         self._obs: Optional[torch.Tensor] = None
         self._ready = np.ones(self.size, dtype=bool)
-        self._hidden: Optional[Hidden] = None  # [size, ...]: every environment's current hidden state
+        self._hidden: Optional[Hidden] = (
+            None  # [size, ...]: every environment's current hidden state
+        )
         self._episodes: List[List[Dict[str, Any]]] = [[] for _ in range(self.size)]
         self._returns = [0.0] * self.size
         self._lengths = [0] * self.size
@@ -489,7 +533,9 @@ class VecSampler:
         self._starts: List[Dict[str, Any]] = [{} for _ in range(self.size)]
         self._actions: List[List[np.ndarray]] = [[] for _ in range(self.size)]
         self._call: Optional[Dict[str, Any]] = None  # progress of the collect call in progress
-        self._resumed_call: Optional[Dict[str, Any]] = None  # a saved call, which the next call continues
+        self._resumed_call: Optional[Dict[str, Any]] = (
+            None  # a saved call, which the next call continues
+        )
         self.total_steps = 0
         self.total_episodes = 0
 
@@ -528,12 +574,18 @@ class VecSampler:
         seeds = None
         if self.seed is not None and not self._seeded:
             seeds = [self.seed + index for index in range(self.size)]
-        self._starts = [{"seed": seeds[index]} if seeds is not None else
-                        {"random": self._envs.generator_state(index)} for index in range(self.size)]
+        self._starts = [
+            {"seed": seeds[index]}
+            if seeds is not None
+            else {"random": self._envs.generator_state(index)}
+            for index in range(self.size)
+        ]
         self._actions = [[] for _ in range(self.size)]
         self._obs = self._to_tensor(self._envs.reset(seeds))
         if self.hidden_key is not None:
-            self._hidden = map_hidden(lambda h: h.repeat(self.size, *([1] * (h.dim() - 1))), self.initial_hidden)
+            self._hidden = map_hidden(
+                lambda h: h.repeat(self.size, *([1] * (h.dim() - 1))), self.initial_hidden
+            )
         self._seeded = True
         self._started = True
         self._ready = np.ones(self.size, dtype=bool)
@@ -545,7 +597,9 @@ class VecSampler:
         dtype = self.state_dtype or torch.get_default_dtype()
         return torch.as_tensor(obs).to(dtype)
 
-    def _choose_actions(self, state: torch.Tensor, rows: int, hidden: Optional[Hidden] = None) -> _Acted:
+    def _choose_actions(
+        self, state: torch.Tensor, rows: int, hidden: Optional[Hidden] = None
+    ) -> _Acted:
         """One act call for ``rows`` environments: their actions, and per row what to store."""
         inputs = {self.state_key: state}
         if self.hidden_key is not None:
@@ -597,8 +651,13 @@ class VecSampler:
                 f"(or pass hidden_fn), got {type(output).__name__}"
             )
         parts, given_parts = _hidden_tensors(new), _hidden_tensors(given)
-        if parts is None or len(parts) != len(given_parts) or any(
-            part.shape[1:] != old.shape[1:] or part.shape[0] != rows for part, old in zip(parts, given_parts)
+        if (
+            parts is None
+            or len(parts) != len(given_parts)
+            or any(
+                part.shape[1:] != old.shape[1:] or part.shape[0] != rows
+                for part, old in zip(parts, given_parts)
+            )
         ):
             shapes = [list(p.shape) for p in parts] if parts is not None else type(new).__name__
             raise ValueError(
@@ -666,7 +725,9 @@ class VecSampler:
         self.total_steps += acting.size
         return acting.size, finished
 
-    def _record(self, acting: np.ndarray, actions: np.ndarray, reset_states: Dict[int, Any]) -> None:
+    def _record(
+        self, acting: np.ndarray, actions: np.ndarray, reset_states: Dict[int, Any]
+    ) -> None:
         """Keep the actions of the acting environments; a finished one starts a new record from its reset."""
         for index in acting.tolist():
             self._actions[index].append(actions[index].copy())
@@ -689,6 +750,7 @@ class VecSampler:
 
     def _finish(self, index: int, terminated: bool, truncated: bool) -> EpisodeInfo:
         if self._hidden is not None:  # the next episode starts from the initial hidden state
+
             def restart(current: torch.Tensor, initial: torch.Tensor) -> torch.Tensor:
                 current = current.clone()
                 current[index] = initial[0]
@@ -760,7 +822,9 @@ class VecSampler:
             self.reset()
         call = self._begin_call("collect", {"steps": steps, "episodes": episodes})
         finished = call["finished"]
-        while (steps is None or call["taken"] < steps) and (episodes is None or len(finished) < episodes):
+        while (steps is None or call["taken"] < steps) and (
+            episodes is None or len(finished) < episodes
+        ):
             count, done = self._step()
             call["taken"] += count
             finished.extend(done)
@@ -848,8 +912,10 @@ class VecSampler:
         if resumed is None:
             self._call = {"kind": kind, "limits": limits, "taken": 0, "finished": []}
         elif (resumed["kind"], resumed["limits"]) != (kind, limits):
-            raise ValueError(f"the sampler was saved inside {resumed['kind']}({resumed['limits']}), which must be "
-                             f"continued first, got {kind}({limits})")
+            raise ValueError(
+                f"the sampler was saved inside {resumed['kind']}({resumed['limits']}), which must be "
+                f"continued first, got {kind}({limits})"
+            )
         else:
             self._call = resumed
         return self._call
@@ -882,26 +948,49 @@ class VecSampler:
         why = self.replay_problem()
         if why is not None:
             raise ValueError(f"the sampler's state cannot be saved for an exact resume: {why}")
-        unknown = [index for index, start in enumerate(self._starts) if self._started and
-                   start.get("seed") is None and start.get("random") is None]
+        unknown = [
+            index
+            for index, start in enumerate(self._starts)
+            if self._started and start.get("seed") is None and start.get("random") is None
+        ]
         if unknown:
-            raise ValueError(f"the sampler's state cannot be saved for an exact resume: the environments {unknown} "
-                             f"have no np_random generator whose state their reset could be replayed from")
+            raise ValueError(
+                f"the sampler's state cannot be saved for an exact resume: the environments {unknown} "
+                f"have no np_random generator whose state their reset could be replayed from"
+            )
         call = self._call
         return {
-            "size": self.size, "started": self._started, "seeded": self._seeded, "obs": self._obs,
-            "ready": self._ready.tolist(), "hidden": self._hidden, "episodes": [list(e) for e in self._episodes],
-            "returns": list(self._returns), "lengths": list(self._lengths), "update_credit": self._update_credit,
-            "total_steps": self.total_steps, "total_episodes": self.total_episodes,
-            "starts": [{"seed": start.get("seed"), "random": start.get("random"), "actions": self._action_rows(i)}
-                       for i, start in enumerate(self._starts)],
-            "call": None if call is None else {**call, "finished": [asdict(info) for info in call["finished"]]},
+            "size": self.size,
+            "started": self._started,
+            "seeded": self._seeded,
+            "obs": self._obs,
+            "ready": self._ready.tolist(),
+            "hidden": self._hidden,
+            "episodes": [list(e) for e in self._episodes],
+            "returns": list(self._returns),
+            "lengths": list(self._lengths),
+            "update_credit": self._update_credit,
+            "total_steps": self.total_steps,
+            "total_episodes": self.total_episodes,
+            "starts": [
+                {
+                    "seed": start.get("seed"),
+                    "random": start.get("random"),
+                    "actions": self._action_rows(i),
+                }
+                for i, start in enumerate(self._starts)
+            ],
+            "call": None
+            if call is None
+            else {**call, "finished": [asdict(info) for info in call["finished"]]},
         }
 
     def _action_rows(self, index: int) -> torch.Tensor:
         """The actions of environment ``index`` since its reset, as one ``[k, *action_shape]`` tensor."""
         rows = self._actions[index]
-        array = np.stack(rows) if rows else np.zeros((0, *self._action_shape), dtype=self._action_dtype)
+        array = (
+            np.stack(rows) if rows else np.zeros((0, *self._action_shape), dtype=self._action_dtype)
+        )
         return torch.from_numpy(np.ascontiguousarray(array))
 
     def load_state_dict(self, state: Dict[str, Any]) -> None:
@@ -921,24 +1010,38 @@ class VecSampler:
         if why is not None:
             raise ValueError(f"the sampler cannot resume exactly: {why}")
         if state["size"] != self.size:
-            raise ValueError(f"the saved sampler stepped {state['size']} environments, this one steps {self.size}")
+            raise ValueError(
+                f"the saved sampler stepped {state['size']} environments, this one steps {self.size}"
+            )
         ready = np.asarray(state["ready"], dtype=bool)
         if state["started"]:
             self._replay(state["starts"], state["obs"], ready)
-        self._started, self._seeded, self._obs, self._ready = state["started"], state["seeded"], state["obs"], ready
+        self._started, self._seeded, self._obs, self._ready = (
+            state["started"],
+            state["seeded"],
+            state["obs"],
+            ready,
+        )
         self._hidden, self._episodes = state["hidden"], [list(e) for e in state["episodes"]]
         self._returns, self._lengths = list(state["returns"]), list(state["lengths"])
         self._update_credit = state["update_credit"]
         self.total_steps, self.total_episodes = state["total_steps"], state["total_episodes"]
-        self._starts = [{key: start[key] for key in ("seed", "random") if start[key] is not None}
-                        for start in state["starts"]]
+        self._starts = [
+            {key: start[key] for key in ("seed", "random") if start[key] is not None}
+            for start in state["starts"]
+        ]
         self._actions = [list(start["actions"].numpy().copy()) for start in state["starts"]]
         call = state["call"]
-        self._resumed_call = None if call is None else {
-            **call, "finished": [EpisodeInfo(**info) for info in call["finished"]]}
+        self._resumed_call = (
+            None
+            if call is None
+            else {**call, "finished": [EpisodeInfo(**info) for info in call["finished"]]}
+        )
         self._call = None
 
-    def _replay(self, starts: List[Dict[str, Any]], saved_obs: torch.Tensor, ready: np.ndarray) -> None:
+    def _replay(
+        self, starts: List[Dict[str, Any]], saved_obs: torch.Tensor, ready: np.ndarray
+    ) -> None:
         """Bring every environment back to its saved place: reset, restart from the generator, replay."""
         seeds = None if self.seed is None else [self.seed + index for index in range(self.size)]
         first = self._envs.reset(seeds)
@@ -949,15 +1052,21 @@ class VecSampler:
             elif start["seed"] is not None and seeds is not None and start["seed"] == seeds[index]:
                 obs, how = first[index], f"with seed {start['seed']}"
             else:
-                raise ValueError(f"environment {index} was saved in an episode begun with seed {start['seed']}, "
-                                 f"but this sampler seeds it with {None if seeds is None else seeds[index]}")
+                raise ValueError(
+                    f"environment {index} was saved in an episode begun with seed {start['seed']}, "
+                    f"but this sampler seeds it with {None if seeds is None else seeds[index]}"
+                )
             actions = start["actions"].numpy()
             for step, action in enumerate(actions):
                 obs, done = self._envs.step_one(index, action)
                 if done:
-                    raise ValueError(f"environment {index}: replaying its episode in progress (reset {how}), it "
-                                     f"ended after {step + 1} of its {len(actions)} actions")
+                    raise ValueError(
+                        f"environment {index}: replaying its episode in progress (reset {how}), it "
+                        f"ended after {step + 1} of its {len(actions)} actions"
+                    )
             if ready[index] and not torch.equal(self._to_tensor(np.asarray(obs)), saved_obs[index]):
-                raise ValueError(f"environment {index}: replaying its episode in progress (reset {how}, then its "
-                                 f"{len(actions)} actions) did not lead to the saved observation, so the "
-                                 f"environment does not repeat itself given its seed and the actions")
+                raise ValueError(
+                    f"environment {index}: replaying its episode in progress (reset {how}, then its "
+                    f"{len(actions)} actions) did not lead to the saved observation, so the "
+                    f"environment does not repeat itself given its seed and the actions"
+                )

@@ -299,7 +299,10 @@ class Trainer:
     """
 
     def __init__(
-        self, framework: Any, env: Union[EnvSource, EnvGroup], *,
+        self,
+        framework: Any,
+        env: Union[EnvSource, EnvGroup],
+        *,
         eval_env: Optional[EnvSource] = None,
         act_method: Optional[str] = None,
         act_kwargs: Optional[Dict[str, Any]] = None,
@@ -336,23 +339,53 @@ class Trainer:
         checkpointer: Optional[Callback] = None,
         save_every: Optional[int] = None,
     ) -> None:
-        acting = acting_options(framework, act_method, act_kwargs, eval_act_method, eval_act_kwargs, store,
-                                hidden_key, initial_hidden, state_key)
-        updates = update_options(acting.store, updates_per_step, updates_per_episode, train_freq,
-                                 gradient_steps, rollout_steps, warmup_steps)
-        self.eval_interval, self.eval_every_steps = evaluation_options(eval_interval, eval_every_steps,
-                                                                       eval_episodes)
+        acting = acting_options(
+            framework,
+            act_method,
+            act_kwargs,
+            eval_act_method,
+            eval_act_kwargs,
+            store,
+            hidden_key,
+            initial_hidden,
+            state_key,
+        )
+        updates = update_options(
+            acting.store,
+            updates_per_step,
+            updates_per_episode,
+            train_freq,
+            gradient_steps,
+            rollout_steps,
+            warmup_steps,
+        )
+        self.eval_interval, self.eval_every_steps = evaluation_options(
+            eval_interval, eval_every_steps, eval_episodes
+        )
         check_run_options(smoothing, solved_reward, solved_repeat, seed, log_dir, gif_env)
-        check_random_options(random_steps, random_action, isinstance(env, _ENV_GROUPS), acting.store, hidden_key)
+        check_random_options(
+            random_steps, random_action, isinstance(env, _ENV_GROUPS), acting.store, hidden_key
+        )
         check_parts(callbacks, evaluator, loggers, checkpointer)
-        check_save_options(save_every, log_dir, replay_problem(env) if isinstance(env, _ENV_GROUPS) else None, seed)
+        check_save_options(
+            save_every, log_dir, replay_problem(env) if isinstance(env, _ENV_GROUPS) else None, seed
+        )
         self.framework = framework
         self._keep(acting, updates)
         self.eval_episodes, self.random_steps = eval_episodes, random_steps
         self.state_key, self.hidden_key, self.initial_hidden = state_key, hidden_key, initial_hidden
         self.obs_to_state = obs_to_state or _default_obs_to_state
-        self.smoothing, self.solved_reward, self.solved_repeat = float(smoothing), solved_reward, solved_repeat
-        self.log_dir, self.tensorboard, self.progress, self.seed = log_dir, tensorboard, progress, seed
+        self.smoothing, self.solved_reward, self.solved_repeat = (
+            float(smoothing),
+            solved_reward,
+            solved_repeat,
+        )
+        self.log_dir, self.tensorboard, self.progress, self.seed = (
+            log_dir,
+            tensorboard,
+            progress,
+            seed,
+        )
         self.sampler = self._group_sampler(env, eval_env, obs_to_state)
         self._environments(env, eval_env, gif_env, action_to_env, random_action)
         self._set_parts(callbacks, evaluator, loggers, checkpointer)
@@ -366,15 +399,26 @@ class Trainer:
         self.act_method, self.act_kwargs = acting.act_method, acting.act_kwargs
         self.eval_act_method, self.eval_act_kwargs = acting.eval_act_method, acting.eval_act_kwargs
         self.store = acting.store
-        self.updates_per_step, self.updates_per_episode = updates.updates_per_step, updates.updates_per_episode
+        self.updates_per_step, self.updates_per_episode = (
+            updates.updates_per_step,
+            updates.updates_per_episode,
+        )
         self.train_freq, self.gradient_steps = updates.train_freq, updates.gradient_steps
         self.rollout_steps, self.warmup_steps = updates.rollout_steps, updates.warmup_steps
 
-    def _set_parts(self, callbacks: Optional[List[Callback]], evaluator: Optional[Evaluator],
-                   loggers: Optional[List[Callback]], checkpointer: Optional[Callback]) -> None:
+    def _set_parts(
+        self,
+        callbacks: Optional[List[Callback]],
+        evaluator: Optional[Evaluator],
+        loggers: Optional[List[Callback]],
+        checkpointer: Optional[Callback],
+    ) -> None:
         """The evaluator, checkpointer and loggers (the given ones, else those the options ask for), the callbacks."""
-        self.evaluator = evaluator if evaluator is not None else Evaluator(self.eval_interval,
-                                                                           self.eval_every_steps)
+        self.evaluator = (
+            evaluator
+            if evaluator is not None
+            else Evaluator(self.eval_interval, self.eval_every_steps)
+        )
         directories = None if self.log_dir is None else run_directories(self.log_dir)
         if checkpointer is None and directories is not None:
             checkpointer = BestCheckpoint(directories["checkpoints"])
@@ -404,11 +448,21 @@ class Trainer:
         if not isinstance(env, _ENV_GROUPS):
             return None
         check_group_options(obs_to_state, eval_env, self.eval_interval, self.eval_every_steps)
-        return VecSampler(self.framework, env, act_method=self.act_method, act_kwargs=self.act_kwargs,
-                          state_key=self.state_key, store=self.store, seed=self.seed,
-                          hidden_key=self.hidden_key, initial_hidden=self.initial_hidden)
+        return VecSampler(
+            self.framework,
+            env,
+            act_method=self.act_method,
+            act_kwargs=self.act_kwargs,
+            state_key=self.state_key,
+            store=self.store,
+            seed=self.seed,
+            hidden_key=self.hidden_key,
+            initial_hidden=self.initial_hidden,
+        )
 
-    def _environments(self, env: Any, eval_env: Any, gif_env: Any, action_to_env: Any, random_action: Any) -> None:
+    def _environments(
+        self, env: Any, eval_env: Any, gif_env: Any, action_to_env: Any, random_action: Any
+    ) -> None:
         """Make the environments, check the ones that need it and pick the action conversions.
 
         On an error the environments made so far are closed.
@@ -444,8 +498,12 @@ class Trainer:
                 f"gif_env must be made with render_mode='rgb_array', got render_mode="
                 f"{getattr(self.gif_env, 'render_mode', None)!r}"
             )
-        if (self.rollout_steps is not None and self.env is not None and self.eval_env is self.env
-                and (self.eval_interval or self.eval_every_steps)):
+        if (
+            self.rollout_steps is not None
+            and self.env is not None
+            and self.eval_env is self.env
+            and (self.eval_interval or self.eval_every_steps)
+        ):
             raise ValueError(
                 "rollout_steps keeps episodes running between rollouts, so an evaluation on the training "
                 "environment itself would interrupt one: give eval_env (or env as a function, which makes "
@@ -461,8 +519,10 @@ class Trainer:
             )
         env = source()
         if not isinstance(env, gym.Env):
-            raise TypeError(f"the function given as {name} must return a gymnasium.Env, got "
-                            f"{type(env).__name__}")
+            raise TypeError(
+                f"the function given as {name} must return a gymnasium.Env, got "
+                f"{type(env).__name__}"
+            )
         self._owned.append(env)
         return env
 
@@ -483,7 +543,9 @@ class Trainer:
         state = self.obs_to_state(obs)
         return state if isinstance(state, dict) else {self.state_key: state}
 
-    def _act(self, method: str, state: Dict[str, Any], kwargs: Dict[str, Any]) -> Tuple[torch.Tensor, Any]:
+    def _act(
+        self, method: str, state: Dict[str, Any], kwargs: Dict[str, Any]
+    ) -> Tuple[torch.Tensor, Any]:
         """The action, and the new hidden state for a recurrent network (else ``None``)."""
         with torch.no_grad():
             output = getattr(self.framework, method)(state, **kwargs)
@@ -491,8 +553,10 @@ class Trainer:
         if self.hidden_key is None:
             return action, None
         if not isinstance(output, tuple) or len(output) < 2:
-            raise ValueError(f"{type(self.framework).__name__}.{method} must return (action, ..., new_hidden) "
-                             f"with hidden_key, got {type(output).__name__}")
+            raise ValueError(
+                f"{type(self.framework).__name__}.{method} must return (action, ..., new_hidden) "
+                f"with hidden_key, got {type(output).__name__}"
+            )
         return action, output[-1]
 
     def _initial_state(self, obs: Any) -> Dict[str, Any]:
@@ -502,21 +566,35 @@ class Trainer:
             state = {**state, self.hidden_key: self.initial_hidden}
         return state
 
-    def _env_step(self, env: gym.Env, state: Dict[str, Any], method: str, kwargs: Dict[str, Any],
-                  at_random: bool = False) -> Tuple[Dict[str, Any], bool, bool]:
+    def _env_step(
+        self,
+        env: gym.Env,
+        state: Dict[str, Any],
+        method: str,
+        kwargs: Dict[str, Any],
+        at_random: bool = False,
+    ) -> Tuple[Dict[str, Any], bool, bool]:
         """Act on ``state`` (``at_random``: with ``random_action``) and step ``env``: the step to
         store, ``terminated`` and ``truncated``."""
-        action, hidden = (self.random_action(), None) if at_random else self._act(method, state, kwargs)
+        action, hidden = (
+            (self.random_action(), None) if at_random else self._act(method, state, kwargs)
+        )
         obs, reward, terminated, truncated, _ = env.step(self.action_to_env(action))
         next_state = self._state(obs)
         if self.hidden_key is not None:
             next_state = {**next_state, self.hidden_key: hidden}
-        step = {"state": state, "action": {"action": action}, "next_state": next_state,
-                "reward": float(reward), "terminal": bool(terminated)}
+        step = {
+            "state": state,
+            "action": {"action": action},
+            "next_state": next_state,
+            "reward": float(reward),
+            "terminal": bool(terminated),
+        }
         return step, bool(terminated), bool(truncated)
 
-    def play_episode(self, env: gym.Env, seed: Optional[int] = None,
-                     frames: Optional[List[np.ndarray]] = None) -> Tuple[float, int]:
+    def play_episode(
+        self, env: gym.Env, seed: Optional[int] = None, frames: Optional[List[np.ndarray]] = None
+    ) -> Tuple[float, int]:
         """Play one episode with ``eval_act_method``, storing and updating nothing.
 
         Args:
@@ -533,8 +611,9 @@ class Trainer:
         """The reset seed of evaluation episode ``index``: ``seed + 10**6 + index`` (``None`` without ``seed``)."""
         return None if self.seed is None else self.seed + 10**6 + index
 
-    def _play(self, env: gym.Env, seed: Optional[int],
-              frames: Optional[List[np.ndarray]] = None) -> Tuple[float, int]:
+    def _play(
+        self, env: gym.Env, seed: Optional[int], frames: Optional[List[np.ndarray]] = None
+    ) -> Tuple[float, int]:
         """Play one evaluation episode (storing nothing). Returns (return, length)."""
         obs, _ = env.reset(seed=seed)
         state = self._initial_state(obs)
@@ -542,7 +621,9 @@ class Trainer:
         while not done:
             if frames is not None:
                 frames.append(env.render())
-            step, terminated, truncated = self._env_step(env, state, self.eval_act_method, self.eval_act_kwargs)
+            step, terminated, truncated = self._env_step(
+                env, state, self.eval_act_method, self.eval_act_kwargs
+            )
             total, length, done = total + step["reward"], length + 1, terminated or truncated
             state = step["next_state"]
         if frames is not None:
@@ -565,8 +646,9 @@ class Trainer:
     def _train_step(self, live: _LiveEpisode) -> None:
         """One step of the episode in progress: act, step, store (or keep the step), count, update, tell the parts."""
         at_random = self._steps < self.random_steps
-        step, terminated, truncated = self._env_step(self.env, live.state, self.act_method, self.act_kwargs,
-                                                     at_random)
+        step, terminated, truncated = self._env_step(
+            self.env, live.state, self.act_method, self.act_kwargs, at_random
+        )
         live.actions.append(step["action"]["action"])
         live.total += step["reward"]
         live.state, live.done = step["next_state"], terminated or truncated
@@ -611,7 +693,9 @@ class Trainer:
                 seed = None if self.seed is None else self.seed + self._episodes_started
                 obs, _ = self.env.reset(seed=seed)
                 live = self._live = _LiveEpisode(self._initial_state(obs), seed)
-            step, terminated, truncated = self._env_step(self.env, live.state, self.act_method, self.act_kwargs)
+            step, terminated, truncated = self._env_step(
+                self.env, live.state, self.act_method, self.act_kwargs
+            )
             step["truncated"] = truncated and not terminated
             live.steps.append(step)
             live.actions.append(step["action"]["action"])
@@ -721,7 +805,9 @@ class Trainer:
         episodes = self.eval_episodes if episodes is None else episodes
         check_number("episodes", episodes, minimum=1, integer=True)
         if self.eval_env is None:
-            raise ValueError("this trainer has no evaluation environment: give eval_env when it trains on a group")
+            raise ValueError(
+                "this trainer has no evaluation environment: give eval_env when it trains on a group"
+            )
         return self.evaluator.evaluate(self, episodes)
 
     def record_evaluation(self, mean_return: float, by_steps: bool = False) -> Evaluation:
@@ -744,8 +830,14 @@ class Trainer:
         improved = mean_return > result.best_eval_return
         if improved:
             result.best_eval_return = mean_return
-        evaluation = Evaluation(mean_return, result.episodes, self._steps,
-                                self._steps if by_steps else result.episodes, by_steps, improved)
+        evaluation = Evaluation(
+            mean_return,
+            result.episodes,
+            self._steps,
+            self._steps if by_steps else result.episodes,
+            by_steps,
+            improved,
+        )
         self._emit("on_evaluation", evaluation)
         return evaluation
 
@@ -757,16 +849,23 @@ class Trainer:
         environments the sampler can replay one by one
         (:func:`~machin.frame.sampler.replay_problem`).
         """
-        why = resume_problem(None if self.sampler is None else self.sampler.replay_problem(), self.seed)
+        why = resume_problem(
+            None if self.sampler is None else self.sampler.replay_problem(), self.seed
+        )
         if why is not None:
             raise ValueError(f"a run of this trainer cannot be saved for an exact resume: {why}")
 
     def _setup(self) -> Dict[str, Any]:
         """The options a save must have been made with to be resumed by this trainer."""
-        return {"algorithm": _class_name(self.framework),
-                "store": self.store, "act_method": self.act_method, "seed": self.seed,
-                "warmup_steps": self.warmup_steps, "random_steps": self.random_steps,
-                "rollout_steps": self.rollout_steps}
+        return {
+            "algorithm": _class_name(self.framework),
+            "store": self.store,
+            "act_method": self.act_method,
+            "seed": self.seed,
+            "warmup_steps": self.warmup_steps,
+            "random_steps": self.random_steps,
+            "rollout_steps": self.rollout_steps,
+        }
 
     def state_dict(self) -> Dict[str, Any]:
         """The run's state between two training steps, besides the algorithm's (what a save keeps).
@@ -779,17 +878,33 @@ class Trainer:
         """
         live = self._live
         state = {
-            "format": FORMAT, "setup": self._setup(),
-            "counters": {"steps": self._steps, "credit": self._credit, "burst_mark": self._burst_mark,
-                         "burst_episodes": self._burst_episodes, "updates": self._updates,
-                         "update_sums": dict(self._update_sums), "smoothed": self._smoothed,
-                         "streak": self._streak, "stop_requested": self._stop_requested,
-                         "episodes_started": self._episodes_started, "rollout_taken": self._rollout_taken,
-                         "rollout_finished": list(self._rollout_finished)},
+            "format": FORMAT,
+            "setup": self._setup(),
+            "counters": {
+                "steps": self._steps,
+                "credit": self._credit,
+                "burst_mark": self._burst_mark,
+                "burst_episodes": self._burst_episodes,
+                "updates": self._updates,
+                "update_sums": dict(self._update_sums),
+                "smoothed": self._smoothed,
+                "streak": self._streak,
+                "stop_requested": self._stop_requested,
+                "episodes_started": self._episodes_started,
+                "rollout_taken": self._rollout_taken,
+                "rollout_finished": list(self._rollout_finished),
+            },
             "result": asdict(self.result),
-            "episode": None if live is None else {"seed": live.seed, "state": live.state, "steps": live.steps,
-                                                  "actions": live.actions, "total": live.total,
-                                                  "done": live.done},
+            "episode": None
+            if live is None
+            else {
+                "seed": live.seed,
+                "state": live.state,
+                "steps": live.steps,
+                "actions": live.actions,
+                "total": live.total,
+                "done": live.done,
+            },
             "group": None if self.sampler is None else self.sampler.state_dict(),
             "parts": [[_class_name(part), part.state_dict()] for part in _stateful(self._parts)],
         }
@@ -800,8 +915,10 @@ class Trainer:
         """Continue the newest complete save of the run checkpoint, if there is one (see :meth:`run`)."""
         saving = [part for part in self._parts if isinstance(part, RunCheckpoint)]
         if len(saving) != 1:
-            raise ValueError(f"run(resume=True) resumes from the saves of a RunCheckpoint: give save_every (or "
-                             f"one RunCheckpoint among the callbacks), got {len(saving)} RunCheckpoint parts")
+            raise ValueError(
+                f"run(resume=True) resumes from the saves of a RunCheckpoint: give save_every (or "
+                f"one RunCheckpoint among the callbacks), got {len(saving)} RunCheckpoint parts"
+            )
         self.check_resumable()
         path = saving[0].newest()
         if path is None:
@@ -817,13 +934,17 @@ class Trainer:
         saved_setup = state.get("setup") or {}
         for name, value in self._setup().items():
             if saved_setup.get(name) != value:
-                raise RunCheckpointError(f"cannot resume from {path!r}: it was saved with {name}="
-                                         f"{saved_setup.get(name)!r}, this trainer has {name}={value!r}")
+                raise RunCheckpointError(
+                    f"cannot resume from {path!r}: it was saved with {name}="
+                    f"{saved_setup.get(name)!r}, this trainer has {name}={value!r}"
+                )
         saved_parts = [name for name, _ in state["parts"]]
         mine = [_class_name(part) for part in _stateful(self._parts)]
         if saved_parts != mine:
-            raise RunCheckpointError(f"cannot resume from {path!r}: it was saved with the parts {saved_parts} "
-                                     f"(those with a state, in order), this run has {mine}")
+            raise RunCheckpointError(
+                f"cannot resume from {path!r}: it was saved with the parts {saved_parts} "
+                f"(those with a state, in order), this run has {mine}"
+            )
 
     def _apply_state(self, state: Dict[str, Any], path: str) -> None:
         """Load the checked trainer state: counters, result, the episode in progress (replayed), the parts."""
@@ -833,7 +954,10 @@ class Trainer:
         self._updates, self._update_sums = counters["updates"], dict(counters["update_sums"])
         self._smoothed, self._streak = counters["smoothed"], counters["streak"]
         self._stop_requested = counters["stop_requested"]
-        self._episodes_started, self._rollout_taken = counters["episodes_started"], counters["rollout_taken"]
+        self._episodes_started, self._rollout_taken = (
+            counters["episodes_started"],
+            counters["rollout_taken"],
+        )
         self._rollout_finished = list(counters["rollout_finished"])
         self.result = TrainResult(**state["result"])
         self._live = None if state["episode"] is None else self._replay(state["episode"], path)
@@ -853,20 +977,31 @@ class Trainer:
         for index, action in enumerate(actions):
             obs, _, terminated, truncated, _ = self.env.step(self.action_to_env(action))
             if (terminated or truncated) and index + 1 < len(actions):
-                raise RunCheckpointError(f"cannot resume from {path!r}: replaying the episode in progress (reset "
-                                         f"with seed {saved['seed']}), it ended after {index + 1} of its "
-                                         f"{len(actions)} actions")
+                raise RunCheckpointError(
+                    f"cannot resume from {path!r}: replaying the episode in progress (reset "
+                    f"with seed {saved['seed']}), it ended after {index + 1} of its "
+                    f"{len(actions)} actions"
+                )
         replayed = self._state(obs)
         if any(not _same(value, saved["state"].get(key)) for key, value in replayed.items()):
             raise RunCheckpointError(
                 f"cannot resume from {path!r}: replaying the episode in progress (reset with seed "
                 f"{saved['seed']}, then its {len(actions)} actions) did not lead to the saved observation, so the "
-                f"environment does not repeat itself given its seed and the actions")
-        return _LiveEpisode(saved["state"], saved["seed"], list(saved["steps"]), list(actions), saved["total"],
-                            saved["done"])
+                f"environment does not repeat itself given its seed and the actions"
+            )
+        return _LiveEpisode(
+            saved["state"],
+            saved["seed"],
+            list(saved["steps"]),
+            list(actions),
+            saved["total"],
+            saved["done"],
+        )
 
     # -- the loop -----------------------------------------------------------------------
-    def run(self, episodes: Optional[int] = None, steps: Optional[int] = None, resume: bool = False) -> TrainResult:
+    def run(
+        self, episodes: Optional[int] = None, steps: Optional[int] = None, resume: bool = False
+    ) -> TrainResult:
         """Train until ``episodes`` episodes or ``steps`` steps are done, or the task is solved.
 
         An episode is never cut: with ``steps``, the run ends after the episode in which
@@ -911,7 +1046,13 @@ class Trainer:
             if value is not None:
                 check_number(name, value, minimum=1, integer=True)
         self._reset_run_state(episodes, steps)
-        parts = (self.evaluator, self.checkpointer, *self.loggers, *self.callbacks, self.run_checkpoint)
+        parts = (
+            self.evaluator,
+            self.checkpointer,
+            *self.loggers,
+            *self.callbacks,
+            self.run_checkpoint,
+        )
         self._parts = [part for part in parts if part is not None]
         if resume:
             try:
@@ -947,8 +1088,14 @@ class Trainer:
     def _episodes_loop(self, episodes: Optional[int], steps: Optional[int]) -> None:
         """Count, smooth and announce every training episode; stop when solved or asked to."""
         result = self.result
-        for episode, total in enumerate(self._training_episodes(episodes, steps), start=result.episodes + 1):
-            smoothed = total if episode == 1 else self.smoothing * self._smoothed + (1 - self.smoothing) * total
+        for episode, total in enumerate(
+            self._training_episodes(episodes, steps), start=result.episodes + 1
+        ):
+            smoothed = (
+                total
+                if episode == 1
+                else self.smoothing * self._smoothed + (1 - self.smoothing) * total
+            )
             self._smoothed = smoothed
             result.episodes, result.steps = episode, self._steps
             result.returns.append(total)
@@ -989,8 +1136,11 @@ class Trainer:
         count = self.result.episodes
 
         def more() -> bool:
-            return ((episodes is None or count < episodes) and (steps is None or self._steps < steps)
-                    and not self._stop_requested)
+            return (
+                (episodes is None or count < episodes)
+                and (steps is None or self._steps < steps)
+                and not self._stop_requested
+            )
 
         while more() or self._unfinished():
             if self.rollout_steps is not None:
@@ -1004,7 +1154,9 @@ class Trainer:
             elif self.sampler is None:
                 count += 1
                 if self._live is None:
-                    self._live = self._start_episode(None if self.seed is None else self.seed + count)
+                    self._live = self._start_episode(
+                        None if self.seed is None else self.seed + count
+                    )
                 yield self._train_episode(self._live)
                 self._update_sums, self._updates = {}, 0
             else:
@@ -1070,7 +1222,11 @@ def _stateful(parts: List[Callback]) -> List[Callback]:
 
 def _same(value: Any, saved: Any) -> bool:
     if isinstance(value, torch.Tensor):
-        return isinstance(saved, torch.Tensor) and value.shape == saved.shape and torch.equal(value, saved)
+        return (
+            isinstance(saved, torch.Tensor)
+            and value.shape == saved.shape
+            and torch.equal(value, saved)
+        )
     return value == saved
 
 
@@ -1094,10 +1250,15 @@ def _default_random_action(space: gym.Space) -> Callable[[], torch.Tensor]:
         return lambda: torch.randint(n, (1, 1))
     if isinstance(space, gym.spaces.Box) and space.is_bounded("both"):
         low = torch.as_tensor(space.low, dtype=torch.get_default_dtype()).reshape(1, *space.shape)
-        span = torch.as_tensor(space.high, dtype=torch.get_default_dtype()).reshape(1, *space.shape) - low
+        span = (
+            torch.as_tensor(space.high, dtype=torch.get_default_dtype()).reshape(1, *space.shape)
+            - low
+        )
         return lambda: low + torch.rand(low.shape) * span
-    raise TypeError(f"random_steps needs random_action for the action space {space!r} (defaults exist for "
-                    f"Discrete and bounded Box spaces)")
+    raise TypeError(
+        f"random_steps needs random_action for the action space {space!r} (defaults exist for "
+        f"Discrete and bounded Box spaces)"
+    )
 
 
 def _default_action_to_env(space: gym.Space) -> Callable[[torch.Tensor], Any]:
@@ -1105,5 +1266,9 @@ def _default_action_to_env(space: gym.Space) -> Callable[[torch.Tensor], Any]:
         start = int(space.start)
         return lambda action: start + int(action.reshape(-1)[0].item())
     if isinstance(space, gym.spaces.Box):
-        return lambda action: np.clip(action.detach().cpu().numpy().reshape(space.shape), space.low, space.high)
-    raise TypeError(f"give action_to_env for the action space {space!r} (defaults exist for Discrete and Box)")
+        return lambda action: np.clip(
+            action.detach().cpu().numpy().reshape(space.shape), space.low, space.high
+        )
+    raise TypeError(
+        f"give action_to_env for the action space {space!r} (defaults exist for Discrete and Box)"
+    )

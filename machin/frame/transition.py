@@ -389,7 +389,9 @@ def as_transition(transition: Union[TransitionBase, Dict[str, Any]]) -> Transiti
         try:
             return Transition(**transition)
         except TypeError as error:
-            raise TransitionBuildError(f"cannot build a Transition from the dictionary: {error}") from None
+            raise TransitionBuildError(
+                f"cannot build a Transition from the dictionary: {error}"
+            ) from None
     raise TransitionTypeError(
         f"transition must be a Transition or a dict, got {type(transition).__name__} (a Transition "
         f"object must be a dict or an instance of the Transition class)"
@@ -445,15 +447,20 @@ class TransitionStorageSmart(TransitionStorageBasic):
         if len(self):
             previous = self[(self.index - 1) % self.max_size]
             candidates = [
-                t for name in previous.major_attr
-                for t in getattr(previous, name).values()
+                t for name in previous.major_attr for t in getattr(previous, name).values()
             ]
             for name in new.major_attr:
                 shared = {}
                 for key, tensor in getattr(new, name).items():
                     match = next(
-                        (c for c in candidates if c.shape == tensor.shape and c.dtype == tensor.dtype
-                         and c.device == tensor.device and torch.equal(c, tensor)),
+                        (
+                            c
+                            for c in candidates
+                            if c.shape == tensor.shape
+                            and c.dtype == tensor.dtype
+                            and c.device == tensor.device
+                            and torch.equal(c, tensor)
+                        ),
                         None,
                     )
                     shared[key] = tensor if match is None else match

@@ -340,7 +340,9 @@ def _name_outputs(module: nn.Module, path: str, output: Any) -> List[Tuple[str, 
             _warn_name_count(module, path, names, len(values))
         # As in 0.3.4, names pair with the first outputs; outputs beyond them are still
         # checked, under their position.
-        return list(zip(names, values)) + [(str(i), values[i]) for i in range(len(names), len(values))]
+        return list(zip(names, values)) + [
+            (str(i), values[i]) for i in range(len(names), len(values))
+        ]
     return pairs if pairs is not None else [(str(i), value) for i, value in enumerate(values)]
 
 
@@ -476,15 +478,21 @@ def check_model(
 
     forward_counter = Counter()
     # Registered first so the count is updated before the checks of this pass.
-    handles: List[Any] = [model.register_forward_pre_hook(lambda _module, _args: forward_counter.count())]
+    handles: List[Any] = [
+        model.register_forward_pre_hook(lambda _module, _args: forward_counter.count())
+    ]
     io = _IOChecks(writer, model, name, forward_counter)
     for path, module in _checked_modules(model):
         if input_check_hooks:
             handles.append(io.watch_inputs(path, module, input_check_hooks, input_check_interval))
         if output_check_hooks:
-            handles.append(io.watch_outputs(path, module, output_check_hooks, output_check_interval))
+            handles.append(
+                io.watch_outputs(path, module, output_check_hooks, output_check_interval)
+            )
     if param_check_hooks:
-        handles.extend(_watch_parameters(writer, model, name, param_check_hooks, param_check_interval))
+        handles.extend(
+            _watch_parameters(writer, model, name, param_check_hooks, param_check_interval)
+        )
 
     def cancel() -> None:
         while handles:
@@ -501,14 +509,17 @@ def _due(counter: Counter, interval: int) -> bool:
 class _IOChecks:
     """Registers the input and output checks of the modules of one :func:`check_model` call."""
 
-    def __init__(self, writer: Optional[SummaryWriter], model: nn.Module, name: str,
-                 forward_counter: Counter) -> None:
+    def __init__(
+        self, writer: Optional[SummaryWriter], model: nn.Module, name: str, forward_counter: Counter
+    ) -> None:
         self.writer = writer
         self.model = model
         self.name = name
         self.forward_counter = forward_counter
 
-    def watch_inputs(self, path: str, module: nn.Module, hooks: Tuple[CheckHook, ...], interval: int) -> Any:
+    def watch_inputs(
+        self, path: str, module: nn.Module, hooks: Tuple[CheckHook, ...], interval: int
+    ) -> Any:
         """Check the named inputs of ``module`` on the due forward passes; returns the hook handle."""
         name_inputs = _input_namer(module)
 
@@ -519,7 +530,9 @@ class _IOChecks:
 
         return module.register_forward_pre_hook(check_inputs, with_kwargs=True)
 
-    def watch_outputs(self, path: str, module: nn.Module, hooks: Tuple[CheckHook, ...], interval: int) -> Any:
+    def watch_outputs(
+        self, path: str, module: nn.Module, hooks: Tuple[CheckHook, ...], interval: int
+    ) -> Any:
         """Check the named outputs of ``module`` on the due forward passes; returns the hook handle."""
 
         def check_outputs(mod: nn.Module, _args: tuple, output: Any) -> None:
@@ -529,13 +542,20 @@ class _IOChecks:
 
         return module.register_forward_hook(check_outputs)
 
-    def _run(self, hooks: Tuple[CheckHook, ...], mod: nn.Module, qualified: str, value: Any) -> None:
+    def _run(
+        self, hooks: Tuple[CheckHook, ...], mod: nn.Module, qualified: str, value: Any
+    ) -> None:
         for hook in hooks:
             hook(self.forward_counter, self.writer, self.model, mod, qualified, value)
 
 
-def _watch_parameters(writer: Optional[SummaryWriter], model: nn.Module, name: str,
-                      hooks: Tuple[CheckHook, ...], interval: int) -> List[Any]:
+def _watch_parameters(
+    writer: Optional[SummaryWriter],
+    model: nn.Module,
+    name: str,
+    hooks: Tuple[CheckHook, ...],
+    interval: int,
+) -> List[Any]:
     """Check every trainable parameter after its gradient is accumulated, counted per parameter."""
     handles = []
     for path, owner, param_name, param in _owned_parameters(model):
@@ -544,7 +564,9 @@ def _watch_parameters(writer: Optional[SummaryWriter], model: nn.Module, name: s
         qualified = _join(name, path, "param", param_name)
         counter = Counter()
 
-        def check_param(p: torch.Tensor, _counter=counter, _owner=owner, _qualified=qualified) -> None:
+        def check_param(
+            p: torch.Tensor, _counter=counter, _owner=owner, _qualified=qualified
+        ) -> None:
             _counter.count()
             if _due(_counter, interval):
                 for hook in hooks:

@@ -50,7 +50,9 @@ def ignores_extra_args(fn: F) -> F:
         raise TypeError(f"{fn.__qualname__} already takes *args or **kwargs")
     clash = [p.name for p in params if p.name in ("_", "__")]
     if clash:
-        raise TypeError(f"{fn.__qualname__} has parameters named {clash}, the names of the extras in its signature")
+        raise TypeError(
+            f"{fn.__qualname__} has parameters named {clash}, the names of the extras in its signature"
+        )
     positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
     keyword_only = [p for p in params if p.kind == p.KEYWORD_ONLY]
     n_positional = len(positional)
@@ -61,7 +63,9 @@ def ignores_extra_args(fn: F) -> F:
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         if len(args) > n_positional or (kwargs and not kwargs.keys() <= keywords):
-            owner = f"{type(args[0]).__name__}.{fn.__name__}" if is_method and args else fn.__qualname__
+            owner = (
+                f"{type(args[0]).__name__}.{fn.__name__}" if is_method and args else fn.__qualname__
+            )
             args, kwargs = drop_extra_args(owner, args, kwargs, n_positional, keywords)
         return fn(*args, **kwargs)
 
@@ -136,8 +140,9 @@ def other_library_note(keys: Iterable[str], names: Container[str]) -> str:
     return f" Note: {'; '.join(hints)}." if hints else ""
 
 
-def drop_extra_args(owner: str, args: tuple, kwargs: dict, n_positional: int, names: frozenset,
-                    stacklevel: int = 2) -> Tuple[tuple, dict]:
+def drop_extra_args(
+    owner: str, args: tuple, kwargs: dict, n_positional: int, names: frozenset, stacklevel: int = 2
+) -> Tuple[tuple, dict]:
     """Drop positional arguments past ``n_positional`` and keywords not in ``names``, warning once.
 
     Args:
@@ -160,10 +165,12 @@ def drop_extra_args(owner: str, args: tuple, kwargs: dict, n_positional: int, na
         ignored.append("keyword argument(s) " + ", ".join(repr(k) for k in extra_keys))
         kwargs = {k: v for k, v in kwargs.items() if k in names}
     if ignored:
-        warnings.warn(f"{owner}() does not use {' and '.join(ignored)}; ignored "
-                      f"(Machin 0.3.4 accepted and dropped them too).{other_library_note(extra_keys, names)}",
-                      ExtraArgumentsWarning,
-                      stacklevel=stacklevel + 1)
+        warnings.warn(
+            f"{owner}() does not use {' and '.join(ignored)}; ignored "
+            f"(Machin 0.3.4 accepted and dropped them too).{other_library_note(extra_keys, names)}",
+            ExtraArgumentsWarning,
+            stacklevel=stacklevel + 1,
+        )
     return args, kwargs
 
 
@@ -175,6 +182,8 @@ def warn_caller(message: str, category: type = UserWarning) -> None:
         category: The warning class.
     """
     frame, level = sys._getframe(1), 1
-    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(_PACKAGE_DIR + os.sep):
+    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(
+        _PACKAGE_DIR + os.sep
+    ):
         frame, level = frame.f_back, level + 1
     warnings.warn(message, category, stacklevel=level)

@@ -270,7 +270,9 @@ def _remove_stale_temporaries(model_dir: str, logger: Any) -> List[str]:
                 continue
             removed.append(entry.name)
     if removed:
-        logger.info(f"removed temporary files of interrupted saves in {model_dir!r}: {sorted(removed)}")
+        logger.info(
+            f"removed temporary files of interrupted saves in {model_dir!r}: {sorted(removed)}"
+        )
     return removed
 
 
@@ -278,7 +280,9 @@ def _manifest_path(model_dir: str, names: Sequence[str], version: int) -> str:
     return os.path.join(model_dir, f"{names[0]}_{version}.manifest.json")
 
 
-def _write_manifest(path: str, version: int, files: Dict[str, Optional[Dict[str, Any]]], complete: bool) -> None:
+def _write_manifest(
+    path: str, version: int, files: Dict[str, Optional[Dict[str, Any]]], complete: bool
+) -> None:
     manifest = {
         "format": _MANIFEST_FORMAT,
         "format_version": 1,
@@ -555,11 +559,15 @@ def _read_checkpoint(path: str, trusted: bool, data: Optional[bytes] = None) -> 
             "Machin 0.3.4. Unpickling it can run arbitrary code from the file. If you "
             "trust the file, load it with trusted=True (prep_load_model(..., trusted=True), "
             "or the algorithm's load(..., trusted=True)). torch.load said: "
-            + globals_line[0].split(" was not an allowed global")[0].replace("WeightsUnpickler error: ", "")[:200]
+            + globals_line[0]
+            .split(" was not an allowed global")[0]
+            .replace("WeightsUnpickler error: ", "")[:200]
         ) from error
     except (OSError, MemoryError):
         raise
-    except Exception as error:  # torch raises RuntimeError, EOFError, ValueError... for damaged files
+    except (
+        Exception
+    ) as error:  # torch raises RuntimeError, EOFError, ValueError... for damaged files
         raise _damaged(path, error, size) from error
     if isinstance(content, nn.Module):
         return content.state_dict()
@@ -604,8 +612,15 @@ def _read_manifests(model_dir: str) -> Dict[int, List[Tuple[str, Optional[Dict[s
 class _Version:
     """What a directory holds of one version for a set of needed files."""
 
-    def __init__(self, version: int, complete: bool, reason: str = "", manifest: str = "",
-                 entries: Optional[Dict[str, Any]] = None, present: bool = True):
+    def __init__(
+        self,
+        version: int,
+        complete: bool,
+        reason: str = "",
+        manifest: str = "",
+        entries: Optional[Dict[str, Any]] = None,
+        present: bool = True,
+    ):
         self.version = version
         self.complete = complete
         self.reason = reason
@@ -617,9 +632,13 @@ class _Version:
         self.managed = entries is not None or bool(manifest)
 
 
-def _version_state(model_dir: str, names: Sequence[str], version: int,
-                   manifests: Mapping[int, List[Tuple[str, Optional[Dict[str, Any]]]]],
-                   optional: Sequence[str] = ()) -> _Version:
+def _version_state(
+    model_dir: str,
+    names: Sequence[str],
+    version: int,
+    manifests: Mapping[int, List[Tuple[str, Optional[Dict[str, Any]]]]],
+    optional: Sequence[str] = (),
+) -> _Version:
     """Whether ``version`` of the files ``names`` is complete (rules in the module docstring).
 
     Files of ``optional`` names are checked like the others when present, but may be absent.
@@ -637,8 +656,10 @@ def _version_state(model_dir: str, names: Sequence[str], version: int,
         mentioned = [file_name for file_name in needed if file_name in content["files"]]
         if mentioned and content.get("complete") is not True:
             return _Version(
-                version, False,
-                f"its save was interrupted (the manifest {path!r} is still in progress)", path,
+                version,
+                False,
+                f"its save was interrupted (the manifest {path!r} is still in progress)",
+                path,
             )
         for file_name in mentioned:
             entry = content["files"][file_name]
@@ -651,12 +672,17 @@ def _version_state(model_dir: str, names: Sequence[str], version: int,
         if file_name in entries:
             expected = entries[file_name].get("size")
             if not os.path.isfile(file_path):
-                return _Version(version, False, f"{file_path!r} listed in {listed_by[file_name]!r} is missing",
-                                listed_by[file_name])
+                return _Version(
+                    version,
+                    False,
+                    f"{file_path!r} listed in {listed_by[file_name]!r} is missing",
+                    listed_by[file_name],
+                )
             actual = os.path.getsize(file_path)
             if expected != actual:
                 return _Version(
-                    version, False,
+                    version,
+                    False,
                     f"{file_path!r} has {actual} bytes but its manifest {listed_by[file_name]!r} "
                     f"says {expected}",
                     listed_by[file_name],
@@ -665,14 +691,25 @@ def _version_state(model_dir: str, names: Sequence[str], version: int,
             missing.append(file_name)
     if missing:
         # a file no manifest mentions is absent: the version was never saved for that model
-        return _Version(version, False, f"files {missing} are missing",
-                        present=len(missing) < len(needed) - len(optional_files))
+        return _Version(
+            version,
+            False,
+            f"files {missing} are missing",
+            present=len(missing) < len(needed) - len(optional_files),
+        )
     manifest = sorted(set(listed_by.values()))
-    return _Version(version, True, manifest=", ".join(manifest), entries=entries if entries else None)
+    return _Version(
+        version, True, manifest=", ".join(manifest), entries=entries if entries else None
+    )
 
 
-def _read_version(model_dir: str, model_map: Mapping[str, nn.Module], state: _Version,
-                  trusted: bool, extra: Sequence[str]) -> Tuple[Dict[str, Mapping[str, Any]], Dict[str, Any]]:
+def _read_version(
+    model_dir: str,
+    model_map: Mapping[str, nn.Module],
+    state: _Version,
+    trusted: bool,
+    extra: Sequence[str],
+) -> Tuple[Dict[str, Mapping[str, Any]], Dict[str, Any]]:
     """Read and check every file of a version; nothing is changed yet."""
 
     def read(name: str) -> Any:
@@ -683,7 +720,9 @@ def _read_version(model_dir: str, model_map: Mapping[str, nn.Module], state: _Ve
             return _read_checkpoint(path, trusted)
         with open(path, "rb") as file:
             data = file.read()
-        if len(data) != entry.get("size") or hashlib.sha256(data).hexdigest() != entry.get("sha256"):
+        if len(data) != entry.get("size") or hashlib.sha256(data).hexdigest() != entry.get(
+            "sha256"
+        ):
             error = CheckpointLoadError(
                 f"cannot read the checkpoint file {path!r}: its content does not match its "
                 f"manifest {state.manifest!r} (size {len(data)}, expected {entry.get('size')}; "
@@ -705,7 +744,9 @@ def _read_version(model_dir: str, model_map: Mapping[str, nn.Module], state: _Ve
     extras = {}
     for name in extra:
         file_name = f"{name}_{state.version}.pt"
-        present = file_name in (state.entries or {}) or os.path.isfile(os.path.join(model_dir, file_name))
+        present = file_name in (state.entries or {}) or os.path.isfile(
+            os.path.join(model_dir, file_name)
+        )
         extras[name] = read(name) if present else None
     return fitted, extras
 
@@ -775,8 +816,9 @@ def prep_load_checkpoint(
     raise RuntimeError(message)
 
 
-def _check_load_arguments(model_dir: PathLike, model_map: Mapping[str, nn.Module], version: Any,
-                          extra: Sequence[str]) -> None:
+def _check_load_arguments(
+    model_dir: PathLike, model_map: Mapping[str, nn.Module], version: Any, extra: Sequence[str]
+) -> None:
     """The argument checks of :func:`prep_load_checkpoint`."""
     _check_model_map(model_map)
     if not model_map:
@@ -792,8 +834,15 @@ def _check_load_arguments(model_dir: PathLike, model_map: Mapping[str, nn.Module
 class _VersionLoader:
     """Finds the complete versions of a set of models in one directory and loads one of them."""
 
-    def __init__(self, model_dir: str, model_map: Mapping[str, nn.Module], available: Mapping[str, List[int]],
-                 logger: Any, trusted: bool, extra: Sequence[str]) -> None:
+    def __init__(
+        self,
+        model_dir: str,
+        model_map: Mapping[str, nn.Module],
+        available: Mapping[str, List[int]],
+        logger: Any,
+        trusted: bool,
+        extra: Sequence[str],
+    ) -> None:
         self.model_dir = model_dir
         self.model_map = model_map
         self.names = list(model_map)
@@ -806,11 +855,15 @@ class _VersionLoader:
         self.skipped: List[str] = []
 
     def state_of(self, version: int) -> _Version:
-        return _version_state(self.model_dir, self.names, version, self.manifests, optional=self.extra)
+        return _version_state(
+            self.model_dir, self.names, version, self.manifests, optional=self.extra
+        )
 
     def load(self, state: _Version) -> Dict[str, Any]:
         """Read every file of ``state``, then load the models; returns the extra files' contents."""
-        fitted, extras = _read_version(self.model_dir, self.model_map, state, self.trusted, self.extra)
+        fitted, extras = _read_version(
+            self.model_dir, self.model_map, state, self.trusted, self.extra
+        )
         # every file is read and fits its model: only now is any model changed
         for name, model in self.model_map.items():
             model.load_state_dict(fitted[name])
@@ -927,7 +980,5 @@ def prep_load_model(
             is not an int.
         ValueError: When ``model_map`` is empty.
     """
-    result = prep_load_checkpoint(
-        model_dir, model_map, version, quiet, logger, trusted=trusted
-    )
+    result = prep_load_checkpoint(model_dir, model_map, version, quiet, logger, trusted=trusted)
     return None if result is None else result[0]

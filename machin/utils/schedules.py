@@ -51,7 +51,9 @@ ScheduleLike = Union[float, int, Callable[[float], float]]
 
 def _finite(name: str, value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
-        raise TypeError(f"{name} must be a finite real number, got {value!r} of type {type(value).__name__}")
+        raise TypeError(
+            f"{name} must be a finite real number, got {value!r} of type {type(value).__name__}"
+        )
     return float(value)
 
 
@@ -76,7 +78,9 @@ def check_progress(progress: Any) -> float:
             f"progress must be a real number in [0, 1], got {progress!r} of type {type(progress).__name__}"
         )
     if not 0 <= progress <= 1:
-        raise ValueError(f"progress must be in [0, 1] (0: start of training, 1: end), got {progress!r}")
+        raise ValueError(
+            f"progress must be in [0, 1] (0: start of training, 1: end), got {progress!r}"
+        )
     return float(progress)
 
 
@@ -219,7 +223,9 @@ class FunctionSchedule(Schedule):
 
     def __init__(self, function: Callable[[float], float]) -> None:
         if not callable(function):
-            raise TypeError(f"function must be callable, got {function!r} of type {type(function).__name__}")
+            raise TypeError(
+                f"function must be callable, got {function!r} of type {type(function).__name__}"
+            )
         self.function = function
 
     def value(self, progress: float) -> float:
@@ -266,7 +272,9 @@ def as_schedule(value: ScheduleLike, name: str = "schedule") -> Schedule:
 
 def _schedule_map(schedules: Mapping[str, ScheduleLike]) -> Dict[str, Schedule]:
     if not isinstance(schedules, Mapping):
-        raise TypeError(f"schedules must be a mapping of attribute names to schedules, got {type(schedules).__name__}")
+        raise TypeError(
+            f"schedules must be a mapping of attribute names to schedules, got {type(schedules).__name__}"
+        )
     checked = {}
     for key, value in schedules.items():
         if not isinstance(key, str) or not key.isidentifier():
@@ -279,14 +287,20 @@ def _check_map(checks: Optional[Mapping[str, Check]], names: Any) -> Dict[str, C
     if checks is None:
         return {}
     if not isinstance(checks, Mapping):
-        raise TypeError(f"checks must be a mapping of attribute names to check functions or None, "
-                        f"got {type(checks).__name__}")
+        raise TypeError(
+            f"checks must be a mapping of attribute names to check functions or None, "
+            f"got {type(checks).__name__}"
+        )
     for key, check in checks.items():
         if not callable(check):
-            raise TypeError(f"checks[{key!r}] must be callable as check(name, value), got {check!r}")
+            raise TypeError(
+                f"checks[{key!r}] must be callable as check(name, value), got {check!r}"
+            )
     unknown = sorted(set(checks) - set(names))
     if unknown:
-        raise ValueError(f"checks names {unknown}, which have no schedule; the schedules are {sorted(names)}")
+        raise ValueError(
+            f"checks names {unknown}, which have no schedule; the schedules are {sorted(names)}"
+        )
     return dict(checks)
 
 
@@ -316,7 +330,9 @@ class ScheduledValues:
         ValueError: If ``checks`` names an attribute that has no schedule.
     """
 
-    def __init__(self, schedules: Mapping[str, ScheduleLike], checks: Optional[Mapping[str, Check]] = None) -> None:
+    def __init__(
+        self, schedules: Mapping[str, ScheduleLike], checks: Optional[Mapping[str, Check]] = None
+    ) -> None:
         self.schedules = _schedule_map(schedules)
         self.checks = _check_map(checks, self.schedules)
 
@@ -339,8 +355,9 @@ class ScheduledValues:
                 try:
                     value = check(name, value)
                 except (TypeError, ValueError) as error:
-                    raise type(error)(f"{error} (the value of its schedule {schedule!r} at progress "
-                                      f"{progress!r})") from None
+                    raise type(error)(
+                        f"{error} (the value of its schedule {schedule!r} at progress {progress!r})"
+                    ) from None
             values[name] = value
         return values
 
@@ -366,8 +383,12 @@ class ScheduledValues:
         return f"ScheduledValues({self.schedules!r})"
 
 
-def apply_schedules(obj: Any, progress: float, schedules: Mapping[str, ScheduleLike],
-                    checks: Optional[Mapping[str, Check]] = None) -> Dict[str, float]:
+def apply_schedules(
+    obj: Any,
+    progress: float,
+    schedules: Mapping[str, ScheduleLike],
+    checks: Optional[Mapping[str, Check]] = None,
+) -> Dict[str, float]:
     """Evaluate ``schedules`` at ``progress``, check the values, set them as attributes of ``obj``.
 
     The one-call form of :class:`ScheduledValues`: ``apply_schedules(dqn, 0.5,
@@ -406,7 +427,9 @@ def set_learning_rate(optimizer: torch.optim.Optimizer, learning_rate: float) ->
         ValueError: If ``learning_rate`` is negative.
     """
     if not isinstance(optimizer, torch.optim.Optimizer):
-        raise TypeError(f"optimizer must be a torch.optim.Optimizer, got {type(optimizer).__name__}")
+        raise TypeError(
+            f"optimizer must be a torch.optim.Optimizer, got {type(optimizer).__name__}"
+        )
     learning_rate = _finite("learning_rate", learning_rate)
     if learning_rate < 0:
         raise ValueError(f"learning_rate must be non-negative, got {learning_rate!r}")

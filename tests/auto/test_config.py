@@ -46,11 +46,17 @@ def test_round_trip_builds_the_config(algo, env):
     cls = getattr(algorithms, algo)
     framework = cls.init_from_config(config)
     # networks: the classes and sizes the config names, in the constructor's order
-    layout_networks = [name for name in cls._is_top if isinstance(getattr(framework, name, None), nn.Module)]
+    layout_networks = [
+        name for name in cls._is_top if isinstance(getattr(framework, name, None), nn.Module)
+    ]
     built = [type(getattr(framework, name)).__name__ for name in layout_networks]
-    assert sorted(built) == sorted(path.rsplit(".", 1)[1] for path in config["frame_config"]["models"])
+    assert sorted(built) == sorted(
+        path.rsplit(".", 1)[1] for path in config["frame_config"]["models"]
+    )
     for name in layout_networks:  # the config's hidden size reached every network
-        first_layer = next(m for m in getattr(framework, name).modules() if isinstance(m, nn.Linear))
+        first_layer = next(
+            m for m in getattr(framework, name).modules() if isinstance(m, nn.Linear)
+        )
         assert first_layer.out_features == 8, name
     # options: every option equals the config's value (replay_buffer None means "make one")
     for name in option_specs(cls):
@@ -76,17 +82,32 @@ def test_generate_config_keeps_given_values_and_fills_the_rest():
 
 def test_generated_configs_name_0_4_keys():
     rainbow = algorithms.RAINBOW.generate_config({})["frame_config"]
-    assert rainbow["value_min"] == -1.0 and rainbow["value_max"] == 1.0 and "criterion" not in rainbow
-    assert algorithms.TD3.generate_config({})["frame_config"]["models"] == ["Actor"] * 2 + ["Critic"] * 4
-    assert algorithms.DQNPer.generate_config({})["frame_config"]["criterion_kwargs"] == {"reduction": "none"}
+    assert (
+        rainbow["value_min"] == -1.0 and rainbow["value_max"] == 1.0 and "criterion" not in rainbow
+    )
+    assert (
+        algorithms.TD3.generate_config({})["frame_config"]["models"]
+        == ["Actor"] * 2 + ["Critic"] * 4
+    )
+    assert algorithms.DQNPer.generate_config({})["frame_config"]["criterion_kwargs"] == {
+        "reduction": "none"
+    }
 
 
 def test_class_objects_and_dotted_paths_are_accepted():
-    config = algorithms.DQN.generate_config({"frame_config": {
-        "models": [networks.QNet, "machin.auto.networks.QNet"],
-        "model_kwargs": [{"state_dim": 3, "action_num": 2}] * 2,
-        "optimizer": "torch.optim.SGD", "criterion": "SmoothL1Loss", "learning_rate": 0.1,
-        "lr_scheduler": "StepLR", "lr_scheduler_args": [[5]]}})
+    config = algorithms.DQN.generate_config(
+        {
+            "frame_config": {
+                "models": [networks.QNet, "machin.auto.networks.QNet"],
+                "model_kwargs": [{"state_dim": 3, "action_num": 2}] * 2,
+                "optimizer": "torch.optim.SGD",
+                "criterion": "SmoothL1Loss",
+                "learning_rate": 0.1,
+                "lr_scheduler": "StepLR",
+                "lr_scheduler_args": [[5]],
+            }
+        }
+    )
     dqn = algorithms.DQN.init_from_config(config)
     assert isinstance(dqn.qnet, networks.QNet) and isinstance(dqn.criterion, nn.SmoothL1Loss)
     assert isinstance(dqn.qnet_optim, torch.optim.SGD)
@@ -99,24 +120,50 @@ def dqn_config(**frame_config):
     return config
 
 
-@pytest.mark.parametrize("change,message", [
-    ({"bogus": 1}, "unknown key frame_config.bogus for DQN"),
-    ({"models": ["nowhere_at_all.Net", "machin.auto.networks.QNet"]},
-     "frame_config.models[0]: 'nowhere_at_all.Net' does not import"),
-    ({"models": ["machin.auto.networks.Nothing", "machin.auto.networks.QNet"]},
-     "module 'machin.auto.networks' has no 'Nothing'"),
-    ({"models": ["QNet", "QNet"]}, "frame_config.models[0]: 'QNet' is not an importable class path"),
-    ({"models": ["machin.auto.networks.QNet"]}, "frame_config.models must be a list of 2 entries"),
-    ({"models": ["torch.optim.Adam", "machin.auto.networks.QNet"]},
-     "frame_config.models[0]: 'torch.optim.Adam' is not a torch.nn.Module class"),
-    ({"model_kwargs": [{"state_dim": 4}, {"state_dim": 4, "action_num": 2}]},
-     "frame_config.models[0]: QNet(*[], **{'state_dim': 4}) failed"),
-    ({"optimizer": "Adamm"}, "frame_config.optimizer: 'Adamm' is not an importable class path (a name of torch.optim"),
-    ({"criterion": "NoLoss"}, "frame_config.criterion: 'NoLoss' is not an importable class path"),
-    ({"lr_scheduler": "nowhere_at_all.Sched"}, "frame_config.lr_scheduler: 'nowhere_at_all.Sched' does not import"),
-    ({"batch_size": "a"}, "batch_size must be a positive integer, got 'a'"),
-    ({"mode": "sideways"}, "Unknown DQN mode: 'sideways'"),
-])
+@pytest.mark.parametrize(
+    "change,message",
+    [
+        ({"bogus": 1}, "unknown key frame_config.bogus for DQN"),
+        (
+            {"models": ["nowhere_at_all.Net", "machin.auto.networks.QNet"]},
+            "frame_config.models[0]: 'nowhere_at_all.Net' does not import",
+        ),
+        (
+            {"models": ["machin.auto.networks.Nothing", "machin.auto.networks.QNet"]},
+            "module 'machin.auto.networks' has no 'Nothing'",
+        ),
+        (
+            {"models": ["QNet", "QNet"]},
+            "frame_config.models[0]: 'QNet' is not an importable class path",
+        ),
+        (
+            {"models": ["machin.auto.networks.QNet"]},
+            "frame_config.models must be a list of 2 entries",
+        ),
+        (
+            {"models": ["torch.optim.Adam", "machin.auto.networks.QNet"]},
+            "frame_config.models[0]: 'torch.optim.Adam' is not a torch.nn.Module class",
+        ),
+        (
+            {"model_kwargs": [{"state_dim": 4}, {"state_dim": 4, "action_num": 2}]},
+            "frame_config.models[0]: QNet(*[], **{'state_dim': 4}) failed",
+        ),
+        (
+            {"optimizer": "Adamm"},
+            "frame_config.optimizer: 'Adamm' is not an importable class path (a name of torch.optim",
+        ),
+        (
+            {"criterion": "NoLoss"},
+            "frame_config.criterion: 'NoLoss' is not an importable class path",
+        ),
+        (
+            {"lr_scheduler": "nowhere_at_all.Sched"},
+            "frame_config.lr_scheduler: 'nowhere_at_all.Sched' does not import",
+        ),
+        ({"batch_size": "a"}, "batch_size must be a positive integer, got 'a'"),
+        ({"mode": "sideways"}, "Unknown DQN mode: 'sideways'"),
+    ],
+)
 def test_bad_frame_config_names_the_key(change, message):
     with pytest.raises(ConfigError) as info:
         algorithms.DQN.init_from_config(dqn_config(**change))
@@ -144,41 +191,57 @@ def test_distributed_algorithms_say_they_are_not_supported(name):
 
 def test_resolve_class_passes_classes_through():
     assert resolve_class(nn.MSELoss, "k") is nn.MSELoss
-    with pytest.raises(ConfigError, match="k must be a class name or an importable class path, got 3"):
+    with pytest.raises(
+        ConfigError, match="k must be a class name or an importable class path, got 3"
+    ):
         resolve_class(3, "k")
 
 
 # -- launcher configs ---------------------------------------------------------------------
 def test_generate_sizes_the_networks_for_the_spaces():
     ppo = auto_config.generate("PPO", "CartPole-v1")
-    assert ppo["frame_config"]["model_kwargs"] == [{"state_dim": 4, "action_num": 2}, {"state_dim": 4}]
+    assert ppo["frame_config"]["model_kwargs"] == [
+        {"state_dim": 4, "action_num": 2},
+        {"state_dim": 4},
+    ]
     sac = auto_config.generate("SAC", "Pendulum-v1")
     assert sac["frame_config"]["models"][0] == "machin.auto.networks.SquashedGaussianActor"
-    assert sac["frame_config"]["model_kwargs"][0] == {"state_dim": 3, "action_dim": 1, "low": [-2.0], "high": [2.0]}
+    assert sac["frame_config"]["model_kwargs"][0] == {
+        "state_dim": 3,
+        "action_dim": 1,
+        "low": [-2.0],
+        "high": [2.0],
+    }
     assert ppo["env"] == "CartPole-v1" and ppo["max_steps"] == 50000 and ppo["seed"] == 0
     assert auto_config.validate(as_json(ppo)) == as_json(ppo)
 
 
-@pytest.mark.parametrize("algo,env,message", [
-    ("DQN", "Pendulum-v1", "env: DQN needs a Discrete action space, 'Pendulum-v1' has Box"),
-    ("SAC", "CartPole-v1", "env: SAC needs a Box action space, 'CartPole-v1' has Discrete(2)"),
-    ("R2D1", "CartPole-v1", "--algo: generate supports"),
-    ("PPO", "NoSuchEnv-v0", "env: gymnasium cannot make 'NoSuchEnv-v0'"),
-])
+@pytest.mark.parametrize(
+    "algo,env,message",
+    [
+        ("DQN", "Pendulum-v1", "env: DQN needs a Discrete action space, 'Pendulum-v1' has Box"),
+        ("SAC", "CartPole-v1", "env: SAC needs a Box action space, 'CartPole-v1' has Discrete(2)"),
+        ("R2D1", "CartPole-v1", "--algo: generate supports"),
+        ("PPO", "NoSuchEnv-v0", "env: gymnasium cannot make 'NoSuchEnv-v0'"),
+    ],
+)
 def test_generate_refuses_what_it_cannot_build(algo, env, message):
     with pytest.raises(ConfigError) as info:
         auto_config.generate(algo, env)
     assert message in str(info.value)
 
 
-@pytest.mark.parametrize("change,message", [
-    ({"extra": 1}, "unknown key 'extra'"),
-    ({"env": None}, "env must be of type str, got None"),
-    ({"frame": "Nope"}, "frame: 'Nope' is not an algorithm of machin.frame.algorithms"),
-    ({"max_steps": None}, "sets neither 'max_episodes' nor 'max_steps'"),
-    ({"max_steps": "10"}, "max_steps must be of type int, got '10'"),
-    ({"trainer_config": {"log_dir": "x"}}, "unknown key trainer_config.log_dir"),
-])
+@pytest.mark.parametrize(
+    "change,message",
+    [
+        ({"extra": 1}, "unknown key 'extra'"),
+        ({"env": None}, "env must be of type str, got None"),
+        ({"frame": "Nope"}, "frame: 'Nope' is not an algorithm of machin.frame.algorithms"),
+        ({"max_steps": None}, "sets neither 'max_episodes' nor 'max_steps'"),
+        ({"max_steps": "10"}, "max_steps must be of type int, got '10'"),
+        ({"trainer_config": {"log_dir": "x"}}, "unknown key trainer_config.log_dir"),
+    ],
+)
 def test_bad_launcher_config_names_the_key(change, message):
     config = {**as_json(auto_config.generate("PPO", "CartPole-v1")), **change}
     with pytest.raises(ConfigError) as info:

@@ -23,15 +23,27 @@ def tiny_config(algo="PPO", env="CartPole-v1", steps=150):
     config["frame_config"]["batch_size"] = 16
     for kwargs in config["frame_config"]["model_kwargs"]:
         kwargs["hidden"] = 16
-    config["trainer_config"].update(progress=False, tensorboard=False, eval_interval=2, eval_episodes=1,
-                                    warmup_steps=20 if algo not in auto_config.BOTH_SPACES else 0)
+    config["trainer_config"].update(
+        progress=False,
+        tensorboard=False,
+        eval_interval=2,
+        eval_episodes=1,
+        warmup_steps=20 if algo not in auto_config.BOTH_SPACES else 0,
+    )
     return config
 
 
 def test_train_writes_the_run_directory_and_enjoy_plays_it(tmp_path):
     run_dir, result = launcher.train(tiny_config(), str(tmp_path / "run"))
     files = set(os.listdir(run_dir))
-    assert {"config.json", "progress.csv", "checkpoints", "final", "learning_curve.png", "result.json"} <= files
+    assert {
+        "config.json",
+        "progress.csv",
+        "checkpoints",
+        "final",
+        "learning_curve.png",
+        "result.json",
+    } <= files
     assert auto_config.load(os.path.join(run_dir, "config.json")) == tiny_config()
     summary = json.loads(Path(run_dir, "result.json").read_text())
     assert summary["steps"] == result.steps >= 150 and summary["episodes"] == result.episodes
@@ -87,10 +99,21 @@ def test_command_line_errors_exit_2(tmp_path, capsys):
 
 
 def run_cli(*args, cwd):
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT), "SDL_VIDEODRIVER": "dummy",
-           "MPLBACKEND": "Agg"}
-    done = subprocess.run([sys.executable, "-m", "machin.auto", *args], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=90)
+    env = {
+        **os.environ,
+        "OMP_NUM_THREADS": "1",
+        "PYTHONPATH": str(ROOT),
+        "SDL_VIDEODRIVER": "dummy",
+        "MPLBACKEND": "Agg",
+    }
+    done = subprocess.run(
+        [sys.executable, "-m", "machin.auto", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=90,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     return done.stdout
 
@@ -98,16 +121,34 @@ def run_cli(*args, cwd):
 @pytest.mark.multiprocess
 def test_command_line_generate_train_enjoy(tmp_path):
     """The three commands, each in its own process with a hard timeout (about 30 s in all)."""
-    out = run_cli("generate", "--algo", "PPO", "--env", "CartPole-v1", "-o", "ppo.json", "--steps", "200",
-                  cwd=tmp_path)
+    out = run_cli(
+        "generate",
+        "--algo",
+        "PPO",
+        "--env",
+        "CartPole-v1",
+        "-o",
+        "ppo.json",
+        "--steps",
+        "200",
+        cwd=tmp_path,
+    )
     assert "wrote ppo.json" in out
     config = json.loads((tmp_path / "ppo.json").read_text())
-    assert config["frame"] == "PPO" and config["env"] == "CartPole-v1" and config["max_steps"] == 200
+    assert (
+        config["frame"] == "PPO" and config["env"] == "CartPole-v1" and config["max_steps"] == 200
+    )
     out = run_cli("train", "ppo.json", "--log-dir", "run", cwd=tmp_path)
     assert "run directory: run" in out
     run = tmp_path / "run"
-    assert {"config.json", "progress.csv", "tensorboard", "checkpoints", "final", "result.json"} <= set(
-        os.listdir(run))
+    assert {
+        "config.json",
+        "progress.csv",
+        "tensorboard",
+        "checkpoints",
+        "final",
+        "result.json",
+    } <= set(os.listdir(run))
     assert json.loads((run / "result.json").read_text())["steps"] >= 200
     assert (run / "final" / "actor_0.pt").is_file() and (run / "final" / "critic_0.pt").is_file()
     out = run_cli("enjoy", "run", "--episodes", "2", "--gif", "play.gif", cwd=tmp_path)

@@ -59,7 +59,9 @@ def _ast_signature(fn: ast.FunctionDef, drop_first: bool):
     if a.vararg is not None:
         params.append([a.vararg.arg, "var_positional", _NO_DEFAULT])
     for arg, default in zip(a.kwonlyargs, a.kw_defaults):
-        params.append([arg.arg, "keyword_only", _NO_DEFAULT if default is None else _literal(default)])
+        params.append(
+            [arg.arg, "keyword_only", _NO_DEFAULT if default is None else _literal(default)]
+        )
     if a.kwarg is not None:
         params.append([a.kwarg.arg, "var_keyword", _NO_DEFAULT])
     return params
@@ -93,7 +95,9 @@ def _module_entries(tree: ast.Module):
                 drop = "staticmethod" not in decorators
                 methods[item.name] = {"kind": "method", "signature": _ast_signature(item, drop)}
             defined[node.name] = {"kind": "class", "methods": methods}
-    names = explicit_all if explicit_all is not None else [n for n in defined if not n.startswith("_")]
+    names = (
+        explicit_all if explicit_all is not None else [n for n in defined if not n.startswith("_")]
+    )
     return {name: defined.get(name, {"kind": "name"}) for name in names}
 
 
@@ -142,7 +146,8 @@ def compare_signature(reference, params):
     has_var_pos = inspect.Parameter.VAR_POSITIONAL in kinds
     has_var_kw = inspect.Parameter.VAR_KEYWORD in kinds
     positional = [
-        p for p in params
+        p
+        for p in params
         if p.kind in (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
     ]
     by_name = {p.name: p for p in params if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)}
@@ -152,8 +157,14 @@ def compare_signature(reference, params):
         ref_names.add(name)
         if i < len(positional):
             # a 0.3.4 name starting with "_" was a placeholder, only ever passed by position
-            if positional[i].name != name and kind == "positional_or_keyword" and not name.startswith("_"):
-                problems.append(f"positional argument {i + 1} is {positional[i].name!r}, 0.3.4 had {name!r}")
+            if (
+                positional[i].name != name
+                and kind == "positional_or_keyword"
+                and not name.startswith("_")
+            ):
+                problems.append(
+                    f"positional argument {i + 1} is {positional[i].name!r}, 0.3.4 had {name!r}"
+                )
         elif not has_var_pos:
             problems.append(f"no positional argument {i + 1} ({name!r})")
     for name, kind, default in reference:
@@ -172,11 +183,13 @@ def compare_signature(reference, params):
         if default != _NO_DEFAULT:
             if mine.default is inspect.Parameter.empty:
                 problems.append(f"argument {name!r} is required, 0.3.4 defaulted it to {default}")
-            elif _EXPR_DEFAULT not in (default, _default_repr(mine)) and default != _default_repr(mine):
-                problems.append(f"default of {name!r} is {_default_repr(mine)}, 0.3.4 had {default}")
-    required_by_position = {
-        i for i, r in enumerate(ref_positional) if r[2] == _NO_DEFAULT
-    }
+            elif _EXPR_DEFAULT not in (default, _default_repr(mine)) and default != _default_repr(
+                mine
+            ):
+                problems.append(
+                    f"default of {name!r} is {_default_repr(mine)}, 0.3.4 had {default}"
+                )
+    required_by_position = {i for i, r in enumerate(ref_positional) if r[2] == _NO_DEFAULT}
     for p in params:
         if (
             p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
@@ -208,8 +221,10 @@ def check(inventory: dict):
                 continue
             if entry["kind"] == "function":
                 params = _machin_params(obj, False)
-                problems = ["not a callable with a signature"] if params is None else compare_signature(
-                    entry["signature"], params
+                problems = (
+                    ["not a callable with a signature"]
+                    if params is None
+                    else compare_signature(entry["signature"], params)
                 )
                 yield qualified, "; ".join(problems) or None
             elif entry["kind"] == "class":
@@ -227,11 +242,15 @@ def check(inventory: dict):
                         yield m_qualified, None
                         continue
                     static = isinstance(raw, staticmethod)
-                    if method == "__init__":  # what a call of the class binds to (an algorithm shows its options there)
+                    if (
+                        method == "__init__"
+                    ):  # what a call of the class binds to (an algorithm shows its options there)
                         params = _machin_params(obj, False)
                     else:
-                        params = _machin_params(getattr(obj, method),
-                                                not static and not inspect.ismethod(getattr(obj, method)))
+                        params = _machin_params(
+                            getattr(obj, method),
+                            not static and not inspect.ismethod(getattr(obj, method)),
+                        )
                     if params is None:
                         yield m_qualified, "not a callable with a signature"
                         continue
@@ -251,7 +270,9 @@ def documented_exceptions(path: Path = MIGRATING) -> dict:
     end = text.find(".. parity-exceptions-end")
     if start < 0 or end < 0:
         return table
-    rows = re.findall(r"^\s*\* - ``([\w.]+)``\s*\n\s*- (.+?)(?=^\s*\* - |\Z)", text[start:end], re.M | re.S)
+    rows = re.findall(
+        r"^\s*\* - ``([\w.]+)``\s*\n\s*- (.+?)(?=^\s*\* - |\Z)", text[start:end], re.M | re.S
+    )
     for name, reason in rows:
         table[name] = " ".join(reason.split())
     return table
@@ -267,13 +288,19 @@ def report(inventory: dict, exceptions: dict):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--refresh", metavar="REFERENCE_ROOT", type=Path,
-                        help="re-read the 0.3.4 source at this root and rewrite the inventory")
+    parser.add_argument(
+        "--refresh",
+        metavar="REFERENCE_ROOT",
+        type=Path,
+        help="re-read the 0.3.4 source at this root and rewrite the inventory",
+    )
     args = parser.parse_args(argv)
     if args.refresh is not None:
         inventory = extract(args.refresh)
         INVENTORY.write_text(json.dumps(inventory, indent=1, sort_keys=True) + "\n")
-        print(f"wrote {INVENTORY} ({sum(map(len, inventory.values()))} names in {len(inventory)} modules)")
+        print(
+            f"wrote {INVENTORY} ({sum(map(len, inventory.values()))} names in {len(inventory)} modules)"
+        )
         return 0
     inventory = json.loads(INVENTORY.read_text())
     results, compatible, excepted, failing = report(inventory, documented_exceptions())
@@ -281,8 +308,10 @@ def main(argv=None):
         print(f"EXCEPTED {q}: {p}")
     for q, p in failing:
         print(f"FAIL     {q}: {p}")
-    print(f"{len(results)} names and methods of 0.3.4: {len(compatible)} compatible, "
-          f"{len(excepted)} excepted (docs/migrating.rst), {len(failing)} incompatible")
+    print(
+        f"{len(results)} names and methods of 0.3.4: {len(compatible)} compatible, "
+        f"{len(excepted)} excepted (docs/migrating.rst), {len(failing)} incompatible"
+    )
     return 1 if failing else 0
 
 

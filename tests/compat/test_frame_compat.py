@@ -69,7 +69,9 @@ def no_warnings():
 # ================================================================================ transition
 def test_len_of_a_transition_is_its_number_of_attributes():
     assert len(step(k=1, z="a")) == 7
-    base = TransitionBase(["obs"], ["value"], [], [{"x": torch.zeros(2, 1)}], [torch.zeros(2, 1)], [])
+    base = TransitionBase(
+        ["obs"], ["value"], [], [{"x": torch.zeros(2, 1)}], [torch.zeros(2, 1)], []
+    )
     assert len(base) == 2
 
 
@@ -105,7 +107,10 @@ def test_accessors_keys_has_keys_to_and_groups():
     assert t.keys() == ["state", "action", "next_state", "reward", "terminal", "a", "b"]
     assert t.has_keys(["state", "a"]) and not t.has_keys(["nope"])
     assert (t.major_attr, t.sub_attr, t.custom_attr) == (
-        ["state", "action", "next_state"], ["reward", "terminal"], ["a", "b"])
+        ["state", "action", "next_state"],
+        ["reward", "terminal"],
+        ["a", "b"],
+    )
     assert t.to("cpu") is t
     assert t["state"]["s"].shape == (1, 3) and t.action["a"].dtype == torch.int64
 
@@ -125,24 +130,39 @@ def test_transitions_are_hashable():
 @pytest.mark.parametrize(
     "kwargs, phrase",
     [
-        ({"state": {"s": [1.0]}}, "Key 's' of transition major attribute 'state' is a invalid tensor"),
+        (
+            {"state": {"s": [1.0]}},
+            "Key 's' of transition major attribute 'state' is a invalid tensor",
+        ),
         ({"reward": torch.tensor(1.0)}, "Transition sub attribute 'reward' is a invalid tensor"),
-        ({"reward": "high"}, "Transition sub attribute 'reward' has invalid value 'high', requires scalar or tensor"),
+        (
+            {"reward": "high"},
+            "Transition sub attribute 'reward' has invalid value 'high', requires scalar or tensor",
+        ),
         ({"state": {"s": torch.zeros(2, 3)}}, "must be 1"),
     ],
 )
 def test_invalid_transition_attributes_raise_value_error(kwargs, phrase):
-    data = dict(state={"s": torch.zeros(1, 3)}, action={"a": torch.zeros(1, 1)},
-                next_state={"s": torch.zeros(1, 3)}, reward=0.0, terminal=False)
+    data = dict(
+        state={"s": torch.zeros(1, 3)},
+        action={"a": torch.zeros(1, 1)},
+        next_state={"s": torch.zeros(1, 3)},
+        reward=0.0,
+        terminal=False,
+    )
     data.update(kwargs)
     with pytest.raises(ValueError, match=phrase):
         Transition(**data)
 
 
 def test_inconsistent_batch_sizes_raise_value_error():
-    with pytest.raises(ValueError, match="Transition sub attribute 'value' has invalid batch size 2"):
+    with pytest.raises(
+        ValueError, match="Transition sub attribute 'value' has invalid batch size 2"
+    ):
         TransitionBase(["obs"], ["value"], [], [{"x": torch.zeros(3, 2)}], [torch.ones(2, 1)], [])
-    with pytest.raises(ValueError, match="Key 'y' of transition major attribute 'obs' has invalid batch size 1"):
+    with pytest.raises(
+        ValueError, match="Key 'y' of transition major attribute 'obs' has invalid batch size 1"
+    ):
         TransitionBase(["obs"], [], [], [{"x": torch.zeros(3, 2), "y": torch.zeros(1, 2)}], [], [])
 
 
@@ -153,11 +173,22 @@ def test_a_scalar_sub_attribute_in_a_batch_of_several_raises(order):
     if order == "tensor first":
         subs.reverse()
     names, values = zip(*subs)
-    with pytest.raises(ValueError, match="Transition sub attribute 'done' is a scalar, but batch size is 3"):
+    with pytest.raises(
+        ValueError, match="Transition sub attribute 'done' is a scalar, but batch size is 3"
+    ):
         TransitionBase(["obs"], names, [], [{"x": torch.zeros(3, 2)}], values, [])
-    single = TransitionBase(["obs"], names, [], [{"x": torch.zeros(1, 2)}], [v if k == "done" else torch.ones(1, 1) for k, v in subs], [])
+    single = TransitionBase(
+        ["obs"],
+        names,
+        [],
+        [{"x": torch.zeros(1, 2)}],
+        [v if k == "done" else torch.ones(1, 1) for k, v in subs],
+        [],
+    )
     assert single.batch_size == 1
-    batch = TransitionBase(["obs"], ["value"], [], [{"x": torch.zeros(3, 2)}], [torch.ones(3, 1)], [])
+    batch = TransitionBase(
+        ["obs"], ["value"], [], [{"x": torch.zeros(3, 2)}], [torch.ones(3, 1)], []
+    )
     with pytest.raises(ValueError, match="'value' is a scalar, but batch size is 3"):
         batch.value = 1.0
     assert torch.equal(batch.value, torch.ones(3, 1))  # unchanged
@@ -173,8 +204,9 @@ def test_buffer_constructor_ignores_extra_arguments_with_a_warning():
 def test_sample_batch_ignores_extra_arguments_with_a_warning():
     buffer = filled(Buffer(10))
     with pytest.warns(ExtraArgumentsWarning, match="'sample_keys'"):
-        size, (reward,) = buffer.sample_batch(3, True, None, "random_unique", ["reward"], None,
-                                              "extra", sample_keys=["state"])
+        size, (reward,) = buffer.sample_batch(
+            3, True, None, "random_unique", ["reward"], None, "extra", sample_keys=["state"]
+        )
     assert size == 3 and reward.shape == (3, 1)
 
 
@@ -204,21 +236,27 @@ def test_sample_method_written_for_0_3_4_returns_transitions():
 
     buffer = filled(Buffer(10))
     size, (state, reward, others) = buffer.sample_batch(
-        99, sample_method=sample_two, sample_attrs=["state", "reward", "*"])
+        99, sample_method=sample_two, sample_attrs=["state", "reward", "*"]
+    )
     assert size == 2 and state["s"].shape == (2, 3) and reward.shape == (2, 1) and others == {}
     assert len(buffer) == 5 and buffer[0].reward == 0.0 and buffer[-1].reward == 4.0
 
 
 def test_append_of_something_else_raises_runtime_error():
     with pytest.raises(
-        RuntimeError, match="Transition object must be a dict or an instance of the Transition class"
+        RuntimeError,
+        match="Transition object must be a dict or an instance of the Transition class",
     ):
         Buffer(2).append([1, 2])
 
 
 def test_append_of_a_dict_missing_arguments_raises_type_error():
-    data = dict(state={"s": torch.zeros(1, 3)}, action={"a": torch.zeros(1, 1)},
-                next_state={"s": torch.zeros(1, 3)}, reward=0.0)
+    data = dict(
+        state={"s": torch.zeros(1, 3)},
+        action={"a": torch.zeros(1, 1)},
+        next_state={"s": torch.zeros(1, 3)},
+        reward=0.0,
+    )
     with pytest.raises(TypeError, match="missing 1 required positional argument: 'terminal'"):
         Buffer(2).append(data)
 
@@ -250,7 +288,8 @@ def test_sample_batch_return_layout():
     size, values = buffer.sample_batch(8)
     assert size == 3 and isinstance(values, tuple) and len(values) == 6
     size, (reward, others, state) = buffer.sample_batch(
-        -1, sample_method="all", sample_attrs=["reward", "*", "unknown", "state"])
+        -1, sample_method="all", sample_attrs=["reward", "*", "unknown", "state"]
+    )
     assert reward.view(-1).tolist() == [0.0, 1.0, 2.0] and others == {"note": ["n"] * 3}
     assert state["s"].shape == (3, 3)
     size, (reward,) = buffer.sample_batch(2, concatenate=False, sample_attrs=["reward"])
@@ -263,8 +302,9 @@ def test_custom_tensor_attributes_are_sampled_as_lists_or_concatenated():
         buffer.append(step(i, h=torch.full((1, 2), float(i))))
     _, (h,) = buffer.sample_batch(-1, sample_method="all", sample_attrs=["h"])
     assert isinstance(h, list) and [v[0, 0].item() for v in h] == [0.0, 1.0, 2.0]
-    _, (h,) = buffer.sample_batch(-1, sample_method="all", sample_attrs=["h"],
-                                  additional_concat_attrs=["h"])
+    _, (h,) = buffer.sample_batch(
+        -1, sample_method="all", sample_attrs=["h"], additional_concat_attrs=["h"]
+    )
     assert torch.equal(h[:, 0], torch.tensor([0.0, 1.0, 2.0]))
 
 
@@ -401,9 +441,13 @@ def test_distributed_buffer_unknown_sample_method_raises_runtime_error():
 def test_per_column_noise_parameters_follow_the_last_dimension():
     action = torch.zeros(5, 4, 2)
     out = add_uniform_noise_to_action(action, [(0.0, 0.0), (1.0, 1.0)])
-    assert torch.equal(out[..., 0], torch.zeros(5, 4)) and torch.equal(out[..., 1], torch.ones(5, 4))
+    assert torch.equal(out[..., 0], torch.zeros(5, 4)) and torch.equal(
+        out[..., 1], torch.ones(5, 4)
+    )
     assert add_normal_noise_to_action(torch.zeros(3), [(0.0, 1.0)] * 3).shape == (3,)
-    with pytest.raises(ValueError, match="Noise param length doesn't match the last dimension of action"):
+    with pytest.raises(
+        ValueError, match="Noise param length doesn't match the last dimension of action"
+    ):
         add_clipped_normal_noise_to_action(torch.zeros(4, 3), [(0.0, 1.0, -1.0, 1.0)] * 2)
 
 
@@ -480,8 +524,12 @@ def test_perturb_model_prefers_noise_generate_function_with_a_warning():
     p_switch, r_switch = Switch(), Switch()
     with pytest.warns(ExtraArgumentsWarning, match="noise_generate_function excludes"):
         cancel = perturb_model(
-            model, p_switch, r_switch, noise_generator=UniformNoiseGen,
-            noise_generate_function=lambda shape, device, std: torch.ones(shape, device=device))
+            model,
+            p_switch,
+            r_switch,
+            noise_generator=UniformNoiseGen,
+            noise_generate_function=lambda shape, device, std: torch.ones(shape, device=device),
+        )
     clean = model(torch.zeros(1, 2))
     p_switch.on()
     assert torch.allclose(model(torch.zeros(1, 2)), clean + 1.0)
@@ -524,7 +572,9 @@ def _distributed_compat_checks(rank):
     assert size == 4 and reward.shape == (4, 1)
     with pytest.warns(ExtraArgumentsWarning, match="'sample_method'"):
         size, values, indexes, is_weights = prioritized.sample_batch(4, sample_method="random")
-    assert size == 4 and len(values) == 5 and set(indexes) <= {"0", "1"} and is_weights.shape == (4,)
+    assert (
+        size == 4 and len(values) == 5 and set(indexes) <= {"0", "1"} and is_weights.shape == (4,)
+    )
     with pytest.raises(RuntimeError, match="Cannot find specified sample method"):
         plain.sample_batch(2, sample_method="bogus")
     group.barrier()

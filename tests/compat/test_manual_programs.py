@@ -79,8 +79,13 @@ def _episode(env, act, seed, key="state", log_prob=False, max_steps=max_steps):
             observation, reward, terminated, truncated, _ = env.step(action.item())
             terminal = terminated or truncated
             state = _obs(observation)
-        record = {"state": {key: old_state}, "action": {"action": action}, "next_state": {key: state},
-                  "reward": float(reward), "terminal": terminal or step == max_steps}
+        record = {
+            "state": {key: old_state},
+            "action": {"action": action},
+            "next_state": {key: state},
+            "reward": float(reward),
+            "terminal": terminal or step == max_steps,
+        }
         if log_prob:
             record["action_log_prob"] = result[1].item()
         steps.append(record)
@@ -166,9 +171,17 @@ def _dqn_apex(rank):
     apex_group = world.create_rpc_group("apex", ["0", "1", "2"])
     servers = model_server_helper(model_num=1)
     with pytest.warns(UserWarning, match="reduction property of criterion is not 'none'"):
-        dqn_apex = DQNApex(QNet(observe_dim, action_num), QNet(observe_dim, action_num), t.optim.Adam,
-                           nn.MSELoss(reduction="sum"), apex_group, (servers[0],),
-                           replay_device="cpu", replay_size=1000, batch_size=16)
+        dqn_apex = DQNApex(
+            QNet(observe_dim, action_num),
+            QNet(observe_dim, action_num),
+            t.optim.Adam,
+            nn.MSELoss(reduction="sum"),
+            apex_group,
+            (servers[0],),
+            replay_device="cpu",
+            replay_size=1000,
+            batch_size=16,
+        )
     apex_group.barrier()
     dqn_apex.set_sync(False)
     losses = []
@@ -191,8 +204,15 @@ def _impala(rank):
     world = World(world_size=3, rank=rank, name=str(rank), rpc_timeout=20)
     impala_group = world.create_rpc_group("impala", ["0", "1", "2"])
     servers = model_server_helper(model_num=2)  # the tutorial hands over two accessors
-    impala = IMPALA(Actor(observe_dim, action_num), Critic(observe_dim), t.optim.Adam,
-                    nn.MSELoss(reduction="sum"), impala_group, servers, batch_size=2)
+    impala = IMPALA(
+        Actor(observe_dim, action_num),
+        Critic(observe_dim),
+        t.optim.Adam,
+        nn.MSELoss(reduction="sum"),
+        impala_group,
+        servers,
+        batch_size=2,
+    )
     impala_group.barrier()
     impala.set_sync(False)
     result = None
@@ -225,8 +245,12 @@ def test_a3c_tutorial_program_learns_cartpole():
     results = run_ranks(_a3c_learns, 3, args=(A3C_MAX_EPISODES, 100.0, 5), timeout=85)
     solved = [(rank, r) for rank, r in enumerate(results) if r is not None]
     for rank, (episode, seconds) in solved:
-        print(f"A3C tutorial process {rank} reached the threshold at episode {episode} ({seconds:.1f} s)")
-    assert solved, f"no process of the A3C tutorial reached a smoothed return of 100 within {A3C_MAX_EPISODES} episodes"
+        print(
+            f"A3C tutorial process {rank} reached the threshold at episode {episode} ({seconds:.1f} s)"
+        )
+    assert solved, (
+        f"no process of the A3C tutorial reached a smoothed return of 100 within {A3C_MAX_EPISODES} episodes"
+    )
 
 
 @pytest.mark.multiprocess

@@ -59,8 +59,15 @@ class Recorder(Callback):
 def test_a_callback_sees_every_event_in_order_with_the_values_of_the_run():
     recorder = Recorder()
     returns = iter([10.0, 30.0, 20.0])
-    trainer = Trainer(make_dqn(), cartpole, eval_interval=2, warmup_steps=40, seed=0, progress=False,
-                      callbacks=[recorder])
+    trainer = Trainer(
+        make_dqn(),
+        cartpole,
+        eval_interval=2,
+        warmup_steps=40,
+        seed=0,
+        progress=False,
+        callbacks=[recorder],
+    )
     trainer.evaluate = lambda: next(returns)
     result = trainer.run(6)
     kinds = [event[0] for event in recorder.events]
@@ -71,50 +78,88 @@ def test_a_callback_sees_every_event_in_order_with_the_values_of_the_run():
     episodes = recorder.of("episode")
     assert [e.episode for e in episodes] == [1, 2, 3, 4, 5, 6]
     assert [e.episode_return for e in episodes] == result.returns
-    ends = [int(sum(result.returns[:i + 1])) for i in range(6)]  # CartPole: one reward per step
+    ends = [int(sum(result.returns[: i + 1])) for i in range(6)]  # CartPole: one reward per step
     assert [e.steps for e in episodes] == ends
     smoothed = result.returns[0]
     for i, episode in enumerate(episodes):
         smoothed = smoothed if i == 0 else 0.9 * smoothed + 0.1 * result.returns[i]
         assert episode.smoothed == pytest.approx(smoothed)
     # the losses are the means of DQN's update results, present once updates began
-    assert result.returns[0] < 40 and not episodes[0].losses and set(episodes[-1].losses) == {"loss"}
+    assert (
+        result.returns[0] < 40 and not episodes[0].losses and set(episodes[-1].losses) == {"loss"}
+    )
     # every evaluation comes right before the end of the episode it follows
     evaluations = recorder.of("evaluation")
-    assert evaluations == [Evaluation(10.0, 2, ends[1], 2, False, True),
-                           Evaluation(30.0, 4, ends[3], 4, False, True),
-                           Evaluation(20.0, 6, ends[5], 6, False, False)]
+    assert evaluations == [
+        Evaluation(10.0, 2, ends[1], 2, False, True),
+        Evaluation(30.0, 4, ends[3], 4, False, True),
+        Evaluation(20.0, 6, ends[5], 6, False, False),
+    ]
     order = [(e[0], e[1].episode) for e in recorder.events if e[0] in ("episode", "evaluation")]
-    assert order == [("episode", 1), ("evaluation", 2), ("episode", 2), ("episode", 3), ("evaluation", 4),
-                     ("episode", 4), ("episode", 5), ("evaluation", 6), ("episode", 6)]
-    assert result.eval_returns == [(2, 10.0), (4, 30.0), (6, 20.0)] and result.best_eval_return == 30.0
+    assert order == [
+        ("episode", 1),
+        ("evaluation", 2),
+        ("episode", 2),
+        ("episode", 3),
+        ("evaluation", 4),
+        ("episode", 4),
+        ("episode", 5),
+        ("evaluation", 6),
+        ("episode", 6),
+    ]
+    assert (
+        result.eval_returns == [(2, 10.0), (4, 30.0), (6, 20.0)] and result.best_eval_return == 30.0
+    )
 
 
 def test_step_evaluations_reach_the_callbacks_with_the_step_as_version():
     recorder = Recorder()
-    trainer = Trainer(make_dqn(), cartpole, eval_every_steps=20, eval_episodes=1, seed=0, progress=False,
-                      callbacks=[recorder])
+    trainer = Trainer(
+        make_dqn(),
+        cartpole,
+        eval_every_steps=20,
+        eval_episodes=1,
+        seed=0,
+        progress=False,
+        callbacks=[recorder],
+    )
     trainer.evaluate = lambda: float(trainer.steps)
     result = trainer.run(steps=60)
     evaluations = recorder.of("evaluation")
-    multiples = list(range(20, result.steps + 1, 20))  # the run ends with the episode that reaches 60
+    multiples = list(
+        range(20, result.steps + 1, 20)
+    )  # the run ends with the episode that reaches 60
     assert [(e.steps, e.version, e.by_steps, e.mean_return) for e in evaluations] == [
-        (step, step, True, float(step)) for step in multiples] and len(multiples) >= 3
+        (step, step, True, float(step)) for step in multiples
+    ] and len(multiples) >= 3
     # on a separate evaluation environment it runs at the step that reached the multiple: the evaluator
     # comes first, so the user's callback gets the evaluation before that step's on_step
     assert [e for e in recorder.events if e[0] in ("step", "evaluation")][18:21] == [
-        ("step", 19, 1), ("evaluation", evaluations[0]), ("step", 20, 1)]
+        ("step", 19, 1),
+        ("evaluation", evaluations[0]),
+        ("step", 20, 1),
+    ]
     assert result.eval_steps == multiples
 
 
-@pytest.mark.parametrize("stop, expected_episodes", [
-    ({"stop_at_episode": 3}, 3),
-    ({"stop_at_evaluation": 2}, 4),  # evaluations after episodes 2 and 4
-])
+@pytest.mark.parametrize(
+    "stop, expected_episodes",
+    [
+        ({"stop_at_episode": 3}, 3),
+        ({"stop_at_evaluation": 2}, 4),  # evaluations after episodes 2 and 4
+    ],
+)
 def test_returning_false_ends_the_run_after_the_episode(stop, expected_episodes):
     recorder = Recorder(**stop)
-    trainer = Trainer(make_dqn(), cartpole, eval_interval=2, eval_episodes=1, seed=0, progress=False,
-                      callbacks=[recorder])
+    trainer = Trainer(
+        make_dqn(),
+        cartpole,
+        eval_interval=2,
+        eval_episodes=1,
+        seed=0,
+        progress=False,
+        callbacks=[recorder],
+    )
     result = trainer.run(10)
     assert result.episodes == expected_episodes and len(recorder.of("episode")) == expected_episodes
     assert recorder.events[-1] == ("end", True)
@@ -123,8 +168,12 @@ def test_returning_false_ends_the_run_after_the_episode(stop, expected_episodes)
 def test_a_stop_asked_in_a_step_lets_the_episode_finish():
     recorder = Recorder(stop_at_step=5)
     dqn = CountingDQN(QNet(hidden=8), QNet(hidden=8), torch.optim.Adam, torch.nn.MSELoss())
-    result = Trainer(dqn, cartpole, eval_interval=0, seed=0, progress=False, callbacks=[recorder]).run(10)
-    assert result.episodes == 1 and result.steps == int(result.returns[0]) > 5  # the episode was not cut
+    result = Trainer(
+        dqn, cartpole, eval_interval=0, seed=0, progress=False, callbacks=[recorder]
+    ).run(10)
+    assert (
+        result.episodes == 1 and result.steps == int(result.returns[0]) > 5
+    )  # the episode was not cut
     assert dqn.replay_buffer.size() == result.steps
 
 
@@ -139,8 +188,12 @@ def test_a_replaced_evaluator_is_used_by_the_run_and_by_evaluate():
             return 7.0
 
     evaluator = Constant()
-    trainer = Trainer(make_dqn(), cartpole, eval_episodes=2, seed=0, progress=False, evaluator=evaluator)
-    assert trainer.evaluator is evaluator and trainer.eval_interval == 10  # the option stays what it was
+    trainer = Trainer(
+        make_dqn(), cartpole, eval_episodes=2, seed=0, progress=False, evaluator=evaluator
+    )
+    assert (
+        trainer.evaluator is evaluator and trainer.eval_interval == 10
+    )  # the option stays what it was
     result = trainer.run(6)
     assert result.eval_returns == [(3, 7.0), (6, 7.0)] and evaluator.asked == [2, 2]
     assert trainer.evaluate(4) == 7.0 and evaluator.asked[-1] == 4
@@ -158,8 +211,15 @@ def test_replaced_loggers_are_used_instead_of_the_files(tmp_path, capsys):
             self.closed = completed
 
     rows = Rows()
-    trainer = Trainer(make_dqn(), cartpole, eval_interval=2, eval_episodes=1, log_dir=tmp_path, seed=0,
-                      loggers=[rows])
+    trainer = Trainer(
+        make_dqn(),
+        cartpole,
+        eval_interval=2,
+        eval_episodes=1,
+        log_dir=tmp_path,
+        seed=0,
+        loggers=[rows],
+    )
     result = trainer.run(4)
     assert rows.rows == list(enumerate(result.returns, start=1)) and rows.closed is True
     # no CSV, scalars, curve or progress bar; the checkpointer still saves the best networks
@@ -178,14 +238,30 @@ def test_the_checkpointer_can_be_replaced_or_removed(tmp_path):
 
     returns = iter([1.0, 3.0, 2.0])
     versions = Versions()
-    trainer = Trainer(make_dqn(), cartpole, eval_interval=1, log_dir=tmp_path, tensorboard=False, seed=0,
-                      progress=False, checkpointer=versions)
+    trainer = Trainer(
+        make_dqn(),
+        cartpole,
+        eval_interval=1,
+        log_dir=tmp_path,
+        tensorboard=False,
+        seed=0,
+        progress=False,
+        checkpointer=versions,
+    )
     trainer.evaluate = lambda: next(returns)
     result = trainer.run(3)
     assert versions.versions == [(1, True), (2, True), (3, False)]
     assert result.best_version is None and not (tmp_path / "checkpoints").exists()
-    trainer = Trainer(make_dqn(), cartpole, eval_interval=1, eval_episodes=1, log_dir=tmp_path / "none",
-                      tensorboard=False, seed=0, progress=False)
+    trainer = Trainer(
+        make_dqn(),
+        cartpole,
+        eval_interval=1,
+        eval_episodes=1,
+        log_dir=tmp_path / "none",
+        tensorboard=False,
+        seed=0,
+        progress=False,
+    )
     assert isinstance(trainer.checkpointer, BestCheckpoint)
     trainer.checkpointer = None
     result = trainer.run(2)
@@ -200,8 +276,15 @@ def test_every_part_ends_even_when_the_run_fails(tmp_path):
                 raise RuntimeError("failed at episode 2")
 
     recorder = Recorder()
-    trainer = Trainer(make_dqn(), cartpole, eval_interval=0, log_dir=tmp_path, seed=0, progress=False,
-                      callbacks=[Failing(), recorder])
+    trainer = Trainer(
+        make_dqn(),
+        cartpole,
+        eval_interval=0,
+        log_dir=tmp_path,
+        seed=0,
+        progress=False,
+        callbacks=[Failing(), recorder],
+    )
     with pytest.raises(RuntimeError, match="failed at episode 2"):
         trainer.run(5)
     assert recorder.events[-1] == ("end", False)
@@ -210,9 +293,16 @@ def test_every_part_ends_even_when_the_run_fails(tmp_path):
 
 
 def test_the_default_parts_follow_the_options(tmp_path):
-    trainer = Trainer(make_dqn(), cartpole, log_dir=tmp_path, gif_env=lambda: cartpole(render_mode="rgb_array"))
-    assert [type(part) for part in trainer.loggers] == [CSVLogger, TensorBoardLogger, ProgressBar, LearningCurve,
-                                                         EpisodeGif]
+    trainer = Trainer(
+        make_dqn(), cartpole, log_dir=tmp_path, gif_env=lambda: cartpole(render_mode="rgb_array")
+    )
+    assert [type(part) for part in trainer.loggers] == [
+        CSVLogger,
+        TensorBoardLogger,
+        ProgressBar,
+        LearningCurve,
+        EpisodeGif,
+    ]
     assert isinstance(trainer.evaluator, Evaluator) and trainer.evaluator.interval == 10
     assert trainer.checkpointer.directory == str(tmp_path / "checkpoints")
     trainer.close()
@@ -221,27 +311,46 @@ def test_the_default_parts_follow_the_options(tmp_path):
     assert (trainer.evaluator.interval, trainer.evaluator.every_steps) == (0, 100)
     save_env = SaveEnv(tmp_path / "runs")
     assert run_directories(save_env) == {
-        "log": save_env.get_trial_train_log_dir(), "tensorboard": save_env.get_trial_train_log_dir(),
-        "checkpoints": save_env.get_trial_model_dir(), "images": save_env.get_trial_image_dir()}
+        "log": save_env.get_trial_train_log_dir(),
+        "tensorboard": save_env.get_trial_train_log_dir(),
+        "checkpoints": save_env.get_trial_model_dir(),
+        "images": save_env.get_trial_image_dir(),
+    }
 
 
 def test_the_base_callback_does_nothing_and_lets_the_run_go_on():
     callback = Callback()
-    trainer = Trainer(make_dqn(), cartpole, eval_interval=1, eval_episodes=1, seed=0, progress=False,
-                      callbacks=[callback])
+    trainer = Trainer(
+        make_dqn(),
+        cartpole,
+        eval_interval=1,
+        eval_episodes=1,
+        seed=0,
+        progress=False,
+        callbacks=[callback],
+    )
     result = trainer.run(3)
     assert result.episodes == 3 and len(result.eval_returns) == 3
     assert callback.on_step(trainer, 1) is None
     assert callback.on_episode_end(trainer, EpisodeEnd(1, 1, 1.0, 1.0)) is None
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    ({"callbacks": [object()]}, r"callbacks must hold Callback objects, got <object object .*> \(object\)"),
-    ({"callbacks": Callback()}, "callbacks must be a list of Callback objects or None, got Callback"),
-    ({"loggers": ["csv"]}, r"loggers must hold Callback objects, got 'csv' \(str\)"),
-    ({"evaluator": Callback()}, "evaluator must be an Evaluator .* got Callback"),
-    ({"checkpointer": "best"}, "checkpointer must be a Callback or None, got str"),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (
+            {"callbacks": [object()]},
+            r"callbacks must hold Callback objects, got <object object .*> \(object\)",
+        ),
+        (
+            {"callbacks": Callback()},
+            "callbacks must be a list of Callback objects or None, got Callback",
+        ),
+        ({"loggers": ["csv"]}, r"loggers must hold Callback objects, got 'csv' \(str\)"),
+        ({"evaluator": Callback()}, "evaluator must be an Evaluator .* got Callback"),
+        ({"checkpointer": "best"}, "checkpointer must be a Callback or None, got str"),
+    ],
+)
 def test_parts_that_are_not_callbacks_are_refused(kwargs, message):
     with pytest.raises(TypeError, match=message):
         Trainer(make_dqn(), cartpole, **kwargs)
@@ -252,7 +361,11 @@ def test_a_group_reports_its_steps_by_group_step():
 
     recorder = Recorder()
     with ParallelWrapperDummy([lambda i: gym.make("CartPole-v0")] * 3) as envs:
-        result = Trainer(make_dqn(), envs, eval_interval=0, seed=0, progress=False,
-                         callbacks=[recorder]).run(steps=30)
+        result = Trainer(
+            make_dqn(), envs, eval_interval=0, seed=0, progress=False, callbacks=[recorder]
+        ).run(steps=30)
     steps = [event for event in recorder.events if event[0] == "step"]
-    assert steps[:3] == [("step", 3, 3), ("step", 6, 3), ("step", 9, 3)] and steps[-1][1] == result.steps
+    assert (
+        steps[:3] == [("step", 3, 3), ("step", 6, 3), ("step", 9, 3)]
+        and steps[-1][1] == result.steps
+    )

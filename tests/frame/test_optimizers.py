@@ -24,12 +24,20 @@ def test_build_optimizer_fuses_adam_and_adamw_unless_the_caller_chose_an_impleme
     kept = build_optimizer(functools.partial(torch.optim.Adam, eps=1e-5), net.parameters(), 0.01)
     assert _fused(kept) == [True] and kept.defaults["eps"] == 1e-5
     for chosen in ({"fused": False}, {"foreach": True}, {"foreach": False}):
-        built = build_optimizer(functools.partial(torch.optim.Adam, **chosen), net.parameters(), 0.01)
+        built = build_optimizer(
+            functools.partial(torch.optim.Adam, **chosen), net.parameters(), 0.01
+        )
         assert not built.defaults["fused"], chosen
         assert all(built.defaults[k] == v for k, v in chosen.items())
-        built = build_optimizer(torch.optim.Adam, net.parameters(), 0.01, **chosen)  # keywords given apart
-        assert not built.defaults["fused"] and all(built.defaults[k] == v for k, v in chosen.items())
-    assert _fused(build_optimizer(torch.optim.AdamW, net.parameters(), 0.01, weight_decay=0.5)) == [True]
+        built = build_optimizer(
+            torch.optim.Adam, net.parameters(), 0.01, **chosen
+        )  # keywords given apart
+        assert not built.defaults["fused"] and all(
+            built.defaults[k] == v for k, v in chosen.items()
+        )
+    assert _fused(build_optimizer(torch.optim.AdamW, net.parameters(), 0.01, weight_decay=0.5)) == [
+        True
+    ]
 
     class MyAdam(torch.optim.Adam):
         pass
@@ -37,7 +45,9 @@ def test_build_optimizer_fuses_adam_and_adamw_unless_the_caller_chose_an_impleme
     for other in (torch.optim.SGD, torch.optim.RMSprop, MyAdam):
         assert not build_optimizer(other, net.parameters(), 0.01).defaults.get("fused"), other
     # integer tensors have no fused kernel; parameter groups are passed on as they are
-    assert not build_optimizer(torch.optim.Adam, [torch.zeros(2, dtype=torch.long)], 0.01).defaults["fused"]
+    assert not build_optimizer(torch.optim.Adam, [torch.zeros(2, dtype=torch.long)], 0.01).defaults[
+        "fused"
+    ]
     grouped = build_optimizer(torch.optim.Adam, [{"params": net.parameters(), "lr": 0.5}], 0.01)
     assert not grouped.defaults["fused"] and grouped.param_groups[0]["lr"] == 0.5
 
@@ -54,10 +64,15 @@ def test_an_algorithm_with_fused_adam_trains_like_one_with_the_default_step():
         dqn = DQN(q, QNet(hidden=16), optimizer, nn.MSELoss(), batch_size=16, replay_size=64)
         generator = torch.Generator().manual_seed(1)
         for _ in range(64):
-            dqn.store_transition({"state": {"state": torch.randn(1, 4, generator=generator)},
-                                  "action": {"action": torch.randint(2, (1, 1), generator=generator)},
-                                  "next_state": {"state": torch.randn(1, 4, generator=generator)},
-                                  "reward": float(torch.rand((), generator=generator)), "terminal": False})
+            dqn.store_transition(
+                {
+                    "state": {"state": torch.randn(1, 4, generator=generator)},
+                    "action": {"action": torch.randint(2, (1, 1), generator=generator)},
+                    "next_state": {"state": torch.randn(1, 4, generator=generator)},
+                    "reward": float(torch.rand((), generator=generator)),
+                    "terminal": False,
+                }
+            )
         losses = [dqn.update() for _ in range(50)]
         runs.append((dqn, losses))
     (fused, fused_losses), (plain, plain_losses) = runs
@@ -77,18 +92,26 @@ def _stepped(optimizer, params):
 
 def test_a_loaded_state_keeps_the_optimizers_own_implementation():
     net = nn.Linear(3, 2)
-    fused = _stepped(build_optimizer(torch.optim.Adam, net.parameters(), 0.01), list(net.parameters()))
+    fused = _stepped(
+        build_optimizer(torch.optim.Adam, net.parameters(), 0.01), list(net.parameters())
+    )
     other = nn.Linear(3, 2)
-    plain = _stepped(torch.optim.Adam(other.parameters(), lr=0.5, foreach=True), list(other.parameters()))
+    plain = _stepped(
+        torch.optim.Adam(other.parameters(), lr=0.5, foreach=True), list(other.parameters())
+    )
     _stepped(plain, list(other.parameters()))
     fused.load_state_dict(plain.state_dict())
     group = fused.param_groups[0]
-    assert group["fused"] and group["foreach"] is None and group["lr"] == 0.5  # the learning state is loaded
+    assert (
+        group["fused"] and group["foreach"] is None and group["lr"] == 0.5
+    )  # the learning state is loaded
     assert float(fused.state[net.weight]["step"]) == 2
     assert torch.equal(fused.state[net.weight]["exp_avg"], plain.state[other.weight]["exp_avg"])
     _stepped(fused, list(net.parameters()))  # and it steps, fused
     # the other way round: an optimizer built unfused stays so after loading a fused state
-    unfused = build_optimizer(functools.partial(torch.optim.Adam, fused=False), other.parameters(), 0.01)
+    unfused = build_optimizer(
+        functools.partial(torch.optim.Adam, fused=False), other.parameters(), 0.01
+    )
     unfused.load_state_dict(fused.state_dict())
     assert not unfused.param_groups[0]["fused"] and float(unfused.state[other.weight]["step"]) == 3
     # torch's own load, for comparison, takes the saved implementation
@@ -109,7 +132,8 @@ def test_a_rebuilt_optimizer_is_adopted_again():
     assert rebuilt.param_groups[0]["fused"]
     sgd = adopt(torch.optim.SGD(net.parameters(), lr=0.1))
     assert not is_fused_by_default(sgd) and not is_fused_by_default(
-        rebuild_optimizer(*PortableOptimizer(sgd).__reduce__()[1]))
+        rebuild_optimizer(*PortableOptimizer(sgd).__reduce__()[1])
+    )
 
 
 # -- step / clear_grads: optimizer.step() and zero_grad() without torch's idle wrappers ---------------
@@ -131,15 +155,25 @@ def _stepped_both_ways(cls, kwargs, device):
         optimizers.clear_grads(fast)
         fast_net(x).pow(2).sum().backward()
         optimizers.step(fast)
-    differences = [name for (name, a), b in zip(plain_net.named_parameters(), fast_net.parameters())
-                   if not torch.equal(a, b) or a.grad is None or not torch.equal(a.grad, b.grad)]
+    differences = [
+        name
+        for (name, a), b in zip(plain_net.named_parameters(), fast_net.parameters())
+        if not torch.equal(a, b) or a.grad is None or not torch.equal(a.grad, b.grad)
+    ]
     if str(plain.state_dict()) != str(fast.state_dict()):
         differences.append("optimizer state")
     return differences, fast, fast_net
 
 
-@pytest.mark.parametrize("cls, kwargs", [(torch.optim.Adam, {"fused": True}), (torch.optim.Adam, {}),
-                                         (torch.optim.SGD, {"momentum": 0.9}), (torch.optim.RMSprop, {})])
+@pytest.mark.parametrize(
+    "cls, kwargs",
+    [
+        (torch.optim.Adam, {"fused": True}),
+        (torch.optim.Adam, {}),
+        (torch.optim.SGD, {"momentum": 0.9}),
+        (torch.optim.RMSprop, {}),
+    ],
+)
 def test_step_and_clear_grads_change_parameters_and_state_exactly_as_the_methods(cls, kwargs):
     differences, fast, fast_net = _stepped_both_ways(cls, kwargs, "cpu")
     assert differences == []
@@ -149,9 +183,17 @@ def test_step_and_clear_grads_change_parameters_and_state_exactly_as_the_methods
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
-@pytest.mark.parametrize("cls, kwargs", [(torch.optim.Adam, {"fused": True}), (torch.optim.Adam, {"capturable": True}),
-                                         (torch.optim.AdamW, {})])
-def test_step_and_clear_grads_on_cuda_change_parameters_and_state_exactly_as_the_methods(cls, kwargs):
+@pytest.mark.parametrize(
+    "cls, kwargs",
+    [
+        (torch.optim.Adam, {"fused": True}),
+        (torch.optim.Adam, {"capturable": True}),
+        (torch.optim.AdamW, {}),
+    ],
+)
+def test_step_and_clear_grads_on_cuda_change_parameters_and_state_exactly_as_the_methods(
+    cls, kwargs
+):
     differences, fast, fast_net = _stepped_both_ways(cls, kwargs, "cuda")
     assert differences == []
     optimizers.clear_grads(fast)
@@ -175,11 +217,15 @@ def test_step_runs_the_hooks_the_profiler_ranges_and_replaced_steps_as_the_metho
         optimizers.clear_grads(optimizer)
     names = {event.name for event in profile.events()}
     assert {"Optimizer.step#Adam.step", "Optimizer.zero_grad#Adam.zero_grad"} <= names
-    scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=1)  # replaces optimizer.step to count it
+    scheduler = torch.optim.lr_scheduler.StepLR(
+        optimizer, step_size=1
+    )  # replaces optimizer.step to count it
     net(torch.ones(1, 3)).sum().backward()
     optimizers.step(optimizer)
     with warnings.catch_warnings():
-        warnings.simplefilter("error")  # torch warns when the scheduler steps before the optimizer did
+        warnings.simplefilter(
+            "error"
+        )  # torch warns when the scheduler steps before the optimizer did
         scheduler.step()
     assert optimizer.param_groups[0]["lr"] == pytest.approx(0.001)
 

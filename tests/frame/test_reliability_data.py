@@ -28,12 +28,21 @@ NAN, INF = float("nan"), float("inf")
 
 def step(reward=1.0, terminal=False, state=None, i=0):
     state = torch.full((1, 4), float(i)) if state is None else state
-    return {"state": {"state": state}, "action": {"action": torch.tensor([[1]])},
-            "next_state": {"state": torch.full((1, 4), float(i + 1))}, "reward": reward, "terminal": terminal}
+    return {
+        "state": {"state": state},
+        "action": {"action": torch.tensor([[1]])},
+        "next_state": {"state": torch.full((1, 4), float(i + 1))},
+        "reward": reward,
+        "terminal": terminal,
+    }
 
 
 def stored_rewards(buffer):
-    return buffer.sample_batch(buffer.size(), sample_method="all", sample_attrs=["reward"])[1][0].view(-1).tolist()
+    return (
+        buffer.sample_batch(buffer.size(), sample_method="all", sample_attrs=["reward"])[1][0]
+        .view(-1)
+        .tolist()
+    )
 
 
 # -- rewards, states, terminal -----------------------------------------------------------
@@ -41,7 +50,9 @@ def stored_rewards(buffer):
 def test_non_finite_reward_is_rejected_and_nothing_is_stored(bad):
     buffer = Buffer(10)
     buffer.append(step(1.0))
-    with pytest.raises(ValueError, match=r"attribute 'reward' must be a finite number, got (nan|inf|-inf)"):
+    with pytest.raises(
+        ValueError, match=r"attribute 'reward' must be a finite number, got (nan|inf|-inf)"
+    ):
         buffer.append(step(bad))
     assert buffer.size() == 1
     assert stored_rewards(buffer) == [1.0]
@@ -68,7 +79,9 @@ def test_nan_state_is_rejected_naming_the_key():
     buffer = Buffer(10)
     buffer.append(step())
     state = torch.tensor([[0.0, NAN, 1.0, 2.0]])
-    with pytest.raises(ValueError, match=r"attribute state\['state'\] must hold finite values, got nan"):
+    with pytest.raises(
+        ValueError, match=r"attribute state\['state'\] must hold finite values, got nan"
+    ):
         buffer.append(step(state=state))
     assert buffer.size() == 1
 
@@ -77,14 +90,18 @@ def test_inf_next_state_in_extend_is_rejected():
     buffer = Buffer(10)
     rows = [step(i=i) for i in range(3)]
     rows[1]["next_state"]["state"] = torch.tensor([[0.0, 0.0, -INF, 0.0]])
-    with pytest.raises(ValueError, match=r"next_state\['state'\] must hold finite values, got -inf in transition 1"):
+    with pytest.raises(
+        ValueError, match=r"next_state\['state'\] must hold finite values, got -inf in transition 1"
+    ):
         buffer.extend(rows)
     assert buffer.size() == 0
 
 
 def test_large_finite_values_whose_sum_overflows_are_accepted():
     buffer = Buffer(10)
-    buffer.append(step(state=torch.full((1, 4), 3e38)))  # float32 sum overflows, every element is finite
+    buffer.append(
+        step(state=torch.full((1, 4), 3e38))
+    )  # float32 sum overflows, every element is finite
     assert buffer.size() == 1
 
 
@@ -134,7 +151,9 @@ def test_non_numeric_priority_names_the_argument():
     buffer = PrioritizedBuffer(10)
     with pytest.raises(ValueError, match="priority must be a finite number, got 'high'"):
         buffer.append(step(), priority="high")
-    with pytest.raises(ValueError, match="priorities must be finite numbers, got nan at position 1"):
+    with pytest.raises(
+        ValueError, match="priorities must be finite numbers, got nan at position 1"
+    ):
         buffer.extend([step(), step()], priorities=[1.0, NAN])
     assert buffer.size() == 0
 
@@ -150,7 +169,9 @@ def test_update_priority_rejects_non_finite_priorities():
     buffer = PrioritizedBuffer(10)
     buffer.extend([step(i=i) for i in range(5)])
     before = buffer.wt_tree.get_leaf_all_weights()
-    with pytest.raises(ValueError, match="priorities must be finite numbers, got inf at position 0"):
+    with pytest.raises(
+        ValueError, match="priorities must be finite numbers, got inf at position 0"
+    ):
         buffer.update_priority(np.array([INF, 1.0]), np.array([0, 1]))
     with pytest.raises(ValueError, match="priorities must be finite numbers, got"):
         buffer.update_priority(["x"], np.array([0]))
@@ -162,7 +183,9 @@ def test_update_priority_on_an_unwritten_slot_raises(index):
     buffer = PrioritizedBuffer(100)
     buffer.extend([step(i=i) for i in range(5)])
     before = buffer.wt_tree.get_leaf_all_weights()
-    with pytest.raises(ValueError, match=f"index {index} is out of range, it holds no transition .*stores 5"):
+    with pytest.raises(
+        ValueError, match=f"index {index} is out of range, it holds no transition .*stores 5"
+    ):
         buffer.update_priority(np.array([1.0, 50.0]), np.array([0, index]))
     np.testing.assert_array_equal(buffer.wt_tree.get_leaf_all_weights(), before)
     buffer.update_priority(np.array([50.0]), np.array([4]))  # written slots still work
@@ -173,19 +196,22 @@ def test_update_priority_on_an_unwritten_slot_raises(index):
 ACTION = torch.zeros(2, 3)
 
 
-@pytest.mark.parametrize("make, name", [
-    (lambda: UniformNoiseGen([2], umin=NAN), "umin"),
-    (lambda: UniformNoiseGen([2], umax=INF), "umax"),
-    (lambda: NormalNoiseGen([2], mu=NAN), "mu"),
-    (lambda: NormalNoiseGen([2], sigma=INF), "sigma"),
-    (lambda: ClippedNormalNoiseGen([2], sigma=NAN), "sigma"),
-    (lambda: ClippedNormalNoiseGen([2], nmin=NAN), "nmin"),
-    (lambda: OrnsteinUhlenbeckNoiseGen([2], theta=NAN), "theta"),
-    (lambda: OrnsteinUhlenbeckNoiseGen([2], dt=INF), "dt"),
-    (lambda: OrnsteinUhlenbeckNoiseGen([2], x0=[0.0, NAN]), "x0"),
-    (lambda: AdaptiveParamNoise(initial_stddev=NAN), "initial_stddev"),
-    (lambda: AdaptiveParamNoise(desired_action_stddev=INF), "desired_action_stddev"),
-])
+@pytest.mark.parametrize(
+    "make, name",
+    [
+        (lambda: UniformNoiseGen([2], umin=NAN), "umin"),
+        (lambda: UniformNoiseGen([2], umax=INF), "umax"),
+        (lambda: NormalNoiseGen([2], mu=NAN), "mu"),
+        (lambda: NormalNoiseGen([2], sigma=INF), "sigma"),
+        (lambda: ClippedNormalNoiseGen([2], sigma=NAN), "sigma"),
+        (lambda: ClippedNormalNoiseGen([2], nmin=NAN), "nmin"),
+        (lambda: OrnsteinUhlenbeckNoiseGen([2], theta=NAN), "theta"),
+        (lambda: OrnsteinUhlenbeckNoiseGen([2], dt=INF), "dt"),
+        (lambda: OrnsteinUhlenbeckNoiseGen([2], x0=[0.0, NAN]), "x0"),
+        (lambda: AdaptiveParamNoise(initial_stddev=NAN), "initial_stddev"),
+        (lambda: AdaptiveParamNoise(desired_action_stddev=INF), "desired_action_stddev"),
+    ],
+)
 def test_generators_reject_non_finite_parameters(make, name):
     with pytest.raises(ValueError, match=f": {name} must be (finite|not NaN)"):
         make()
@@ -196,16 +222,22 @@ def test_clipped_normal_generator_accepts_infinite_bounds():
     assert torch.isfinite(noise).all()
 
 
-@pytest.mark.parametrize("call, name", [
-    (lambda: add_normal_noise_to_action(ACTION, (NAN, 1.0)), "normal_mean"),
-    (lambda: add_normal_noise_to_action(ACTION, (0.0, INF)), "normal_sigma"),
-    (lambda: add_normal_noise_to_action(ACTION, [(0.0, 1.0), (0.0, NAN), (0.0, 1.0)]), "normal_sigma"),
-    (lambda: add_uniform_noise_to_action(ACTION, (NAN, 1.0)), "uniform_min"),
-    (lambda: add_clipped_normal_noise_to_action(ACTION, (0.0, 1.0, NAN, 1.0)), "clip_min"),
-    (lambda: add_normal_noise_to_action(ACTION, (0.0, 1.0), ratio=NAN), "ratio"),
-    (lambda: add_normal_noise_to_action(ACTION, (0.0, 1.0), ratio=torch.tensor(INF)), "ratio"),
-    (lambda: add_ou_noise_to_action(ACTION, {"sigma": NAN}, reset=True), "sigma"),
-])
+@pytest.mark.parametrize(
+    "call, name",
+    [
+        (lambda: add_normal_noise_to_action(ACTION, (NAN, 1.0)), "normal_mean"),
+        (lambda: add_normal_noise_to_action(ACTION, (0.0, INF)), "normal_sigma"),
+        (
+            lambda: add_normal_noise_to_action(ACTION, [(0.0, 1.0), (0.0, NAN), (0.0, 1.0)]),
+            "normal_sigma",
+        ),
+        (lambda: add_uniform_noise_to_action(ACTION, (NAN, 1.0)), "uniform_min"),
+        (lambda: add_clipped_normal_noise_to_action(ACTION, (0.0, 1.0, NAN, 1.0)), "clip_min"),
+        (lambda: add_normal_noise_to_action(ACTION, (0.0, 1.0), ratio=NAN), "ratio"),
+        (lambda: add_normal_noise_to_action(ACTION, (0.0, 1.0), ratio=torch.tensor(INF)), "ratio"),
+        (lambda: add_ou_noise_to_action(ACTION, {"sigma": NAN}, reset=True), "sigma"),
+    ],
+)
 def test_action_noise_rejects_non_finite_parameters(call, name):
     with pytest.raises(ValueError, match=f": {name} must be (finite|not NaN)"):
         call()
@@ -238,7 +270,10 @@ def test_nan_loss_update_is_skipped_with_one_warning():
         dqn.store_transition(step(i=i))
     dqn.update()  # a normal step first: the optimizer has state
     online, target = snapshot(dqn.qnet), snapshot(dqn.qnet_target)
-    optim_state = {k: {n: t.clone() for n, t in v.items()} for k, v in dqn.qnet_optim.state_dict()["state"].items()}
+    optim_state = {
+        k: {n: t.clone() for n, t in v.items()}
+        for k, v in dqn.qnet_optim.state_dict()["state"].items()
+    }
     dqn.replay_buffer.check_finite = False  # let NaN rewards in, as a buggy pipeline would
     dqn.replay_buffer.clear()
     for i in range(8):
@@ -247,10 +282,16 @@ def test_nan_loss_update_is_skipped_with_one_warning():
         warnings.simplefilter("always")
         losses = [dqn.update() for _ in range(3)]
     assert all(np.isnan(loss) for loss in losses)
-    skipped = [w for w in caught if issubclass(w.category, RuntimeWarning) and "not finite" in str(w.message)]
+    skipped = [
+        w
+        for w in caught
+        if issubclass(w.category, RuntimeWarning) and "not finite" in str(w.message)
+    ]
     assert len(skipped) == 1
     message = str(skipped[0].message)
-    assert "'qnet_optim'" in message and "rewards and states" in message and "learning rate" in message
+    assert (
+        "'qnet_optim'" in message and "rewards and states" in message and "learning rate" in message
+    )
     assert dqn.skipped_updates == 3
     assert_same(snapshot(dqn.qnet), online)
     assert_same(snapshot(dqn.qnet_target), target)  # the soft update was skipped too
@@ -282,15 +323,25 @@ class Critic(nn.Module):
 
 def test_nan_loss_ddpg_update_leaves_networks_and_targets_unchanged():
     torch.manual_seed(0)
-    ddpg = DDPG(Actor(), Actor(), Critic(), Critic(), torch.optim.Adam, nn.MSELoss(), batch_size=4,
-                replay_buffer=Buffer(100, check_finite=False))
+    ddpg = DDPG(
+        Actor(),
+        Actor(),
+        Critic(),
+        Critic(),
+        torch.optim.Adam,
+        nn.MSELoss(),
+        batch_size=4,
+        replay_buffer=Buffer(100, check_finite=False),
+    )
     for i in range(8):
         ddpg.store_transition({**step(NAN, i=i), "action": {"action": torch.zeros(1, 1)}})
     # The critic's loss holds the NaN rewards; the actor's (-Q(s, mu(s))) does not, yet the
     # skipped critic step ends the update: no actor step and no soft update of the targets.
     nets = (ddpg.critic, ddpg.actor, ddpg.actor_target, ddpg.critic_target)
     before = snapshot(*nets)
-    with pytest.warns(RuntimeWarning, match="'critic_optim' is nan, not finite; its optimizer step was skipped"):
+    with pytest.warns(
+        RuntimeWarning, match="'critic_optim' is nan, not finite; its optimizer step was skipped"
+    ):
         ddpg.update()
     assert ddpg.skipped_updates == 1
     assert_same(snapshot(*nets), before)
@@ -338,15 +389,21 @@ def test_failed_allocation_on_first_append_leaves_an_empty_usable_buffer(monkeyp
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without a usable GPU")
 def test_unusable_device_on_first_append_leaves_an_empty_buffer():
-    with pytest.raises(ValueError, match="buffer_device='cuda' cannot hold tensors in this process"):
+    with pytest.raises(
+        ValueError, match="buffer_device='cuda' cannot hold tensors in this process"
+    ):
         Buffer(10, buffer_device="cuda")  # refused where it is given
     buffer = Buffer(10)
-    buffer.buffer_device = torch.device("cuda")  # set past the constructor's check: the append fails
+    buffer.buffer_device = torch.device(
+        "cuda"
+    )  # set past the constructor's check: the append fails
     # torch's own error: a CPU build names CUDA, a CUDA build without a driver names the driver
     with pytest.raises((RuntimeError, AssertionError), match="(?i)cuda|nvidia driver"):
         buffer.append(step(1.0))
     assert buffer.size() == 0 and buffer.attribute_names is None
-    buffer.buffer_device = torch.device("cpu")  # the layout was not kept: a later append starts afresh
+    buffer.buffer_device = torch.device(
+        "cpu"
+    )  # the layout was not kept: a later append starts afresh
     buffer.append(step(2.0))
     assert stored_rewards(buffer) == [2.0]
 
@@ -384,7 +441,9 @@ def test_failed_promotion_write_rolls_the_column_back(monkeypatch):
 
     monkeypatch.setattr(torch, "tensor", failing_tensor)
     with pytest.raises(RuntimeError, match="write failed"):
-        buffer.extend([{**step(i=1), "count": 2}, {**step(i=2), "count": 2.5}])  # promotes int -> float
+        buffer.extend(
+            [{**step(i=1), "count": 2}, {**step(i=2), "count": 2.5}]
+        )  # promotes int -> float
     monkeypatch.setattr(torch, "tensor", real_tensor)
     assert buffer.size() == 1
     assert buffer._custom["count"].kind is int

@@ -669,15 +669,23 @@ def by_episode(transitions):
     episodes = []
     for index in sorted({int(t["state"]["state"][0, 0]) for t in transitions}):
         steps = [t for t in transitions if t["state"]["state"][0, 0] == index]
-        episodes += [steps[k:k + index + 2] for k in range(0, len(steps) - index - 1, index + 2)]
+        episodes += [steps[k : k + index + 2] for k in range(0, len(steps) - index - 1, index + 2)]
     return episodes
 
 
-@pytest.mark.parametrize("kind, store", [("dummy", "episode"), ("dummy", "transition"), ("next_step", "episode")])
+@pytest.mark.parametrize(
+    "kind, store", [("dummy", "episode"), ("dummy", "transition"), ("next_step", "episode")]
+)
 def test_hidden_state_is_fed_back_per_environment_and_restarts_with_each_episode(kind, store):
     agent = RecurrentRecorder()
-    envs = ParallelWrapperDummy(creators(3)) if kind == "dummy" else vector_env(3, AutoresetMode.NEXT_STEP)
-    sampler = VecSampler(agent, envs, hidden_key="hidden", initial_hidden=torch.zeros(1, 2), store=store)
+    envs = (
+        ParallelWrapperDummy(creators(3))
+        if kind == "dummy"
+        else vector_env(3, AutoresetMode.NEXT_STEP)
+    )
+    sampler = VecSampler(
+        agent, envs, hidden_key="hidden", initial_hidden=torch.zeros(1, 2), store=store
+    )
     sampler.collect(steps=60)
     envs.close()
     episodes = agent.episodes if store == "episode" else by_episode(agent.transitions)
@@ -693,8 +701,9 @@ def test_hidden_state_is_fed_back_per_environment_and_restarts_with_each_episode
 def test_tuple_hidden_states_are_kept_and_stored_part_by_part():
     agent = RecurrentRecorder(tuple_hidden=True)
     with ParallelWrapperDummy(creators(2)) as envs:
-        VecSampler(agent, envs, hidden_key="hidden",
-                   initial_hidden=(torch.zeros(1, 2), torch.zeros(1, 2))).collect(steps=20)
+        VecSampler(
+            agent, envs, hidden_key="hidden", initial_hidden=(torch.zeros(1, 2), torch.zeros(1, 2))
+        ).collect(steps=20)
     assert len(agent.episodes) >= 5
     for episode in agent.episodes:
         check_hidden_episode(episode, tuple_hidden=True)
@@ -708,8 +717,13 @@ def test_hidden_fn_picks_the_hidden_state_from_another_place():
 
     agent = Agent()
     with ParallelWrapperDummy(creators(2)) as envs:
-        VecSampler(agent, envs, hidden_key="hidden", initial_hidden=torch.zeros(1, 2),
-                   hidden_fn=lambda output: output[1]).collect(steps=12)
+        VecSampler(
+            agent,
+            envs,
+            hidden_key="hidden",
+            initial_hidden=torch.zeros(1, 2),
+            hidden_fn=lambda output: output[1],
+        ).collect(steps=12)
     for episode in agent.episodes:
         check_hidden_episode(episode)
 
@@ -720,14 +734,25 @@ def test_r2d1_learns_from_sequences_collected_by_the_sampler():
     torch.manual_seed(0)
     agent = make(lambda: GRUQNet(state_dim=4), batch_size=8, sequence_length=4, burn_in=2, n_step=2)
     envs = ParallelWrapperDummy([lambda i: gym.make("CartPole-v1")] * 3)
-    sampler = VecSampler(agent, envs, act_method="act_discrete_with_noise", seed=0,
-                         hidden_key="hidden", initial_hidden=torch.zeros(1, 8))
+    sampler = VecSampler(
+        agent,
+        envs,
+        act_method="act_discrete_with_noise",
+        seed=0,
+        hidden_key="hidden",
+        initial_hidden=torch.zeros(1, 8),
+    )
     infos = sampler.collect(episodes=6)
     envs.close()
     assert len(infos) >= 6 and agent.replay_buffer.size() > 0
     batch = agent._sample(True)
-    assert batch.hidden is not None and batch.hidden.shape == (8, 8)  # each sequence starts from its stored state
-    assert (batch.hidden.abs().sum(dim=1) > 0).any()  # sequences from the middle of an episode carry memory
+    assert batch.hidden is not None and batch.hidden.shape == (
+        8,
+        8,
+    )  # each sequence starts from its stored state
+    assert (
+        batch.hidden.abs().sum(dim=1) > 0
+    ).any()  # sequences from the middle of an episode carry memory
     before = [p.clone() for p in agent.qnet.parameters()]
     losses = [agent.update() for _ in range(3)]
     assert all(isinstance(loss, float) and np.isfinite(loss) for loss in losses)
@@ -753,10 +778,14 @@ def test_recurrent_option_errors(dummy_envs, kwargs, message):
     "output, message",
     [
         (lambda s: torch.zeros(s.shape[0], 1, dtype=torch.long), "last element of a tuple"),
-        (lambda s: (torch.zeros(s.shape[0], 1, dtype=torch.long), torch.zeros(s.shape[0], 3)),
-         "must have the shape of the given one \\[\\[3, 2\\]\\].*got \\[\\[3, 3\\]\\]"),
-        (lambda s: (torch.zeros(s.shape[0], 1, dtype=torch.long), torch.zeros(1, 2)),
-         "one row per acting environment"),
+        (
+            lambda s: (torch.zeros(s.shape[0], 1, dtype=torch.long), torch.zeros(s.shape[0], 3)),
+            "must have the shape of the given one \\[\\[3, 2\\]\\].*got \\[\\[3, 3\\]\\]",
+        ),
+        (
+            lambda s: (torch.zeros(s.shape[0], 1, dtype=torch.long), torch.zeros(1, 2)),
+            "one row per acting environment",
+        ),
         (lambda s: (torch.zeros(s.shape[0], 1, dtype=torch.long), "hidden"), "got str"),
     ],
 )
@@ -786,11 +815,20 @@ def test_rollout_stores_n_steps_per_environment_and_the_tail_as_not_terminal():
     calls = []
     with ParallelWrapperDummy(creators(3)) as envs:  # episodes of 2, 3 and 4 steps
         sampler = VecSampler(agent, envs, seed=SEED)
-        infos = sampler.collect_rollout(5, on_step=lambda count, done: calls.append((count, len(done))))
+        infos = sampler.collect_rollout(
+            5, on_step=lambda count, done: calls.append((count, len(done)))
+        )
     assert agent.act_rows == [3] * 5 and calls == [(3, 0), (3, 1), (3, 1), (3, 2), (3, 0)]
     # finished episodes as they end (steps 2, 3, 4, 4), then each environment's tail
     assert [(e[0]["state"]["state"][0, 0].item(), len(e)) for e in agent.episodes] == [
-        (0, 2), (1, 3), (0, 2), (2, 4), (0, 1), (1, 2), (2, 1)]
+        (0, 2),
+        (1, 3),
+        (0, 2),
+        (2, 4),
+        (0, 1),
+        (1, 2),
+        (2, 1),
+    ]
     assert [e[-1]["terminal"] for e in agent.episodes] == [True] * 4 + [False] * 3
     assert not any(step["truncated"] for e in agent.episodes for step in e)
     assert not any(step["terminal"] for e in agent.episodes for step in e[:-1])
@@ -798,17 +836,28 @@ def test_rollout_stores_n_steps_per_environment_and_the_tail_as_not_terminal():
         assert sum(len(p) for p in pieces) == 5  # n_steps transitions from every environment
     # the tails end in the observation each environment is in: [index, t, episode, seed]
     tails = agent.episodes[4:]
-    assert [t[-1]["next_state"]["state"][0, :3].tolist() for t in tails] == [[0, 1, 3], [1, 2, 2], [2, 1, 2]]
+    assert [t[-1]["next_state"]["state"][0, :3].tolist() for t in tails] == [
+        [0, 1, 3],
+        [1, 2, 2],
+        [2, 1, 2],
+    ]
     for index, tail in enumerate(tails):
         assert torch.equal(tail[-1]["next_state"]["state"][0], sampler._obs[index])
-    assert [(i.env_index, i.length, i.terminated) for i in infos] == [(0, 2, True), (1, 3, True), (0, 2, True),
-                                                                    (2, 4, True)]
+    assert [(i.env_index, i.length, i.terminated) for i in infos] == [
+        (0, 2, True),
+        (1, 3, True),
+        (0, 2, True),
+        (2, 4, True),
+    ]
     assert sampler.total_steps == 15 and sampler._episodes == [[], [], []]
 
 
 def test_the_next_rollout_continues_the_same_episodes():
     agent, whole = Recorder(), Recorder()
-    with ParallelWrapperDummy(creators(3)) as envs, ParallelWrapperDummy(creators(3)) as reference_envs:
+    with (
+        ParallelWrapperDummy(creators(3)) as envs,
+        ParallelWrapperDummy(creators(3)) as reference_envs,
+    ):
         sampler = VecSampler(agent, envs, seed=SEED)
         first = sampler.collect_rollout(5)
         tails = agent.episodes[-3:]
@@ -824,7 +873,9 @@ def test_the_next_rollout_continues_the_same_episodes():
         assert start[0, :3].tolist() == tail[-1]["next_state"]["state"][0, :3].tolist()
     # an episode that spans both rollouts is reported whole, once
     assert [(i.env_index, i.length) for i in second] == [(0, 2), (1, 3), (0, 2), (2, 4), (1, 3)]
-    assert second[3].episode_return == pytest.approx(sum(t + 1 + ((2 + t) % 3) / 10 for t in range(4)))
+    assert second[3].episode_return == pytest.approx(
+        sum(t + 1 + ((2 + t) % 3) / 10 for t in range(4))
+    )
     assert len(first) + len(second) == len(whole.episodes)
     # joined at the cuts, the pieces are exactly the episodes collect stores, plus the running ones
     for index, pieces in pieces_by_env(agent.episodes).items():
@@ -852,20 +903,27 @@ def test_rollout_keeps_termination_truncation_and_the_cut_apart(kind):
     if kind == "dummy":
         envs = ParallelWrapperDummy([timed_counting_env] * 2)
     else:
-        envs = SyncVectorEnv([lambda: timed_counting_env(0), lambda: timed_counting_env(1)],
-                             autoreset_mode=AutoresetMode.SAME_STEP)
+        envs = SyncVectorEnv(
+            [lambda: timed_counting_env(0), lambda: timed_counting_env(1)],
+            autoreset_mode=AutoresetMode.SAME_STEP,
+        )
     infos = VecSampler(agent, envs).collect_rollout(4)
     envs.close()
-    flags = [(e[0]["state"]["state"][0, 0].item(), len(e), e[-1]["terminal"], e[-1]["truncated"])
-             for e in agent.episodes]
+    flags = [
+        (e[0]["state"]["state"][0, 0].item(), len(e), e[-1]["terminal"], e[-1]["truncated"])
+        for e in agent.episodes
+    ]
     assert flags == [
-        (0, 2, True, False),   # terminated
-        (1, 3, False, True),   # time limit: not terminal, truncated
+        (0, 2, True, False),  # terminated
+        (1, 3, False, True),  # time limit: not terminal, truncated
         (0, 2, True, False),
         (1, 1, False, False),  # the rollout's cut: neither
     ]
-    assert [(i.env_index, i.terminated, i.truncated) for i in infos] == [(0, True, False), (1, False, True),
-                                                                        (0, True, False)]
+    assert [(i.env_index, i.terminated, i.truncated) for i in infos] == [
+        (0, True, False),
+        (1, False, True),
+        (0, True, False),
+    ]
     # a truncated episode's last next_state is its final observation, not the reset one
     assert agent.episodes[1][-1]["next_state"]["state"][0, 1].item() == 3
 
@@ -876,11 +934,15 @@ def test_rollout_on_a_next_step_vector_env_loses_one_transition_per_reset():
     sampler = VecSampler(agent, envs)
     infos = sampler.collect_rollout(5)  # steps 1, 2 (end), 3 (reset), 4, 5 (end)
     envs.close()
-    assert [len(e) for e in agent.episodes] == [2, 2] and len(infos) == 2 and sampler.total_steps == 4
+    assert (
+        [len(e) for e in agent.episodes] == [2, 2] and len(infos) == 2 and sampler.total_steps == 4
+    )
 
 
 def test_rollout_argument_errors(dummy_envs):
-    with pytest.raises(ValueError, match='collect_rollout .* needs store="episode", got store=\'transition\''):
+    with pytest.raises(
+        ValueError, match="collect_rollout .* needs store=\"episode\", got store='transition'"
+    ):
         VecSampler(Recorder(), dummy_envs, store="transition").collect_rollout(4)
     sampler = VecSampler(Recorder(), dummy_envs)
     for bad in (0, -3, 2.5, True, None):
@@ -903,16 +965,28 @@ class StoringPPO(PPO):
 
 def test_ppo_learns_from_rollouts_with_bootstrapped_tails():
     torch.manual_seed(0)
-    ppo = StoringPPO(CategoricalActor(), ValueCritic(), torch.optim.Adam, nn.MSELoss(), batch_size=32,
-                     actor_update_times=2, critic_update_times=2, discount=0.9, gae_lambda=1.0)
-    with ParallelWrapperDummy([lambda i: gym.make("CartPole-v1", max_episode_steps=10)] * 4) as envs:
+    ppo = StoringPPO(
+        CategoricalActor(),
+        ValueCritic(),
+        torch.optim.Adam,
+        nn.MSELoss(),
+        batch_size=32,
+        actor_update_times=2,
+        critic_update_times=2,
+        discount=0.9,
+        gae_lambda=1.0,
+    )
+    with ParallelWrapperDummy(
+        [lambda i: gym.make("CartPole-v1", max_episode_steps=10)] * 4
+    ) as envs:
         sampler = VecSampler(ppo, envs, seed=0)
         for _ in range(2):
             ppo.stored.clear()
             sampler.collect_rollout(16)
             assert ppo.replay_buffer.size() == 64  # 16 steps of each of 4 environments
             _, (value,) = ppo.replay_buffer.sample_batch(
-                0, sample_method="all", sample_attrs=["value"], additional_concat_attrs=["value"])
+                0, sample_method="all", sample_attrs=["value"], additional_concat_attrs=["value"]
+            )
             ends = np.cumsum([len(e) for e in ppo.stored]) - 1
             kinds = set()
             for episode, end in zip(ppo.stored, ends):

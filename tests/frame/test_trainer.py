@@ -69,8 +69,8 @@ def read_scalars(directory):
         data = path.read_bytes()
         offset = 0
         while offset < len(data):
-            (length,) = struct.unpack("<Q", data[offset:offset + 8])
-            event = event_pb2.Event.FromString(data[offset + 12:offset + 12 + length])
+            (length,) = struct.unpack("<Q", data[offset : offset + 8])
+            event = event_pb2.Event.FromString(data[offset + 12 : offset + 12 + length])
             offset += 16 + length
             for value in event.summary.value:
                 scalars.setdefault(value.tag, []).append((event.step, value.simple_value))
@@ -78,53 +78,112 @@ def read_scalars(directory):
 
 
 # -- family defaults ----------------------------------------------------------------------------
-@pytest.mark.parametrize("name, family", [
-    ("DQN", "DQN"), ("DQNPer", "DQN"), ("RAINBOW", "RAINBOW"), ("DDPG", "DDPG"), ("DDPGPer", "DDPG"),
-    ("HDDPG", "DDPG"), ("TD3", "DDPG"), ("SAC", "SAC"), ("A2C", "A2C"), ("PPO", "A2C"), ("TRPO", "A2C"),
-])
+@pytest.mark.parametrize(
+    "name, family",
+    [
+        ("DQN", "DQN"),
+        ("DQNPer", "DQN"),
+        ("RAINBOW", "RAINBOW"),
+        ("DDPG", "DDPG"),
+        ("DDPGPer", "DDPG"),
+        ("HDDPG", "DDPG"),
+        ("TD3", "DDPG"),
+        ("SAC", "SAC"),
+        ("A2C", "A2C"),
+        ("PPO", "A2C"),
+        ("TRPO", "A2C"),
+    ],
+)
 def test_defaults_come_from_the_nearest_family(name, family):
     cls = getattr(algorithms, name)
-    trainer = Trainer(cls.__new__(cls), cartpole, progress=False)  # the trainer only looks up methods
+    trainer = Trainer(
+        cls.__new__(cls), cartpole, progress=False
+    )  # the trainer only looks up methods
     expected = getattr(algorithms, family).driver
     assert cls.driver is expected  # inherited from the family
     assert (trainer.act_method, trainer.act_kwargs, trainer.eval_act_method, trainer.store) == (
-        expected.act_method, expected.act_kwargs, expected.eval_act_method, expected.store)
-    assert trainer.act_kwargs is not expected.act_kwargs  # a copy: the table cannot be changed by accident
+        expected.act_method,
+        expected.act_kwargs,
+        expected.eval_act_method,
+        expected.store,
+    )
+    assert (
+        trainer.act_kwargs is not expected.act_kwargs
+    )  # a copy: the table cannot be changed by accident
     episodic = family in ("A2C", "RAINBOW")  # RAINBOW stores episodes: n-step returns
-    assert (trainer.updates_per_step, trainer.updates_per_episode) == ((0.0, 1) if episodic else (1.0, 0))
+    assert (trainer.updates_per_step, trainer.updates_per_episode) == (
+        (0.0, 1) if episodic else (1.0, 0)
+    )
 
 
-@pytest.mark.parametrize("name, reason", [
-    ("MADDPG", "several agents"), ("A3C", "distributed"),
-    ("IMPALA", "distributed"), ("DQNApex", "distributed"), ("DDPGApex", "distributed"),
-])
+@pytest.mark.parametrize(
+    "name, reason",
+    [
+        ("MADDPG", "several agents"),
+        ("A3C", "distributed"),
+        ("IMPALA", "distributed"),
+        ("DQNApex", "distributed"),
+        ("DDPGApex", "distributed"),
+    ],
+)
 def test_algorithms_with_their_own_loop_need_explicit_methods(name, reason):
     cls = getattr(algorithms, name)
-    with pytest.raises(TypeError, match=f"no defaults for {name} .*{reason}.*give act_method, eval_act_method and store"):
+    with pytest.raises(
+        TypeError,
+        match=f"no defaults for {name} .*{reason}.*give act_method, eval_act_method and store",
+    ):
         Trainer(cls.__new__(cls), cartpole)
     method = "act_discrete" if hasattr(cls, "act_discrete") else "act"
-    trainer = Trainer(cls.__new__(cls), cartpole, act_method=method, eval_act_method=method, store="transition",
-                      progress=False)
+    trainer = Trainer(
+        cls.__new__(cls),
+        cartpole,
+        act_method=method,
+        eval_act_method=method,
+        store="transition",
+        progress=False,
+    )
     assert trainer.act_kwargs == {} and trainer.store == "transition"
 
 
 def test_explicit_options_override_the_family_defaults():
     ddpg = DDPG.__new__(DDPG)
-    trainer = Trainer(ddpg, gym.make("Pendulum-v1"), act_method="act", eval_act_method="act_with_noise",
-                      eval_act_kwargs={"mode": "uniform"}, updates_per_step=0.25, updates_per_episode=2)
+    trainer = Trainer(
+        ddpg,
+        gym.make("Pendulum-v1"),
+        act_method="act",
+        eval_act_method="act_with_noise",
+        eval_act_kwargs={"mode": "uniform"},
+        updates_per_step=0.25,
+        updates_per_episode=2,
+    )
     assert trainer.act_kwargs == {}  # the family's noise kwargs belong to the family's act method
-    assert (trainer.eval_act_method, trainer.eval_act_kwargs) == ("act_with_noise", {"mode": "uniform"})
+    assert (trainer.eval_act_method, trainer.eval_act_kwargs) == (
+        "act_with_noise",
+        {"mode": "uniform"},
+    )
     assert (trainer.updates_per_step, trainer.updates_per_episode) == (0.25, 2)
-    trainer = Trainer(ddpg, gym.make("Pendulum-v1"), act_kwargs={"mode": "uniform", "noise_param": (-1, 1)})
-    assert trainer.act_method == "act_with_noise" and trainer.act_kwargs == {"mode": "uniform",
-                                                                             "noise_param": (-1, 1)}
+    trainer = Trainer(
+        ddpg, gym.make("Pendulum-v1"), act_kwargs={"mode": "uniform", "noise_param": (-1, 1)}
+    )
+    assert trainer.act_method == "act_with_noise" and trainer.act_kwargs == {
+        "mode": "uniform",
+        "noise_param": (-1, 1),
+    }
 
 
 # -- a DQN run and its files ---------------------------------------------------------------------
 def test_dqn_run_writes_csv_tensorboard_curve_and_best_checkpoint(tmp_path):
     dqn = make_dqn()
-    trainer = Trainer(dqn, cartpole, warmup_steps=50, eval_interval=2, eval_episodes=2, log_dir=tmp_path,
-                      seed=0, progress=False)
+    trainer = Trainer(
+        dqn,
+        cartpole,
+        warmup_steps=50,
+        eval_interval=2,
+        eval_episodes=2,
+        log_dir=tmp_path,
+        seed=0,
+        progress=False,
+    )
     result = trainer.run(6)
     trainer.close()
     assert result.episodes == 6 and len(result.returns) == 6 and result.solved_episode is None
@@ -132,14 +191,18 @@ def test_dqn_run_writes_csv_tensorboard_curve_and_best_checkpoint(tmp_path):
     assert list(rows[0]) == ["episode", "steps", "return", "smoothed", "eval_return", "seconds"]
     assert [int(r["episode"]) for r in rows] == list(range(1, 7))
     assert [float(r["return"]) for r in rows] == result.returns
-    assert [int(r["steps"]) for r in rows] == list(np.cumsum(result.returns).astype(int))  # 1 per step
+    assert [int(r["steps"]) for r in rows] == list(
+        np.cumsum(result.returns).astype(int)
+    )  # 1 per step
     assert int(rows[-1]["steps"]) == result.steps
     smoothed = result.returns[0]
     for row, value in zip(rows, result.returns):
         smoothed = 0.9 * smoothed + 0.1 * value if row is not rows[0] else value
         assert float(row["smoothed"]) == pytest.approx(smoothed)
     assert [float(r["seconds"]) for r in rows] == sorted(float(r["seconds"]) for r in rows)
-    assert [(int(r["episode"]), float(r["eval_return"])) for r in rows if r["eval_return"]] == result.eval_returns
+    assert [
+        (int(r["episode"]), float(r["eval_return"])) for r in rows if r["eval_return"]
+    ] == result.eval_returns
     assert [episode for episode, _ in result.eval_returns] == [2, 4, 6]
 
     best_episode, best = max(result.eval_returns, key=lambda item: (item[1], -item[0]))
@@ -151,37 +214,58 @@ def test_dqn_run_writes_csv_tensorboard_curve_and_best_checkpoint(tmp_path):
     assert [v for _, v in scalars["train/return"]] == pytest.approx(result.returns)
     assert scalars["eval/return"] == [(e, pytest.approx(v)) for e, v in result.eval_returns]
     # DQN's update returns one loss: logged as the mean of the episode's updates (none before warm-up)
-    assert [step for step, _ in scalars["train/loss"]] == [int(r["episode"]) for r in rows
-                                                           if int(r["steps"]) > 50]
+    assert [step for step, _ in scalars["train/loss"]] == [
+        int(r["episode"]) for r in rows if int(r["steps"]) > 50
+    ]
     assert "train/policy_value" not in scalars
 
     with Image.open(result.paths["curve"]) as image:
         assert image.format == "PNG" and image.size[0] > 100 and image.size[1] > 100
     assert sorted(p.name for p in tmp_path.iterdir()) == [
-        "checkpoints", "learning_curve.png", "progress.csv", "tensorboard"]
+        "checkpoints",
+        "learning_curve.png",
+        "progress.csv",
+        "tensorboard",
+    ]
 
 
 def test_best_checkpoint_loads_into_a_fresh_framework_with_identical_greedy_actions(tmp_path):
     dqn = make_dqn()
-    result = Trainer(dqn, cartpole, warmup_steps=20, eval_interval=3, eval_episodes=1, log_dir=str(tmp_path),
-                     seed=1, progress=False).run(3)
+    result = Trainer(
+        dqn,
+        cartpole,
+        warmup_steps=20,
+        eval_interval=3,
+        eval_episodes=1,
+        log_dir=str(tmp_path),
+        seed=1,
+        progress=False,
+    ).run(3)
     assert result.best_version == 3
     other = make_dqn()
     torch.manual_seed(5)
     other.qnet.net[0].weight.data.normal_()  # make sure loading changes something
     state = {"state": torch.randn(256, 4)}
-    assert not torch.equal(other.criticize(state, use_target=True), dqn.criticize(state, use_target=True))
+    assert not torch.equal(
+        other.criticize(state, use_target=True), dqn.criticize(state, use_target=True)
+    )
     other.load(result.paths["checkpoints"], version=result.best_version)
     # DQN saves its target network (Machin's convention); loading copies it into the online one too
-    assert torch.equal(other.criticize(state, use_target=True), dqn.criticize(state, use_target=True))
-    assert torch.equal(other.act_discrete(state, use_target=True), dqn.act_discrete(state, use_target=True))
+    assert torch.equal(
+        other.criticize(state, use_target=True), dqn.criticize(state, use_target=True)
+    )
+    assert torch.equal(
+        other.act_discrete(state, use_target=True), dqn.act_discrete(state, use_target=True)
+    )
     assert torch.equal(other.act_discrete(state), dqn.act_discrete(state, use_target=True))
 
 
 def test_a_checkpoint_is_written_only_when_the_evaluation_improves(tmp_path, monkeypatch):
     dqn = make_dqn()
     returns = iter([10.0, 30.0, 20.0, 30.0, 40.0])
-    trainer = Trainer(dqn, cartpole, eval_interval=1, log_dir=tmp_path, tensorboard=False, seed=0, progress=False)
+    trainer = Trainer(
+        dqn, cartpole, eval_interval=1, log_dir=tmp_path, tensorboard=False, seed=0, progress=False
+    )
     monkeypatch.setattr(trainer, "evaluate", lambda: next(returns))
     saved = []
     monkeypatch.setattr(dqn, "save", lambda model_dir, version: saved.append(version))
@@ -191,9 +275,12 @@ def test_a_checkpoint_is_written_only_when_the_evaluation_improves(tmp_path, mon
 
 
 def test_evaluation_acts_greedily_and_stores_nothing():
-    dqn = CountingDQN(QNet(hidden=8), QNet(hidden=8), torch.optim.Adam, nn.MSELoss(), epsilon_decay=1.0)
-    trainer = Trainer(dqn, cartpole, eval_episodes=3, eval_act_kwargs={"use_target": True}, seed=0,
-                      progress=False)
+    dqn = CountingDQN(
+        QNet(hidden=8), QNet(hidden=8), torch.optim.Adam, nn.MSELoss(), epsilon_decay=1.0
+    )
+    trainer = Trainer(
+        dqn, cartpole, eval_episodes=3, eval_act_kwargs={"use_target": True}, seed=0, progress=False
+    )
     mean = trainer.evaluate()
     assert dqn.calls["act_discrete_with_noise"] == 0 and dqn.calls["act_discrete"] > 0
     assert all(kwargs == {"use_target": True} for kwargs in dqn.kwargs["act_discrete"])
@@ -204,7 +291,9 @@ def test_evaluation_acts_greedily_and_stores_nothing():
 
 
 def test_training_explores_and_evaluation_inside_a_run_does_not():
-    dqn = CountingDQN(QNet(hidden=8), QNet(hidden=8), torch.optim.Adam, nn.MSELoss(), epsilon_decay=1.0)
+    dqn = CountingDQN(
+        QNet(hidden=8), QNet(hidden=8), torch.optim.Adam, nn.MSELoss(), epsilon_decay=1.0
+    )
     result = Trainer(dqn, cartpole, eval_interval=2, eval_episodes=2, seed=0, progress=False).run(4)
     assert dqn.calls["act_discrete_with_noise"] == result.steps
     assert dqn.calls["act_discrete"] > 0 and dqn.replay_buffer.size() == result.steps
@@ -212,23 +301,43 @@ def test_training_explores_and_evaluation_inside_a_run_does_not():
 
 def test_off_policy_updates_follow_warmup_and_updates_per_step():
     dqn = CountingDQN(QNet(hidden=8), QNet(hidden=8), torch.optim.Adam, nn.MSELoss(), batch_size=8)
-    result = Trainer(dqn, cartpole, warmup_steps=30, updates_per_step=0.5, eval_interval=0, seed=0,
-                     progress=False).run(3)
+    result = Trainer(
+        dqn,
+        cartpole,
+        warmup_steps=30,
+        updates_per_step=0.5,
+        eval_interval=0,
+        seed=0,
+        progress=False,
+    ).run(3)
     assert dqn.replay_buffer.size() == result.steps
     assert dqn.calls["update"] == (result.steps - 30) // 2
 
 
 def test_updates_per_episode_in_transition_mode():
     dqn = CountingDQN(QNet(hidden=8), QNet(hidden=8), torch.optim.Adam, nn.MSELoss(), batch_size=8)
-    Trainer(dqn, cartpole, updates_per_step=0, updates_per_episode=3, eval_interval=0, seed=0,
-            progress=False).run(4)
+    Trainer(
+        dqn,
+        cartpole,
+        updates_per_step=0,
+        updates_per_episode=3,
+        eval_interval=0,
+        seed=0,
+        progress=False,
+    ).run(4)
     assert dqn.calls["update"] == 12
 
 
 def test_seeded_runs_repeat_and_the_seed_picks_the_episode_starts():
     def starts(seed):
-        trainer = Trainer(make_dqn(), cartpole, eval_interval=0, seed=seed, progress=False,
-                          obs_to_state=lambda obs: seen.append(obs) or torch.as_tensor(obs)[None])
+        trainer = Trainer(
+            make_dqn(),
+            cartpole,
+            eval_interval=0,
+            seed=seed,
+            progress=False,
+            obs_to_state=lambda obs: seen.append(obs) or torch.as_tensor(obs)[None],
+        )
         seen.clear()
         trainer.run(3)
         return trainer, [o for o in seen]
@@ -236,7 +345,9 @@ def test_seeded_runs_repeat_and_the_seed_picks_the_episode_starts():
     seen = []
     first, observations = starts(7)
     _, again = starts(7)
-    assert all(np.array_equal(a, b) for a, b in zip(observations, again)) and len(observations) == len(again)
+    assert all(np.array_equal(a, b) for a, b in zip(observations, again)) and len(
+        observations
+    ) == len(again)
     expected = cartpole().reset(seed=7 + 1)[0]
     assert np.array_equal(observations[0], expected)
 
@@ -244,16 +355,33 @@ def test_seeded_runs_repeat_and_the_seed_picks_the_episode_starts():
 def test_steps_limit_ends_after_the_episode_that_reaches_it():
     result = Trainer(make_dqn(), cartpole, eval_interval=0, seed=0, progress=False).run(steps=50)
     assert result.steps >= 50 and result.steps - result.returns[-1] < 50
-    both = Trainer(make_dqn(), cartpole, eval_interval=0, seed=0, progress=False).run(2, steps=10**6)
+    both = Trainer(make_dqn(), cartpole, eval_interval=0, seed=0, progress=False).run(
+        2, steps=10**6
+    )
     assert both.episodes == 2
 
 
 def test_ddpg_on_pendulum_uses_noisy_continuous_actions_within_bounds(tmp_path):
     torch.manual_seed(0)
-    ddpg = DDPG(Actor(hidden=8), Actor(hidden=8), Critic(hidden=8), Critic(hidden=8), torch.optim.Adam,
-                nn.MSELoss(), batch_size=16)
-    trainer = Trainer(ddpg, gym.make("Pendulum-v1"), warmup_steps=100, eval_interval=2, eval_episodes=1,
-                      log_dir=tmp_path, seed=0, progress=False)
+    ddpg = DDPG(
+        Actor(hidden=8),
+        Actor(hidden=8),
+        Critic(hidden=8),
+        Critic(hidden=8),
+        torch.optim.Adam,
+        nn.MSELoss(),
+        batch_size=16,
+    )
+    trainer = Trainer(
+        ddpg,
+        gym.make("Pendulum-v1"),
+        warmup_steps=100,
+        eval_interval=2,
+        eval_episodes=1,
+        log_dir=tmp_path,
+        seed=0,
+        progress=False,
+    )
     assert trainer.act_method == "act_with_noise" and trainer.eval_act_method == "act"
     result = trainer.run(2)
     assert result.steps == 400 and len(result.eval_returns) == 1 and result.best_version == 2
@@ -261,53 +389,103 @@ def test_ddpg_on_pendulum_uses_noisy_continuous_actions_within_bounds(tmp_path):
     assert action["action"].shape == (400, 1) and state["state"].shape == (400, 3)
     assert action["action"].abs().max() > 0  # noisy actions were stored, not what the env received
     scalars = read_scalars(result.paths["tensorboard"])
-    assert {"train/policy_value", "train/value_loss"} <= set(scalars) and "train/loss" not in scalars
-    assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["actor_target_2.manifest.json",
-                                                                           "actor_target_2.pt",
-                                                                           "critic_target_2.pt"]
+    assert {"train/policy_value", "train/value_loss"} <= set(
+        scalars
+    ) and "train/loss" not in scalars
+    assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == [
+        "actor_target_2.manifest.json",
+        "actor_target_2.pt",
+        "critic_target_2.pt",
+    ]
 
 
 def test_random_steps_play_random_actions_first_then_the_act_method():
     dqn = make_dqn(CountingDQN)
-    trainer = Trainer(dqn, cartpole, random_steps=30, warmup_steps=30, eval_interval=0, seed=0, progress=False)
+    trainer = Trainer(
+        dqn, cartpole, random_steps=30, warmup_steps=30, eval_interval=0, seed=0, progress=False
+    )
     torch.manual_seed(1)
     trainer.run(steps=60)
     steps = trainer._steps
-    assert dqn.calls["act_discrete_with_noise"] == steps - 30  # the first 30 actions did not ask the network
-    _, (action,) = dqn.replay_buffer.sample_batch(steps, sample_method="all", sample_attrs=["action"])
+    assert (
+        dqn.calls["act_discrete_with_noise"] == steps - 30
+    )  # the first 30 actions did not ask the network
+    _, (action,) = dqn.replay_buffer.sample_batch(
+        steps, sample_method="all", sample_attrs=["action"]
+    )
     first = action["action"][:30]
-    assert first.dtype == torch.int64 and first.shape == (30, 1) and set(first.view(-1).tolist()) == {0, 1}
+    assert (
+        first.dtype == torch.int64
+        and first.shape == (30, 1)
+        and set(first.view(-1).tolist()) == {0, 1}
+    )
     torch.manual_seed(1)
-    assert torch.equal(first, torch.randint(2, (30, 1)))  # drawn from torch's generator, one per step
+    assert torch.equal(
+        first, torch.randint(2, (30, 1))
+    )  # drawn from torch's generator, one per step
 
 
 def test_random_steps_on_a_box_space_and_with_action_to_env():
     torch.manual_seed(0)
-    ddpg = DDPG(Actor(hidden=8), Actor(hidden=8), Critic(hidden=8), Critic(hidden=8), torch.optim.Adam,
-                nn.MSELoss(), batch_size=16)
-    trainer = Trainer(ddpg, gym.make("Pendulum-v1"), random_steps=200, warmup_steps=200, eval_interval=0,
-                      progress=False)
+    ddpg = DDPG(
+        Actor(hidden=8),
+        Actor(hidden=8),
+        Critic(hidden=8),
+        Critic(hidden=8),
+        torch.optim.Adam,
+        nn.MSELoss(),
+        batch_size=16,
+    )
+    trainer = Trainer(
+        ddpg,
+        gym.make("Pendulum-v1"),
+        random_steps=200,
+        warmup_steps=200,
+        eval_interval=0,
+        progress=False,
+    )
     trainer.run(1)
-    _, (action,) = ddpg.replay_buffer.sample_batch(200, sample_method="all", sample_attrs=["action"])
+    _, (action,) = ddpg.replay_buffer.sample_batch(
+        200, sample_method="all", sample_attrs=["action"]
+    )
     random = action["action"]
     assert random.dtype == torch.float32 and random.shape == (200, 1)
     assert -2 <= random.min() < -1.5 and 1.5 < random.max() <= 2  # uniform over Pendulum's [-2, 2]
     with pytest.raises(TypeError, match="random_steps with action_to_env needs random_action"):
-        Trainer(ddpg, gym.make("Pendulum-v1"), random_steps=10, action_to_env=lambda a: 2 * a.numpy()[0])
+        Trainer(
+            ddpg, gym.make("Pendulum-v1"), random_steps=10, action_to_env=lambda a: 2 * a.numpy()[0]
+        )
     halves = []
-    trainer = Trainer(ddpg, gym.make("Pendulum-v1"), random_steps=5, eval_interval=0, progress=False,
-                      action_to_env=lambda a: 2 * a.numpy()[0],
-                      random_action=lambda: halves.append(1) or torch.full((1, 1), 0.5))
+    trainer = Trainer(
+        ddpg,
+        gym.make("Pendulum-v1"),
+        random_steps=5,
+        eval_interval=0,
+        progress=False,
+        action_to_env=lambda a: 2 * a.numpy()[0],
+        random_action=lambda: halves.append(1) or torch.full((1, 1), 0.5),
+    )
     trainer.run(steps=5)
     assert len(halves) == 5
 
 
-@pytest.mark.parametrize("kwargs, error, message", [
-    ({"random_steps": -1}, ValueError, "random_steps must be an integer >= 0, got -1"),
-    ({"random_action": lambda: 0}, ValueError, "random_action is only used with random_steps > 0"),
-    ({"random_steps": 5, "random_action": 3}, TypeError, "random_action must be a function"),
-    ({"random_steps": 5, "store": "episode"}, ValueError, "random_steps .* needs store='transition'"),
-])
+@pytest.mark.parametrize(
+    "kwargs, error, message",
+    [
+        ({"random_steps": -1}, ValueError, "random_steps must be an integer >= 0, got -1"),
+        (
+            {"random_action": lambda: 0},
+            ValueError,
+            "random_action is only used with random_steps > 0",
+        ),
+        ({"random_steps": 5, "random_action": 3}, TypeError, "random_action must be a function"),
+        (
+            {"random_steps": 5, "store": "episode"},
+            ValueError,
+            "random_steps .* needs store='transition'",
+        ),
+    ],
+)
 def test_bad_random_step_options(kwargs, error, message):
     with pytest.raises(error, match=message):
         Trainer(make_dqn(), cartpole, **kwargs)
@@ -320,10 +498,19 @@ class _UnboundedEnv(gym.Env):
 
 def test_random_steps_need_one_environment_and_a_space_to_draw_from():
     with pytest.raises(ValueError, match="random_steps .* needs a single environment"):
-        Trainer(make_dqn(), ParallelWrapperDummy([lambda i: cartpole()] * 2), eval_env=cartpole, random_steps=5)
-    with pytest.raises(TypeError, match=r"random_steps needs random_action for the action space Box\(-inf, inf"):
+        Trainer(
+            make_dqn(),
+            ParallelWrapperDummy([lambda i: cartpole()] * 2),
+            eval_env=cartpole,
+            random_steps=5,
+        )
+    with pytest.raises(
+        TypeError, match=r"random_steps needs random_action for the action space Box\(-inf, inf"
+    ):
         Trainer(make_dqn(), _UnboundedEnv(), random_steps=5)
-    trainer = Trainer(make_dqn(), _UnboundedEnv(), random_steps=5, random_action=lambda: torch.zeros(1, 1))
+    trainer = Trainer(
+        make_dqn(), _UnboundedEnv(), random_steps=5, random_action=lambda: torch.zeros(1, 1)
+    )
     assert trainer.random_action().shape == (1, 1)
 
 
@@ -345,7 +532,9 @@ class CountingPPO(PPO):
 
 def counting_ppo():
     torch.manual_seed(0)
-    return CountingPPO(CategoricalActor(4, 2), ValueCritic(4), torch.optim.Adam, nn.MSELoss(), batch_size=8)
+    return CountingPPO(
+        CategoricalActor(4, 2), ValueCritic(4), torch.optim.Adam, nn.MSELoss(), batch_size=8
+    )
 
 
 def test_ppo_stores_whole_episodes_with_truncation_and_updates_once_per_episode():
@@ -369,16 +558,28 @@ def test_state_key_and_converters():
 
     received = []
     dqn = DQN(ObsQNet(hidden=8), ObsQNet(hidden=8), torch.optim.Adam, nn.MSELoss(), batch_size=4)
-    trainer = Trainer(dqn, cartpole, state_key="obs", eval_interval=0, seed=0, progress=False,
-                      action_to_env=lambda action: received.append(action) or 0)
+    trainer = Trainer(
+        dqn,
+        cartpole,
+        state_key="obs",
+        eval_interval=0,
+        seed=0,
+        progress=False,
+        action_to_env=lambda action: received.append(action) or 0,
+    )
     result = trainer.run(1)
     assert len(received) == result.steps and all(a.shape == (1, 1) for a in received)
     _, (state, *_) = dqn.replay_buffer.sample_batch(1, sample_method="all")
     assert list(state) == ["obs"]
     # obs_to_state may return the whole state dict
     dqn = make_dqn(hidden=8)
-    Trainer(dqn, cartpole, obs_to_state=lambda obs: {"state": torch.zeros(1, 4)}, eval_interval=0,
-            progress=False).run(1)
+    Trainer(
+        dqn,
+        cartpole,
+        obs_to_state=lambda obs: {"state": torch.zeros(1, 4)},
+        eval_interval=0,
+        progress=False,
+    ).run(1)
     _, (state, *_) = dqn.replay_buffer.sample_batch(1, sample_method="all")
     assert state["state"].shape == (dqn.replay_buffer.size(), 4) and not state["state"].any()
 
@@ -399,25 +600,45 @@ def test_default_action_conversion_respects_discrete_start():
 
 
 def test_solved_reward_stops_early():
-    result = Trainer(make_dqn(), cartpole, solved_reward=1.0, solved_repeat=3, eval_interval=0, seed=0,
-                     progress=False).run(50)
+    result = Trainer(
+        make_dqn(),
+        cartpole,
+        solved_reward=1.0,
+        solved_repeat=3,
+        eval_interval=0,
+        seed=0,
+        progress=False,
+    ).run(50)
     assert result.solved_episode == 3 and result.episodes == 3
-    result = Trainer(make_dqn(), cartpole, solved_reward=10**6, eval_interval=0, seed=0,
-                     progress=False).run(3)
+    result = Trainer(
+        make_dqn(), cartpole, solved_reward=10**6, eval_interval=0, seed=0, progress=False
+    ).run(3)
     assert result.solved_episode is None and result.episodes == 3
 
 
 def test_without_log_dir_nothing_is_written(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    result = Trainer(make_dqn(), cartpole, eval_interval=1, eval_episodes=1, seed=0, progress=False).run(2)
+    result = Trainer(
+        make_dqn(), cartpole, eval_interval=1, eval_episodes=1, seed=0, progress=False
+    ).run(2)
     assert result.paths == {} and result.best_version is None and list(tmp_path.iterdir()) == []
-    assert len(result.eval_returns) == 2 and result.best_eval_return == max(v for _, v in result.eval_returns)
+    assert len(result.eval_returns) == 2 and result.best_eval_return == max(
+        v for _, v in result.eval_returns
+    )
 
 
 def test_save_env_run_directory_and_gif(tmp_path):
     save_env = SaveEnv(tmp_path / "runs")
-    trainer = Trainer(make_dqn(), cartpole, eval_interval=2, eval_episodes=1, log_dir=save_env, seed=0,
-                      gif_env=lambda: cartpole(render_mode="rgb_array"), progress=False)
+    trainer = Trainer(
+        make_dqn(),
+        cartpole,
+        eval_interval=2,
+        eval_episodes=1,
+        log_dir=save_env,
+        seed=0,
+        gif_env=lambda: cartpole(render_mode="rgb_array"),
+        progress=False,
+    )
     result = trainer.run(2)
     trainer.close()
     assert result.paths["csv"] == str(Path(save_env.get_trial_train_log_dir()) / "progress.csv")
@@ -464,35 +685,63 @@ def test_environments_made_by_the_trainer_are_closed_and_given_ones_are_not():
 
 
 # -- errors -------------------------------------------------------------------------------------
-@pytest.mark.parametrize("kwargs, error, message", [
-    ({"store": "batch"}, ValueError, "store must be 'transition' or 'episode', got 'batch'"),
-    ({"act_method": "act_fast"}, ValueError, "act_method 'act_fast' is not a method of DQN"),
-    ({"eval_act_method": "greedy"}, ValueError, "eval_act_method 'greedy' is not a method of DQN"),
-    ({"eval_episodes": 0}, ValueError, "eval_episodes must be an integer >= 1, got 0"),
-    ({"eval_interval": 2.5}, ValueError, "eval_interval must be an integer >= 0, got 2.5"),
-    ({"warmup_steps": -1}, ValueError, "warmup_steps must be an integer >= 0, got -1"),
-    ({"updates_per_step": -0.5}, ValueError, "updates_per_step must be a number >= 0, got -0.5"),
-    ({"updates_per_episode": True}, ValueError, "updates_per_episode must be an integer >= 0, got True"),
-    ({"hidden_key": "hidden"}, ValueError, "hidden_key needs initial_hidden"),
-    ({"initial_hidden": torch.zeros(1, 4)}, ValueError, "only used with hidden_key"),
-    ({"smoothing": 1.0}, ValueError, r"smoothing must be a number in \[0, 1\), got 1.0"),
-    ({"solved_repeat": 0}, ValueError, "solved_repeat must be an integer >= 1, got 0"),
-    ({"solved_reward": "195"}, ValueError, "solved_reward must be a number, got '195'"),
-    ({"seed": -1}, ValueError, "seed must be an integer >= 0, got -1"),
-    ({"log_dir": 3}, TypeError, "log_dir must be a path, a SaveEnv or None, got int"),
-    ({"gif_env": cartpole}, ValueError, "gif_env needs a log_dir"),
-    ({"gif_env": cartpole, "log_dir": "unused"}, ValueError,
-     "gif_env must be made with render_mode='rgb_array', got render_mode=None"),
-    ({"eval_env": "CartPole-v0"}, TypeError, "eval_env must be a gymnasium.Env or a function making one, got str"),
-    ({"eval_env": lambda: 3}, TypeError, "the function given as eval_env must return a gymnasium.Env, got int"),
-])
+@pytest.mark.parametrize(
+    "kwargs, error, message",
+    [
+        ({"store": "batch"}, ValueError, "store must be 'transition' or 'episode', got 'batch'"),
+        ({"act_method": "act_fast"}, ValueError, "act_method 'act_fast' is not a method of DQN"),
+        (
+            {"eval_act_method": "greedy"},
+            ValueError,
+            "eval_act_method 'greedy' is not a method of DQN",
+        ),
+        ({"eval_episodes": 0}, ValueError, "eval_episodes must be an integer >= 1, got 0"),
+        ({"eval_interval": 2.5}, ValueError, "eval_interval must be an integer >= 0, got 2.5"),
+        ({"warmup_steps": -1}, ValueError, "warmup_steps must be an integer >= 0, got -1"),
+        (
+            {"updates_per_step": -0.5},
+            ValueError,
+            "updates_per_step must be a number >= 0, got -0.5",
+        ),
+        (
+            {"updates_per_episode": True},
+            ValueError,
+            "updates_per_episode must be an integer >= 0, got True",
+        ),
+        ({"hidden_key": "hidden"}, ValueError, "hidden_key needs initial_hidden"),
+        ({"initial_hidden": torch.zeros(1, 4)}, ValueError, "only used with hidden_key"),
+        ({"smoothing": 1.0}, ValueError, r"smoothing must be a number in \[0, 1\), got 1.0"),
+        ({"solved_repeat": 0}, ValueError, "solved_repeat must be an integer >= 1, got 0"),
+        ({"solved_reward": "195"}, ValueError, "solved_reward must be a number, got '195'"),
+        ({"seed": -1}, ValueError, "seed must be an integer >= 0, got -1"),
+        ({"log_dir": 3}, TypeError, "log_dir must be a path, a SaveEnv or None, got int"),
+        ({"gif_env": cartpole}, ValueError, "gif_env needs a log_dir"),
+        (
+            {"gif_env": cartpole, "log_dir": "unused"},
+            ValueError,
+            "gif_env must be made with render_mode='rgb_array', got render_mode=None",
+        ),
+        (
+            {"eval_env": "CartPole-v0"},
+            TypeError,
+            "eval_env must be a gymnasium.Env or a function making one, got str",
+        ),
+        (
+            {"eval_env": lambda: 3},
+            TypeError,
+            "the function given as eval_env must return a gymnasium.Env, got int",
+        ),
+    ],
+)
 def test_bad_options(kwargs, error, message):
     with pytest.raises(error, match=message):
         Trainer(make_dqn(), cartpole, **kwargs)
 
 
 def test_bad_environments_and_run_limits():
-    with pytest.raises(TypeError, match="no defaults for object .*give act_method, eval_act_method and store"):
+    with pytest.raises(
+        TypeError, match="no defaults for object .*give act_method, eval_act_method and store"
+    ):
         Trainer(object(), cartpole)
     with pytest.raises(TypeError, match="give action_to_env for the action space MultiBinary"):
         Trainer(make_dqn(), _MultiBinaryEnv())
@@ -517,11 +766,24 @@ def test_updates_per_step_in_episode_mode_follow_each_stored_episode():
     env = gym.make("CartPole-v0", max_episode_steps=12)
     updates_after_episode = []
     original = ppo.store_episode
-    ppo.store_episode = lambda episode: (original(episode), updates_after_episode.append(ppo.updates))
-    result = Trainer(ppo, env, updates_per_step=0.25, updates_per_episode=0, warmup_steps=10, eval_interval=0,
-                     seed=0, progress=False).run(4)
+    ppo.store_episode = lambda episode: (
+        original(episode),
+        updates_after_episode.append(ppo.updates),
+    )
+    result = Trainer(
+        ppo,
+        env,
+        updates_per_step=0.25,
+        updates_per_episode=0,
+        warmup_steps=10,
+        eval_interval=0,
+        seed=0,
+        progress=False,
+    ).run(4)
     due, expected = 0.0, []
-    for steps in np.cumsum([int(r) for r in result.returns]):  # updates made by the end of each episode
+    for steps in np.cumsum(
+        [int(r) for r in result.returns]
+    ):  # updates made by the end of each episode
         due = max(0, steps - 10) * 0.25
         expected.append(int(due))
     assert ppo.updates == expected[-1]
@@ -546,12 +808,23 @@ def make_r2d1(**kwargs):
     from machin.frame.algorithms import R2D1
 
     torch.manual_seed(0)
-    return R2D1(CountingGRU(), CountingGRU(), torch.optim.Adam, nn.MSELoss(reduction="none"), batch_size=4,
-                sequence_length=2, burn_in=1, n_step=1, **kwargs)
+    return R2D1(
+        CountingGRU(),
+        CountingGRU(),
+        torch.optim.Adam,
+        nn.MSELoss(reduction="none"),
+        batch_size=4,
+        sequence_length=2,
+        burn_in=1,
+        n_step=1,
+        **kwargs,
+    )
 
 
 def test_r2d1_needs_the_recurrent_options():
-    with pytest.raises(TypeError, match="R2D1 acts with a recurrent network: give hidden_key and initial_hidden"):
+    with pytest.raises(
+        TypeError, match="R2D1 acts with a recurrent network: give hidden_key and initial_hidden"
+    ):
         Trainer(make_r2d1(), cartpole)
 
 
@@ -560,10 +833,21 @@ def test_a_recurrent_network_gets_its_hidden_state_back_in_training_and_evaluati
     stored = []
     original = r2d1.store_episode
     r2d1.store_episode = lambda episode: (stored.append(episode), original(episode))
-    trainer = Trainer(r2d1, cartpole, hidden_key="hidden", initial_hidden=torch.zeros(1, 1), eval_interval=2,
-                      eval_episodes=1, seed=0, progress=False)
+    trainer = Trainer(
+        r2d1,
+        cartpole,
+        hidden_key="hidden",
+        initial_hidden=torch.zeros(1, 1),
+        eval_interval=2,
+        eval_episodes=1,
+        seed=0,
+        progress=False,
+    )
     assert (trainer.act_method, trainer.eval_act_method, trainer.store) == (
-        "act_discrete_with_noise", "act_discrete", "episode")
+        "act_discrete_with_noise",
+        "act_discrete",
+        "episode",
+    )
     result = trainer.run(2)
     assert len(stored) == 2 and result.eval_returns
     for episode in stored:  # each episode starts from the initial state and counts its steps
@@ -571,7 +855,7 @@ def test_a_recurrent_network_gets_its_hidden_state_back_in_training_and_evaluati
             assert step["state"]["hidden"].tolist() == [[float(t)]]
             assert step["next_state"]["hidden"].tolist() == [[float(t + 1)]]
     # the evaluation episode fed the hidden state back too: 0, 1, 2, ... from its start
-    evaluation = [h.item() for h in r2d1.qnet.given[-int(result.eval_returns[-1][1]):]]
+    evaluation = [h.item() for h in r2d1.qnet.given[-int(result.eval_returns[-1][1]) :]]
     assert evaluation == [float(t) for t in range(len(evaluation))]
     assert r2d1.replay_buffer.size() == result.steps
 
@@ -579,8 +863,17 @@ def test_a_recurrent_network_gets_its_hidden_state_back_in_training_and_evaluati
 def test_a_recurrent_network_on_a_group():
     r2d1 = make_r2d1()
     with cartpoles(2) as envs:
-        result = Trainer(r2d1, envs, hidden_key="hidden", initial_hidden=torch.zeros(1, 1), eval_interval=0,
-                         updates_per_step=0.5, updates_per_episode=0, seed=0, progress=False).run(4)
+        result = Trainer(
+            r2d1,
+            envs,
+            hidden_key="hidden",
+            initial_hidden=torch.zeros(1, 1),
+            eval_interval=0,
+            updates_per_step=0.5,
+            updates_per_episode=0,
+            seed=0,
+            progress=False,
+        ).run(4)
     assert result.episodes == 4 and r2d1.replay_buffer.size() >= sum(int(r) for r in result.returns)
     batch = r2d1.replay_buffer.sample_sequences(4)
     assert batch.hidden is not None and batch.hidden.shape == (4, 1)
@@ -594,8 +887,19 @@ def cartpoles(n=3, **kwargs):
 def test_a_group_is_sampled_with_one_act_call_per_step_and_logged_per_episode(tmp_path):
     dqn = CountingDQN(QNet(hidden=8), QNet(hidden=8), torch.optim.Adam, nn.MSELoss(), batch_size=8)
     with cartpoles(3) as envs:
-        trainer = Trainer(dqn, envs, eval_env=cartpole, eval_interval=4, eval_episodes=1, warmup_steps=20,
-                          updates_per_step=0.5, log_dir=str(tmp_path), tensorboard=False, seed=0, progress=False)
+        trainer = Trainer(
+            dqn,
+            envs,
+            eval_env=cartpole,
+            eval_interval=4,
+            eval_episodes=1,
+            warmup_steps=20,
+            updates_per_step=0.5,
+            log_dir=str(tmp_path),
+            tensorboard=False,
+            seed=0,
+            progress=False,
+        )
         result = trainer.run(8)
         sampler = trainer.sampler
     assert result.episodes == 8 and len(result.returns) == 8
@@ -640,7 +944,9 @@ def test_a_group_needs_an_evaluation_environment_and_makes_its_own_states():
         with pytest.raises(ValueError, match="no evaluation environment"):
             trainer.evaluate()
         trainer.close()
-        assert envs.size() == 2 and envs.reset() is not None  # a group is never closed by the trainer
+        assert (
+            envs.size() == 2 and envs.reset() is not None
+        )  # a group is never closed by the trainer
 
 
 # -- learning -----------------------------------------------------------------------------------
@@ -648,14 +954,33 @@ def test_a_group_needs_an_evaluation_environment_and_makes_its_own_states():
 def test_dqn_learns_cartpole_through_the_trainer(tmp_path):
     torch.manual_seed(0)
     np.random.seed(0)
-    dqn = DQN(QNet(), QNet(), torch.optim.Adam, nn.MSELoss(reduction="sum"), batch_size=64,
-              epsilon_decay=0.999, update_rate=0.01, replay_size=20000)
+    dqn = DQN(
+        QNet(),
+        QNet(),
+        torch.optim.Adam,
+        nn.MSELoss(reduction="sum"),
+        batch_size=64,
+        epsilon_decay=0.999,
+        update_rate=0.01,
+        replay_size=20000,
+    )
     start, cpu = time.time(), time.process_time()
-    result = Trainer(dqn, cartpole, warmup_steps=500, eval_interval=20, eval_episodes=3, solved_reward=150,
-                     log_dir=str(tmp_path), seed=0, progress=False).run(300)
-    print(f"DQN through the Trainer: solved at episode {result.solved_episode} ({result.steps} steps, "
-          f"{time.time() - start:.1f} s wall, {time.process_time() - cpu:.1f} s CPU), best evaluation "
-          f"{result.best_eval_return:.1f} at episode {result.best_version}")
+    result = Trainer(
+        dqn,
+        cartpole,
+        warmup_steps=500,
+        eval_interval=20,
+        eval_episodes=3,
+        solved_reward=150,
+        log_dir=str(tmp_path),
+        seed=0,
+        progress=False,
+    ).run(300)
+    print(
+        f"DQN through the Trainer: solved at episode {result.solved_episode} ({result.steps} steps, "
+        f"{time.time() - start:.1f} s wall, {time.process_time() - cpu:.1f} s CPU), best evaluation "
+        f"{result.best_eval_return:.1f} at episode {result.best_version}"
+    )
     assert result.solved_episode is not None
     assert result.best_eval_return >= 150
 
@@ -664,15 +989,34 @@ def test_dqn_learns_cartpole_through_the_trainer(tmp_path):
 def test_dqn_learns_cartpole_from_a_group_of_four_environments():
     torch.manual_seed(0)
     np.random.seed(0)
-    dqn = DQN(QNet(), QNet(), torch.optim.Adam, nn.MSELoss(reduction="sum"), batch_size=64,
-              epsilon_decay=0.999, update_rate=0.01, replay_size=20000)
+    dqn = DQN(
+        QNet(),
+        QNet(),
+        torch.optim.Adam,
+        nn.MSELoss(reduction="sum"),
+        batch_size=64,
+        epsilon_decay=0.999,
+        update_rate=0.01,
+        replay_size=20000,
+    )
     start, cpu = time.time(), time.process_time()
     with cartpoles(4) as envs:
-        result = Trainer(dqn, envs, eval_env=cartpole, warmup_steps=500, eval_interval=40, eval_episodes=3,
-                         solved_reward=150, seed=0, progress=False).run(400)
-    print(f"DQN through the Trainer on 4 environments: solved at episode {result.solved_episode} "
-          f"({result.steps} steps, {time.time() - start:.1f} s wall, {time.process_time() - cpu:.1f} s CPU), "
-          f"best evaluation {result.best_eval_return:.1f}")
+        result = Trainer(
+            dqn,
+            envs,
+            eval_env=cartpole,
+            warmup_steps=500,
+            eval_interval=40,
+            eval_episodes=3,
+            solved_reward=150,
+            seed=0,
+            progress=False,
+        ).run(400)
+    print(
+        f"DQN through the Trainer on 4 environments: solved at episode {result.solved_episode} "
+        f"({result.steps} steps, {time.time() - start:.1f} s wall, {time.process_time() - cpu:.1f} s CPU), "
+        f"best evaluation {result.best_eval_return:.1f}"
+    )
     assert result.solved_episode is not None
 
 
@@ -701,11 +1045,21 @@ def timed_dqn():
 
 def test_bursts_every_train_freq_steps_after_the_warmup():
     dqn = timed_dqn()
-    trainer = Trainer(dqn, cartpole, train_freq=4, gradient_steps=3, warmup_steps=10, eval_interval=0, seed=0,
-                      progress=False)
+    trainer = Trainer(
+        dqn,
+        cartpole,
+        train_freq=4,
+        gradient_steps=3,
+        warmup_steps=10,
+        eval_interval=0,
+        seed=0,
+        progress=False,
+    )
     assert (trainer.updates_per_step, trainer.updates_per_episode) == (0.0, 0)
     result = trainer.run(steps=60)
-    expected = [step for step in range(12, result.steps + 1, 4) for _ in range(3)]  # 12 is the first burst > 10
+    expected = [
+        step for step in range(12, result.steps + 1, 4) for _ in range(3)
+    ]  # 12 is the first burst > 10
     assert dqn.update_at == expected and len(expected) >= 36
 
 
@@ -719,8 +1073,16 @@ def test_burst_defaults_and_as_many_updates_as_steps():
     assert trainer.train_freq == (5, "step") and trainer.gradient_steps == 1
     # every second episode: as many updates as steps taken since the previous burst
     dqn = timed_dqn()
-    result = Trainer(dqn, cartpole, train_freq=[2, "episode"], gradient_steps=-1, warmup_steps=5, eval_interval=0,
-                     seed=0, progress=False).run(6)
+    result = Trainer(
+        dqn,
+        cartpole,
+        train_freq=[2, "episode"],
+        gradient_steps=-1,
+        warmup_steps=5,
+        eval_interval=0,
+        seed=0,
+        progress=False,
+    ).run(6)
     ends = np.cumsum([int(r) for r in result.returns])  # CartPole: one reward per step
     expected, mark = [], 0
     for end in ends[1::2]:
@@ -732,8 +1094,16 @@ def test_burst_defaults_and_as_many_updates_as_steps():
 def test_bursts_on_a_group_count_the_steps_of_all_environments():
     dqn = timed_dqn()
     with cartpoles(3) as envs:
-        result = Trainer(dqn, envs, train_freq=5, gradient_steps=2, warmup_steps=9, eval_interval=0, seed=0,
-                         progress=False).run(steps=60)
+        result = Trainer(
+            dqn,
+            envs,
+            train_freq=5,
+            gradient_steps=2,
+            warmup_steps=9,
+            eval_interval=0,
+            seed=0,
+            progress=False,
+        ).run(steps=60)
     expected = []
     for step in range(3, result.steps + 1, 3):  # a group step takes 3 transitions
         crossed = step // 5 - (step - 3) // 5
@@ -747,8 +1117,13 @@ def test_bursts_in_episode_mode_follow_each_stored_episode():
     env = gym.make("CartPole-v0", max_episode_steps=12)
     updates_after_episode = []
     original = ppo.store_episode
-    ppo.store_episode = lambda episode: (original(episode), updates_after_episode.append(ppo.updates))
-    trainer = Trainer(ppo, env, train_freq=5, gradient_steps=2, eval_interval=0, seed=0, progress=False)
+    ppo.store_episode = lambda episode: (
+        original(episode),
+        updates_after_episode.append(ppo.updates),
+    )
+    trainer = Trainer(
+        ppo, env, train_freq=5, gradient_steps=2, eval_interval=0, seed=0, progress=False
+    )
     assert trainer.updates_per_episode == 0  # bursts replace the family's update per episode
     result = trainer.run(4)
     due = [2 * (int(steps) // 5) for steps in np.cumsum([int(r) for r in result.returns])]
@@ -758,7 +1133,15 @@ def test_bursts_in_episode_mode_follow_each_stored_episode():
 # -- evaluation every N steps -----------------------------------------------------------------
 def test_evaluation_every_n_steps_on_a_separate_environment(tmp_path):
     dqn = make_dqn()
-    trainer = Trainer(dqn, cartpole, eval_every_steps=25, eval_episodes=1, log_dir=tmp_path, seed=0, progress=False)
+    trainer = Trainer(
+        dqn,
+        cartpole,
+        eval_every_steps=25,
+        eval_episodes=1,
+        log_dir=tmp_path,
+        seed=0,
+        progress=False,
+    )
     assert trainer.eval_interval == 0
     at, values = [], iter([5.0, 9.0, 7.0, 12.0, 3.0])
     trainer.evaluate = lambda: at.append(trainer._steps) or next(values)
@@ -766,13 +1149,26 @@ def test_evaluation_every_n_steps_on_a_separate_environment(tmp_path):
     assert at == result.eval_steps == [25, 50, 75, 100][: len(at)] and len(at) == result.steps // 25
     assert [v for _, v in result.eval_returns] == [5.0, 9.0, 7.0, 12.0][: len(at)]
     ends = np.cumsum([int(r) for r in result.returns])
-    assert [e for e, _ in result.eval_returns] == [int(np.sum(ends < s)) for s in at]  # episodes finished by then
-    assert result.best_version == 100 and result.best_eval_return == 12.0  # checkpoints named by the step
+    assert [e for e, _ in result.eval_returns] == [
+        int(np.sum(ends < s)) for s in at
+    ]  # episodes finished by then
+    assert (
+        result.best_version == 100 and result.best_eval_return == 12.0
+    )  # checkpoints named by the step
     assert sorted(p.name for p in (tmp_path / "checkpoints").glob("qnet_target_*.pt")) == [
-        "qnet_target_100.pt", "qnet_target_25.pt", "qnet_target_50.pt"]
-    assert read_scalars(result.paths["tensorboard"])["eval/return"] == [(25, 5.0), (50, 9.0), (75, 7.0),
-                                                                      (100, 12.0)]
-    rows = read_csv(result.paths["csv"])  # each row shows the last evaluation made during its episode
+        "qnet_target_100.pt",
+        "qnet_target_25.pt",
+        "qnet_target_50.pt",
+    ]
+    assert read_scalars(result.paths["tensorboard"])["eval/return"] == [
+        (25, 5.0),
+        (50, 9.0),
+        (75, 7.0),
+        (100, 12.0),
+    ]
+    rows = read_csv(
+        result.paths["csv"]
+    )  # each row shows the last evaluation made during its episode
     shown = [(int(r["steps"]), float(r["eval_return"])) for r in rows if r["eval_return"]]
     expected = {}
     for step, (_, value) in zip(at, result.eval_returns):
@@ -788,14 +1184,23 @@ def test_evaluation_every_n_steps_on_the_training_environment_waits_for_the_epis
     trainer.evaluate = lambda: at.append(trainer._steps) or 1.0
     result = trainer.run(6)
     ends = [0] + [int(e) for e in np.cumsum([int(r) for r in result.returns])]
-    expected = [end for start, end in zip(ends, ends[1:]) if end // 15 > start // 15]  # a multiple inside
+    expected = [
+        end for start, end in zip(ends, ends[1:]) if end // 15 > start // 15
+    ]  # a multiple inside
     assert at == result.eval_steps == expected and expected
 
 
 def test_evaluation_every_n_steps_on_a_group():
     with cartpoles(3) as envs:
-        trainer = Trainer(make_dqn(), envs, eval_env=cartpole, eval_every_steps=10, eval_episodes=1, seed=0,
-                          progress=False)
+        trainer = Trainer(
+            make_dqn(),
+            envs,
+            eval_env=cartpole,
+            eval_every_steps=10,
+            eval_episodes=1,
+            seed=0,
+            progress=False,
+        )
         result = trainer.run(steps=61)
     # a group step takes 3 transitions: one evaluation at the step that reaches or passes each multiple of 10
     expected = [step for step in range(3, result.steps + 1, 3) if step // 10 > (step - 3) // 10]
@@ -804,7 +1209,9 @@ def test_evaluation_every_n_steps_on_a_group():
 
 
 def test_episode_evaluations_record_their_steps_too():
-    result = Trainer(make_dqn(), cartpole, eval_interval=2, eval_episodes=1, seed=0, progress=False).run(4)
+    result = Trainer(
+        make_dqn(), cartpole, eval_interval=2, eval_episodes=1, seed=0, progress=False
+    ).run(4)
     ends = np.cumsum([int(r) for r in result.returns])
     assert result.eval_steps == [int(ends[1]), int(ends[3])]
 
@@ -820,17 +1227,32 @@ class RolloutPPO(CountingPPO):
 
 def rollout_ppo():
     torch.manual_seed(0)
-    return RolloutPPO(CategoricalActor(4, 2), ValueCritic(4), torch.optim.Adam, nn.MSELoss(), batch_size=8,
-                      actor_update_times=1, critic_update_times=1)
+    return RolloutPPO(
+        CategoricalActor(4, 2),
+        ValueCritic(4),
+        torch.optim.Adam,
+        nn.MSELoss(),
+        batch_size=8,
+        actor_update_times=1,
+        critic_update_times=1,
+    )
 
 
 def test_rollouts_on_one_environment_continue_episodes_and_update_once_each():
     ppo = rollout_ppo()
-    trainer = Trainer(ppo, lambda: gym.make("CartPole-v0", max_episode_steps=12), rollout_steps=16,
-                      eval_interval=0, seed=0, progress=False)
+    trainer = Trainer(
+        ppo,
+        lambda: gym.make("CartPole-v0", max_episode_steps=12),
+        rollout_steps=16,
+        eval_interval=0,
+        seed=0,
+        progress=False,
+    )
     assert (trainer.updates_per_step, trainer.updates_per_episode) == (0.0, 0)
     result = trainer.run(steps=40)
-    assert result.steps == 48 and ppo.updates == 3 and ppo.sizes == [16, 16, 16]  # ends after the third rollout
+    assert (
+        result.steps == 48 and ppo.updates == 3 and ppo.sizes == [16, 16, 16]
+    )  # ends after the third rollout
     episodes = ppo.episodes
     assert sum(len(e) for e in episodes) == 48
     cuts = [e for e in episodes if not e[-1]["terminal"] and not e[-1]["truncated"]]
@@ -839,12 +1261,16 @@ def test_rollouts_on_one_environment_continue_episodes_and_update_once_each():
     joined, current = [], []
     for piece in episodes:
         if current:
-            assert torch.equal(piece[0]["state"]["state"], current[-1]["next_state"]["state"])  # continues
+            assert torch.equal(
+                piece[0]["state"]["state"], current[-1]["next_state"]["state"]
+            )  # continues
         current += piece
         if piece[-1]["terminal"] or piece[-1]["truncated"]:
             joined.append(current)
             current = []
-    assert [sum(t["reward"] for t in e) for e in joined] == result.returns  # all that ended, the last rollout's too
+    assert [
+        sum(t["reward"] for t in e) for e in joined
+    ] == result.returns  # all that ended, the last rollout's too
     assert all(len(e) <= 12 for e in joined) and any(e[-1]["truncated"] for e in joined)
     first = cartpole().reset(seed=1)[0]  # training episode i starts from seed + i
     assert np.allclose(episodes[0][0]["state"]["state"][0].numpy(), first)
@@ -862,8 +1288,15 @@ def test_rollouts_on_a_group_and_the_episodes_limit():
 
 def test_rollouts_with_step_evaluation_and_the_shared_environment_rule():
     ppo = rollout_ppo()
-    trainer = Trainer(ppo, lambda: gym.make("CartPole-v0", max_episode_steps=20), rollout_steps=10,
-                      eval_every_steps=15, eval_episodes=1, seed=0, progress=False)
+    trainer = Trainer(
+        ppo,
+        lambda: gym.make("CartPole-v0", max_episode_steps=20),
+        rollout_steps=10,
+        eval_every_steps=15,
+        eval_episodes=1,
+        seed=0,
+        progress=False,
+    )
     result = trainer.run(steps=45)
     assert result.eval_steps == [15, 30, 45] and ppo.updates == 5
     with pytest.raises(ValueError, match="rollout_steps keeps episodes running .* give eval_env"):
@@ -902,12 +1335,23 @@ def test_set_progress_follows_every_step_when_the_total_is_known():
     assert progress == [min(1.0, k / 50) for k in range(result.steps + 1)]
     assert result.steps > 50 and progress[-1] == 1.0
     # each step: act with the current epsilon, then the progress of the step, then its update
-    assert dqn.events[:7] == [("progress", 0.0), ("act", 1.0), ("progress", 0.02), ("update",),
-                              ("act", pytest.approx(1 - 0.96 * 0.02 / 0.16)), ("progress", 0.04), ("update",)]
+    assert dqn.events[:7] == [
+        ("progress", 0.0),
+        ("act", 1.0),
+        ("progress", 0.02),
+        ("update",),
+        ("act", pytest.approx(1 - 0.96 * 0.02 / 0.16)),
+        ("progress", 0.04),
+        ("update",),
+    ]
     acts = [e[1] for e in dqn.events if e[0] == "act"]
-    assert acts[8] == pytest.approx(0.04) and acts[-1] == pytest.approx(0.04)  # 8 steps of 50 = 16 %
+    assert acts[8] == pytest.approx(0.04) and acts[-1] == pytest.approx(
+        0.04
+    )  # 8 steps of 50 = 16 %
     dqn.events.clear()
-    Trainer(dqn, cartpole, eval_interval=0, seed=0, progress=False).run(2)  # no step limit: no progress
+    Trainer(dqn, cartpole, eval_interval=0, seed=0, progress=False).run(
+        2
+    )  # no step limit: no progress
     assert not [e for e in dqn.events if e[0] == "progress"]
 
 
@@ -926,41 +1370,69 @@ def test_set_progress_on_a_group_and_in_rollouts():
             seen.append(progress)
 
     torch.manual_seed(0)
-    ppo = ProgressPPO(CategoricalActor(4, 2), ValueCritic(4), torch.optim.Adam, nn.MSELoss(), batch_size=8)
+    ppo = ProgressPPO(
+        CategoricalActor(4, 2), ValueCritic(4), torch.optim.Adam, nn.MSELoss(), batch_size=8
+    )
     Trainer(ppo, cartpole, rollout_steps=10, eval_interval=0, seed=0, progress=False).run(steps=20)
     assert seen == pytest.approx([k / 20 for k in range(21)])
 
 
 # -- option errors of the schedules -----------------------------------------------------------
-@pytest.mark.parametrize("kwargs, message", [
-    ({"updates_per_step": 1, "train_freq": 4}, "give updates_per_step .* or train_freq / gradient_steps .*, "
-                                               "not both: got updates_per_step=1, train_freq=4"),
-    ({"updates_per_step": 0.5, "gradient_steps": 2}, "not both"),
-    ({"train_freq": 0}, r"train_freq must be a positive integer \(environment steps\) or a pair .* got 0"),
-    ({"train_freq": (4, "minute")}, r"train_freq must be .* got \(4, 'minute'\)"),
-    ({"train_freq": (0, "episode")}, r"got \(0, 'episode'\)"),
-    ({"gradient_steps": 0}, r"gradient_steps must be a positive integer or -1 \(as many as steps taken\), got 0"),
-    ({"gradient_steps": -2}, "got -2"),
-    ({"rollout_steps": 0}, "rollout_steps must be an integer >= 1, got 0"),
-    ({"rollout_steps": 8}, "rollout_steps stores each rollout with store_episode: it needs store='episode', "
-                           "got store='transition'"),
-    ({"rollout_steps": 8, "store": "episode", "updates_per_episode": 1},
-     "rollout_steps makes one update per rollout: leave out .* got rollout_steps=8 with updates_per_episode=1"),
-    ({"rollout_steps": 8, "store": "episode", "warmup_steps": 100, "train_freq": 2},
-     "got rollout_steps=8 with train_freq=2, warmup_steps=100"),
-    ({"eval_interval": 5, "eval_every_steps": 100},
-     "evaluate every eval_interval episodes or every eval_every_steps steps, not both: got eval_interval=5 "
-     "and eval_every_steps=100"),
-    ({"eval_every_steps": -1}, "eval_every_steps must be an integer >= 0, got -1"),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (
+            {"updates_per_step": 1, "train_freq": 4},
+            "give updates_per_step .* or train_freq / gradient_steps .*, "
+            "not both: got updates_per_step=1, train_freq=4",
+        ),
+        ({"updates_per_step": 0.5, "gradient_steps": 2}, "not both"),
+        (
+            {"train_freq": 0},
+            r"train_freq must be a positive integer \(environment steps\) or a pair .* got 0",
+        ),
+        ({"train_freq": (4, "minute")}, r"train_freq must be .* got \(4, 'minute'\)"),
+        ({"train_freq": (0, "episode")}, r"got \(0, 'episode'\)"),
+        (
+            {"gradient_steps": 0},
+            r"gradient_steps must be a positive integer or -1 \(as many as steps taken\), got 0",
+        ),
+        ({"gradient_steps": -2}, "got -2"),
+        ({"rollout_steps": 0}, "rollout_steps must be an integer >= 1, got 0"),
+        (
+            {"rollout_steps": 8},
+            "rollout_steps stores each rollout with store_episode: it needs store='episode', "
+            "got store='transition'",
+        ),
+        (
+            {"rollout_steps": 8, "store": "episode", "updates_per_episode": 1},
+            "rollout_steps makes one update per rollout: leave out .* got rollout_steps=8 with updates_per_episode=1",
+        ),
+        (
+            {"rollout_steps": 8, "store": "episode", "warmup_steps": 100, "train_freq": 2},
+            "got rollout_steps=8 with train_freq=2, warmup_steps=100",
+        ),
+        (
+            {"eval_interval": 5, "eval_every_steps": 100},
+            "evaluate every eval_interval episodes or every eval_every_steps steps, not both: got eval_interval=5 "
+            "and eval_every_steps=100",
+        ),
+        ({"eval_every_steps": -1}, "eval_every_steps must be an integer >= 0, got -1"),
+    ],
+)
 def test_contradictory_or_bad_schedule_options(kwargs, message):
     with pytest.raises(ValueError, match=message):
         Trainer(make_dqn(), cartpole, **kwargs)
 
 
 def test_a_group_without_evaluation_environment_refuses_step_evaluations():
-    with cartpoles(2) as envs, pytest.raises(
-            ValueError, match="give eval_env .* or eval_interval=0, got eval_interval=0 and eval_every_steps=50"):
+    with (
+        cartpoles(2) as envs,
+        pytest.raises(
+            ValueError,
+            match="give eval_env .* or eval_interval=0, got eval_interval=0 and eval_every_steps=50",
+        ),
+    ):
         Trainer(make_dqn(), envs, eval_every_steps=50)
 
 
@@ -968,15 +1440,27 @@ def test_a_group_without_evaluation_environment_refuses_step_evaluations():
 def test_ppo_learns_cartpole_from_fixed_length_rollouts_of_four_environments():
     torch.manual_seed(0)
     np.random.seed(0)
-    ppo = PPO(CategoricalActor(4, 2), ValueCritic(4), torch.optim.Adam, nn.MSELoss(), batch_size=128,
-              actor_update_times=20, critic_update_times=20, actor_learning_rate=0.003, critic_learning_rate=0.005,
-              gae_lambda=0.95)
+    ppo = PPO(
+        CategoricalActor(4, 2),
+        ValueCritic(4),
+        torch.optim.Adam,
+        nn.MSELoss(),
+        batch_size=128,
+        actor_update_times=20,
+        critic_update_times=20,
+        actor_learning_rate=0.003,
+        critic_learning_rate=0.005,
+        gae_lambda=0.95,
+    )
     start, cpu = time.time(), time.process_time()
     with cartpoles(4) as envs:
-        result = Trainer(ppo, envs, rollout_steps=128, eval_interval=0, solved_reward=150, seed=0,
-                         progress=False).run(steps=30000)
-    print(f"PPO through the Trainer, rollouts of 128 steps on 4 environments: solved at episode "
-          f"{result.solved_episode} ({result.steps} steps, {time.time() - start:.1f} s wall, "
-          f"{time.process_time() - cpu:.1f} s CPU)")
+        result = Trainer(
+            ppo, envs, rollout_steps=128, eval_interval=0, solved_reward=150, seed=0, progress=False
+        ).run(steps=30000)
+    print(
+        f"PPO through the Trainer, rollouts of 128 steps on 4 environments: solved at episode "
+        f"{result.solved_episode} ({result.steps} steps, {time.time() - start:.1f} s wall, "
+        f"{time.process_time() - cpu:.1f} s CPU)"
+    )
     assert result.solved_episode is not None
     assert result.steps % 512 == 0  # whole rollouts only

@@ -253,7 +253,9 @@ def _waits_forever_on_rank_1(rank):
 @pytest.mark.multiprocess
 @pytest.mark.timeout(300)
 def test_a_rank_still_running_at_the_timeout_has_its_stacks_printed(ray_cluster, capfd):
-    with pytest.raises(LaunchError, match=r"ranks \[1\] were still running and were killed when the 20 s"):
+    with pytest.raises(
+        LaunchError, match=r"ranks \[1\] were still running and were killed when the 20 s"
+    ):
         launch_ray(_waits_forever_on_rank_1, 2, timeout=20)
     printed = capfd.readouterr().err
     assert "rank 1 was still running; its threads:" in printed
@@ -272,7 +274,9 @@ def test_node_rank_numbers_the_ray_nodes_of_the_ranks(ray_cluster):
     # RunControl names a rank's node by node_rank(); on Ray it was 0 for every rank
     import ray
 
-    results = launch_ray(_where, 2, timeout=RAY_TIMEOUT, actor_options={"scheduling_strategy": "SPREAD"})
+    results = launch_ray(
+        _where, 2, timeout=RAY_TIMEOUT, actor_options={"scheduling_strategy": "SPREAD"}
+    )
     alive = sorted(node["NodeID"] for node in ray.nodes() if node["Alive"])
     assert len(alive) == 2
     for index, node_id in results:

@@ -255,7 +255,12 @@ def test_mark_module_output_names_tuple_outputs():
         match=r"module 'unnamed' was marked with 1 output names \['a'\] but returned 2 outputs",
     ):
         model(torch.ones(1))
-    assert outputs.names() == ["pair/output/plus", "pair/output/times", "unnamed/output/a", "unnamed/output/1"]
+    assert outputs.names() == [
+        "pair/output/plus",
+        "pair/output/times",
+        "unnamed/output/a",
+        "unnamed/output/1",
+    ]
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         model(torch.ones(1))  # warned once per module

@@ -110,8 +110,12 @@ def _killed_save(model_dir, version):
             child.join(10)
 
 
-@pytest.mark.parametrize("killed_version, expected", [(2, 1), (1, 0)], ids=["new-version", "overwrite"])
-def test_a_killed_save_leaves_the_previous_complete_version(tmp_path, warnings_logged, killed_version, expected):
+@pytest.mark.parametrize(
+    "killed_version, expected", [(2, 1), (1, 0)], ids=["new-version", "overwrite"]
+)
+def test_a_killed_save_leaves_the_previous_complete_version(
+    tmp_path, warnings_logged, killed_version, expected
+):
     model_dir = str(tmp_path)
     saved = {0: TwoNets(seed=10), 1: TwoNets(seed=11)}
     for version, algo in saved.items():
@@ -122,14 +126,18 @@ def test_a_killed_save_leaves_the_previous_complete_version(tmp_path, warnings_l
     files = os.listdir(model_dir)
     assert any(TEMP.match(name) and "critic_target" in name for name in files), files
     # the first network's file of the killed save was written: without the manifest it would load
-    written = torch.load(os.path.join(model_dir, f"actor_target_{killed_version}.pt"), weights_only=True)
+    written = torch.load(
+        os.path.join(model_dir, f"actor_target_{killed_version}.pt"), weights_only=True
+    )
     assert torch.equal(written["0.weight"], TwoNets(seed=2).actor_target[0].weight)
 
     loaded = TwoNets(seed=99)
     loaded.load(model_dir)
     assert same_algo(loaded, saved[expected])
-    assert any(f"version {killed_version} (incomplete: its save was interrupted" in m for m in warnings_logged), \
-        warnings_logged
+    assert any(
+        f"version {killed_version} (incomplete: its save was interrupted" in m
+        for m in warnings_logged
+    ), warnings_logged
     assert any(f"Loaded version {expected}" in m for m in warnings_logged)
 
     untouched = TwoNets(seed=99)
@@ -200,7 +208,9 @@ def test_a_damaged_file_is_named(tmp_path, kind, manifest):
 @pytest.mark.parametrize("manifest", [True, False], ids=["manifest", "no-manifest"])
 def test_a_file_with_wrong_keys_is_named(tmp_path, manifest):
     model_dir = str(tmp_path)
-    prep_save_model(model_dir, {"actor_target": TwoNets().actor_target, "critic_target": nn.Linear(5, 1)})
+    prep_save_model(
+        model_dir, {"actor_target": TwoNets().actor_target, "critic_target": nn.Linear(5, 1)}
+    )
     if not manifest:
         os.remove(tmp_path / "actor_target_0.manifest.json")
     with pytest.raises(StateDictMismatchError, match=r"critic_target_0\.pt.*missing keys"):
@@ -248,7 +258,9 @@ def test_a_bad_extra_file_changes_no_network_and_the_extra_file_is_in_the_manife
 
 # -- a newer damaged version does not hide an older good one ---------------------------------------
 @pytest.mark.parametrize("manifest", [True, False], ids=["manifest", "no-manifest"])
-def test_a_newer_damaged_version_falls_back_to_an_older_complete_one(tmp_path, warnings_logged, manifest):
+def test_a_newer_damaged_version_falls_back_to_an_older_complete_one(
+    tmp_path, warnings_logged, manifest
+):
     model_dir = str(tmp_path)
     TwoNets(seed=1).save(model_dir, version=1)
     TwoNets(seed=2).save(model_dir, version=2)
@@ -260,7 +272,9 @@ def test_a_newer_damaged_version_falls_back_to_an_older_complete_one(tmp_path, w
     loaded = TwoNets(seed=99)
     loaded.load(model_dir)
     assert same_algo(loaded, TwoNets(seed=1))
-    assert any("skipped version 2" in m and repr(bad) in m for m in warnings_logged), warnings_logged
+    assert any("skipped version 2" in m and repr(bad) in m for m in warnings_logged), (
+        warnings_logged
+    )
     with pytest.raises(CheckpointLoadError, match=re.escape(repr(bad))):
         loaded.load(model_dir, version=2)
 
@@ -270,9 +284,15 @@ def test_a_directory_without_manifests_loads_as_before(tmp_path, warnings_logged
     model_dir = str(tmp_path)
     for version, seed in ((0, 10), (100, 11)):
         algo = TwoNets(seed=seed)
-        prep_save_state_dict(tmp_path / f"actor_target_{version}.pt", algo.actor_target.state_dict())
-        prep_save_state_dict(tmp_path / f"critic_target_{version}.pt", algo.critic_target.state_dict())
-    prep_save_state_dict(tmp_path / "actor_target_1000.pt", TwoNets(seed=12).actor_target.state_dict())
+        prep_save_state_dict(
+            tmp_path / f"actor_target_{version}.pt", algo.actor_target.state_dict()
+        )
+        prep_save_state_dict(
+            tmp_path / f"critic_target_{version}.pt", algo.critic_target.state_dict()
+        )
+    prep_save_state_dict(
+        tmp_path / "actor_target_1000.pt", TwoNets(seed=12).actor_target.state_dict()
+    )
     assert not [name for name in os.listdir(model_dir) if name.endswith(".json")]
 
     loaded = TwoNets(seed=99)
@@ -304,7 +324,9 @@ def test_separately_saved_models_of_one_version_load_together(tmp_path):
 
 
 def test_prep_save_checkpoint_writes_files_then_a_complete_manifest(tmp_path):
-    paths = prep_save_checkpoint(str(tmp_path), {"a": {"w": torch.ones(2)}, "b": {"w": torch.zeros(3)}}, 7)
+    paths = prep_save_checkpoint(
+        str(tmp_path), {"a": {"w": torch.ones(2)}, "b": {"w": torch.zeros(3)}}, 7
+    )
     assert paths == [str(tmp_path / "a_7.pt"), str(tmp_path / "b_7.pt")]
     manifest = json.loads((tmp_path / "a_7.manifest.json").read_text())
     assert manifest["complete"] is True and manifest["version"] == 7

@@ -41,7 +41,9 @@ class Child(Base):
 
 def test_declared_arguments_reach_the_method_unchanged():
     obj = Child()
-    assert obj.method(1) == (1, 2, _DEFAULT) and obj.method(1)[2] is _DEFAULT  # the default object itself
+    assert (
+        obj.method(1) == (1, 2, _DEFAULT) and obj.method(1)[2] is _DEFAULT
+    )  # the default object itself
     assert obj.method(1, 5, c=7) == (1, 5, 7) and obj.method(a=1, b=3) == (1, 3, _DEFAULT)
     assert Base.static(2) == 3 and obj.positional_only(1, 2) == (1, 2)
 
@@ -61,7 +63,10 @@ def test_extras_are_dropped_with_a_warning_at_the_calling_line():
         assert Base.static(1, 2, 3) == 3
         assert obj.shadowing("t", 1, 2) == ("t", 1)
     assert [type(w.message) for w in caught] == [ExtraArgumentsWarning] * 3
-    assert "Child.method() does not use 1 positional argument(s) and keyword argument(s) 'z'" in str(caught[0].message)
+    assert (
+        "Child.method() does not use 1 positional argument(s) and keyword argument(s) 'z'"
+        in str(caught[0].message)
+    )
     assert "Base.static() does not use 1 positional argument(s)" in str(caught[1].message)
     assert "Child.shadowing() does not use 1 positional argument(s)" in str(caught[2].message)
     assert {w.filename for w in caught} == {__file__}
@@ -74,16 +79,22 @@ def test_calls_without_extras_do_not_warn():
 
 
 def test_python_errors_name_the_method():  # with its class from Python 3.11 (co_qualname)
-    with pytest.raises(TypeError, match=r"(Base\.)?method\(\) missing 1 required positional argument: 'a'"):
+    with pytest.raises(
+        TypeError, match=r"(Base\.)?method\(\) missing 1 required positional argument: 'a'"
+    ):
         Child().method()
-    with pytest.raises(TypeError, match=r"(Base\.)?method\(\) got multiple values for argument 'a'"):
+    with pytest.raises(
+        TypeError, match=r"(Base\.)?method\(\) got multiple values for argument 'a'"
+    ):
         Child().method(1, a=2)
 
 
 def test_functions_it_cannot_wrap_are_refused():
     with pytest.raises(TypeError, match="already takes"):
         ignores_extra_args(lambda *args: None)
-    with pytest.raises(TypeError, match=r"parameters named \['_'\]"):  # the name the signature gives *_
+    with pytest.raises(
+        TypeError, match=r"parameters named \['_'\]"
+    ):  # the name the signature gives *_
         ignores_extra_args(lambda _, x: None)
     assert ignores_extra_args(lambda __fn__, fn=1: (__fn__, fn))(2, 3) == (2, 3)
 

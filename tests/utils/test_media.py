@@ -187,7 +187,9 @@ def test_show_image_works_headless_and_reuses_figures():
 
 class TestCreateLearningCurve:
     def test_writes_a_png_that_reads_back(self, tmp_path):
-        path = create_learning_curve([1.0, 3.0, 2.0, 5.0], str(tmp_path / "plots"), "curve", title="t")
+        path = create_learning_curve(
+            [1.0, 3.0, 2.0, 5.0], str(tmp_path / "plots"), "curve", title="t"
+        )
         assert path == str(tmp_path / "plots" / "curve.png")
         image = np.asarray(Image.open(path))
         assert image.ndim == 3 and image.shape[0] > 100 and image.shape[1] > 100
@@ -197,11 +199,17 @@ class TestCreateLearningCurve:
         path = create_learning_curve([0.5, 0.7], str(tmp_path), "c", steps=[100, 200], smoothing=0)
         assert os.path.getsize(path) > 0
 
-    @pytest.mark.parametrize("kwargs, message", [
-        ({"values": []}, "values must hold at least one point"),
-        ({"values": [1.0], "smoothing": 1.0}, r"smoothing must be in \[0, 1\), got 1.0"),
-        ({"values": [1.0, 2.0], "steps": [1]}, r"steps must have one entry per value \(2\), got 1"),
-    ])
+    @pytest.mark.parametrize(
+        "kwargs, message",
+        [
+            ({"values": []}, "values must hold at least one point"),
+            ({"values": [1.0], "smoothing": 1.0}, r"smoothing must be in \[0, 1\), got 1.0"),
+            (
+                {"values": [1.0, 2.0], "steps": [1]},
+                r"steps must have one entry per value \(2\), got 1",
+            ),
+        ],
+    )
     def test_bad_input(self, tmp_path, kwargs, message):
         with pytest.raises(ValueError, match=message):
             create_learning_curve(path=str(tmp_path), filename="c", **kwargs)

@@ -48,20 +48,38 @@ print(rich)
 section("3. Tensors are cloned and detached when the transition is built")
 weights = torch.ones(1, 5, requires_grad=True)
 computed = weights * 2  # part of an autograd graph
-kept = Transition(state={"state": computed}, action={"action": action},
-                  next_state={"state": computed}, reward=0.0, terminal=False)
+kept = Transition(
+    state={"state": computed},
+    action={"action": action},
+    next_state={"state": computed},
+    reward=0.0,
+    terminal=False,
+)
 computed.data.fill_(-1.0)  # change the caller's tensor afterwards
 print("caller's tensor now:", computed)
-print("stored tensor:      ", kept.state["state"], "requires_grad =", kept.state["state"].requires_grad)
+print(
+    "stored tensor:      ",
+    kept.state["state"],
+    "requires_grad =",
+    kept.state["state"].requires_grad,
+)
 
 section("4. Custom attributes: any other keyword")
 # Extra keywords become custom attributes (sorted by name). Numbers, strings, lists,
 # dicts and tensors (of any shape) are all fine; they are copied (tensors cloned), so
 # later changes by the caller do not leak in.
 info = {"lives": 3}
-custom = Transition(state={"state": observation}, action={"action": action},
-                    next_state={"state": observation}, reward=0.0, terminal=False,
-                    value=0.25, truncated=True, info=info, hidden=torch.zeros(1, 3))
+custom = Transition(
+    state={"state": observation},
+    action={"action": action},
+    next_state={"state": observation},
+    reward=0.0,
+    terminal=False,
+    value=0.25,
+    truncated=True,
+    info=info,
+    hidden=torch.zeros(1, 3),
+)
 info["lives"] = 0
 print("custom attributes:", custom.custom_attr)
 for name in custom.custom_attr:
@@ -70,14 +88,26 @@ for name in custom.custom_attr:
 section("5. What a transition refuses (each raises ValueError)")
 attempts = {
     "a batch of two in one Transition": dict(
-        state={"state": torch.zeros(2, 5)}, action={"action": torch.zeros(2, 2)},
-        next_state={"state": torch.zeros(2, 5)}, reward=0.0, terminal=False),
+        state={"state": torch.zeros(2, 5)},
+        action={"action": torch.zeros(2, 2)},
+        next_state={"state": torch.zeros(2, 5)},
+        reward=0.0,
+        terminal=False,
+    ),
     "a tensor without a batch dimension": dict(
-        state={"state": torch.zeros(5)}, action={"action": action},
-        next_state={"state": observation}, reward=0.0, terminal=False),
+        state={"state": torch.zeros(5)},
+        action={"action": action},
+        next_state={"state": observation},
+        reward=0.0,
+        terminal=False,
+    ),
     "a bare tensor as a major attribute": dict(
-        state=observation, action={"action": action},
-        next_state={"state": observation}, reward=0.0, terminal=False),
+        state=observation,
+        action={"action": action},
+        next_state={"state": observation},
+        reward=0.0,
+        terminal=False,
+    ),
 }
 for what, arguments in attempts.items():
     try:

@@ -33,15 +33,17 @@ section("1. Appending")
 # a number ("value") and a string ("note").
 buffer = Buffer(buffer_size=100)
 for i in range(6):
-    buffer.append({
-        "state": {"state": torch.full((1, 3), float(i))},
-        "action": {"action": torch.tensor([[i % 2]])},
-        "next_state": {"state": torch.full((1, 3), float(i + 1))},
-        "reward": float(i),
-        "terminal": i == 5,
-        "value": 0.5 * i,
-        "note": f"step {i}",
-    })
+    buffer.append(
+        {
+            "state": {"state": torch.full((1, 3), float(i))},
+            "action": {"action": torch.tensor([[i % 2]])},
+            "next_state": {"state": torch.full((1, 3), float(i + 1))},
+            "reward": float(i),
+            "terminal": i == 5,
+            "value": 0.5 * i,
+            "note": f"step {i}",
+        }
+    )
 print("stored:", buffer.size(), "transitions with attributes", buffer.attribute_names)
 
 ATTRS = ["state", "action", "reward", "next_state", "terminal", "*"]
@@ -51,7 +53,8 @@ section("2. sample_batch with concatenate=True (what updates use)")
 # custom attribute not named otherwise. Major attributes come back as dicts of [B, ...]
 # tensors (one per key), sub attributes as [B, 1] tensors, custom ones as lists.
 size, (state, action, reward, next_state, terminal, others) = buffer.sample_batch(
-    3, concatenate=True, sample_attrs=ATTRS)
+    3, concatenate=True, sample_attrs=ATTRS
+)
 print("size      ", size)
 print("state     ", describe(state))
 print("action    ", describe(action))
@@ -64,7 +67,8 @@ section("3. sample_batch with concatenate=False")
 # Nothing is joined: every entry is a list with one item per sample, tensors keep their
 # [1, ...] shape and scalars come back as the Python values that were stored.
 size, (state, action, reward, next_state, terminal, others) = buffer.sample_batch(
-    3, concatenate=False, sample_attrs=ATTRS)
+    3, concatenate=False, sample_attrs=ATTRS
+)
 print("state     ", describe(state))
 print("reward    ", describe(reward))
 print("terminal  ", describe(terminal))
@@ -74,7 +78,8 @@ section("4. additional_concat_attrs: custom attributes as tensors")
 # A custom attribute named here is concatenated into a [B, 1] tensor like a reward.
 # On-policy algorithms store their value estimates and advantages this way.
 size, (reward, value, note) = buffer.sample_batch(
-    3, sample_attrs=["reward", "value", "note"], additional_concat_attrs=["value"])
+    3, sample_attrs=["reward", "value", "note"], additional_concat_attrs=["value"]
+)
 print("reward", describe(reward))
 print("value ", describe(value))
 print("note  ", describe(note))
@@ -89,7 +94,9 @@ section("5. sample_method: which transitions are drawn")
 # Rewards equal the step numbers, so they show which transitions were picked.
 for method, batch_size in [("random_unique", 4), ("random_unique", 10), ("random", 10), ("all", 2)]:
     size, (reward,) = buffer.sample_batch(batch_size, sample_method=method, sample_attrs=["reward"])
-    print(f"{method!r:16} batch_size={batch_size:2d} -> size {size:2d}, steps {reward.view(-1).int().tolist()}")
+    print(
+        f"{method!r:16} batch_size={batch_size:2d} -> size {size:2d}, steps {reward.view(-1).int().tolist()}"
+    )
 # "random_unique" never repeats a transition and gives at most what is stored; "random"
 # draws with replacement, so it always returns batch_size; "all" returns everything,
 # oldest first, whatever batch_size says.
@@ -109,7 +116,12 @@ print(f"custom method 'newest'          -> size {size:2d}, steps {reward.view(-1
 
 section("6. sample_attrs: order, defaults and unknown names")
 size, batch = buffer.sample_batch(2, sample_method="all")
-print("no sample_attrs: every attribute in stored order ->", len(batch), "values:", buffer.attribute_names)
+print(
+    "no sample_attrs: every attribute in stored order ->",
+    len(batch),
+    "values:",
+    buffer.attribute_names,
+)
 size, batch = buffer.sample_batch(2, sample_attrs=["terminal", "reward"])
 print("['terminal', 'reward'] ->", describe(list(batch)))
 # A name the buffer does not know is skipped without an error, so the tuple is shorter
@@ -123,9 +135,16 @@ mismatches = {
     "state of another shape": {"state": {"state": torch.zeros(1, 4)}},
 }
 for what, change in mismatches.items():
-    step = {"state": {"state": torch.zeros(1, 3)}, "action": {"action": torch.tensor([[0]])},
-            "next_state": {"state": torch.zeros(1, 3)}, "reward": 0.0, "terminal": False,
-            "value": 0.0, "note": "", **change}
+    step = {
+        "state": {"state": torch.zeros(1, 3)},
+        "action": {"action": torch.tensor([[0]])},
+        "next_state": {"state": torch.zeros(1, 3)},
+        "reward": 0.0,
+        "terminal": False,
+        "value": 0.0,
+        "note": "",
+        **change,
+    }
     try:
         buffer.append(step)
         print(f"{what}: accepted")

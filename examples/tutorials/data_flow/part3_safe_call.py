@@ -53,7 +53,9 @@ qnet, critic = QNet(), Critic()
 states = torch.zeros(4, 3)
 
 section("1. Keys are matched to forward's argument names")
-print("QNet.forward(state) with {'state': [4, 3]} ->", tuple(safe_call(qnet, {"state": states}).shape))
+print(
+    "QNet.forward(state) with {'state': [4, 3]} ->", tuple(safe_call(qnet, {"state": states}).shape)
+)
 
 section("2. Extra keys are ignored")
 # A state dict may carry more than one network needs (here a mask for another network).

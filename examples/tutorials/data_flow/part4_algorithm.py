@@ -69,8 +69,11 @@ print("buffer size:", dqn.replay_buffer.size(), " attributes:", dqn.replay_buffe
 
 section("3. Sampling: the same call DQN.update makes")
 size, (state, action, reward, next_state, terminal, others) = dqn.replay_buffer.sample_batch(
-    dqn.batch_size, True, sample_method="random_unique",
-    sample_attrs=["state", "action", "reward", "next_state", "terminal", "*"])
+    dqn.batch_size,
+    True,
+    sample_method="random_unique",
+    sample_attrs=["state", "action", "reward", "next_state", "terminal", "*"],
+)
 print("size", size)
 print("state     ", {k: tuple(v.shape) for k, v in state.items()})
 print("action    ", {k: tuple(v.shape) for k, v in action.items()})

@@ -35,19 +35,30 @@ EXAMPLES = Path(__file__).resolve().parents[2]
 def _address(text: str) -> str:
     """``--address``'s type: any non-blank text (Ray checks the address itself)."""
     if not text.strip():
-        raise argparse.ArgumentTypeError(f"expected a Ray cluster address such as '127.0.0.1:6379', got {text!r}")
+        raise argparse.ArgumentTypeError(
+            f"expected a Ray cluster address such as '127.0.0.1:6379', got {text!r}"
+        )
     return text
 
 
 def add_launch_options(parser: argparse.ArgumentParser) -> None:
     """Add ``--backend`` and ``--address`` to ``parser`` (as the group "launching")."""
     group = parser.add_argument_group("launching")
-    group.add_argument("--backend", choices=BACKENDS, default=None,
-                       help="how the ranks talk: 'rpc' (torch RPC, local processes or torchrun; the "
-                            "default) or 'ray' (one Ray actor per rank, started by this script)")
-    group.add_argument("--address", type=_address, default=None, metavar="ADDR",
-                       help="address of a running Ray cluster (e.g. 127.0.0.1:6379, or 'auto'); implies "
-                            "--backend ray. Without it --backend ray starts Ray on this machine")
+    group.add_argument(
+        "--backend",
+        choices=BACKENDS,
+        default=None,
+        help="how the ranks talk: 'rpc' (torch RPC, local processes or torchrun; the "
+        "default) or 'ray' (one Ray actor per rank, started by this script)",
+    )
+    group.add_argument(
+        "--address",
+        type=_address,
+        default=None,
+        metavar="ADDR",
+        help="address of a running Ray cluster (e.g. 127.0.0.1:6379, or 'auto'); implies "
+        "--backend ray. Without it --backend ray starts Ray on this machine",
+    )
 
 
 def started_by_launcher() -> bool:
@@ -63,14 +74,18 @@ def check_launch_options(parser: argparse.ArgumentParser, args: argparse.Namespa
     """
     if args.address is not None:
         if args.backend == "rpc":
-            parser.error(f"--address {args.address!r} is the address of a Ray cluster and needs --backend ray, "
-                         f"got --backend rpc (leave --backend out or give --backend ray)")
+            parser.error(
+                f"--address {args.address!r} is the address of a Ray cluster and needs --backend ray, "
+                f"got --backend rpc (leave --backend out or give --backend ray)"
+            )
         args.backend = "ray"
     args.backend = args.backend or "rpc"
     if args.backend == "ray" and started_by_launcher():
-        parser.error(f"--backend ray cannot run under torchrun (this process is rank {os.environ['RANK']} of "
-                     f"{os.environ['WORLD_SIZE']}): with ray the script starts its own rank actors, so run it "
-                     f"with plain python, e.g. 'python {Path(sys.argv[0]).name} --backend ray'")
+        parser.error(
+            f"--backend ray cannot run under torchrun (this process is rank {os.environ['RANK']} of "
+            f"{os.environ['WORLD_SIZE']}): with ray the script starts its own rank actors, so run it "
+            f"with plain python, e.g. 'python {Path(sys.argv[0]).name} --backend ray'"
+        )
 
 
 def _example_folders() -> List[str]:
@@ -113,7 +128,9 @@ def output_path(path: str, args: argparse.Namespace) -> str:
 
 def launch_options(description: Optional[str] = None) -> Dict[str, Any]:
     """Parse a script that takes only the launch options; return ``run_script``'s keyword arguments."""
-    parser = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=description, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     add_launch_options(parser)
     args = parser.parse_args()
     check_launch_options(parser, args)

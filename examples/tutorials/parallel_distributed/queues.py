@@ -32,7 +32,9 @@ def main() -> None:
     torch.set_num_threads(1)
     shared_tasks, copied_tasks = SimpleQueue(copy_tensor=False), SimpleQueue(copy_tensor=True)
     results = SimpleQueue()
-    processes = [Process(target=worker, args=(queue, results)) for queue in (shared_tasks, copied_tasks)]
+    processes = [
+        Process(target=worker, args=(queue, results)) for queue in (shared_tasks, copied_tasks)
+    ]
     for process in processes:
         process.start()
 

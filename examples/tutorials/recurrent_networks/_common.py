@@ -21,10 +21,14 @@ def parse_args(description: str, name: str, depth: Optional[int] = None) -> argp
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--episodes", type=int, default=500, help="stop after this many episodes")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--env", default=MASKED_CARTPOLE,
-                        help="CartPole-v0 (velocities hidden) or an Atari id such as ALE/Pong-v5, played from RAM")
-    parser.add_argument("--plot", default=f"{name}.png",
-                        help="learning-curve PNG to write at the end ('' for none)")
+    parser.add_argument(
+        "--env",
+        default=MASKED_CARTPOLE,
+        help="CartPole-v0 (velocities hidden) or an Atari id such as ALE/Pong-v5, played from RAM",
+    )
+    parser.add_argument(
+        "--plot", default=f"{name}.png", help="learning-curve PNG to write at the end ('' for none)"
+    )
     if depth is not None:
         parser.add_argument("--depth", type=int, default=depth, help="observations the agent sees")
     return parser.parse_args()
@@ -60,8 +64,11 @@ class Progress:
         episode = len(self.returns)
         if self.smoothed > self.best:
             self.best, self.best_episode = self.smoothed, episode
-        print(f"{self.name} episode {episode:4d}  return {total:6.1f}  smoothed {self.smoothed:6.1f}  "
-              f"{time.time() - self.start:7.1f} s", flush=True)
+        print(
+            f"{self.name} episode {episode:4d}  return {total:6.1f}  smoothed {self.smoothed:6.1f}  "
+            f"{time.time() - self.start:7.1f} s",
+            flush=True,
+        )
         if self.env != MASKED_CARTPOLE:
             return False
         self.streak = self.streak + 1 if self.smoothed > SOLVED_REWARD else 0
@@ -74,17 +81,25 @@ class Progress:
     def finish(self, plot: str) -> dict:
         """Write the learning curve to ``plot`` (unless empty) and return a summary."""
         summary = {
-            "agent": self.name, "episodes": len(self.returns), "best_smoothed": self.best,
-            "best_episode": self.best_episode, "solved_at": self.solved_at,
-            "wall_s": time.time() - self.start, "cpu_s": time.process_time() - self.start_cpu,
+            "agent": self.name,
+            "episodes": len(self.returns),
+            "best_smoothed": self.best,
+            "best_episode": self.best_episode,
+            "solved_at": self.solved_at,
+            "wall_s": time.time() - self.start,
+            "cpu_s": time.process_time() - self.start_cpu,
         }
-        print(f"{self.name}: best smoothed return {self.best:.1f} at episode {self.best_episode}, "
-              f"{summary['episodes']} episodes, {summary['wall_s']:.1f} s wall, "
-              f"{summary['cpu_s']:.1f} s CPU", flush=True)
+        print(
+            f"{self.name}: best smoothed return {self.best:.1f} at episode {self.best_episode}, "
+            f"{summary['episodes']} episodes, {summary['wall_s']:.1f} s wall, "
+            f"{summary['cpu_s']:.1f} s CPU",
+            flush=True,
+        )
         if plot and self.returns:
             directory, filename = os.path.split(os.path.abspath(plot))
             stem, extension = os.path.splitext(filename)
-            written = create_learning_curve(self.returns, directory, stem, title=self.name,
-                                            extension=extension or ".png")
+            written = create_learning_curve(
+                self.returns, directory, stem, title=self.name, extension=extension or ".png"
+            )
             print(f"learning curve written to {written}")
         return summary

@@ -20,8 +20,12 @@ from _common import parse_args
 
 # (tag, module, history depth): depth 1 = the current observation only
 AGENTS = [
-    ("dqn_depth1", dqn, 1), ("dqn", dqn, dqn.DEPTH), ("drqn", drqn, drqn.DEPTH),
-    ("ppo_depth1", ppo, 1), ("ppo", ppo, ppo.DEPTH), ("rppo", rppo, None),
+    ("dqn_depth1", dqn, 1),
+    ("dqn", dqn, dqn.DEPTH),
+    ("drqn", drqn, drqn.DEPTH),
+    ("ppo_depth1", ppo, 1),
+    ("ppo", ppo, ppo.DEPTH),
+    ("rppo", rppo, None),
 ]
 
 
@@ -39,12 +43,16 @@ def run_all(args: argparse.Namespace) -> list:
 
 def print_table(summaries: list) -> None:
     """One row per agent: best smoothed return, where it was reached, solved or not, times."""
-    print(f"\n{'agent':<12} {'best smoothed':>13} {'at episode':>10} {'solved at':>9} "
-          f"{'episodes':>8} {'wall s':>7} {'CPU s':>7}")
+    print(
+        f"\n{'agent':<12} {'best smoothed':>13} {'at episode':>10} {'solved at':>9} "
+        f"{'episodes':>8} {'wall s':>7} {'CPU s':>7}"
+    )
     for s in summaries:
         solved = "-" if s["solved_at"] is None else str(s["solved_at"])
-        print(f"{s['agent']:<12} {s['best_smoothed']:>13.1f} {s['best_episode']:>10d} {solved:>9} "
-              f"{s['episodes']:>8d} {s['wall_s']:>7.1f} {s['cpu_s']:>7.1f}")
+        print(
+            f"{s['agent']:<12} {s['best_smoothed']:>13.1f} {s['best_episode']:>10d} {solved:>9} "
+            f"{s['episodes']:>8d} {s['wall_s']:>7.1f} {s['cpu_s']:>7.1f}"
+        )
 
 
 if __name__ == "__main__":

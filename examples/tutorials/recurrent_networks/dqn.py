@@ -27,8 +27,10 @@ class QNet(nn.Module):
     def __init__(self, history_depth: int, obs_dim: int, action_num: int, hidden: int = 64):
         super().__init__()
         self.net = nn.Sequential(
-            nn.Linear(history_depth * obs_dim, hidden), nn.ReLU(),
-            nn.Linear(hidden, hidden), nn.ReLU(),
+            nn.Linear(history_depth * obs_dim, hidden),
+            nn.ReLU(),
+            nn.Linear(hidden, hidden),
+            nn.ReLU(),
             nn.Linear(hidden, action_num),
         )
 
@@ -41,9 +43,16 @@ def main(args: argparse.Namespace) -> dict:
     seed(args.seed)
     env = make_env(args.env)
     obs_shape, action_num = env.observation_space.shape, int(env.action_space.n)
-    dqn = DQN(QNet(args.depth, obs_shape[0], action_num), QNet(args.depth, obs_shape[0], action_num),
-              torch.optim.Adam, nn.MSELoss(reduction="sum"), batch_size=64, epsilon_decay=0.999,
-              update_rate=0.01, replay_size=20000)
+    dqn = DQN(
+        QNet(args.depth, obs_shape[0], action_num),
+        QNet(args.depth, obs_shape[0], action_num),
+        torch.optim.Adam,
+        nn.MSELoss(reduction="sum"),
+        batch_size=64,
+        epsilon_decay=0.999,
+        update_rate=0.01,
+        replay_size=20000,
+    )
     progress = Progress(f"DQN depth {args.depth}", args.env)
     steps = 0
     for episode in range(1, args.episodes + 1):
@@ -56,13 +65,15 @@ def main(args: argparse.Namespace) -> dict:
             obs, reward, terminated, truncated, _ = env.step(action.item())
             new_history = history.append(to_state(obs)).get()
             # every transition carries its own window of observations
-            dqn.store_transition({
-                "state": {"mem": old_history},
-                "action": {"action": action},
-                "next_state": {"mem": new_history},
-                "reward": float(reward),
-                "terminal": terminated,
-            })
+            dqn.store_transition(
+                {
+                    "state": {"mem": old_history},
+                    "action": {"action": action},
+                    "next_state": {"mem": new_history},
+                    "reward": float(reward),
+                    "terminal": terminated,
+                }
+            )
             steps += 1
             if steps > WARMUP_STEPS:
                 dqn.update()

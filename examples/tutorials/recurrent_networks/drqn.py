@@ -34,8 +34,12 @@ class RecurrentQNet(nn.Module):
         super().__init__()
         self.hidden_size = hidden_size
         self.gru = nn.GRU(obs_dim, hidden_size, batch_first=True)
-        self.head = nn.Sequential(nn.ReLU(), nn.Linear(hidden_size, hidden_size), nn.ReLU(),
-                                  nn.Linear(hidden_size, action_num))
+        self.head = nn.Sequential(
+            nn.ReLU(),
+            nn.Linear(hidden_size, hidden_size),
+            nn.ReLU(),
+            nn.Linear(hidden_size, action_num),
+        )
 
     def forward(self, mem=None, hidden=None, history_mem=None):
         if mem is not None:
@@ -52,10 +56,21 @@ def main(args: argparse.Namespace) -> dict:
     seed(args.seed)
     env = make_env(args.env)
     obs_shape, action_num = env.observation_space.shape, int(env.action_space.n)
-    q_net, q_net_t = RecurrentQNet(obs_shape[0], action_num), RecurrentQNet(obs_shape[0], action_num)
+    q_net, q_net_t = (
+        RecurrentQNet(obs_shape[0], action_num),
+        RecurrentQNet(obs_shape[0], action_num),
+    )
     # a prioritized buffer needs one loss per sample: reduction="none"
-    drqn = DQNPer(q_net, q_net_t, torch.optim.Adam, nn.MSELoss(reduction="none"), batch_size=64,
-                  epsilon_decay=0.999, update_rate=0.01, replay_size=20000)
+    drqn = DQNPer(
+        q_net,
+        q_net_t,
+        torch.optim.Adam,
+        nn.MSELoss(reduction="none"),
+        batch_size=64,
+        epsilon_decay=0.999,
+        update_rate=0.01,
+        replay_size=20000,
+    )
     progress = Progress(f"DRQN depth {args.depth}", args.env)
     steps = 0
     for episode in range(1, args.episodes + 1):
@@ -71,13 +86,15 @@ def main(args: argparse.Namespace) -> dict:
             obs, reward, terminated, truncated, _ = env.step(action.item())
             state = to_state(obs)
             new_history = history.append(state).get()
-            drqn.store_transition({
-                "state": {"history_mem": old_history},
-                "action": {"action": action},
-                "next_state": {"history_mem": new_history},
-                "reward": float(reward),
-                "terminal": terminated,
-            })
+            drqn.store_transition(
+                {
+                    "state": {"history_mem": old_history},
+                    "action": {"action": action},
+                    "next_state": {"history_mem": new_history},
+                    "reward": float(reward),
+                    "terminal": terminated,
+                }
+            )
             steps += 1
             if steps > WARMUP_STEPS:
                 drqn.update()

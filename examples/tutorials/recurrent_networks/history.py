@@ -36,7 +36,11 @@ class History:
     """
 
     def __init__(self, history_depth: int, state_shape: Sequence[int]):
-        if isinstance(history_depth, bool) or not isinstance(history_depth, int) or history_depth < 1:
+        if (
+            isinstance(history_depth, bool)
+            or not isinstance(history_depth, int)
+            or history_depth < 1
+        ):
             raise ValueError(f"history_depth must be a positive integer, got {history_depth!r}")
         self.state_shape: Tuple[int, ...] = tuple(int(s) for s in state_shape)
         self.history = [torch.zeros(self.state_shape) for _ in range(history_depth)]
@@ -84,7 +88,8 @@ class MaskVelocity(gym.ObservationWrapper):
         super().__init__(env)
         low, high = env.observation_space.low, env.observation_space.high
         self.observation_space = gym.spaces.Box(
-            low[list(self.KEEP)], high[list(self.KEEP)], dtype=np.float32)
+            low[list(self.KEEP)], high[list(self.KEEP)], dtype=np.float32
+        )
 
     def observation(self, observation: np.ndarray) -> np.ndarray:
         """Keep the position entries only."""
@@ -96,7 +101,9 @@ class RamToFloat(gym.ObservationWrapper):
 
     def __init__(self, env: gym.Env):
         super().__init__(env)
-        self.observation_space = gym.spaces.Box(0.0, 1.0, env.observation_space.shape, dtype=np.float32)
+        self.observation_space = gym.spaces.Box(
+            0.0, 1.0, env.observation_space.shape, dtype=np.float32
+        )
 
     def observation(self, observation: np.ndarray) -> np.ndarray:
         """Divide every byte by 255."""
@@ -121,7 +128,9 @@ def make_env(name: str = MASKED_CARTPOLE) -> gym.Env:
     if name == MASKED_CARTPOLE:
         return MaskVelocity(gym.make(MASKED_CARTPOLE))
     if not name.startswith("ALE/"):
-        raise ValueError(f"env must be {MASKED_CARTPOLE!r} or an Atari id such as 'ALE/Pong-v5', got {name!r}")
+        raise ValueError(
+            f"env must be {MASKED_CARTPOLE!r} or an Atari id such as 'ALE/Pong-v5', got {name!r}"
+        )
     try:
         import ale_py
     except ImportError as error:
@@ -150,8 +159,10 @@ def demo(episodes: int, depth: int, seed: int) -> None:
         done, steps = False, 0
         while not done:
             if steps < depth:
-                print(f"episode {episode} step {steps}: history {tuple(history.get().shape)}\n"
-                      f"{history.get()[0].numpy().round(3)}")
+                print(
+                    f"episode {episode} step {steps}: history {tuple(history.get().shape)}\n"
+                    f"{history.get()[0].numpy().round(3)}"
+                )
             obs, _, terminated, truncated, _ = env.step(env.action_space.sample())
             history.append(to_state(obs))
             done, steps = terminated or truncated, steps + 1

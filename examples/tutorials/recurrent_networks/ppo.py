@@ -35,8 +35,13 @@ def sample_or_score(logits: torch.Tensor, action: Optional[torch.Tensor] = None)
 
 def mlp(inputs: int, outputs: int, hidden: int = 32) -> nn.Sequential:
     """Two tanh layers of ``hidden`` units."""
-    return nn.Sequential(nn.Linear(inputs, hidden), nn.Tanh(), nn.Linear(hidden, hidden), nn.Tanh(),
-                         nn.Linear(hidden, outputs))
+    return nn.Sequential(
+        nn.Linear(inputs, hidden),
+        nn.Tanh(),
+        nn.Linear(hidden, hidden),
+        nn.Tanh(),
+        nn.Linear(hidden, outputs),
+    )
 
 
 class Actor(nn.Module):
@@ -63,9 +68,15 @@ class Critic(nn.Module):
 
 def make_ppo(actor: nn.Module, critic: nn.Module, **overrides: Any) -> PPO:
     """PPO with the settings of this tutorial; ``overrides`` replaces some of them (see rppo.py)."""
-    settings = dict(batch_size=1000, actor_update_times=10, critic_update_times=20,
-                    actor_learning_rate=0.003, critic_learning_rate=0.005, gae_lambda=0.95,
-                    surrogate_loss_clip=0.2)
+    settings = dict(
+        batch_size=1000,
+        actor_update_times=10,
+        critic_update_times=20,
+        actor_learning_rate=0.003,
+        critic_learning_rate=0.005,
+        gae_lambda=0.95,
+        surrogate_loss_clip=0.2,
+    )
     settings.update(overrides)
     return PPO(actor, critic, torch.optim.Adam, nn.MSELoss(), **settings)
 
@@ -86,13 +97,15 @@ def main(args: argparse.Namespace) -> dict:
             action = ppo.act({"mem": old_history})[0]
             obs, reward, terminated, truncated, _ = env.step(action.item())
             new_history = history.append(to_state(obs)).get()
-            transitions.append({
-                "state": {"mem": old_history},
-                "action": {"action": action},
-                "next_state": {"mem": new_history},
-                "reward": float(reward),
-                "terminal": terminated,
-            })
+            transitions.append(
+                {
+                    "state": {"mem": old_history},
+                    "action": {"action": action},
+                    "next_state": {"mem": new_history},
+                    "reward": float(reward),
+                    "terminal": terminated,
+                }
+            )
             total += reward
             done = terminated or truncated
         # on-policy: store the whole episode (returns and advantages are computed), then learn

@@ -32,8 +32,9 @@ class RecurrentActor(nn.Module):
         super().__init__()
         self.hidden_size = hidden_size
         self.gru = nn.GRU(obs_dim, hidden_size, batch_first=True)
-        self.head = nn.Sequential(nn.Linear(hidden_size, hidden_size), nn.Tanh(),
-                                  nn.Linear(hidden_size, action_num))
+        self.head = nn.Sequential(
+            nn.Linear(hidden_size, hidden_size), nn.Tanh(), nn.Linear(hidden_size, action_num)
+        )
 
     def forward(self, mem, hidden, action=None):
         out, hidden = self.gru(mem.unsqueeze(1), hidden.transpose(0, 1).contiguous())
@@ -59,13 +60,15 @@ def main(args: argparse.Namespace) -> dict:
             action, _, _, next_hidden = rppo.act({"mem": state, "hidden": hidden})
             obs, reward, terminated, truncated, _ = env.step(action.item())
             next_state = to_state(obs)
-            transitions.append({
-                "state": {"mem": state, "hidden": hidden},
-                "action": {"action": action},
-                "next_state": {"mem": next_state, "hidden": next_hidden},
-                "reward": float(reward),
-                "terminal": terminated,
-            })
+            transitions.append(
+                {
+                    "state": {"mem": state, "hidden": hidden},
+                    "action": {"action": action},
+                    "next_state": {"mem": next_state, "hidden": next_hidden},
+                    "reward": float(reward),
+                    "terminal": terminated,
+                }
+            )
             state, hidden = next_state, next_hidden
             total += reward
             done = terminated or truncated

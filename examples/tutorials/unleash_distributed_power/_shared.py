@@ -39,7 +39,9 @@ def make_env():
     return gym.make("CartPole-v1", max_episode_steps=200)
 
 
-def parse_args(description: str, name: str, episodes: int = 1000, roles: bool = True) -> argparse.Namespace:
+def parse_args(
+    description: str, name: str, episodes: int = 1000, roles: bool = True
+) -> argparse.Namespace:
     """The options of a distributed tutorial (``name`` is the stem of its output files).
 
     With ``roles`` (learners and samplers) also ``--learners``, ``--updates`` and the
@@ -47,23 +49,49 @@ def parse_args(description: str, name: str, episodes: int = 1000, roles: bool = 
     process started by torchrun, and ``--backend rpc`` with ``--address``, end the
     script with a usage error.
     """
-    parser = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--episodes", type=int, default=episodes, help="episodes per playing process at most")
+    parser = argparse.ArgumentParser(
+        description=description, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--episodes", type=int, default=episodes, help="episodes per playing process at most"
+    )
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--plot", default=f"{name}_curve.png", help="learning-curve PNG ('' for none)")
-    parser.add_argument("--nproc", type=int, default=3,
-                        help="processes (Ray actors with --backend ray) started by 'python script.py' "
-                             "(torchrun sets its own)")
+    parser.add_argument(
+        "--plot", default=f"{name}_curve.png", help="learning-curve PNG ('' for none)"
+    )
+    parser.add_argument(
+        "--nproc",
+        type=int,
+        default=3,
+        help="processes (Ray actors with --backend ray) started by 'python script.py' "
+        "(torchrun sets its own)",
+    )
     if roles:
-        parser.add_argument("--learners", type=int, default=1,
-                            help="learners (ranks 0 .. K-1, trained together with DistributedDataParallel)")
-        parser.add_argument("--updates", type=int, default=0,
-                            help="stop after this many learner updates (0: no limit)")
-        parser.add_argument("--checkpoint-every", type=int, default=1000, metavar="K",
-                            help="the learner writes a checkpoint every K updates (0: never)")
+        parser.add_argument(
+            "--learners",
+            type=int,
+            default=1,
+            help="learners (ranks 0 .. K-1, trained together with DistributedDataParallel)",
+        )
+        parser.add_argument(
+            "--updates",
+            type=int,
+            default=0,
+            help="stop after this many learner updates (0: no limit)",
+        )
+        parser.add_argument(
+            "--checkpoint-every",
+            type=int,
+            default=1000,
+            metavar="K",
+            help="the learner writes a checkpoint every K updates (0: never)",
+        )
         parser.add_argument("--checkpoint-dir", default=f"{name}_checkpoints", metavar="DIR")
-        parser.add_argument("--resume", action="store_true",
-                            help="the learner continues from the newest checkpoint in --checkpoint-dir, if any")
+        parser.add_argument(
+            "--resume",
+            action="store_true",
+            help="the learner continues from the newest checkpoint in --checkpoint-dir, if any",
+        )
     add_launch_options(parser)
     args = parser.parse_args()
     check_launch_options(parser, args)
@@ -80,12 +108,20 @@ def start(main: Callable, args: argparse.Namespace) -> None:
     are made absolute first: the actors of a cluster run in the cluster's directory.
     """
     learners = getattr(args, "learners", None)
-    samplers = () if learners is None else Roles.from_world(args.nproc, 0, learners=learners).samplers
+    samplers = (
+        () if learners is None else Roles.from_world(args.nproc, 0, learners=learners).samplers
+    )
     args.plot = output_path(args.plot, args)
     if learners is not None:
         args.checkpoint_dir = output_path(args.checkpoint_dir, args)
-    run_script(lambda rank: main(rank, args), args.nproc, timeout=24 * 3600, allow_exit=samplers,
-               failure_grace=RPC_TIMEOUT + 10, **launch_kwargs(args))
+    run_script(
+        lambda rank: main(rank, args),
+        args.nproc,
+        timeout=24 * 3600,
+        allow_exit=samplers,
+        failure_grace=RPC_TIMEOUT + 10,
+        **launch_kwargs(args),
+    )
 
 
 @contextlib.contextmanager
@@ -130,8 +166,11 @@ class Progress:
         """Note one episode's return; ``True`` once this process has solved the environment."""
         self.returns.append(total)
         self.smoothed = 0.9 * self.smoothed + 0.1 * total
-        print(f"process {self.rank} episode {episode:4d}  return {total:6.1f}  smoothed {self.smoothed:6.1f}  "
-              f"{time.time() - self.start:6.1f} s", flush=True)
+        print(
+            f"process {self.rank} episode {episode:4d}  return {total:6.1f}  smoothed {self.smoothed:6.1f}  "
+            f"{time.time() - self.start:6.1f} s",
+            flush=True,
+        )
         self.streak = self.streak + 1 if self.smoothed > SOLVED_REWARD else 0
         if self.streak >= SOLVED_REPEAT:
             print(f"process {self.rank}: environment solved at episode {episode}!", flush=True)
@@ -145,7 +184,9 @@ def write_curve(returns: Sequence[float], path: str, title: str) -> None:
         return
     directory, filename = os.path.split(path)
     stem, extension = os.path.splitext(filename)
-    written = create_learning_curve(returns, directory or ".", stem, title=title, extension=extension or ".png")
+    written = create_learning_curve(
+        returns, directory or ".", stem, title=title, extension=extension or ".png"
+    )
     print(f"learning curve written to {written}", flush=True)
 
 
@@ -156,8 +197,11 @@ def learner_summary(updates: int, sampled_from, control) -> None:
         node = control.nodes.get(control.rank_of(name), 0)
         by_node[node] = by_node.get(node, 0) + count
     by_sampler = {name: count for name, count in sorted(sampled_from.items())}
-    print(f"learner: {updates} updates; samples drawn by node {dict(sorted(by_node.items()))}, "
-          f"by process {by_sampler}; environment steps reported {control.steps}", flush=True)
+    print(
+        f"learner: {updates} updates; samples drawn by node {dict(sorted(by_node.items()))}, "
+        f"by process {by_sampler}; environment steps reported {control.steps}",
+        flush=True,
+    )
 
 
 def finish_run(world, control, rank: int, returns, path: str, title: str) -> None:

@@ -30,8 +30,13 @@ class Actor(nn.Module):
 
     def __init__(self, state_dim=4, action_num=2, hidden=32):
         super().__init__()
-        self.net = nn.Sequential(nn.Linear(state_dim, hidden), nn.Tanh(), nn.Linear(hidden, hidden), nn.Tanh(),
-                                 nn.Linear(hidden, action_num))
+        self.net = nn.Sequential(
+            nn.Linear(state_dim, hidden),
+            nn.Tanh(),
+            nn.Linear(hidden, hidden),
+            nn.Tanh(),
+            nn.Linear(hidden, action_num),
+        )
 
     def forward(self, state, action=None):
         dist = Categorical(logits=self.net(state))
@@ -44,8 +49,13 @@ class Critic(nn.Module):
 
     def __init__(self, state_dim=4, hidden=32):
         super().__init__()
-        self.net = nn.Sequential(nn.Linear(state_dim, hidden), nn.Tanh(), nn.Linear(hidden, hidden), nn.Tanh(),
-                                 nn.Linear(hidden, 1))
+        self.net = nn.Sequential(
+            nn.Linear(state_dim, hidden),
+            nn.Tanh(),
+            nn.Linear(hidden, hidden),
+            nn.Tanh(),
+            nn.Linear(hidden, 1),
+        )
 
     def forward(self, state):
         return self.net(state)
@@ -60,8 +70,15 @@ def play_episode(a3c, env, seed):
         action = a3c.act({"state": state})[0]
         obs, reward, terminated, truncated, _ = env.step(action.item())
         next_state = torch.tensor(obs, dtype=torch.float32).view(1, -1)
-        stored.append({"state": {"state": state}, "action": {"action": action},
-                       "next_state": {"state": next_state}, "reward": float(reward), "terminal": terminated})
+        stored.append(
+            {
+                "state": {"state": state},
+                "action": {"action": action},
+                "next_state": {"state": next_state},
+                "reward": float(reward),
+                "terminal": terminated,
+            }
+        )
         state, total, done = next_state, total + reward, terminated or truncated
     return stored, total
 
@@ -76,7 +93,9 @@ def main(rank, args):
     torch.manual_seed(args.seed + rank)
     # Each update() pushes one gradient per network, computed on the whole episode (batch_size
     # covers it): with the parameters fixed during an update, more update_times would only repeat it.
-    a3c = A3C(Actor(), Critic(), nn.MSELoss(), servers, batch_size=1000, update_times=1, gae_lambda=0.95)
+    a3c = A3C(
+        Actor(), Critic(), nn.MSELoss(), servers, batch_size=1000, update_times=1, gae_lambda=0.95
+    )
     a3c.set_sync(False)  # pull once per episode, not on every act
     env = make_env()
     progress = Progress(rank)
@@ -87,7 +106,9 @@ def main(rank, args):
         a3c.update()
         if progress.record(episode, total):
             group.register(f"solved_{rank}", print)  # any registered name tells the others
-        if any(group.is_registered(f"solved_{name}") for name in players):  # solved here or elsewhere
+        if any(
+            group.is_registered(f"solved_{name}") for name in players
+        ):  # solved here or elsewhere
             break
     env.close()
     world.barrier()  # every process has left its loop: the "solved" registrations are final

@@ -61,8 +61,13 @@ class QNet(nn.Module):
 
     def __init__(self, state_dim=4, action_num=2, hidden=64):
         super().__init__()
-        self.net = nn.Sequential(nn.Linear(state_dim, hidden), nn.ReLU(), nn.Linear(hidden, hidden), nn.ReLU(),
-                                 nn.Linear(hidden, action_num))
+        self.net = nn.Sequential(
+            nn.Linear(state_dim, hidden),
+            nn.ReLU(),
+            nn.Linear(hidden, hidden),
+            nn.ReLU(),
+            nn.Linear(hidden, action_num),
+        )
 
     def forward(self, state):
         return self.net(state)
@@ -84,10 +89,21 @@ def sample(apex, control, rank, args):
             action = apex.act_discrete_with_noise({"state": state})
             obs, reward, terminated, truncated, _ = env.step(action.item())
             next_state = torch.tensor(obs, dtype=torch.float32).view(1, -1)
-            apex.store_transition({"state": {"state": state}, "action": {"action": action},
-                                   "next_state": {"state": next_state}, "reward": float(reward),
-                                   "terminal": terminated})
-            state, total, done, played = next_state, total + reward, terminated or truncated, played + 1
+            apex.store_transition(
+                {
+                    "state": {"state": state},
+                    "action": {"action": action},
+                    "next_state": {"state": next_state},
+                    "reward": float(reward),
+                    "terminal": terminated,
+                }
+            )
+            state, total, done, played = (
+                next_state,
+                total + reward,
+                terminated or truncated,
+                played + 1,
+            )
         steps += played
         solved = progress.record(episode, total)
         if control.report(steps=played, episodes=1, solved=solved).stop:  # solved here or elsewhere
@@ -129,12 +145,23 @@ def main(rank, args):
     world = World(rpc_timeout=RPC_TIMEOUT)
     roles = Roles.from_world(learners=args.learners)  # learners 0 .. K-1, samplers the rest
     torch.manual_seed(args.seed)
-    apex = DQNApex.from_roles(roles, QNet(), QNet(), torch.optim.Adam, nn.MSELoss(reduction="none"),
-                              batch_size=64, epsilon_decay=0.999, update_rate=0.01, replay_size=20000)
+    apex = DQNApex.from_roles(
+        roles,
+        QNet(),
+        QNet(),
+        torch.optim.Adam,
+        nn.MSELoss(reduction="none"),
+        batch_size=64,
+        epsilon_decay=0.999,
+        update_rate=0.01,
+        replay_size=20000,
+    )
     apex.set_sync(False)  # samplers pull once per episode
     control = RunControl(apex.apex_group, roles, learner_group=apex.learner_group)
     with stop_if_learner_lost(world, control):
-        result = learn(apex, control, args) if roles.is_learner else sample(apex, control, rank, args)
+        result = (
+            learn(apex, control, args) if roles.is_learner else sample(apex, control, rank, args)
+        )
         # Ends the run everywhere; then the sampler that solved (or the first) writes its curve.
         finish_run(world, control, rank, result, args.plot, "Ape-X DQN on CartPole")
     return result

@@ -54,8 +54,13 @@ class Actor(nn.Module):
 
     def __init__(self, state_dim=4, action_num=2, hidden=32):
         super().__init__()
-        self.net = nn.Sequential(nn.Linear(state_dim, hidden), nn.Tanh(), nn.Linear(hidden, hidden), nn.Tanh(),
-                                 nn.Linear(hidden, action_num))
+        self.net = nn.Sequential(
+            nn.Linear(state_dim, hidden),
+            nn.Tanh(),
+            nn.Linear(hidden, hidden),
+            nn.Tanh(),
+            nn.Linear(hidden, action_num),
+        )
 
     def forward(self, state, action=None):
         dist = Categorical(logits=self.net(state))
@@ -68,8 +73,13 @@ class Critic(nn.Module):
 
     def __init__(self, state_dim=4, hidden=32):
         super().__init__()
-        self.net = nn.Sequential(nn.Linear(state_dim, hidden), nn.Tanh(), nn.Linear(hidden, hidden), nn.Tanh(),
-                                 nn.Linear(hidden, 1))
+        self.net = nn.Sequential(
+            nn.Linear(state_dim, hidden),
+            nn.Tanh(),
+            nn.Linear(hidden, hidden),
+            nn.Tanh(),
+            nn.Linear(hidden, 1),
+        )
 
     def forward(self, state):
         return self.net(state)
@@ -91,13 +101,22 @@ def sample(impala, control, rank, args):
             action, log_prob, *_ = impala.act({"state": state})
             obs, reward, terminated, truncated, _ = env.step(action.item())
             next_state = torch.tensor(obs, dtype=torch.float32).view(1, -1)
-            stored.append({"state": {"state": state}, "action": {"action": action},
-                           "next_state": {"state": next_state}, "reward": float(reward),
-                           "terminal": terminated, "action_log_prob": log_prob.item()})
+            stored.append(
+                {
+                    "state": {"state": state},
+                    "action": {"action": action},
+                    "next_state": {"state": next_state},
+                    "reward": float(reward),
+                    "terminal": terminated,
+                    "action_log_prob": log_prob.item(),
+                }
+            )
             state, total, done = next_state, total + reward, terminated or truncated
         impala.store_episode(stored)
         solved = progress.record(episode, total)
-        if control.report(steps=len(stored), episodes=1, solved=solved).stop:  # solved here or elsewhere
+        if control.report(
+            steps=len(stored), episodes=1, solved=solved
+        ).stop:  # solved here or elsewhere
             break
     env.close()
     return progress.returns
@@ -135,12 +154,24 @@ def main(rank, args):
     world = World(rpc_timeout=RPC_TIMEOUT)
     roles = Roles.from_world(learners=args.learners)  # learners 0 .. K-1, samplers the rest
     torch.manual_seed(args.seed)
-    impala = IMPALA.from_roles(roles, Actor(), Critic(), torch.optim.Adam, nn.MSELoss(), batch_size=2,
-                               learning_rate=0.003, replay_size=50)
+    impala = IMPALA.from_roles(
+        roles,
+        Actor(),
+        Critic(),
+        torch.optim.Adam,
+        nn.MSELoss(),
+        batch_size=2,
+        learning_rate=0.003,
+        replay_size=50,
+    )
     impala.set_sync(False)  # samplers pull once per episode
     control = RunControl(impala.impala_group, roles, learner_group=impala.learner_group)
     with stop_if_learner_lost(world, control):
-        result = learn(impala, control, args) if roles.is_learner else sample(impala, control, rank, args)
+        result = (
+            learn(impala, control, args)
+            if roles.is_learner
+            else sample(impala, control, rank, args)
+        )
         # Ends the run everywhere; then the sampler that solved (or the first) writes its curve.
         finish_run(world, control, rank, result, args.plot, "IMPALA on CartPole")
     return result

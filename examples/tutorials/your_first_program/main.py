@@ -75,13 +75,15 @@ def main(max_episodes: int = 1000, seed: int = 0, plot: str = "", gif: str = "")
                 total_reward += reward
                 terminal = terminated or truncated
 
-            dqn.store_transition({
-                "state": {"some_state": old_state},
-                "action": {"action": action},
-                "next_state": {"some_state": state},
-                "reward": float(reward),
-                "terminal": terminated,
-            })
+            dqn.store_transition(
+                {
+                    "state": {"some_state": old_state},
+                    "action": {"action": action},
+                    "next_state": {"some_state": state},
+                    "reward": float(reward),
+                    "terminal": terminated,
+                }
+            )
 
         # warm up the replay buffer, then update once per step taken
         if episode > 100:
@@ -102,8 +104,13 @@ def main(max_episodes: int = 1000, seed: int = 0, plot: str = "", gif: str = "")
     env.close()
     if plot:
         directory, stem, extension = split_path(plot)
-        written = create_learning_curve(returns, directory, stem, title="DQN on CartPole (200 steps)",
-                                        extension=extension or ".png")
+        written = create_learning_curve(
+            returns,
+            directory,
+            stem,
+            title="DQN on CartPole (200 steps)",
+            extension=extension or ".png",
+        )
         logger.info(f"Learning curve written to {written}")
     if gif:
         record_episode(dqn, gif, seed)
@@ -124,7 +131,9 @@ def record_episode(dqn, path, seed):
     frames, done = [env.render()], False
     while not done:
         with torch.no_grad():
-            action = dqn.act_discrete({"some_state": torch.tensor(obs, dtype=torch.float32).view(1, -1)})
+            action = dqn.act_discrete(
+                {"some_state": torch.tensor(obs, dtype=torch.float32).view(1, -1)}
+            )
         obs, _, terminated, truncated, _ = env.step(action.item())
         frames.append(env.render())
         done = terminated or truncated
@@ -138,8 +147,15 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--episodes", type=int, default=1000)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--plot", default="first_program_curve.png", help="learning-curve PNG ('' for none)")
-    parser.add_argument("--gif", nargs="?", const="first_program_episode.gif", default="",
-                        help="record one greedy episode of the trained agent as a GIF")
+    parser.add_argument(
+        "--plot", default="first_program_curve.png", help="learning-curve PNG ('' for none)"
+    )
+    parser.add_argument(
+        "--gif",
+        nargs="?",
+        const="first_program_episode.gif",
+        default="",
+        help="record one greedy episode of the trained agent as a GIF",
+    )
     args = parser.parse_args()
     main(args.episodes, args.seed, args.plot, args.gif)

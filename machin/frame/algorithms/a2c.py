@@ -61,7 +61,9 @@ def _with_custom(transition: Union[TransitionBase, Dict[str, Any]], values: Dict
     custom.update(values)
     names = sorted(custom)
     return TransitionBase(
-        transition.major_attr, transition.sub_attr, names,
+        transition.major_attr,
+        transition.sub_attr,
+        names,
         [getattr(transition, n) for n in transition.major_attr],
         [getattr(transition, n) for n in transition.sub_attr],
         [custom[n] for n in names],
@@ -107,27 +109,50 @@ class A2C(BufferOptions, ActorCriticOptions, TorchFramework):
     actor_update_times = Option(5, positive_int, "Actor steps per :meth:`update`.")
     critic_update_times = Option(10, positive_int, "Critic steps per :meth:`update`.")
     actor_learning_rate = ActorCriticOptions.actor_learning_rate.but(default=0.001)
-    entropy_weight = Option(None, optional(real),
-                            "Weight of the mean entropy in the actor loss (or a schedule); ``None`` ignores the "
-                            "entropy output. Negative values reward exploration (the usual choice).", schedulable=True)
+    entropy_weight = Option(
+        None,
+        optional(real),
+        "Weight of the mean entropy in the actor loss (or a schedule); ``None`` ignores the "
+        "entropy output. Negative values reward exploration (the usual choice).",
+        schedulable=True,
+    )
     value_weight = Option(0.5, non_negative, "Factor on the critic loss.")
-    gae_lambda = Option(1.0, probability, "GAE lambda in ``[0, 1]``: 1 gives Monte-Carlo advantages, 0 one-step "
-                        "temporal differences.")
-    normalize_advantage = Option(True, doc="Standardize the advantages of each training batch to mean 0 and "
-                                 "standard deviation 1.")
-    value_target = Option("return", one_of("return", "lambda_return"),
-                          '``"return"``: the critic regresses on the discounted return (bootstrapped only at a '
-                          'cut end; as Machin 0.3.4); ``"lambda_return"``: on the GAE lambda-return '
-                          "``advantage + V(s)``, the usual target with ``gae_lambda < 1``.")
-    joint_update = Option(False, doc="Train both networks on one joint loss (policy loss + ``value_weight`` x "
-                          "value loss + entropy term) for ``actor_update_times`` epochs over shuffled minibatches "
-                          "of ``batch_size`` covering every stored sample, with advantages standardized per "
-                          "minibatch and ``gradient_max`` clipping the norm of the joint gradient (both networks "
-                          "together), as PPO is usually run; "
-                          "``False``: 0.3.4's separate actor and critic loops on random minibatches.")
+    gae_lambda = Option(
+        1.0,
+        probability,
+        "GAE lambda in ``[0, 1]``: 1 gives Monte-Carlo advantages, 0 one-step "
+        "temporal differences.",
+    )
+    normalize_advantage = Option(
+        True,
+        doc="Standardize the advantages of each training batch to mean 0 and standard deviation 1.",
+    )
+    value_target = Option(
+        "return",
+        one_of("return", "lambda_return"),
+        '``"return"``: the critic regresses on the discounted return (bootstrapped only at a '
+        'cut end; as Machin 0.3.4); ``"lambda_return"``: on the GAE lambda-return '
+        "``advantage + V(s)``, the usual target with ``gae_lambda < 1``.",
+    )
+    joint_update = Option(
+        False,
+        doc="Train both networks on one joint loss (policy loss + ``value_weight`` x "
+        "value loss + entropy term) for ``actor_update_times`` epochs over shuffled minibatches "
+        "of ``batch_size`` covering every stored sample, with advantages standardized per "
+        "minibatch and ``gradient_max`` clipping the norm of the joint gradient (both networks "
+        "together), as PPO is usually run; "
+        "``False``: 0.3.4's separate actor and critic loops on random minibatches.",
+    )
 
-    def __init__(self, actor: nn.Module, critic: nn.Module, optimizer: Callable, criterion: Callable,
-                 *_: Any, **options: Any):
+    def __init__(
+        self,
+        actor: nn.Module,
+        critic: nn.Module,
+        optimizer: Callable,
+        criterion: Callable,
+        *_: Any,
+        **options: Any,
+    ):
         super().__init__(*_, **options)
         self._check_criterion(criterion)
         self.criterion = criterion
@@ -143,7 +168,9 @@ class A2C(BufferOptions, ActorCriticOptions, TorchFramework):
     def _optimizers(self):
         return [opt for opt in (self.actor_optim, self.critic_optim) if opt is not None]
 
-    def _make_actor_optimizer(self, optimizer: Callable, learning_rate: float) -> Optional[torch.optim.Optimizer]:
+    def _make_actor_optimizer(
+        self, optimizer: Callable, learning_rate: float
+    ) -> Optional[torch.optim.Optimizer]:
         """The actor's optimizer (``None`` for an algorithm that steps the actor itself)."""
         return self._make_optimizer(optimizer, self.actor, learning_rate)
 
@@ -232,15 +259,21 @@ class A2C(BufferOptions, ActorCriticOptions, TorchFramework):
             raise ValueError("episode must hold at least one transition, got an empty list")
         returns, advantages = self._episode_targets(episode)
         self.replay_buffer.extend(
-            [_with_custom(t, {"value": g, "gae": a}) for t, g, a in zip(episode, returns, advantages)],
+            [
+                _with_custom(t, {"value": g, "gae": a})
+                for t, g, a in zip(episode, returns, advantages)
+            ],
             required_attrs=A2C_REQUIRED_ATTRS,
         )
 
-    def _episode_targets(self, episode: List[Union[TransitionBase, Dict[str, Any]]]
-                         ) -> Tuple[List[float], List[float]]:
+    def _episode_targets(
+        self, episode: List[Union[TransitionBase, Dict[str, Any]]]
+    ) -> Tuple[List[float], List[float]]:
         for step, t in enumerate(episode):
             if not isinstance(t, (dict, TransitionBase)):
-                raise TypeError(f"episode[{step}] must be a Transition or a dict, got {type(t).__name__}")
+                raise TypeError(
+                    f"episode[{step}] must be a Transition or a dict, got {type(t).__name__}"
+                )
             missing = [name for name in DEFAULT_REQUIRED_ATTRS if name not in t]
             if missing:
                 raise ValueError(
@@ -253,15 +286,21 @@ class A2C(BufferOptions, ActorCriticOptions, TorchFramework):
                 f"{sorted(episode[0]['next_state'])}"
             )
         steps = len(episode)
-        states = {k: torch.cat([t["state"][k] for t in episode] + [t["next_state"][k] for t in episode])
-                  for k in keys}
+        states = {
+            k: torch.cat([t["state"][k] for t in episode] + [t["next_state"][k] for t in episode])
+            for k in keys
+        }
         with torch.no_grad():
             values = self._criticize(states)
         values = as_column(values, 2 * steps, "the critic output").view(-1).tolist()
         returns, advantages = returns_and_advantages(
-            [float(t["reward"]) for t in episode], values[:steps], values[steps:],
-            [bool(t["terminal"]) for t in episode], [bool(t["truncated"]) if "truncated" in t else False for t in episode],
-            self.discount, self.gae_lambda,
+            [float(t["reward"]) for t in episode],
+            values[:steps],
+            values[steps:],
+            [bool(t["terminal"]) for t in episode],
+            [bool(t["truncated"]) if "truncated" in t else False for t in episode],
+            self.discount,
+            self.gae_lambda,
         )
         if self.value_target == "lambda_return":
             returns = [a + v for a, v in zip(advantages, values[:steps])]
@@ -271,13 +310,21 @@ class A2C(BufferOptions, ActorCriticOptions, TorchFramework):
     def _sample_all(self, concatenate: bool) -> Optional[PolicyBatch]:
         """Everything stored, oldest first, with old log-probabilities when needed."""
         size, sampled = self.replay_buffer.sample_batch(
-            0, concatenate, sample_method="all", sample_attrs=["state", "action"])
+            0, concatenate, sample_method="all", sample_attrs=["state", "action"]
+        )
         if size == 0:
             return None
         state, action = sampled
         _, (target_value, advantage) = self.replay_buffer.sample_batch(
-            0, True, sample_method="all", sample_attrs=["value", "gae"], additional_concat_attrs=["value", "gae"])
-        batch = PolicyBatch(size, state, action, target_value.view(size, 1), advantage.view(size, 1))
+            0,
+            True,
+            sample_method="all",
+            sample_attrs=["value", "gae"],
+            additional_concat_attrs=["value", "gae"],
+        )
+        batch = PolicyBatch(
+            size, state, action, target_value.view(size, 1), advantage.view(size, 1)
+        )
         if self._needs_old_log_prob:
             with torch.no_grad():
                 batch.old_log_prob = self._evaluate_policy(batch)[0]
@@ -298,19 +345,25 @@ class A2C(BufferOptions, ActorCriticOptions, TorchFramework):
         if not self.normalize_advantage or batch.size < 2:
             return batch
         advantage = batch.advantage
-        return replace(batch, advantage=(advantage - advantage.mean()) / (advantage.std(correction=0) + 1e-8))
+        return replace(
+            batch, advantage=(advantage - advantage.mean()) / (advantage.std(correction=0) + 1e-8)
+        )
 
     def _evaluate_policy(self, batch: PolicyBatch) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
         """Log-probabilities ``[B, 1]`` of the stored actions and entropies ``[B, 1]`` (or ``None``)."""
         need_entropy = self.entropy_weight is not None
         _, log_prob, entropy = split_actor_output(
-            self._eval_act(batch.state, batch.action), type(self).__name__, need_entropy)
+            self._eval_act(batch.state, batch.action), type(self).__name__, need_entropy
+        )
         log_prob = as_column(log_prob, batch.size, "the actor's log_prob output")
-        entropy = as_column(entropy, batch.size, "the actor's entropy output") if need_entropy else None
+        entropy = (
+            as_column(entropy, batch.size, "the actor's entropy output") if need_entropy else None
+        )
         return log_prob, entropy
 
-    def _policy_loss(self, log_prob: torch.Tensor, old_log_prob: Optional[torch.Tensor],
-                     advantage: torch.Tensor) -> torch.Tensor:
+    def _policy_loss(
+        self, log_prob: torch.Tensor, old_log_prob: Optional[torch.Tensor], advantage: torch.Tensor
+    ) -> torch.Tensor:
         """The policy-gradient loss to minimise: ``-mean(log_prob * advantage)``.
 
         Args:
@@ -320,8 +373,9 @@ class A2C(BufferOptions, ActorCriticOptions, TorchFramework):
         """
         return -(log_prob * advantage.to(log_prob.device)).mean()
 
-    def _actor_loss(self, batch: PolicyBatch, log_prob: torch.Tensor,
-                    entropy: Optional[torch.Tensor]) -> Tuple[torch.Tensor, torch.Tensor]:
+    def _actor_loss(
+        self, batch: PolicyBatch, log_prob: torch.Tensor, entropy: Optional[torch.Tensor]
+    ) -> Tuple[torch.Tensor, torch.Tensor]:
         """``(policy loss + entropy term, policy loss)``."""
         policy_loss = self._policy_loss(log_prob, batch.old_log_prob, batch.advantage)
         if entropy is None:
@@ -363,14 +417,16 @@ class A2C(BufferOptions, ActorCriticOptions, TorchFramework):
         with torch.no_grad():
             return self._critic_loss(batch).item()
 
-    def _joint_epochs(self, batch: PolicyBatch, update_policy: bool, update_value: bool) -> Tuple[float, float]:
+    def _joint_epochs(
+        self, batch: PolicyBatch, update_policy: bool, update_value: bool
+    ) -> Tuple[float, float]:
         """``actor_update_times`` epochs of joint steps over shuffled minibatches of ``batch``."""
         generator = getattr(self.replay_buffer, "generator", None)
         policy_values, value_losses = [], []
         for _ in range(self.actor_update_times):
             order = torch.randperm(batch.size, generator=generator)
             for start in range(0, batch.size, self.batch_size):
-                minibatch = self._normalized(batch.subset(order[start:start + self.batch_size]))
+                minibatch = self._normalized(batch.subset(order[start : start + self.batch_size]))
                 # The networks are separate, so the joint loss's gradient is each network's own
                 # loss's; gradient_max clips the norm of the joint gradient, over both networks.
                 loss, policy_loss = self._actor_objective(minibatch)
@@ -383,11 +439,17 @@ class A2C(BufferOptions, ActorCriticOptions, TorchFramework):
                     self._optimize(losses, optimizers, networks, self.gradient_max)
                 policy_values.append(-policy_loss.item())
                 value_losses.append(value_loss.item())
-        return UpdateResult(sum(policy_values) / len(policy_values), sum(value_losses) / len(value_losses))
+        return UpdateResult(
+            sum(policy_values) / len(policy_values), sum(value_losses) / len(value_losses)
+        )
 
     @ignores_extra_args
-    def update(self, update_value: bool = True, update_policy: bool = True,
-               concatenate_samples: bool = True) -> Optional[UpdateResult]:
+    def update(
+        self,
+        update_value: bool = True,
+        update_policy: bool = True,
+        concatenate_samples: bool = True,
+    ) -> Optional[UpdateResult]:
         """Train on the stored samples, then clear the buffer.
 
         Runs ``actor_update_times`` actor steps, then ``critic_update_times`` critic
@@ -415,8 +477,14 @@ class A2C(BufferOptions, ActorCriticOptions, TorchFramework):
             return result
         actor_step = self._update_actor if update_policy else self._evaluate_actor
         critic_step = self._update_critic if update_value else self._evaluate_critic
-        policy_value = sum(actor_step(self._actor_minibatch(batch)) for _ in range(self.actor_update_times))
-        value_loss = sum(critic_step(self._minibatch(batch)) for _ in range(self.critic_update_times))
+        policy_value = sum(
+            actor_step(self._actor_minibatch(batch)) for _ in range(self.actor_update_times)
+        )
+        value_loss = sum(
+            critic_step(self._minibatch(batch)) for _ in range(self.critic_update_times)
+        )
         self.replay_buffer.clear()
         self._set_mode(False, self.actor, self.critic)
-        return UpdateResult(policy_value / self.actor_update_times, value_loss / self.critic_update_times)
+        return UpdateResult(
+            policy_value / self.actor_update_times, value_loss / self.critic_update_times
+        )

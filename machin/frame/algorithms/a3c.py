@@ -82,9 +82,13 @@ class A3C(A2C):
     driver = None
     driver_unavailable = "it is a distributed algorithm with its own worker loop"
     actor_learning_rate = critic_learning_rate = None
-    update_times = Option(50, positive_int, "Accepted as in Machin 0.3.4, which computed the losses of this many "
-                          "minibatches on unchanged parameters and pushed the last one's gradients; machin "
-                          "computes and pushes one minibatch's, which is the same push for a fraction of the work.")
+    update_times = Option(
+        50,
+        positive_int,
+        "Accepted as in Machin 0.3.4, which computed the losses of this many "
+        "minibatches on unchanged parameters and pushed the last one's gradients; machin "
+        "computes and pushes one minibatch's, which is the same push for a fraction of the work.",
+    )
 
     @property
     def actor_update_times(self) -> int:
@@ -96,8 +100,15 @@ class A3C(A2C):
         """Critic loss evaluations per update: 1 (see ``update_times``)."""
         return 1
 
-    def __init__(self, actor: nn.Module, critic: nn.Module, criterion: Callable,
-                 grad_server: Tuple[PushPullGradServer, PushPullGradServer], *_: Any, **options: Any):
+    def __init__(
+        self,
+        actor: nn.Module,
+        critic: nn.Module,
+        criterion: Callable,
+        grad_server: Tuple[PushPullGradServer, PushPullGradServer],
+        *_: Any,
+        **options: Any,
+    ):
         if not isinstance(grad_server, Sequence) or len(grad_server) != 2:
             raise ValueError(
                 f"grad_server must be a pair (actor_server, critic_server) of PushPullGradServer "
@@ -107,13 +118,19 @@ class A3C(A2C):
         self.is_syncing = True
         super().__init__(actor, critic, None, criterion, *_, **options)
 
-    def _make_optimizer(self, optimizer: Any, network: nn.Module, learning_rate: float) -> GradPushOptimizer:
+    def _make_optimizer(
+        self, optimizer: Any, network: nn.Module, learning_rate: float
+    ) -> GradPushOptimizer:
         """A stand-in optimizer for the actor or the critic (``optimizer`` is unused)."""
         return GradPushOptimizer(network)
 
     @ignores_extra_args
-    def update(self, update_value: bool = True, update_policy: bool = True,
-               concatenate_samples: bool = True) -> Optional[UpdateResult]:
+    def update(
+        self,
+        update_value: bool = True,
+        update_policy: bool = True,
+        concatenate_samples: bool = True,
+    ) -> Optional[UpdateResult]:
         """Compute the A2C gradients on the stored samples, push them once, then clear the buffer.
 
         Runs :meth:`A2C.update` once for each network with the local parameters
@@ -132,8 +149,9 @@ class A3C(A2C):
             result = super().update(update_value, update_policy, concatenate_samples)
         finally:
             self.is_syncing = syncing
-        for server, network, optimizer in zip(self.grad_server, (self.actor, self.critic),
-                                              (self.actor_optim, self.critic_optim)):
+        for server, network, optimizer in zip(
+            self.grad_server, (self.actor, self.critic), (self.actor_optim, self.critic_optim)
+        ):
             if optimizer.stepped:
                 server.push(network)
         return result

@@ -47,8 +47,10 @@ def _cpu_only(name: str, value: Any) -> Any:
     # Distributed buffers keep their transitions on the CPU (they travel over RPC);
     # Machin 0.3.4 ignored replay_device here as well.
     if str(value) != "cpu":
-        warn_caller(f"Apex ignores {name}={str(value)!r}: its distributed buffer always stores transitions "
-                    f"on the CPU (as in Machin 0.3.4).")
+        warn_caller(
+            f"Apex ignores {name}={str(value)!r}: its distributed buffer always stores transitions "
+            f"on the CPU (as in Machin 0.3.4)."
+        )
     return value
 
 
@@ -75,22 +77,37 @@ class ApexMixin(LearnerPipeline, SharedNetworkSync):
     _ddp_networks: Tuple[str, ...] = ()
     lr_scheduler_args = TorchFramework.lr_scheduler_args.but(default=())
     lr_scheduler_kwargs = TorchFramework.lr_scheduler_kwargs.but(default=())
-    batch_size = BufferOptions.batch_size.but(doc="Transitions per update, sampled across the group.")
-    replay_size = BufferOptions.replay_size.but(doc="Capacity of this process's part of the buffer.")
+    batch_size = BufferOptions.batch_size.but(
+        doc="Transitions per update, sampled across the group."
+    )
+    replay_size = BufferOptions.replay_size.but(
+        doc="Capacity of this process's part of the buffer."
+    )
     replay_device = BufferOptions.replay_device.but(
-        check=_cpu_only, doc='Ignored (with a warning unless ``"cpu"``): the distributed buffer always stores its '
-                             "transitions on the CPU.")
+        check=_cpu_only,
+        doc='Ignored (with a warning unless ``"cpu"``): the distributed buffer always stores its '
+        "transitions on the CPU.",
+    )
     prefetch_batches = Option(
-        8, positive_int, "Batches the learner requests from the group in one round trip and trains on one after "
-                         "the other (each request pays the messages' fixed cost once; a batch may be up to twice "
-                         "that many updates old). 1 requests one batch per update, during the previous update.")
+        8,
+        positive_int,
+        "Batches the learner requests from the group in one round trip and trains on one after "
+        "the other (each request pays the messages' fixed cost once; a batch may be up to twice "
+        "that many updates old). 1 requests one batch per update, during the previous update.",
+    )
     replay_buffer = None  # always this group's distributed buffer
     driver = None
     driver_unavailable = "it is a distributed algorithm with its own worker loop"
 
     @classmethod
-    def from_roles(cls, roles: Roles, *args: Any, group_name: Optional[str] = None,
-                   replay_chunk: int = 32, **kwargs: Any) -> Any:
+    def from_roles(
+        cls,
+        roles: Roles,
+        *args: Any,
+        group_name: Optional[str] = None,
+        replay_chunk: int = 32,
+        **kwargs: Any,
+    ) -> Any:
         """Build the algorithm, its group and its model server from the roles of the processes.
 
         Every process of the world calls it, after starting its
@@ -121,13 +138,21 @@ class ApexMixin(LearnerPipeline, SharedNetworkSync):
             ValueError: When ``roles`` does not describe the running world.
             TypeError: When ``roles`` is not a ``Roles``.
         """
-        return build_from_roles(cls, roles, args, kwargs, group_name=group_name or cls.__name__.lower(),
-                                ddp_networks=cls._ddp_networks, replay_chunk=replay_chunk)
+        return build_from_roles(
+            cls,
+            roles,
+            args,
+            kwargs,
+            group_name=group_name or cls.__name__.lower(),
+            ddp_networks=cls._ddp_networks,
+            replay_chunk=replay_chunk,
+        )
 
     def _default_buffer(self) -> DistributedPrioritizedBuffer:
         """This process's part of the group-wide prioritized buffer (priority updates do not wait)."""
-        buffer = DistributedPrioritizedBuffer(type(self).__name__.lower() + "_buffer", self.apex_group,
-                                              self.replay_size)
+        buffer = DistributedPrioritizedBuffer(
+            type(self).__name__.lower() + "_buffer", self.apex_group, self.replay_size
+        )
         buffer.set_async_priority_updates(True)
         return buffer
 
@@ -146,12 +171,14 @@ class ApexMixin(LearnerPipeline, SharedNetworkSync):
             self._publish_nowait()
         return result
 
-    def _sample(self, concatenate: bool, additional_concat_attrs: Optional[List[str]] = None
-                ) -> Optional[SampledBatch]:
+    def _sample(
+        self, concatenate: bool, additional_concat_attrs: Optional[List[str]] = None
+    ) -> Optional[SampledBatch]:
         """The batch sampled across the group during the previous update (see :meth:`_prefetched_sample`)."""
         extra = None if additional_concat_attrs is None else tuple(additional_concat_attrs)
         size, batch, index, is_weight = self._prefetched_sample(
-            self.batch_size, concatenate, None, tuple(SAMPLE_ATTRS), extra)
+            self.batch_size, concatenate, None, tuple(SAMPLE_ATTRS), extra
+        )
         if size == 0:
             return None
         counts = self.__dict__.setdefault("_sampled_from", Counter())
@@ -199,8 +226,17 @@ class DQNApex(ApexMixin, DQNPer):
     _shared_network = "qnet"
     _ddp_networks = ("qnet",)
 
-    def __init__(self, qnet: nn.Module, qnet_target: nn.Module, optimizer: Callable, criterion: Callable,
-                 apex_group: RpcGroup, model_server: Tuple[PushPullModelServer], *_: Any, **options: Any):
+    def __init__(
+        self,
+        qnet: nn.Module,
+        qnet_target: nn.Module,
+        optimizer: Callable,
+        criterion: Callable,
+        apex_group: RpcGroup,
+        model_server: Tuple[PushPullModelServer],
+        *_: Any,
+        **options: Any,
+    ):
         self._init_apex(apex_group, model_server)
         super().__init__(qnet, qnet_target, optimizer, criterion, *_, **options)
 
@@ -219,8 +255,12 @@ class DQNApex(ApexMixin, DQNPer):
         return super().criticize(state, use_target)
 
     @ignores_extra_args
-    def update(self, update_value: bool = True, update_target: bool = True,
-               concatenate_samples: bool = True) -> Optional[float]:
+    def update(
+        self,
+        update_value: bool = True,
+        update_target: bool = True,
+        concatenate_samples: bool = True,
+    ) -> Optional[float]:
         """One DQNPer update on a batch sampled across the group, then push ``qnet``.
 
         Priorities of the sampled transitions are updated in the processes that hold them.
@@ -237,7 +277,9 @@ class DQNApex(ApexMixin, DQNPer):
         Returns:
             The value loss, or ``None`` when the whole buffer is empty.
         """
-        return self._update_and_publish(partial(super().update, update_value, update_target, concatenate_samples))
+        return self._update_and_publish(
+            partial(super().update, update_value, update_target, concatenate_samples)
+        )
 
 
 class DDPGApex(OneLearningRate, ApexMixin, DDPGPer):
@@ -273,17 +315,31 @@ class DDPGApex(OneLearningRate, ApexMixin, DDPGPer):
 
     n_step = 1
 
-    def __init__(self, actor: nn.Module, actor_target: nn.Module, critic: nn.Module, critic_target: nn.Module,
-                 optimizer: Callable, criterion: Callable, apex_group: RpcGroup,
-                 model_server: Tuple[PushPullModelServer], *_: Any, **options: Any):
+    def __init__(
+        self,
+        actor: nn.Module,
+        actor_target: nn.Module,
+        critic: nn.Module,
+        critic_target: nn.Module,
+        optimizer: Callable,
+        criterion: Callable,
+        apex_group: RpcGroup,
+        model_server: Tuple[PushPullModelServer],
+        *_: Any,
+        **options: Any,
+    ):
         self._init_apex(apex_group, model_server)
-        super().__init__(actor, actor_target, critic, critic_target, optimizer, criterion, *_, **options)
+        super().__init__(
+            actor, actor_target, critic, critic_target, optimizer, criterion, *_, **options
+        )
 
     def _actor_output(self, state: Dict[str, Any], use_target: bool):
         self._maybe_sync()
         return super()._actor_output(state, use_target)
 
-    def criticize(self, state: Dict[str, Any], action: Dict[str, Any], use_target: bool = False) -> Any:
+    def criticize(
+        self, state: Dict[str, Any], action: Dict[str, Any], use_target: bool = False
+    ) -> Any:
         """The critic's output for ``state`` and ``action`` (pulling the newest actor first when syncing).
 
         Args:
@@ -295,8 +351,13 @@ class DDPGApex(OneLearningRate, ApexMixin, DDPGPer):
         return super().criticize(state, action, use_target)
 
     @ignores_extra_args
-    def update(self, update_value: bool = True, update_policy: bool = True, update_target: bool = True,
-               concatenate_samples: bool = True) -> Optional[UpdateResult]:
+    def update(
+        self,
+        update_value: bool = True,
+        update_policy: bool = True,
+        update_target: bool = True,
+        concatenate_samples: bool = True,
+    ) -> Optional[UpdateResult]:
         """One DDPGPer update on a batch sampled across the group, then push the actor.
 
         Priorities of the sampled transitions are updated in the processes that hold them.
@@ -313,4 +374,5 @@ class DDPGApex(OneLearningRate, ApexMixin, DDPGPer):
             ``(mean policy value, value loss)``, or ``None`` when the whole buffer is empty.
         """
         return self._update_and_publish(
-            partial(super().update, update_value, update_policy, update_target, concatenate_samples))
+            partial(super().update, update_value, update_policy, update_target, concatenate_samples)
+        )

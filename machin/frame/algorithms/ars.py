@@ -45,6 +45,7 @@ from .utils import first_model_server, safe_call
 
 __all__ = ["ARS", "RunningStat", "MeanStdFilter", "SharedNoiseSampler", "NoiseTable"]
 
+
 class _MissingRewards(RuntimeError, AssertionError):
     """:meth:`ARS.update` before every perturbed actor has a reward (0.3.4 asserted it)."""
 
@@ -92,26 +93,54 @@ class ARS(TorchFramework):
     _is_top = ["actor"]
     _is_restorable = ["actor"]
 
-    learning_rate = Option(0.01, _o.positive, "Learning rate of the optimizer (or a schedule).", schedulable=True,
-                           schedule_check=non_negative)
+    learning_rate = Option(
+        0.01,
+        _o.positive,
+        "Learning rate of the optimizer (or a schedule).",
+        schedulable=True,
+        schedule_check=non_negative,
+    )
     _learning_rate_of = {"learning_rate": ("actor_optim",)}
-    gradient_max = TorchFramework.gradient_max.but(doc="Maximum norm of the update direction (``inf``: no "
-                                                   "clipping).")
+    gradient_max = TorchFramework.gradient_max.but(
+        doc="Maximum norm of the update direction (``inf``: no clipping)."
+    )
     noise_std_dev = Option(0.02, _o.positive, "Standard deviation of the perturbations.")
-    noise_size = Option(250000000, positive_int, "Length of the shared noise table (at least the actor's "
-                        "parameter count).")
+    noise_size = Option(
+        250000000,
+        positive_int,
+        "Length of the shared noise table (at least the actor's parameter count).",
+    )
     rollout_num = Option(32, positive_int, "Directions drawn per round, over the whole group.")
-    used_rollout_num = Option(32, positive_int, "Directions used for the step: those with the best return.")
-    normalize_state = Option(True, lambda _, v: bool(v), "Normalise every floating-point state tensor with "
-                             "running statistics.")
+    used_rollout_num = Option(
+        32, positive_int, "Directions used for the step: those with the best return."
+    )
+    normalize_state = Option(
+        True,
+        lambda _, v: bool(v),
+        "Normalise every floating-point state tensor with running statistics.",
+    )
     noise_seed = Option(12345, non_negative_int, "Seed of the noise table.")
-    sample_seed = Option(123, non_negative_int, "Base seed of the start indices (rollout ``i`` uses "
-                         "``sample_seed + i``).")
+    sample_seed = Option(
+        123,
+        non_negative_int,
+        "Base seed of the start indices (rollout ``i`` uses ``sample_seed + i``).",
+    )
 
-    def __init__(self, actor: nn.Module, optimizer: Callable, ars_group: RpcGroup,
-                 model_server: Tuple[PushPullModelServer], *_: Any, **options: Any):
+    def __init__(
+        self,
+        actor: nn.Module,
+        optimizer: Callable,
+        ars_group: RpcGroup,
+        model_server: Tuple[PushPullModelServer],
+        *_: Any,
+        **options: Any,
+    ):
         super().__init__(*_, **options)
-        rollout_num, used_rollout_num, noise_size = self.rollout_num, self.used_rollout_num, self.noise_size
+        rollout_num, used_rollout_num, noise_size = (
+            self.rollout_num,
+            self.used_rollout_num,
+            self.noise_size,
+        )
         if used_rollout_num > rollout_num:
             raise ValueAssertionError(
                 f"used_rollout_num must be at most rollout_num, got used_rollout_num={used_rollout_num} "
@@ -145,13 +174,18 @@ class ARS(TorchFramework):
         segment = math.ceil(rollout_num / len(members))
         self.local_rollout_min = min(members.index(me) * segment, rollout_num)
         self.local_rollout_num = min(segment, rollout_num - self.local_rollout_min)
-        self._local_rollouts = range(self.local_rollout_min, self.local_rollout_min + self.local_rollout_num)
+        self._local_rollouts = range(
+            self.local_rollout_min, self.local_rollout_min + self.local_rollout_num
+        )
         self._manager = members[0]
         self._is_manager = me == self._manager
 
         self._param_num = param_num
         self.noise_array = NoiseTable(noise_size, self.noise_std_dev, self.noise_seed)
-        self.noise_sampler = {r: SharedNoiseSampler(self.noise_array, self.sample_seed + r) for r in self._local_rollouts}
+        self.noise_sampler = {
+            r: SharedNoiseSampler(self.noise_array, self.sample_seed + r)
+            for r in self._local_rollouts
+        }
         # One perturbed copy of the actor per local rollout and sign, made once, rewritten every round.
         self.actor_with_delta: Dict[Tuple[int, bool], nn.Module] = {}
         for r, positive in itertools.product(self._local_rollouts, (False, True)):
@@ -175,7 +209,6 @@ class ARS(TorchFramework):
         self._sync_actor()
         self._draw_perturbations()
         self._reset_rewards()
-
 
     def _optimizers(self):
         return [self.actor_optim]
@@ -206,17 +239,25 @@ class ARS(TorchFramework):
 
         ``"negative_<i>"`` and ``"positive_<i>"`` for each local rollout ``i``, in that order.
         """
-        return [f"{'positive' if positive else 'negative'}_{r}" for r, positive in self.actor_with_delta]
+        return [
+            f"{'positive' if positive else 'negative'}_{r}" for r, positive in self.actor_with_delta
+        ]
 
     def _parse(self, actor_type: Any, allow_original: bool) -> Optional[Tuple[int, bool]]:
         """The key ``(rollout index, positive)`` of an actor type; ``None`` for ``"original"``."""
         if allow_original and actor_type == "original":
             return None
         sign, _, index = actor_type.partition("_") if isinstance(actor_type, str) else ("", "", "")
-        key = (int(index), sign == "positive") if sign in ("positive", "negative") and index.isdigit() else None
+        key = (
+            (int(index), sign == "positive")
+            if sign in ("positive", "negative") and index.isdigit()
+            else None
+        )
         if key in self.actor_with_delta:
             return key
-        options = (['"original"'] if allow_original else []) + [f'"{t}"' for t in self.get_actor_types()]
+        options = (['"original"'] if allow_original else []) + [
+            f'"{t}"' for t in self.get_actor_types()
+        ]
         raise ValueError(
             f"Invalid parameter type: actor_type {actor_type!r} is not an actor of this process; "
             f"available options are: {', '.join(options)}"
@@ -295,8 +336,11 @@ class ARS(TorchFramework):
             RuntimeError: (also an ``AssertionError``) when an actor type of this
                 process has no stored return.
         """
-        missing = [t for t, (r, positive) in zip(self.get_actor_types(), self.actor_with_delta)
-                   if not self.reward[r][positive]]
+        missing = [
+            t
+            for t, (r, positive) in zip(self.get_actor_types(), self.actor_with_delta)
+            if not self.reward[r][positive]
+        ]
         if missing:
             raise _MissingRewards(
                 f"You must store rewards for parameters with positive noise delta and negative noise delta: "
@@ -325,7 +369,9 @@ class ARS(TorchFramework):
         else:
             mean_return, statistics = group.registered_sync(self._service + "/fetch")
             if not self.actor_model_server.pull(self.actor):
-                raise RuntimeError("Pull failed: the model server holds no actor; did the manager push it?")
+                raise RuntimeError(
+                    "Pull failed: the model server holds no actor; did the manager push it?"
+                )
         if self.normalize_state:
             self._apply_statistics(statistics)
         self._round += 1
@@ -346,7 +392,9 @@ class ARS(TorchFramework):
         """(Manager) one optimizer step from every member's results; returns what is published."""
         with self._inbox_lock:
             inbox, self._inbox = self._inbox, {}
-        late = [m for m in self.ars_group.get_group_members() if inbox.get(m, (None,))[0] != self._round]
+        late = [
+            m for m in self.ars_group.get_group_members() if inbox.get(m, (None,))[0] != self._round
+        ]
         if late:
             raise RuntimeError(f"ARS round {self._round}: no results from member(s) {late}")
         results = [inbox[m][1] for m in self.ars_group.get_group_members()]
@@ -367,7 +415,10 @@ class ARS(TorchFramework):
         # SGD subtracts the gradient: (r- - r+) * delta points against the improvement
         direction = torch.from_numpy(weights) @ deltas / len(idx)
         params = list(self.actor.parameters())
-        grads = [g.view_as(p).to(p.dtype) for g, p in zip(direction.split([p.numel() for p in params]), params)]
+        grads = [
+            g.view_as(p).to(p.dtype)
+            for g, p in zip(direction.split([p.numel() for p in params]), params)
+        ]
         with torch.enable_grad():
             # a surrogate whose gradient is the direction: the one optimizer step of the base class applies it
             surrogate = sum((p * g.to(p.device)).sum() for p, g in zip(params, grads))
@@ -410,7 +461,9 @@ class ARS(TorchFramework):
             self._push_actor()
         self.ars_group.barrier()
         if not self._is_manager and not self.actor_model_server.pull(self.actor):
-            raise RuntimeError("Pull failed: the model server holds no actor; did the manager push it?")
+            raise RuntimeError(
+                "Pull failed: the model server holds no actor; did the manager push it?"
+            )
 
     def _draw_perturbations(self, redraw: bool = True) -> None:
         """Write ``actor + delta`` and ``actor - delta`` into the perturbed copies of each local rollout.
@@ -441,7 +494,9 @@ class ARS(TorchFramework):
 
     # The state statistics are saved with the actor, as part of the same version (one
     # manifest), through the base class's extra-file hooks.
-    def save(self, model_dir: str, network_map: Optional[Dict[str, str]] = None, version: int = 0) -> None:
+    def save(
+        self, model_dir: str, network_map: Optional[Dict[str, str]] = None, version: int = 0
+    ) -> None:
         """Write the actor (``<model_dir>/actor_<version>.pt``) and the state statistics.
 
         With ``normalize_state``, the statistics (the running estimate and the
@@ -457,8 +512,13 @@ class ARS(TorchFramework):
         """
         super().save(model_dir, network_map, version)
 
-    def load(self, model_dir: str, network_map: Optional[Dict[str, str]] = None, version: int = -1,
-             **kwargs: Any) -> None:
+    def load(
+        self,
+        model_dir: str,
+        network_map: Optional[Dict[str, str]] = None,
+        version: int = -1,
+        **kwargs: Any,
+    ) -> None:
         """Load the actor (see :meth:`TorchFramework.load`) and, when saved with it, the state statistics.
 
         The statistics file is read and checked with the actor's file, before anything
@@ -473,14 +533,20 @@ class ARS(TorchFramework):
         if not (self.normalize_state and self.filter):
             return {}
         state = {
-            key: {"n": torch.tensor(f.rs.n), "mean": f.rs.mean, "var_sum": torch.from_numpy(f.rs._S),
-                  "used_mean": f.mean, "used_std": f.std}
+            key: {
+                "n": torch.tensor(f.rs.n),
+                "mean": f.rs.mean,
+                "var_sum": torch.from_numpy(f.rs._S),
+                "used_mean": f.mean,
+                "used_std": f.std,
+            }
             for key, f in self.filter.items()
         }
         return {self._filter_name(network_map): state}
 
-    def _load_extra_checkpoint_state(self, network_map: Optional[Dict[str, str]],
-                                     states: Dict[str, Any]) -> None:
+    def _load_extra_checkpoint_state(
+        self, network_map: Optional[Dict[str, str]], states: Dict[str, Any]
+    ) -> None:
         state = states.get(self._filter_name(network_map)) if self.normalize_state else None
         if state is None:
             return

@@ -54,7 +54,9 @@ def _is_finite(loss: Any) -> bool:
     return math.isfinite(loss.item()) if loss.numel() == 1 else bool(torch.isfinite(loss).all())
 
 
-def _tensors_of(part: Union[nn.Module, torch.Tensor, Iterable[torch.Tensor]]) -> Iterable[torch.Tensor]:
+def _tensors_of(
+    part: Union[nn.Module, torch.Tensor, Iterable[torch.Tensor]],
+) -> Iterable[torch.Tensor]:
     """The parameters of a network, a tensor itself, or the tensors of an iterable."""
     if isinstance(part, nn.Module):
         return part.parameters()
@@ -92,7 +94,8 @@ def _mode_sensitive(network: nn.Module) -> bool:
     known = _mode_sensitivity.get(network)
     if known is None:
         known = _mode_sensitivity[network] = any(
-            isinstance(m, _MODE_SENSITIVE_LAYERS) or getattr(m, "mode_sensitive", False) for m in network.modules()
+            isinstance(m, _MODE_SENSITIVE_LAYERS) or getattr(m, "mode_sensitive", False)
+            for m in network.modules()
         )
     return known
 
@@ -206,11 +209,18 @@ class TorchFramework(metaclass=FrameworkType):
 
     visualize = Option(False, doc="Draw the autograd graph of each loss on its first update.")
     visualize_dir = Option("", doc="Directory the drawings are written to.")
-    gradient_max = Option(math.inf, positive, "Maximum gradient norm of each network (``inf``: no clipping).")
-    lr_scheduler = Option(None, doc="Learning-rate scheduler class, called once per optimizer as "
-                                    "``lr_scheduler(optimizer, *lr_scheduler_args[i], **lr_scheduler_kwargs[i])``.")
-    lr_scheduler_args = Option(None, doc="One tuple of positional scheduler arguments per optimizer, "
-                                         "e.g. ``((lr_func,),)``.")
+    gradient_max = Option(
+        math.inf, positive, "Maximum gradient norm of each network (``inf``: no clipping)."
+    )
+    lr_scheduler = Option(
+        None,
+        doc="Learning-rate scheduler class, called once per optimizer as "
+        "``lr_scheduler(optimizer, *lr_scheduler_args[i], **lr_scheduler_kwargs[i])``.",
+    )
+    lr_scheduler_args = Option(
+        None,
+        doc="One tuple of positional scheduler arguments per optimizer, e.g. ``((lr_func,),)``.",
+    )
     lr_scheduler_kwargs = Option(None, doc="One dict of keyword scheduler arguments per optimizer.")
 
     #: Training progress of the schedules, in ``[0, 1]`` (see :meth:`set_progress`).
@@ -313,27 +323,38 @@ class TorchFramework(metaclass=FrameworkType):
     def _check_criterion(criterion: Any) -> None:
         """Raise ``TypeError`` unless ``criterion`` is callable (a loss module or function)."""
         if not callable(criterion):
-            raise TypeError(f"criterion must be a loss callable as criterion(target, predicted), "
-                            f"e.g. nn.MSELoss(), got {criterion!r}")
+            raise TypeError(
+                f"criterion must be a loss callable as criterion(target, predicted), "
+                f"e.g. nn.MSELoss(), got {criterion!r}"
+            )
 
     @staticmethod
     def _check_same_structure(**pairs: Tuple[nn.Module, nn.Module]) -> None:
         """Raise :class:`NetworkMismatchError` unless each ``(online, target)`` pair has the same
         parameter names and shapes (a target must be a copy of its online network)."""
         for name, (online, target) in pairs.items():
-            if online is target or not isinstance(online, nn.Module) or not isinstance(target, nn.Module):
+            if (
+                online is target
+                or not isinstance(online, nn.Module)
+                or not isinstance(target, nn.Module)
+            ):
                 continue
             # compare the networks inside DistributedDataParallel / DataParallel / torch.compile
             mine = {k: tuple(v.shape) for k, v in _unwrap(online).named_parameters()}
             theirs = {k: tuple(v.shape) for k, v in _unwrap(target).named_parameters()}
             if mine != theirs:
-                diff = sorted(k for k in mine.keys() | theirs.keys() if mine.get(k) != theirs.get(k))
+                diff = sorted(
+                    k for k in mine.keys() | theirs.keys() if mine.get(k) != theirs.get(k)
+                )
                 raise NetworkMismatchError(
                     f"{name} must have the architecture of its online network (same parameter names "
                     f"and shapes), got {type(target).__name__} differing from {type(online).__name__} "
                     f"(online vs target) in "
-                    + ", ".join(f"{k}: {list(mine[k]) if k in mine else 'missing'} vs "
-                                f"{list(theirs[k]) if k in theirs else 'missing'}" for k in diff[:4])
+                    + ", ".join(
+                        f"{k}: {list(mine[k]) if k in mine else 'missing'} vs "
+                        f"{list(theirs[k]) if k in theirs else 'missing'}"
+                        for k in diff[:4]
+                    )
                     + (f" and {len(diff) - 4} more" if len(diff) > 4 else "")
                 )
 
@@ -343,29 +364,48 @@ class TorchFramework(metaclass=FrameworkType):
         floating-point tensor in it holds NaN or infinity (the network would turn it into an
         arbitrary action without a word)."""
         if not isinstance(state, dict):
-            got = (f"a Tensor of shape {list(state.shape)}" if isinstance(state, torch.Tensor)
-                   else f"{type(state).__name__} {state!r:.80}")
-            raise TypeError(f"{name} must be a Dict[str, Tensor] of network inputs keyed by forward "
-                            f"argument names, e.g. {{\"state\": tensor[B, ...]}}, got {got}")
+            got = (
+                f"a Tensor of shape {list(state.shape)}"
+                if isinstance(state, torch.Tensor)
+                else f"{type(state).__name__} {state!r:.80}"
+            )
+            raise TypeError(
+                f"{name} must be a Dict[str, Tensor] of network inputs keyed by forward "
+                f'argument names, e.g. {{"state": tensor[B, ...]}}, got {got}'
+            )
         for key, value in state.items():
             # one reduction screens the tensor: its sum is finite when every element is
-            if isinstance(value, torch.Tensor) and value.is_floating_point() and not math.isfinite(value.sum()):
+            if (
+                isinstance(value, torch.Tensor)
+                and value.is_floating_point()
+                and not math.isfinite(value.sum())
+            ):
                 _raise_if_not_finite(f"{name}[{key!r}]", value)
 
     @staticmethod
-    def _make_optimizer(optimizer: Callable, network: Union[nn.Module, Iterable], learning_rate: float):
+    def _make_optimizer(
+        optimizer: Callable, network: Union[nn.Module, Iterable], learning_rate: float
+    ):
         if isinstance(optimizer, torch.optim.Optimizer) or not callable(optimizer):
-            got = (f"an instance of {type(optimizer).__name__}" if isinstance(optimizer, torch.optim.Optimizer)
-                   else repr(optimizer))
-            raise TypeError(f"optimizer must be an optimizer class such as torch.optim.Adam (called as "
-                            f"optimizer(parameters, lr=learning_rate)), got {got}")
+            got = (
+                f"an instance of {type(optimizer).__name__}"
+                if isinstance(optimizer, torch.optim.Optimizer)
+                else repr(optimizer)
+            )
+            raise TypeError(
+                f"optimizer must be an optimizer class such as torch.optim.Adam (called as "
+                f"optimizer(parameters, lr=learning_rate)), got {got}"
+            )
         params = network.parameters() if isinstance(network, nn.Module) else network
         return build_optimizer(optimizer, params, learning_rate)
 
     def _init_lr_schedulers(self, optimizers: Sequence[Any]) -> None:
         """Create one scheduler per optimizer: ``lr_scheduler(opt_i, *args[i], **kwargs[i])``."""
         lr_scheduler, lr_scheduler_args, lr_scheduler_kwargs = (
-            self.lr_scheduler, self.lr_scheduler_args, self.lr_scheduler_kwargs)
+            self.lr_scheduler,
+            self.lr_scheduler_args,
+            self.lr_scheduler_kwargs,
+        )
         count = len(optimizers)
         if lr_scheduler is None:
             return
@@ -380,17 +420,22 @@ class TorchFramework(metaclass=FrameworkType):
             raise ValueError(
                 f"lr_scheduler_kwargs must hold one dict per optimizer ({count} here), got {lr_scheduler_kwargs!r}"
             )
-        self._lr_schedulers = [lr_scheduler(opt, *a, **k) for opt, a, k in zip(optimizers, args, kwargs)]
+        self._lr_schedulers = [
+            lr_scheduler(opt, *a, **k) for opt, a, k in zip(optimizers, args, kwargs)
+        ]
 
     def _make_buffer(self, factory: Callable[[], Buffer]) -> Buffer:
         """The ``replay_buffer`` option, or ``factory()`` when it was not given."""
         return factory() if self.replay_buffer is None else self.replay_buffer
 
     # -- training plumbing ----------------------------------------------------------
-    def _optimize(self, loss: Union[torch.Tensor, Sequence[torch.Tensor]],
-                  optimizer: Union[torch.optim.Optimizer, Sequence[torch.optim.Optimizer]],
-                  parameters: Union[nn.Module, Iterable[torch.Tensor], Sequence[nn.Module]],
-                  gradient_max: float = math.inf) -> bool:
+    def _optimize(
+        self,
+        loss: Union[torch.Tensor, Sequence[torch.Tensor]],
+        optimizer: Union[torch.optim.Optimizer, Sequence[torch.optim.Optimizer]],
+        parameters: Union[nn.Module, Iterable[torch.Tensor], Sequence[nn.Module]],
+        gradient_max: float = math.inf,
+    ) -> bool:
         """The one place where a loss becomes a step: zero grads, backward, clip, step.
 
         A loss that is not finite (NaN or inf) takes no step: no backward pass runs, and
@@ -417,8 +462,12 @@ class TorchFramework(metaclass=FrameworkType):
             return compiled.optimize(self, loss, optimizer, parameters, gradient_max)
         for one_optimizer in optimizers:
             optimizers_module.clear_grads(one_optimizer)
-        stepped = self._stepped_parameters(optimizers, networks, losses) if compiled is None else None
-        for one_loss in losses:  # from a compiled loss step when there is one, else by a backward pass
+        stepped = (
+            self._stepped_parameters(optimizers, networks, losses) if compiled is None else None
+        )
+        for (
+            one_loss
+        ) in losses:  # from a compiled loss step when there is one, else by a backward pass
             if compiled is not None:
                 compiled.put_gradients(self, one_loss)
             elif stepped is not None:
@@ -426,7 +475,9 @@ class TorchFramework(metaclass=FrameworkType):
             else:
                 self._backward(one_loss)
         if gradient_max != math.inf:
-            nn.utils.clip_grad_norm_([p for part in networks for p in _tensors_of(part)], gradient_max)
+            nn.utils.clip_grad_norm_(
+                [p for part in networks for p in _tensors_of(part)], gradient_max
+            )
         for one_optimizer in optimizers:
             if compiled is not None:
                 compiled.step(self, one_optimizer, (), math.inf)  # clipped jointly above
@@ -434,8 +485,12 @@ class TorchFramework(metaclass=FrameworkType):
                 optimizers_module.step(one_optimizer)
         return True
 
-    def _stepped_parameters(self, optimizers: Sequence[torch.optim.Optimizer], networks: Sequence[Any],
-                            losses: Sequence[torch.Tensor]) -> Optional[List[torch.Tensor]]:
+    def _stepped_parameters(
+        self,
+        optimizers: Sequence[torch.optim.Optimizer],
+        networks: Sequence[Any],
+        losses: Sequence[torch.Tensor],
+    ) -> Optional[List[torch.Tensor]]:
         """The tensors a step trains, when its backward pass should compute gradients for them alone.
 
         A loss may run through networks it does not train: the actor's loss of DDPG, TD3
@@ -460,19 +515,37 @@ class TorchFramework(metaclass=FrameworkType):
         for name in self._is_top:
             if isinstance(getattr(self, name, None), nn.parallel.DistributedDataParallel):
                 return None
-        stepped = [p for optimizer in optimizers for group in getattr(optimizer, "param_groups", ())
-                   for p in group["params"] if p.requires_grad]
+        stepped = [
+            p
+            for optimizer in optimizers
+            for group in getattr(optimizer, "param_groups", ())
+            for p in group["params"]
+            if p.requires_grad
+        ]
         if restricted is None:
             inside = set(map(id, stepped))
-            restricted = bool(stepped) and all(
-                id(p) in inside for part in networks for p in _tensors_of(part) if p.requires_grad
-            ) and _reaches_other_tensors(losses, stepped)
-            with contextlib.suppress(TypeError):  # an optimizer-like object without weak references: decide every time
+            restricted = (
+                bool(stepped)
+                and all(
+                    id(p) in inside
+                    for part in networks
+                    for p in _tensors_of(part)
+                    if p.requires_grad
+                )
+                and _reaches_other_tensors(losses, stepped)
+            )
+            with contextlib.suppress(
+                TypeError
+            ):  # an optimizer-like object without weak references: decide every time
                 _restricted_steps[optimizers[0]] = restricted
         return stepped if restricted else None
 
-    def _skip_non_finite_step(self, loss: torch.Tensor, optimizer: torch.optim.Optimizer,
-                              parameters: Union[nn.Module, Iterable[torch.Tensor]]) -> None:
+    def _skip_non_finite_step(
+        self,
+        loss: torch.Tensor,
+        optimizer: torch.optim.Optimizer,
+        parameters: Union[nn.Module, Iterable[torch.Tensor]],
+    ) -> None:
         """Count a step skipped by :meth:`_optimize`; warn on the first of this instance."""
         self.skipped_updates = getattr(self, "skipped_updates", 0) + 1
         if getattr(self, "_warned_non_finite_loss", False):
@@ -480,7 +553,11 @@ class TorchFramework(metaclass=FrameworkType):
         self._warned_non_finite_loss = True
         name = next((k for k, v in vars(self).items() if v is optimizer), None)
         if name is None:
-            name = type(parameters).__name__ if isinstance(parameters, nn.Module) else type(optimizer).__name__
+            name = (
+                type(parameters).__name__
+                if isinstance(parameters, nn.Module)
+                else type(optimizer).__name__
+            )
         value = loss.item() if loss.numel() == 1 else "a non-finite element"
         warn_caller(
             f"{type(self).__name__}: the loss stepped by {name!r} is {value}, not finite; its optimizer "
@@ -504,9 +581,15 @@ class TorchFramework(metaclass=FrameworkType):
             if network.training != training and _mode_sensitive(network):
                 network.train(training)
 
-    def compile(self, *, backend: Union[str, Callable] = "inductor", mode: Optional[str] = None,
-                options: Optional[Dict[str, Any]] = None, dynamic: Optional[bool] = None,
-                fullgraph: bool = True) -> TorchFramework:
+    def compile(
+        self,
+        *,
+        backend: Union[str, Callable] = "inductor",
+        mode: Optional[str] = None,
+        options: Optional[Dict[str, Any]] = None,
+        dynamic: Optional[bool] = None,
+        fullgraph: bool = True,
+    ) -> TorchFramework:
         """Compile the update with ``torch.compile`` (opt-in); returns the framework itself.
 
         ``dqn = DQN(...).compile()``. Each step of :meth:`update` that computes losses (with
@@ -531,8 +614,9 @@ class TorchFramework(metaclass=FrameworkType):
         """
         from .compiled import CompiledSteps
 
-        self._compiled_steps = CompiledSteps(self, backend=backend, mode=mode, options=options, dynamic=dynamic,
-                                             fullgraph=fullgraph)
+        self._compiled_steps = CompiledSteps(
+            self, backend=backend, mode=mode, options=options, dynamic=dynamic, fullgraph=fullgraph
+        )
         return self
 
     def set_backward_function(self, backward_func: Callable[[torch.Tensor], None]) -> None:
@@ -565,7 +649,9 @@ class TorchFramework(metaclass=FrameworkType):
         from ...utils.visualize import visualize_graph
 
         self._visualized.add(name)
-        visualize_graph(final_tensor, visualize_dir=os.path.join(directory, name), exit_after_vis=False)
+        visualize_graph(
+            final_tensor, visualize_dir=os.path.join(directory, name), exit_after_vis=False
+        )
 
     def enable_multiprocessing(self) -> None:
         """Move every network of ``_is_top`` to shared memory (for process-based sharing)."""
@@ -578,7 +664,9 @@ class TorchFramework(metaclass=FrameworkType):
 
     def _file_names(self, network_map: Optional[Dict[str, str]]) -> Dict[str, str]:
         """``{attribute: file name}`` of every restorable network."""
-        network_map = {self._restorable_aliases.get(k, k): v for k, v in (network_map or {}).items()}
+        network_map = {
+            self._restorable_aliases.get(k, k): v for k, v in (network_map or {}).items()
+        }
         unknown = sorted(set(network_map) - set(self._is_restorable))
         if unknown:
             # Machin 0.3.4 skipped such names; skip them too, but say so (a typo would lose a network).
@@ -588,7 +676,9 @@ class TorchFramework(metaclass=FrameworkType):
             )
         return {name: network_map.get(name, name) for name in self._is_restorable}
 
-    def save(self, model_dir: str, network_map: Optional[Dict[str, str]] = None, version: int = 0) -> None:
+    def save(
+        self, model_dir: str, network_map: Optional[Dict[str, str]] = None, version: int = 0
+    ) -> None:
         """Write the ``state_dict`` of every restorable network to ``<model_dir>/<name>_<version>.pt``.
 
         The files of a version are one unit (see :func:`~machin.utils.prepare.prep_save_checkpoint`):
@@ -606,11 +696,15 @@ class TorchFramework(metaclass=FrameworkType):
 
         if isinstance(version, bool) or not isinstance(version, int) or version < 0:
             raise ValueError(f"version must be a non-negative integer, got {version!r}")
-        states = {file_name: getattr(self, attr).state_dict()
-                  for attr, file_name in self._file_names(network_map).items()}
+        states = {
+            file_name: getattr(self, attr).state_dict()
+            for attr, file_name in self._file_names(network_map).items()
+        }
         for name, state in self._extra_checkpoint_state(network_map).items():
             if name in states:
-                raise ValueError(f"extra checkpoint file {name!r} clashes with a network's file name")
+                raise ValueError(
+                    f"extra checkpoint file {name!r} clashes with a network's file name"
+                )
             states[name] = state
         prep_save_checkpoint(model_dir, states, version, logger=default_logger)
 
@@ -626,16 +720,23 @@ class TorchFramework(metaclass=FrameworkType):
         """
         return {}
 
-    def _load_extra_checkpoint_state(self, network_map: Optional[Dict[str, str]],
-                                     states: Dict[str, Any]) -> None:
+    def _load_extra_checkpoint_state(
+        self, network_map: Optional[Dict[str, str]], states: Dict[str, Any]
+    ) -> None:
         """Apply the extra files read by :meth:`load` (``None`` for a file the version lacks).
 
         Called after the networks are loaded and before :meth:`_post_load`; the files were
         read and checked together with the networks' files, before any network changed.
         """
 
-    def load(self, model_dir: str, network_map: Optional[Dict[str, str]] = None, version: int = -1,
-             *, trusted: bool = False) -> None:
+    def load(
+        self,
+        model_dir: str,
+        network_map: Optional[Dict[str, str]] = None,
+        version: int = -1,
+        *,
+        trusted: bool = False,
+    ) -> None:
         """Load the restorable networks from ``model_dir`` into the existing network objects.
 
         Only complete versions are loaded (see :func:`~machin.utils.prepare.prep_load_model`):
@@ -667,8 +768,13 @@ class TorchFramework(metaclass=FrameworkType):
         names = self._file_names(network_map)
         model_map = {file_name: getattr(self, attr) for attr, file_name in names.items()}
         _, extras = prep_load_checkpoint(
-            model_dir, model_map, version=None if version == -1 else version,
-            logger=default_logger, trusted=trusted, extra=self._extra_checkpoint_names(network_map))
+            model_dir,
+            model_map,
+            version=None if version == -1 else version,
+            logger=default_logger,
+            trusted=trusted,
+            extra=self._extra_checkpoint_names(network_map),
+        )
         self._load_extra_checkpoint_state(network_map, extras)
         self._post_load()
 

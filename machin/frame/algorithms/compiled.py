@@ -81,7 +81,9 @@ def compilable(trains: Trains = None, *, after: Optional[str] = None) -> Callabl
         @functools.wraps(method)
         def step(self, *args: Any, **kwargs: Any) -> Any:
             compiled = getattr(self, "_compiled_steps", None)
-            if compiled is None or torch.compiler.is_compiling():  # not compiled, or traced inside another step
+            if (
+                compiled is None or torch.compiler.is_compiling()
+            ):  # not compiled, or traced inside another step
                 return method(self, *args, **kwargs)
             return compiled.run(method, trains, after, self, args, kwargs)
 
@@ -128,7 +130,9 @@ def _step_with_grads(method, framework, params, args, kwargs):
     grads = []
     for index, (loss, group) in enumerate(zip(losses, params)):
         if group and isinstance(loss, torch.Tensor) and loss.requires_grad:
-            grads.append(torch.autograd.grad(loss, group, retain_graph=index < last, allow_unused=True))
+            grads.append(
+                torch.autograd.grad(loss, group, retain_graph=index < last, allow_unused=True)
+            )
         else:
             grads.append(None)
     return _detached(output), grads
@@ -224,7 +228,10 @@ def _install_stand_ins() -> None:
         substitute(utils.safe_call)(_traced_safe_call)
         substitute(utils._tensors)(_traced_tensors)
         _constant_call_plan = constant(_call_plan)
-    except (TypeError, ValueError):  # an API that changed: trace the originals (more guards, same results)
+    except (
+        TypeError,
+        ValueError,
+    ):  # an API that changed: trace the originals (more guards, same results)
         pass
 
 
@@ -253,7 +260,9 @@ class _OptimizerStep:
 
 def _reason(error: BaseException) -> str:
     """A short description of why compiling failed: the error, and where in the user's code."""
-    inner = getattr(error, "inner_exception", None)  # BackendCompilerFailed wraps the backend's error
+    inner = getattr(
+        error, "inner_exception", None
+    )  # BackendCompilerFailed wraps the backend's error
     shown = inner if isinstance(inner, BaseException) else error
     lines = [line.strip() for line in str(shown).splitlines() if line.strip()]
     text = " ".join(lines[:2])
@@ -261,9 +270,14 @@ def _reason(error: BaseException) -> str:
         text = text[:297] + "..."
     where = ""
     message = str(error)
-    if "from user code:" in message:  # dynamo lists the frames it was tracing; the last is where it stopped
-        frames = [line.strip() for line in message.split("from user code:", 1)[1].splitlines()
-                  if line.strip().startswith("File ")]
+    if (
+        "from user code:" in message
+    ):  # dynamo lists the frames it was tracing; the last is where it stopped
+        frames = [
+            line.strip()
+            for line in message.split("from user code:", 1)[1].splitlines()
+            if line.strip().startswith("File ")
+        ]
         if frames:
             where = f" (at {frames[-1]})"
     return f"{type(shown).__name__}: {text}{where}"
@@ -328,8 +342,16 @@ class CompiledSteps:
             it around what it cannot trace.
     """
 
-    def __init__(self, framework: Any, *, backend: Union[str, Callable] = "inductor", mode: Optional[str] = None,
-                 options: Optional[Dict[str, Any]] = None, dynamic: Optional[bool] = None, fullgraph: bool = True):
+    def __init__(
+        self,
+        framework: Any,
+        *,
+        backend: Union[str, Callable] = "inductor",
+        mode: Optional[str] = None,
+        options: Optional[Dict[str, Any]] = None,
+        dynamic: Optional[bool] = None,
+        fullgraph: bool = True,
+    ):
         self.owner = type(framework).__name__
         self.device = _cuda_device(framework)
         if backend == "inductor" and mode is None and options is None and self.device is not None:
@@ -342,14 +364,24 @@ class CompiledSteps:
         self._settings = {"backend": backend, "mode": mode, "options": options, "dynamic": dynamic}
         self._fullgraph = fullgraph
         try:
-            torch.compile(_noop, fullgraph=fullgraph, **self._settings)  # reject bad settings now, not mid-training
-        except (RuntimeError, TypeError, ValueError) as error:  # torch.compile's own checks raise RuntimeError
-            raise ValueError(f"{self.owner}.compile(): torch.compile does not accept these settings "
-                             f"({self._describe_settings()}): {error}") from error
+            torch.compile(
+                _noop, fullgraph=fullgraph, **self._settings
+            )  # reject bad settings now, not mid-training
+        except (
+            RuntimeError,
+            TypeError,
+            ValueError,
+        ) as error:  # torch.compile's own checks raise RuntimeError
+            raise ValueError(
+                f"{self.owner}.compile(): torch.compile does not accept these settings "
+                f"({self._describe_settings()}): {error}"
+            ) from error
         self._grads_in_graph = torch_internals.can_trace_autograd_ops()
         _install_stand_ins()
         self._steps: Dict[Callable, _Step] = {}
-        self._optimizer_steps: weakref.WeakKeyDictionary[Any, _OptimizerStep] = weakref.WeakKeyDictionary()
+        self._optimizer_steps: weakref.WeakKeyDictionary[Any, _OptimizerStep] = (
+            weakref.WeakKeyDictionary()
+        )
         #: ``loss -> (parameters, gradients)`` computed by a compiled loss step, until _optimize uses them
         #: (an entry goes with its loss tensor).
         self._pending = WeakTensorKeyDictionary()
@@ -360,12 +392,22 @@ class CompiledSteps:
         return ", ".join(f"{k}={v!r}" for k, v in self._settings.items() if v is not None)
 
     def _compile(self, template: Callable, name: str, fullgraph: bool) -> Callable:
-        return torch.compile(torch_internals.with_own_compile_cache(template, name), fullgraph=fullgraph,
-                             **self._settings)
+        return torch.compile(
+            torch_internals.with_own_compile_cache(template, name),
+            fullgraph=fullgraph,
+            **self._settings,
+        )
 
     # -- loss steps ---------------------------------------------------------------------------
-    def run(self, method: Callable, trains: Trains, after: Optional[str], framework: Any,
-            args: tuple, kwargs: dict) -> Any:
+    def run(
+        self,
+        method: Callable,
+        trains: Trains,
+        after: Optional[str],
+        framework: Any,
+        args: tuple,
+        kwargs: dict,
+    ) -> Any:
         """Run one :func:`compilable` hook compiled (falling back to eager when that fails).
 
         Args:
@@ -384,8 +426,13 @@ class CompiledSteps:
         if self.cudagraphs:
             args = tuple(_to_device(arg, self.device) for arg in args)
         params = None
-        if (trains is not None and self._grads_in_graph and torch.is_grad_enabled()
-                and framework._backward is torch.autograd.backward and not getattr(framework, "visualize", False)):
+        if (
+            trains is not None
+            and self._grads_in_graph
+            and torch.is_grad_enabled()
+            and framework._backward is torch.autograd.backward
+            and not getattr(framework, "visualize", False)
+        ):
             params = self._trained_parameters(framework, trains)
         try:
             if params is None:
@@ -395,12 +442,16 @@ class CompiledSteps:
                 grads = None
             else:
                 if step.with_grads is None:
-                    step.with_grads = self._compile(_step_with_grads, _code_name(step.name, "grads"), self._fullgraph)
+                    step.with_grads = self._compile(
+                        _step_with_grads, _code_name(step.name, "grads"), self._fullgraph
+                    )
                 # no_grad: nothing leaves the call with a graph (an inference graph)
                 with torch_internals.tracing_autograd_ops(), torch.no_grad():
                     output, grads = step.with_grads(method, framework, params, args, kwargs)
         except Exception as error:  # noqa: BLE001 - any failure to compile: rerun eagerly, then decide
-            output = method(framework, *args, **kwargs)  # the user's own errors surface here, as in eager
+            output = method(
+                framework, *args, **kwargs
+            )  # the user's own errors surface here, as in eager
             self._give_up(step, error)
             return output
         if self.cudagraphs:  # CUDA graph outputs are overwritten by the graph's next replay
@@ -408,8 +459,10 @@ class CompiledSteps:
         if grads is not None:
             losses = _losses_of(output)
             if len(losses) != len(params):
-                raise TypeError(f"{step.name} returned {len(losses)} loss(es) but is declared to train "
-                                f"{len(params)} network(s)")
+                raise TypeError(
+                    f"{step.name} returned {len(losses)} loss(es) but is declared to train "
+                    f"{len(params)} network(s)"
+                )
             for loss, group, grad in zip(losses, params, grads):
                 if grad is not None:
                     self._pending[loss] = (group, grad)
@@ -419,7 +472,9 @@ class CompiledSteps:
 
     @staticmethod
     def _trained_parameters(framework: Any, trains: Trains) -> List[tuple]:
-        targets = trains(framework) if callable(trains) else [getattr(framework, name) for name in trains]
+        targets = (
+            trains(framework) if callable(trains) else [getattr(framework, name) for name in trains]
+        )
         groups = []
         for target in targets:
             params = _tensors(target)[0] if isinstance(target, nn.Module) else list(target)
@@ -427,8 +482,14 @@ class CompiledSteps:
         return groups
 
     # -- optimizer steps ----------------------------------------------------------------------
-    def optimize(self, framework: Any, loss: torch.Tensor, optimizer: Any,
-                 parameters: Union[nn.Module, Any], gradient_max: float) -> bool:
+    def optimize(
+        self,
+        framework: Any,
+        loss: torch.Tensor,
+        optimizer: Any,
+        parameters: Union[nn.Module, Any],
+        gradient_max: float,
+    ) -> bool:
         """Zero grads, put in the gradients (from the loss step, or by a backward pass), clip, step.
 
         Called by :meth:`TorchFramework._optimize` for a finite loss; returns ``True``.
@@ -450,12 +511,22 @@ class CompiledSteps:
     def _optimizer_step_of(self, framework: Any, optimizer: Any) -> _OptimizerStep:
         step = self._optimizer_steps.get(optimizer)
         if step is None:
-            name = next((f"the step of {self.owner}.{k}" for k, v in vars(framework).items() if v is optimizer),
-                        f"the step of {type(optimizer).__name__}")
-            step = self._optimizer_steps[optimizer] = _OptimizerStep(name, optimizers.raw_step(optimizer))
+            name = next(
+                (
+                    f"the step of {self.owner}.{k}"
+                    for k, v in vars(framework).items()
+                    if v is optimizer
+                ),
+                f"the step of {type(optimizer).__name__}",
+            )
+            step = self._optimizer_steps[optimizer] = _OptimizerStep(
+                name, optimizers.raw_step(optimizer)
+            )
         return step
 
-    def step(self, framework: Any, optimizer: Any, parameters: Union[nn.Module, Any], gradient_max: float) -> None:
+    def step(
+        self, framework: Any, optimizer: Any, parameters: Union[nn.Module, Any], gradient_max: float
+    ) -> None:
         """Clip the gradients of ``parameters`` and step ``optimizer``: one compiled call where it can be.
 
         The gradients are in place already (:meth:`optimize` puts them in; a joint step of
@@ -468,20 +539,34 @@ class CompiledSteps:
             parameters: The network (or tensors) whose gradients are clipped.
             gradient_max: The clipping norm (``inf``: none).
         """
-        self._clip_and_step(self._optimizer_step_of(framework, optimizer), optimizer, parameters, gradient_max)
+        self._clip_and_step(
+            self._optimizer_step_of(framework, optimizer), optimizer, parameters, gradient_max
+        )
 
-    def _clip_and_step(self, step: _OptimizerStep, optimizer: Any, parameters: Union[nn.Module, Any],
-                       gradient_max: float) -> None:
+    def _clip_and_step(
+        self,
+        step: _OptimizerStep,
+        optimizer: Any,
+        parameters: Union[nn.Module, Any],
+        gradient_max: float,
+    ) -> None:
         max_norm = None if gradient_max == math.inf else gradient_max
-        params = [] if max_norm is None else (
-            _tensors(parameters)[0] if isinstance(parameters, nn.Module) else list(parameters))
+        params = (
+            []
+            if max_norm is None
+            else (
+                _tensors(parameters)[0] if isinstance(parameters, nn.Module) else list(parameters)
+            )
+        )
         if step.eager or self.disabled is not None or optimizers.has_step_hooks(optimizer):
             self._eager_step(optimizer, params, max_norm)
             return
         unfused = False
         try:
             if step.compiled is None:
-                unfused = optimizers.unfuse_default(optimizer)  # inductor fuses the plain step itself
+                unfused = optimizers.unfuse_default(
+                    optimizer
+                )  # inductor fuses the plain step itself
                 if self.cudagraphs:
                     _make_capturable(optimizer)
                 step.compiled = self._compile(_optimizer_step, _code_name(step.name), True)
@@ -517,15 +602,19 @@ class CompiledSteps:
         reason = _reason(error)
         if torch_internals.is_backend_failure(error):
             self.disabled = reason
-            message = (f"{self.owner}.compile(): the torch.compile backend {self.backend!r} failed on "
-                       f"{step.name}: {reason}. {self.owner} keeps training eagerly (same results, no "
-                       f"speed-up); no step of it is compiled any more.")
+            message = (
+                f"{self.owner}.compile(): the torch.compile backend {self.backend!r} failed on "
+                f"{step.name}: {reason}. {self.owner} keeps training eagerly (same results, no "
+                f"speed-up); no step of it is compiled any more."
+            )
         else:
             step.eager = True
-            message = (f"{self.owner}.compile(): {step.name} cannot be compiled: {reason}. That step runs "
-                       f"eagerly from now on (same results, without its speed-up); the other steps stay "
-                       f"compiled. Pass fullgraph=False to compile() to let torch.compile split the step "
-                       f"around what it cannot trace.")
+            message = (
+                f"{self.owner}.compile(): {step.name} cannot be compiled: {reason}. That step runs "
+                f"eagerly from now on (same results, without its speed-up); the other steps stay "
+                f"compiled. Pass fullgraph=False to compile() to let torch.compile split the step "
+                f"around what it cannot trace."
+            )
         warn_caller(message, CompileFallbackWarning)
 
 
@@ -558,5 +647,9 @@ def _make_capturable(optimizer: Any) -> None:
         group["capturable"] = True
         for param in group["params"]:
             state = optimizer.state.get(param)
-            if state and isinstance(state.get("step"), torch.Tensor) and state["step"].device != param.device:
+            if (
+                state
+                and isinstance(state.get("step"), torch.Tensor)
+                and state["step"].device != param.device
+            ):
                 state["step"] = state["step"].to(param.device)

@@ -78,7 +78,9 @@ class ConstructorLayout:
                 continue
             if param.name == "criterion":
                 self.has_criterion = True
-            elif annotation in ("nn.Module", "Optional[nn.Module]") or param.annotation is nn.Module:
+            elif (
+                annotation in ("nn.Module", "Optional[nn.Module]") or param.annotation is nn.Module
+            ):
                 self.networks.append(param.name)
             elif annotation in ("float", "int") or param.annotation in (float, int):
                 self.values.append(param.name)
@@ -87,7 +89,8 @@ class ConstructorLayout:
         if unsupported or not self.networks:
             raise NotImplementedError(
                 f"{algorithm.__name__} cannot be built from a config yet: its constructor needs "
-                f"{unsupported or 'no network'} (distributed and multi-agent algorithms are not supported)")
+                f"{unsupported or 'no network'} (distributed and multi-agent algorithms are not supported)"
+            )
 
 
 def _placeholder(network: str) -> str:
@@ -121,8 +124,11 @@ def default_frame_config(algorithm: type) -> Dict[str, Any]:
     if layout.has_criterion:
         # prioritized replay weights each sample's loss, so it needs the losses unreduced
         per_sample = issubclass(algorithm, PrioritizedReplayMixin)
-        frame_config.update(criterion="MSELoss", criterion_args=[],
-                            criterion_kwargs={"reduction": "none"} if per_sample else {})
+        frame_config.update(
+            criterion="MSELoss",
+            criterion_args=[],
+            criterion_kwargs={"reduction": "none"} if per_sample else {},
+        )
     value_defaults = {"value_min": -1.0, "value_max": 1.0}
     for name in layout.values:
         frame_config[name] = value_defaults.get(name, 0.0)
@@ -154,7 +160,9 @@ def generate_config(algorithm: type, config: Optional[Dict[str, Any]] = None) ->
     _expect_dict("config", config)
     frame = config.get("frame", algorithm.__name__)
     if frame != algorithm.__name__:
-        raise ConfigError(f"config['frame'] is {frame!r}, but the config is for {algorithm.__name__}")
+        raise ConfigError(
+            f"config['frame'] is {frame!r}, but the config is for {algorithm.__name__}"
+        )
     given = config.get("frame_config", {})
     _expect_dict("frame_config", given)
     result = {"frame": algorithm.__name__, **copy.deepcopy(config)}
@@ -163,8 +171,7 @@ def generate_config(algorithm: type, config: Optional[Dict[str, Any]] = None) ->
     return result
 
 
-def init_from_config(algorithm: type, config: Dict[str, Any],
-                     model_device: Any = "cpu") -> Any:
+def init_from_config(algorithm: type, config: Dict[str, Any], model_device: Any = "cpu") -> Any:
     """Build ``algorithm`` from ``config`` (see the module's description of the keys).
 
     Networks are made with their arguments and moved to ``model_device``; the options
@@ -185,7 +192,9 @@ def init_from_config(algorithm: type, config: Dict[str, Any],
     _expect_dict("config", config)
     frame = config.get("frame", algorithm.__name__)
     if frame != algorithm.__name__:
-        raise ConfigError(f"config['frame'] is {frame!r}, but init_from_config was called on {algorithm.__name__}")
+        raise ConfigError(
+            f"config['frame'] is {frame!r}, but init_from_config was called on {algorithm.__name__}"
+        )
     if "frame_config" not in config:
         raise ConfigError(f"config of {algorithm.__name__} lacks the key 'frame_config'")
     frame_config = config["frame_config"]
@@ -195,7 +204,8 @@ def init_from_config(algorithm: type, config: Dict[str, Any],
     positional = _positional_arguments(layout, frame_config, model_device)
     if frame_config.get("lr_scheduler") is not None:
         options["lr_scheduler"] = resolve_class(
-            frame_config["lr_scheduler"], "frame_config.lr_scheduler", torch.optim.lr_scheduler)
+            frame_config["lr_scheduler"], "frame_config.lr_scheduler", torch.optim.lr_scheduler
+        )
     try:
         return algorithm(*positional, **options)
     except (TypeError, ValueError) as error:
@@ -207,7 +217,9 @@ def _expect_dict(key: str, value: Any) -> None:
         raise ConfigError(f"{key} must be a dict, got {value!r} of type {type(value).__name__}")
 
 
-def _split_options(algorithm: type, layout: ConstructorLayout, frame_config: Dict[str, Any]) -> Dict[str, Any]:
+def _split_options(
+    algorithm: type, layout: ConstructorLayout, frame_config: Dict[str, Any]
+) -> Dict[str, Any]:
     """The keyword options of ``frame_config``, after checking that every key is known."""
     specs = option_specs(algorithm)
     known = set(MODEL_KEYS) | {OPTIMIZER_KEY} | set(layout.values) | set(specs)
@@ -215,8 +227,10 @@ def _split_options(algorithm: type, layout: ConstructorLayout, frame_config: Dic
         known |= set(CRITERION_KEYS)
     unknown = sorted(set(frame_config) - known)
     if unknown:
-        raise ConfigError(f"unknown key frame_config.{unknown[0]} for {algorithm.__name__}; "
-                          f"known keys are {sorted(known)}")
+        raise ConfigError(
+            f"unknown key frame_config.{unknown[0]} for {algorithm.__name__}; "
+            f"known keys are {sorted(known)}"
+        )
     required = list(MODEL_KEYS) + [OPTIMIZER_KEY] + layout.values
     required += list(CRITERION_KEYS) if layout.has_criterion else []
     missing = [key for key in required if key not in frame_config]
@@ -225,12 +239,19 @@ def _split_options(algorithm: type, layout: ConstructorLayout, frame_config: Dic
     return {name: frame_config[name] for name in specs if name in frame_config}
 
 
-def _positional_arguments(layout: ConstructorLayout, frame_config: Dict[str, Any],
-                          model_device: Any) -> List[Any]:
+def _positional_arguments(
+    layout: ConstructorLayout, frame_config: Dict[str, Any], model_device: Any
+) -> List[Any]:
     """The constructor's positional arguments, in order, made from ``frame_config``."""
-    networks = dict(zip(layout.networks, build_networks(frame_config, len(layout.networks), model_device)))
-    made: Dict[str, Any] = {**networks, "optimizer": resolve_class(
-        frame_config["optimizer"], "frame_config.optimizer", torch.optim)}
+    networks = dict(
+        zip(layout.networks, build_networks(frame_config, len(layout.networks), model_device))
+    )
+    made: Dict[str, Any] = {
+        **networks,
+        "optimizer": resolve_class(
+            frame_config["optimizer"], "frame_config.optimizer", torch.optim
+        ),
+    }
     if layout.has_criterion:
         made["criterion"] = _build_criterion(frame_config)
     for name in layout.values:
@@ -238,7 +259,9 @@ def _positional_arguments(layout: ConstructorLayout, frame_config: Dict[str, Any
     return [made[name] for name in layout.order]
 
 
-def build_networks(frame_config: Dict[str, Any], count: int, model_device: Any = "cpu") -> List[nn.Module]:
+def build_networks(
+    frame_config: Dict[str, Any], count: int, model_device: Any = "cpu"
+) -> List[nn.Module]:
     """Make the ``count`` networks of ``frame_config`` (``models``, ``model_args``, ``model_kwargs``)
     on ``model_device``.
 
@@ -249,8 +272,10 @@ def build_networks(frame_config: Dict[str, Any], count: int, model_device: Any =
     for key in MODEL_KEYS:
         value = frame_config[key]
         if not isinstance(value, (list, tuple)) or len(value) != count:
-            raise ConfigError(f"frame_config.{key} must be a list of {count} entries "
-                              f"(one per network), got {value!r}")
+            raise ConfigError(
+                f"frame_config.{key} must be a list of {count} entries "
+                f"(one per network), got {value!r}"
+            )
     networks = []
     for index, (path, args, kwargs) in enumerate(zip(*(frame_config[key] for key in MODEL_KEYS))):
         key = f"frame_config.models[{index}]"
@@ -263,18 +288,26 @@ def build_networks(frame_config: Dict[str, Any], count: int, model_device: Any =
 
 def _build_criterion(frame_config: Dict[str, Any]) -> Any:
     cls = resolve_class(frame_config["criterion"], "frame_config.criterion", nn)
-    return _construct(cls, frame_config["criterion_args"], frame_config["criterion_kwargs"],
-                      "frame_config.criterion")
+    return _construct(
+        cls,
+        frame_config["criterion_args"],
+        frame_config["criterion_kwargs"],
+        "frame_config.criterion",
+    )
 
 
 def _construct(cls: type, args: Any, kwargs: Any, key: str) -> Any:
     """``cls(*args, **kwargs)``, a failure being reported with ``key``."""
     if not isinstance(args, (list, tuple)) or not isinstance(kwargs, dict):
-        raise ConfigError(f"{key}: arguments must be a list and a dict, got {args!r} and {kwargs!r}")
+        raise ConfigError(
+            f"{key}: arguments must be a list and a dict, got {args!r} and {kwargs!r}"
+        )
     try:
         return cls(*args, **kwargs)
     except (TypeError, ValueError) as error:
-        raise ConfigError(f"{key}: {cls.__name__}(*{args!r}, **{kwargs!r}) failed: {error}") from error
+        raise ConfigError(
+            f"{key}: {cls.__name__}(*{args!r}, **{kwargs!r}) failed: {error}"
+        ) from error
 
 
 def resolve_class(name: Any, key: str, namespace: Any = None) -> Any:
@@ -293,10 +326,18 @@ def resolve_class(name: Any, key: str, namespace: Any = None) -> Any:
         if callable(name):
             return name
         raise ConfigError(f"{key} must be a class name or an importable class path, got {name!r}")
-    if namespace is not None and "." not in name and inspect.isclass(getattr(namespace, name, None)):
+    if (
+        namespace is not None
+        and "." not in name
+        and inspect.isclass(getattr(namespace, name, None))
+    ):
         return getattr(namespace, name)
     module_name, _, attribute = name.rpartition(".")
-    where = f" (a name of {namespace.__name__} or module.Class)" if namespace is not None else " (module.Class)"
+    where = (
+        f" (a name of {namespace.__name__} or module.Class)"
+        if namespace is not None
+        else " (module.Class)"
+    )
     if not module_name:
         raise ConfigError(f"{key}: {name!r} is not an importable class path{where}")
     try:
@@ -304,6 +345,7 @@ def resolve_class(name: Any, key: str, namespace: Any = None) -> Any:
     except ImportError as error:
         raise ConfigError(f"{key}: {name!r} does not import: {error}") from error
     if not hasattr(module, attribute):
-        raise ConfigError(f"{key}: {name!r} does not import: module {module_name!r} has no {attribute!r}")
+        raise ConfigError(
+            f"{key}: {name!r} does not import: module {module_name!r} has no {attribute!r}"
+        )
     return getattr(module, attribute)
-

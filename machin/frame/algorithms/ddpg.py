@@ -31,6 +31,7 @@ from .utils import assert_output_is_probs, hard_update, safe_call
 # .critics; they stay importable from here.
 __all__ = ["DDPG", "NOISE_MODES", "resolve_noise_mode"]
 
+
 def _action_range(name: str, value: Any) -> Tuple[Any, Any]:
     if not isinstance(value, (tuple, list)) or len(value) != 2:
         raise TypeError(f"{name} must be a (low, high) pair, got {value!r}")
@@ -74,19 +75,36 @@ class DDPG(ReplayMixin, SoftTargets, ActorCriticOptions, TorchFramework):
 
     _is_top = ["actor", "critic", "actor_target", "critic_target"]
     _is_restorable = ["actor_target", "critic_target"]
-    driver = Driver("act_with_noise", {"noise_param": (0.0, 0.1), "mode": "normal"}, "act", "transition")
+    driver = Driver(
+        "act_with_noise", {"noise_param": (0.0, 0.1), "mode": "normal"}, "act", "transition"
+    )
 
     update_rate = SoftTargetOptions.update_rate.but(default=0.001)
-    action_range = Option(None, optional(_action_range), "``(low, high)`` bounds of the action (numbers, or "
-                          "tensors broadcast over the action columns): noisy actions of :meth:`act_with_noise` "
-                          "and TD3's smoothed target actions are clamped to them; ``None``: not clamped (as "
-                          "Machin 0.3.4).")
+    action_range = Option(
+        None,
+        optional(_action_range),
+        "``(low, high)`` bounds of the action (numbers, or "
+        "tensors broadcast over the action columns): noisy actions of :meth:`act_with_noise` "
+        "and TD3's smoothed target actions are clamped to them; ``None``: not clamped (as "
+        "Machin 0.3.4).",
+    )
 
-    def __init__(self, actor: nn.Module, actor_target: nn.Module, critic: nn.Module, critic_target: nn.Module,
-                 optimizer: Callable, criterion: Callable, *_: Any, **options: Any):
+    def __init__(
+        self,
+        actor: nn.Module,
+        actor_target: nn.Module,
+        critic: nn.Module,
+        critic_target: nn.Module,
+        optimizer: Callable,
+        criterion: Callable,
+        *_: Any,
+        **options: Any,
+    ):
         super().__init__(*_, **options)
         self._check_criterion(criterion)
-        self._check_same_structure(actor_target=(actor, actor_target), critic_target=(critic, critic_target))
+        self._check_same_structure(
+            actor_target=(actor, actor_target), critic_target=(critic, critic_target)
+        )
         self.criterion = criterion
 
         self.actor, self.actor_target = actor, actor_target
@@ -126,8 +144,14 @@ class DDPG(ReplayMixin, SoftTargets, ActorCriticOptions, TorchFramework):
         return self._actor_output(state, use_target)
 
     @ignores_extra_args
-    def act_with_noise(self, state: Dict[str, Any], noise_param: Any = _DEFAULT_NOISE_PARAM,
-                       ratio: float = 1.0, mode: str = "uniform", use_target: bool = False) -> Any:
+    def act_with_noise(
+        self,
+        state: Dict[str, Any],
+        noise_param: Any = _DEFAULT_NOISE_PARAM,
+        ratio: float = 1.0,
+        mode: str = "uniform",
+        use_target: bool = False,
+    ) -> Any:
         """Return the actor's action plus exploration noise, then the actor's extra outputs.
 
         Args:
@@ -161,8 +185,11 @@ class DDPG(ReplayMixin, SoftTargets, ActorCriticOptions, TorchFramework):
         if self.action_range is None:
             return action
         low, high = self.action_range
-        return torch.clamp(action, torch.as_tensor(low, dtype=action.dtype, device=action.device),
-                           torch.as_tensor(high, dtype=action.dtype, device=action.device))
+        return torch.clamp(
+            action,
+            torch.as_tensor(low, dtype=action.dtype, device=action.device),
+            torch.as_tensor(high, dtype=action.dtype, device=action.device),
+        )
 
     def _probabilities(self, state: Dict[str, Any], use_target: bool):
         probs, extras = split_output(self._actor_output(state, use_target))
@@ -198,7 +225,9 @@ class DDPG(ReplayMixin, SoftTargets, ActorCriticOptions, TorchFramework):
         probs, extras = self._probabilities(state, use_target)
         return pack_result((torch.multinomial(probs, 1), probs), extras)
 
-    def criticize(self, state: Dict[str, Any], action: Dict[str, Any], use_target: bool = False) -> Any:
+    def criticize(
+        self, state: Dict[str, Any], action: Dict[str, Any], use_target: bool = False
+    ) -> Any:
         """Return the critic's output (value ``[B, 1]`` and extras) for ``state`` and ``action``.
 
         Args:
@@ -226,8 +255,14 @@ class DDPG(ReplayMixin, SoftTargets, ActorCriticOptions, TorchFramework):
     # -- update steps -------------------------------------------------------------------
     _value_column = staticmethod(value_column)
 
-    def _critic_value(self, critic: nn.Module, state: Dict[str, Any], action: Dict[str, Any], size: int,
-           name: str = "critic") -> torch.Tensor:
+    def _critic_value(
+        self,
+        critic: nn.Module,
+        state: Dict[str, Any],
+        action: Dict[str, Any],
+        size: int,
+        name: str = "critic",
+    ) -> torch.Tensor:
         return self._value_column(safe_call(critic, state, action), size, name)
 
     # -- Machin 0.3.4's overridable helpers ------------------------------------------------
@@ -241,8 +276,9 @@ class DDPG(ReplayMixin, SoftTargets, ActorCriticOptions, TorchFramework):
         """
         return split_output(safe_call(self.actor_target if use_target else self.actor, state))[0]
 
-    def _criticize(self, state: Dict[str, Any], action: Dict[str, Any], use_target: bool = False,
-                   **__: Any) -> torch.Tensor:
+    def _criticize(
+        self, state: Dict[str, Any], action: Dict[str, Any], use_target: bool = False, **__: Any
+    ) -> torch.Tensor:
         """The critic's value (its first output) of ``action`` in ``state``, with gradient.
 
         The update picks its critics by name (TD3 and SAC have two), so an override of this
@@ -253,7 +289,9 @@ class DDPG(ReplayMixin, SoftTargets, ActorCriticOptions, TorchFramework):
             action: Action dict for the critic.
             use_target: Use the target critic.
         """
-        return split_output(safe_call(self.critic_target if use_target else self.critic, state, action))[0]
+        return split_output(
+            safe_call(self.critic_target if use_target else self.critic, state, action)
+        )[0]
 
     _legacy_hooks = {"_criticize": "_critic_value(critic, state, action, size, name)"}
 
@@ -263,24 +301,38 @@ class DDPG(ReplayMixin, SoftTargets, ActorCriticOptions, TorchFramework):
 
     def _next_value(self, batch: SampledBatch, next_action: Dict[str, Any]) -> torch.Tensor:
         """Value ``[B, 1]`` of the next state (TD3 takes the minimum of two target critics)."""
-        return self._critic_value(self.critic_target, batch.next_state, next_action, batch.size, "critic_target")
+        return self._critic_value(
+            self.critic_target, batch.next_state, next_action, batch.size, "critic_target"
+        )
 
     def _bellman_target(self, batch: SampledBatch) -> torch.Tensor:
         """The Bellman target ``[B, 1]`` of the critics (no gradient; traced into the compiled critic step)."""
         with torch.no_grad():
-            next_action = self.action_transform_function(self._target_action(batch), batch.next_state,
-                                                         batch.others)
+            next_action = self.action_transform_function(
+                self._target_action(batch), batch.next_state, batch.others
+            )
             next_value = self._next_value(batch, next_action)
             device = next_value.device
-            return self.reward_function(batch.reward.to(device), self._discount(batch, device), next_value,
-                                        batch.terminal.to(device), batch.others)
+            return self.reward_function(
+                batch.reward.to(device),
+                self._discount(batch, device),
+                next_value,
+                batch.terminal.to(device),
+                batch.others,
+            )
 
     @compilable(lambda self: [critic.net for critic in self._critics()], after="_after_value_loss")
     def _critic_losses(self, batch: SampledBatch) -> List[torch.Tensor]:
         """The value loss of every critic against the Bellman target (one compiled step after :meth:`compile`)."""
         target = self._bellman_target(batch)
-        return [self._value_loss(self._critic_value(critic.net, batch.state, batch.action, batch.size, critic.name), target, batch)
-                for critic in self._critics()]
+        return [
+            self._value_loss(
+                self._critic_value(critic.net, batch.state, batch.action, batch.size, critic.name),
+                target,
+                batch,
+            )
+            for critic in self._critics()
+        ]
 
     def _update_critics(self, batch: SampledBatch, step: bool) -> float:
         """Regress every critic onto the Bellman target; returns their mean loss.
@@ -318,8 +370,13 @@ class DDPG(ReplayMixin, SoftTargets, ActorCriticOptions, TorchFramework):
         return -loss.item()
 
     @ignores_extra_args
-    def update(self, update_value: bool = True, update_policy: bool = True, update_target: bool = True,
-               concatenate_samples: bool = True) -> Optional[UpdateResult]:
+    def update(
+        self,
+        update_value: bool = True,
+        update_policy: bool = True,
+        update_target: bool = True,
+        concatenate_samples: bool = True,
+    ) -> Optional[UpdateResult]:
         """Sample a batch and take one training step.
 
         Args:

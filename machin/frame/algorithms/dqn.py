@@ -67,25 +67,55 @@ class DQN(ReplayMixin, TorchFramework):
     #: Whether the constructor's ``criterion`` must be a callable (RAINBOW trains without one).
     _criterion_needed: bool = True
 
-    epsilon = Option(1.0, probability, "Exploration rate of :meth:`act_discrete_with_noise`: a number, multiplied "
-                     "by ``epsilon_decay`` after each exploring call (never below ``epsilon_min``), or a schedule "
-                     "of the training progress (e.g. ``LinearSchedule(1.0, 0.04, 0.16)``, see "
-                     ":meth:`set_progress`), which replaces the multiplicative decay.", schedulable=True)
-    epsilon_decay = Option(0.9999, unit_interval, "Factor applied to epsilon after each exploring action.")
+    epsilon = Option(
+        1.0,
+        probability,
+        "Exploration rate of :meth:`act_discrete_with_noise`: a number, multiplied "
+        "by ``epsilon_decay`` after each exploring call (never below ``epsilon_min``), or a schedule "
+        "of the training progress (e.g. ``LinearSchedule(1.0, 0.04, 0.16)``, see "
+        ":meth:`set_progress`), which replaces the multiplicative decay.",
+        schedulable=True,
+    )
+    epsilon_decay = Option(
+        0.9999, unit_interval, "Factor applied to epsilon after each exploring action."
+    )
     epsilon_min = Option(0.0, probability, "Floor of the multiplicative epsilon decay.")
-    update_rate = Option(0.005, optional(unit_interval),
-                         "Soft target update rate tau (``target = tau * online + (1 - tau) * target``); "
-                         "``None`` with ``update_steps`` for periodic hard copies.")
-    update_steps = Option(None, optional(positive_int), "Copy the online network into the target every this "
-                          "many updates (only when ``update_rate`` is ``None``).")
-    learning_rate = Option(0.001, positive, "Learning rate of the optimizer (or a schedule).", schedulable=True,
-                           schedule_check=non_negative)
+    update_rate = Option(
+        0.005,
+        optional(unit_interval),
+        "Soft target update rate tau (``target = tau * online + (1 - tau) * target``); "
+        "``None`` with ``update_steps`` for periodic hard copies.",
+    )
+    update_steps = Option(
+        None,
+        optional(positive_int),
+        "Copy the online network into the target every this "
+        "many updates (only when ``update_rate`` is ``None``).",
+    )
+    learning_rate = Option(
+        0.001,
+        positive,
+        "Learning rate of the optimizer (or a schedule).",
+        schedulable=True,
+        schedule_check=non_negative,
+    )
     _learning_rate_of = {"learning_rate": ("qnet_optim",)}
-    mode = Option("double", _known_mode, doc='``"vanilla"``, ``"fixed_target"`` or ``"double"``; '
-                  'checked when set, also after construction (0.3.4 raised at the next update).')
+    mode = Option(
+        "double",
+        _known_mode,
+        doc='``"vanilla"``, ``"fixed_target"`` or ``"double"``; '
+        "checked when set, also after construction (0.3.4 raised at the next update).",
+    )
 
-    def __init__(self, qnet: nn.Module, qnet_target: Optional[nn.Module], optimizer: Callable, criterion: Callable,
-                 *_: Any, **options: Any):
+    def __init__(
+        self,
+        qnet: nn.Module,
+        qnet_target: Optional[nn.Module],
+        optimizer: Callable,
+        criterion: Callable,
+        *_: Any,
+        **options: Any,
+    ):
         super().__init__(*_, **options)
         mode = self.mode
         if self._mode_034 is not None and mode != self._mode_034:
@@ -155,7 +185,9 @@ class DQN(ReplayMixin, TorchFramework):
         return pack_result(self._greedy_action(output), extras)
 
     @ignores_extra_args
-    def act_discrete_with_noise(self, state: Dict[str, Any], use_target: bool = False, decay_epsilon: bool = True):
+    def act_discrete_with_noise(
+        self, state: Dict[str, Any], use_target: bool = False, decay_epsilon: bool = True
+    ):
         """Epsilon-greedy action ``[B, 1]``, followed by any extra outputs of the Q network.
 
         Each row is replaced by a uniformly random action with probability
@@ -205,7 +237,9 @@ class DQN(ReplayMixin, TorchFramework):
         return sampled_actions["action"]
 
     # -- Machin 0.3.4's overridable helpers: the update computes its Q values through them --
-    def _criticize(self, state: Dict[str, Any], use_target: bool = False, **__: Any) -> torch.Tensor:
+    def _criticize(
+        self, state: Dict[str, Any], use_target: bool = False, **__: Any
+    ) -> torch.Tensor:
         """Q values ``[B, action_num]`` of ``state`` (the Q network's first output), with gradient.
 
         Args:
@@ -214,7 +248,9 @@ class DQN(ReplayMixin, TorchFramework):
         """
         return split_output(safe_call(self._q_network(use_target), state))[0]
 
-    def _act_discrete(self, state: Dict[str, Any], use_target: bool = False, **__: Any) -> torch.Tensor:
+    def _act_discrete(
+        self, state: Dict[str, Any], use_target: bool = False, **__: Any
+    ) -> torch.Tensor:
         """Greedy actions ``[B, 1]`` for ``state`` (double DQN picks its next actions with it).
 
         Args:
@@ -236,8 +272,13 @@ class DQN(ReplayMixin, TorchFramework):
         with torch.no_grad():
             next_value = self._next_value(batch)
             device = next_value.device
-            return self.reward_function(batch.reward.to(device), self._discount(batch, device), next_value,
-                                        batch.terminal.to(device), batch.others)
+            return self.reward_function(
+                batch.reward.to(device),
+                self._discount(batch, device),
+                next_value,
+                batch.terminal.to(device),
+                batch.others,
+            )
 
     def _predicted_value(self, batch: SampledBatch) -> torch.Tensor:
         q = self._criticize(batch.state)
@@ -261,8 +302,12 @@ class DQN(ReplayMixin, TorchFramework):
             hard_update(self.qnet_target, self.qnet)
 
     @ignores_extra_args
-    def update(self, update_value: bool = True, update_target: bool = True,
-               concatenate_samples: bool = True) -> Optional[float]:
+    def update(
+        self,
+        update_value: bool = True,
+        update_target: bool = True,
+        concatenate_samples: bool = True,
+    ) -> Optional[float]:
         """Sample a batch, take one optimizer step on the TD loss and update the target.
 
         Args:

@@ -33,7 +33,9 @@ class HDDPG(DDPG):
     q_increase_rate = Option(1.0, non_negative, "Scale of positive TD errors (the estimate rises).")
     q_decrease_rate = Option(1.0, non_negative, "Scale of negative TD errors (the estimate falls).")
 
-    def _value_loss(self, predicted: torch.Tensor, target: torch.Tensor, batch: SampledBatch) -> torch.Tensor:
+    def _value_loss(
+        self, predicted: torch.Tensor, target: torch.Tensor, batch: SampledBatch
+    ) -> torch.Tensor:
         current = predicted.detach()
         delta = target.view_as(current).to(current.device) - current
         rate = torch.where(delta > 0, self.q_increase_rate, self.q_decrease_rate).to(delta.dtype)

@@ -42,6 +42,7 @@ from .utils import SharedNetworkSync, as_column
 
 __all__ = ["EpisodeTransition", "EpisodeDistributedBuffer", "IMPALA", "vtrace"]
 
+
 class IMPALA(OneLearningRate, LearnerPipeline, SharedNetworkSync, A2C):
     """Importance-weighted actor-learner architecture over an RPC group.
 
@@ -76,22 +77,37 @@ class IMPALA(OneLearningRate, LearnerPipeline, SharedNetworkSync, A2C):
     lr_scheduler_args = A2C.lr_scheduler_args.but(default=())
     lr_scheduler_kwargs = A2C.lr_scheduler_kwargs.but(default=())
     batch_size = A2C.batch_size.but(default=5, doc="Episodes per update.")
-    replay_size = A2C.replay_size.but(default=500, doc="Episodes kept by each member's part of the buffer.")
+    replay_size = A2C.replay_size.but(
+        default=500, doc="Episodes kept by each member's part of the buffer."
+    )
     isw_clip_c = Option(1.0, positive, "Truncation of the trace coefficients ``c``.")
-    isw_clip_rho = Option(1.0, positive, "Truncation of the importance weights ``rho``; at least ``isw_clip_c``.")
+    isw_clip_rho = Option(
+        1.0, positive, "Truncation of the importance weights ``rho``; at least ``isw_clip_c``."
+    )
     # Fixed by V-trace (one actor and one critic step per update, no GAE, raw advantages):
     actor_update_times = critic_update_times = 1
     gae_lambda = 1.0
     normalize_advantage = False
     value_target = "vtrace"
     _shared_network = "actor"
-    _sample_options = {"reported_sizes": True}  # no round trip for the parts' sizes (one update old)
+    _sample_options = {
+        "reported_sizes": True
+    }  # no round trip for the parts' sizes (one update old)
     joint_update = False
     replay_device = "cpu"
     replay_buffer = None
 
-    def __init__(self, actor: nn.Module, critic: nn.Module, optimizer: Callable, criterion: Callable,
-                 impala_group: RpcGroup, model_server: Tuple[PushPullModelServer], *_: Any, **options: Any):
+    def __init__(
+        self,
+        actor: nn.Module,
+        critic: nn.Module,
+        optimizer: Callable,
+        criterion: Callable,
+        impala_group: RpcGroup,
+        model_server: Tuple[PushPullModelServer],
+        *_: Any,
+        **options: Any,
+    ):
         self.impala_group = impala_group
         self._init_sync(model_server, "IMPALA")
         super().__init__(actor, critic, optimizer, criterion, *_, **options)
@@ -107,7 +123,9 @@ class IMPALA(OneLearningRate, LearnerPipeline, SharedNetworkSync, A2C):
         return EpisodeDistributedBuffer("impala_buffer", self.impala_group, self.replay_size)
 
     @classmethod
-    def from_roles(cls, roles: Roles, *args: Any, group_name: str = "impala", **kwargs: Any) -> IMPALA:
+    def from_roles(
+        cls, roles: Roles, *args: Any, group_name: str = "impala", **kwargs: Any
+    ) -> IMPALA:
         """Build IMPALA, its group and its model server from the roles of the processes.
 
         Every process of the world calls it with the same arguments (and its own
@@ -125,8 +143,15 @@ class IMPALA(OneLearningRate, LearnerPipeline, SharedNetworkSync, A2C):
             group_name: Name of the RPC group.
             kwargs: The constructor's keyword options.
         """
-        return build_from_roles(cls, roles, args, kwargs, group_name=group_name,
-                                ddp_networks=("actor", "critic"), replay_chunk=1)
+        return build_from_roles(
+            cls,
+            roles,
+            args,
+            kwargs,
+            group_name=group_name,
+            ddp_networks=("actor", "critic"),
+            replay_chunk=1,
+        )
 
     @property
     def sampled_from(self) -> Counter:
@@ -175,18 +200,27 @@ class IMPALA(OneLearningRate, LearnerPipeline, SharedNetworkSync, A2C):
         """V-trace targets and advantages of one episode under the current networks."""
         steps = episode.batch_size
         with torch.no_grad():
-            log_prob = split_actor_output(self._eval_act(episode.state, episode.action), "IMPALA")[1]
+            log_prob = split_actor_output(self._eval_act(episode.state, episode.action), "IMPALA")[
+                1
+            ]
             log_prob = as_column(log_prob, steps, "the actor's log_prob output").view(-1)
             both = {k: torch.cat([episode.state[k], episode.next_state[k]]) for k in episode.state}
             values = as_column(self._criticize(both), 2 * steps, "the critic output").view(-1)
         device = values.device
         behaviour = torch.tensor(episode.action_log_prob, dtype=values.dtype, device=device)
         targets, advantage = vtrace(
-            episode.reward.view(-1).to(device, values.dtype), values[:steps], values[steps:],
-            episode.terminal.view(-1).to(device), log_prob.to(device, values.dtype) - behaviour,
-            self.discount, self.isw_clip_rho, self.isw_clip_c,
+            episode.reward.view(-1).to(device, values.dtype),
+            values[:steps],
+            values[steps:],
+            episode.terminal.view(-1).to(device),
+            log_prob.to(device, values.dtype) - behaviour,
+            self.discount,
+            self.isw_clip_rho,
+            self.isw_clip_c,
         )
-        return PolicyBatch(steps, episode.state, episode.action, targets.view(-1, 1), advantage.view(-1, 1))
+        return PolicyBatch(
+            steps, episode.state, episode.action, targets.view(-1, 1), advantage.view(-1, 1)
+        )
 
     @staticmethod
     def _join(batches: List[PolicyBatch]) -> PolicyBatch:
@@ -194,12 +228,17 @@ class IMPALA(OneLearningRate, LearnerPipeline, SharedNetworkSync, A2C):
             return {k: torch.cat([d[k] for d in dicts]) for k in dicts[0]}
 
         return PolicyBatch(
-            sum(b.size for b in batches), cat([b.state for b in batches]), cat([b.action for b in batches]),
-            torch.cat([b.target_value for b in batches]), torch.cat([b.advantage for b in batches]),
+            sum(b.size for b in batches),
+            cat([b.state for b in batches]),
+            cat([b.action for b in batches]),
+            torch.cat([b.target_value for b in batches]),
+            torch.cat([b.advantage for b in batches]),
         )
 
     @ignores_extra_args
-    def update(self, update_value: bool = True, update_policy: bool = True) -> Optional[UpdateResult]:
+    def update(
+        self, update_value: bool = True, update_policy: bool = True
+    ) -> Optional[UpdateResult]:
         """Sample ``batch_size`` episodes across the group, take one actor and one critic step, push the actor.
 
         Args:
@@ -225,4 +264,3 @@ class IMPALA(OneLearningRate, LearnerPipeline, SharedNetworkSync, A2C):
         self._set_mode(False, self.actor, self.critic)
         self._publish_nowait()
         return UpdateResult(policy_value, value_loss)
-

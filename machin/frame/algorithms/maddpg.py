@@ -70,13 +70,14 @@ _OLD_LAYOUT = {
 }
 
 
-
 def _plain_buffer(name: str, value: Any) -> Buffer:
     if not isinstance(value, Buffer):
         raise TypeError(f"{name} must be a Buffer, got {type(value).__name__}")
     if isinstance(value, PrioritizedBuffer):
-        raise ValueError(f"{name} must be a Buffer without priorities: MADDPG reads every agent's "
-                         f"buffer at the same rows, got a {type(value).__name__}")
+        raise ValueError(
+            f"{name} must be a Buffer without priorities: MADDPG reads every agent's "
+            f"buffer at the same rows, got a {type(value).__name__}"
+        )
     return value
 
 
@@ -132,35 +133,68 @@ class MADDPG(BufferOptions, SoftTargets, ActorCriticOptions, TorchFramework):
     driver_unavailable = "it acts for several agents at once"
     _restorable_aliases = {old: new for new, (old, _) in _OLD_LAYOUT.items()}
 
-    sub_policy_num = Option(0, non_negative_int, "Extra replicas per actor (ensemble size minus one).")
+    sub_policy_num = Option(
+        0, non_negative_int, "Extra replicas per actor (ensemble size minus one)."
+    )
     update_rate = SoftTargetOptions.update_rate.but(default=0.001)
     batch_size = BufferOptions.batch_size.but(doc="Rows sampled per sub-policy and update.")
     replay_buffer = BufferOptions.replay_buffer.but(
         check=optional(_plain_buffer),
         doc="A Buffer (without priorities) to use instead of the default ones: the first agent stores into it "
-            "and every other agent into a deep copy of it.")
-    use_jit = Option(True, doc="Accepted for compatibility with Machin 0.3.4, where it selected TorchScript forward "
-                     "passes; it changes nothing here (TorchScript is deprecated in PyTorch 2).")
-    pool_type = Option("thread", one_of(*_POOL_TYPES), '``"thread"`` or ``"process"``: how the agents\' updates run '
-                       "in parallel. Process workers are started at the first update after the networks are moved "
-                       "to shared memory; worker ``i % pool_size`` trains agent ``i`` and keeps its optimizer state "
-                       '(see :meth:`close`), and the default buffers become :class:`SHMBuffer`. It needs every '
-                       'network on ``"cpu"`` or ``"cuda"``.')
-    pool_size = Option(None, optional(positive_int), "Number of pool workers; ``None`` uses one per agent, at most "
-                       "``os.cpu_count()``. A thread pool of size 1 runs the agents in the calling thread.")
+        "and every other agent into a deep copy of it.",
+    )
+    use_jit = Option(
+        True,
+        doc="Accepted for compatibility with Machin 0.3.4, where it selected TorchScript forward "
+        "passes; it changes nothing here (TorchScript is deprecated in PyTorch 2).",
+    )
+    pool_type = Option(
+        "thread",
+        one_of(*_POOL_TYPES),
+        '``"thread"`` or ``"process"``: how the agents\' updates run '
+        "in parallel. Process workers are started at the first update after the networks are moved "
+        "to shared memory; worker ``i % pool_size`` trains agent ``i`` and keeps its optimizer state "
+        "(see :meth:`close`), and the default buffers become :class:`SHMBuffer`. It needs every "
+        'network on ``"cpu"`` or ``"cuda"``.',
+    )
+    pool_size = Option(
+        None,
+        optional(positive_int),
+        "Number of pool workers; ``None`` uses one per agent, at most "
+        "``os.cpu_count()``. A thread pool of size 1 runs the agents in the calling thread.",
+    )
 
-    def __init__(self, actors: Sequence[nn.Module], actor_targets: Sequence[nn.Module], critics: Sequence[nn.Module],
-                 critic_targets: Sequence[nn.Module], critic_visible_actors: Sequence[Sequence[int]],
-                 optimizer: Callable, criterion: Callable, *_: Any, **options: Any):
+    def __init__(
+        self,
+        actors: Sequence[nn.Module],
+        actor_targets: Sequence[nn.Module],
+        critics: Sequence[nn.Module],
+        critic_targets: Sequence[nn.Module],
+        critic_visible_actors: Sequence[Sequence[int]],
+        optimizer: Callable,
+        criterion: Callable,
+        *_: Any,
+        **options: Any,
+    ):
         super().__init__(*_, **options)
-        agent_num = self._check_networks(actors=actors, actor_targets=actor_targets, critics=critics,
-                                         critic_targets=critic_targets)
+        agent_num = self._check_networks(
+            actors=actors,
+            actor_targets=actor_targets,
+            critics=critics,
+            critic_targets=critic_targets,
+        )
         self.critic_visible_actors = self._check_visibility(critic_visible_actors, agent_num)
         self._check_criterion(criterion)
-        self._check_same_structure(**{
-            f"{kind}_targets[{i}]": (online, target)
-            for kind, onlines, targets in (("actor", actors, actor_targets), ("critic", critics, critic_targets))
-            for i, (online, target) in enumerate(zip(onlines, targets))})
+        self._check_same_structure(
+            **{
+                f"{kind}_targets[{i}]": (online, target)
+                for kind, onlines, targets in (
+                    ("actor", actors, actor_targets),
+                    ("critic", critics, critic_targets),
+                )
+                for i, (online, target) in enumerate(zip(onlines, targets))
+            }
+        )
 
         self.agent_num = agent_num
         self.criterion = criterion
@@ -169,7 +203,9 @@ class MADDPG(BufferOptions, SoftTargets, ActorCriticOptions, TorchFramework):
         self._ou_noise: Dict[int, OrnsteinUhlenbeckNoiseGen] = {}
 
         def ensemble(network: nn.Module) -> nn.ModuleList:
-            return nn.ModuleList([network] + [copy.deepcopy(network) for _ in range(self.sub_policy_num)])
+            return nn.ModuleList(
+                [network] + [copy.deepcopy(network) for _ in range(self.sub_policy_num)]
+            )
 
         self.actors = nn.ModuleList(ensemble(actor) for actor in actors)
         self.actor_targets = nn.ModuleList(ensemble(target) for target in actor_targets)
@@ -181,16 +217,24 @@ class MADDPG(BufferOptions, SoftTargets, ActorCriticOptions, TorchFramework):
             hard_update(target, online)
         self._train_mode(False)
 
-        self.actor_optims = [[self._make_optimizer(optimizer, actor, self.actor_learning_rate) for actor in agent]
-                             for agent in self.actors]
-        self.critic_optims = [self._make_optimizer(optimizer, critic, self.critic_learning_rate)
-                              for critic in self.critics]
+        self.actor_optims = [
+            [self._make_optimizer(optimizer, actor, self.actor_learning_rate) for actor in agent]
+            for agent in self.actors
+        ]
+        self.critic_optims = [
+            self._make_optimizer(optimizer, critic, self.critic_learning_rate)
+            for critic in self.critics
+        ]
         replay_buffer = self.replay_buffer
         if replay_buffer is None:
             buffer_class = SHMBuffer if self.pool_type == "process" else Buffer
-            self.replay_buffers = [buffer_class(self.replay_size, self.replay_device) for _ in range(agent_num)]
+            self.replay_buffers = [
+                buffer_class(self.replay_size, self.replay_device) for _ in range(agent_num)
+            ]
         else:
-            self.replay_buffers = [replay_buffer] + [copy.deepcopy(replay_buffer) for _ in range(agent_num - 1)]
+            self.replay_buffers = [replay_buffer] + [
+                copy.deepcopy(replay_buffer) for _ in range(agent_num - 1)
+            ]
 
     def _optimizers(self):
         return [optim for agent in self.actor_optims for optim in agent] + self.critic_optims
@@ -211,26 +255,37 @@ class MADDPG(BufferOptions, SoftTargets, ActorCriticOptions, TorchFramework):
         lengths = {}
         for name, networks in network_lists.items():
             if not isinstance(networks, (list, tuple, nn.ModuleList)) or not networks:
-                raise ValueError(f"{name} must be a non-empty list of networks, one per agent, got {networks!r}")
+                raise ValueError(
+                    f"{name} must be a non-empty list of networks, one per agent, got {networks!r}"
+                )
             for index, network in enumerate(networks):
                 if not isinstance(network, nn.Module):
-                    raise ValueError(f"{name}[{index}] must be an nn.Module, got {type(network).__name__}")
+                    raise ValueError(
+                        f"{name}[{index}] must be an nn.Module, got {type(network).__name__}"
+                    )
             lengths[name] = len(networks)
         if len(set(lengths.values())) != 1:
-            raise ValueError(f"actors, actor_targets, critics and critic_targets must have one network per "
-                             f"agent each, got lengths {lengths}")
+            raise ValueError(
+                f"actors, actor_targets, critics and critic_targets must have one network per "
+                f"agent each, got lengths {lengths}"
+            )
         return len(networks)
 
     @staticmethod
     def _check_visibility(visible: Sequence[Sequence[int]], agent_num: int) -> List[List[int]]:
         if not isinstance(visible, (list, tuple)) or len(visible) != agent_num:
-            raise ValueError(f"critic_visible_actors must hold one list of agent indexes per critic "
-                             f"({agent_num} here), got {visible!r}")
+            raise ValueError(
+                f"critic_visible_actors must hold one list of agent indexes per critic "
+                f"({agent_num} here), got {visible!r}"
+            )
         checked = []
         for critic, indexes in enumerate(visible):
-            if (not isinstance(indexes, (list, tuple)) or critic not in indexes
-                    or len(set(indexes)) != len(indexes)
-                    or not all(isinstance(i, int) and 0 <= i < agent_num for i in indexes)):
+            if (
+                not isinstance(indexes, (list, tuple))
+                or critic not in indexes
+                or len(set(indexes)) != len(indexes)
+                or not all(isinstance(i, int) and 0 <= i < agent_num for i in indexes)
+            ):
                 raise ValueError(
                     f"critic_visible_actors[{critic}] must be a list of distinct agent indexes in "
                     f"[0, {agent_num - 1}] that includes {critic} (the critic's own agent), got {indexes!r}"
@@ -242,22 +297,29 @@ class MADDPG(BufferOptions, SoftTargets, ActorCriticOptions, TorchFramework):
         for name in self._is_top:
             for parameter in getattr(self, name).parameters():
                 if parameter.device.type not in ("cpu", "cuda"):
-                    raise ValueError(f'pool_type="process" needs every network on "cpu" or "cuda", but '
-                                     f"{name} has a parameter on {parameter.device}")
+                    raise ValueError(
+                        f'pool_type="process" needs every network on "cpu" or "cuda", but '
+                        f"{name} has a parameter on {parameter.device}"
+                    )
 
     def _per_optimizer(self, name: str, values: Optional[Sequence]) -> Optional[List[Any]]:
         """Spread the (actor entry, critic entry) pair of a scheduler option over all optimizers."""
         if values is None:
             return None
         if not isinstance(values, (list, tuple)) or len(values) != 2:
-            raise ValueError(f"{name} must hold two entries, the first for the actor optimizers and the "
-                             f"second for the critic optimizers, got {values!r}")
+            raise ValueError(
+                f"{name} must hold two entries, the first for the actor optimizers and the "
+                f"second for the critic optimizers, got {values!r}"
+            )
         actor_optim_num = self.agent_num * (self.sub_policy_num + 1)
         return [values[0]] * actor_optim_num + [values[1]] * self.agent_num
 
     def _online_target_pairs(self) -> List[Tuple[nn.Module, nn.Module]]:
-        pairs = [(actor, target) for agent, targets in zip(self.actors, self.actor_targets)
-                 for actor, target in zip(agent, targets)]
+        pairs = [
+            (actor, target)
+            for agent, targets in zip(self.actors, self.actor_targets)
+            for actor, target in zip(agent, targets)
+        ]
         return pairs + list(zip(self.critics, self.critic_targets))
 
     def _train_mode(self, training: bool) -> None:
@@ -265,8 +327,14 @@ class MADDPG(BufferOptions, SoftTargets, ActorCriticOptions, TorchFramework):
 
     def _check_per_agent(self, values: Any, name: str) -> None:
         if not isinstance(values, (list, tuple)) or len(values) != self.agent_num:
-            got = f"{len(values)} entries" if isinstance(values, (list, tuple)) else type(values).__name__
-            raise ValueError(f"{name} must be a list with one entry per agent ({self.agent_num}), got {got}")
+            got = (
+                f"{len(values)} entries"
+                if isinstance(values, (list, tuple))
+                else type(values).__name__
+            )
+            raise ValueError(
+                f"{name} must be a list with one entry per agent ({self.agent_num}), got {got}"
+            )
 
     # -- acting -----------------------------------------------------------------------------
     def _actor_outputs(self, states: Sequence[Dict[str, Any]], use_target: bool) -> List[Any]:
@@ -276,12 +344,16 @@ class MADDPG(BufferOptions, SoftTargets, ActorCriticOptions, TorchFramework):
             self._check_state(state, f"states[{agent}]")
         ensembles = self.actor_targets if use_target else self.actors
         with torch.no_grad():
-            return [safe_call(self._random_sub_policy(ensembles[agent]), state)
-                    for agent, state in enumerate(states)]
+            return [
+                safe_call(self._random_sub_policy(ensembles[agent]), state)
+                for agent, state in enumerate(states)
+            ]
 
     @staticmethod
     def _random_sub_policy(ensemble: nn.ModuleList) -> nn.Module:
-        if len(ensemble) == 1:  # no ensemble: draw nothing, so seeded runs match plain DDPG-style runs
+        if (
+            len(ensemble) == 1
+        ):  # no ensemble: draw nothing, so seeded runs match plain DDPG-style runs
             return ensemble[0]
         return ensemble[int(torch.randint(len(ensemble), ()))]
 
@@ -302,8 +374,14 @@ class MADDPG(BufferOptions, SoftTargets, ActorCriticOptions, TorchFramework):
         return self._actor_outputs(states, use_target)
 
     @ignores_extra_args
-    def act_with_noise(self, states: Sequence[Dict[str, Any]], noise_param: Any = DEFAULT_NOISE_PARAM,
-                       ratio: float = 1.0, mode: str = "uniform", use_target: bool = False) -> List[Any]:
+    def act_with_noise(
+        self,
+        states: Sequence[Dict[str, Any]],
+        noise_param: Any = DEFAULT_NOISE_PARAM,
+        ratio: float = 1.0,
+        mode: str = "uniform",
+        use_target: bool = False,
+    ) -> List[Any]:
         """Return every agent's action plus exploration noise, from a random sub-policy.
 
         Args:
@@ -334,30 +412,44 @@ class MADDPG(BufferOptions, SoftTargets, ActorCriticOptions, TorchFramework):
             noisy.append(pack_result(add_noise(agent, action), extras))
         return noisy
 
-    def _noise_function(self, mode: str, noise_param: Any, ratio: float) -> Callable[[int, torch.Tensor], Any]:
+    def _noise_function(
+        self, mode: str, noise_param: Any, ratio: float
+    ) -> Callable[[int, torch.Tensor], Any]:
         """``f(agent, action) -> noisy action`` for one ``act_with_noise`` call."""
         if mode == "ou":  # one Ornstein-Uhlenbeck process per agent, not DDPG's shared one
             _, noise_param = resolve_noise_mode(mode, noise_param)
             if noise_param is not None and not isinstance(noise_param, Mapping):
-                raise ValueError(f"act_with_noise(mode='ou'): noise_param must be None or a dict of "
-                                 f"OrnsteinUhlenbeckNoiseGen keyword arguments, got {noise_param!r}")
-            return lambda agent, action: action + ratio * self._ou_process(agent, action, noise_param)
+                raise ValueError(
+                    f"act_with_noise(mode='ou'): noise_param must be None or a dict of "
+                    f"OrnsteinUhlenbeckNoiseGen keyword arguments, got {noise_param!r}"
+                )
+            return lambda agent, action: (
+                action + ratio * self._ou_process(agent, action, noise_param)
+            )
         add_noise = noise_adder(mode, noise_param, ratio)
         return lambda _agent, action: add_noise(action)
 
-    def _ou_process(self, agent: int, action: torch.Tensor, noise_param: Optional[Mapping]) -> torch.Tensor:
+    def _ou_process(
+        self, agent: int, action: torch.Tensor, noise_param: Optional[Mapping]
+    ) -> torch.Tensor:
         """The next value of ``agent``'s own Ornstein-Uhlenbeck process."""
         process = self._ou_noise.get(agent)
         if process is None or process.shape != action.shape:
             try:
-                process = OrnsteinUhlenbeckNoiseGen(action.shape, dtype=action.dtype, **dict(noise_param or {}))
+                process = OrnsteinUhlenbeckNoiseGen(
+                    action.shape, dtype=action.dtype, **dict(noise_param or {})
+                )
             except (TypeError, ValueError) as error:
                 raise ValueError(f"act_with_noise(mode='ou'): {error}") from error
             self._ou_noise[agent] = process
         return process(action.device).to(action.dtype)
 
-    def _discrete(self, states: Sequence[Dict[str, Any]], use_target: bool,
-                  choose: Callable[[torch.Tensor], torch.Tensor]) -> List[Any]:
+    def _discrete(
+        self,
+        states: Sequence[Dict[str, Any]],
+        use_target: bool,
+        choose: Callable[[torch.Tensor], torch.Tensor],
+    ) -> List[Any]:
         results = []
         for output in self._actor_outputs(states, use_target):
             probs, extras = split_output(output)
@@ -382,7 +474,9 @@ class MADDPG(BufferOptions, SoftTargets, ActorCriticOptions, TorchFramework):
         """
         return self._discrete(states, use_target, lambda probs: probs.argmax(dim=1, keepdim=True))
 
-    def act_discrete_with_noise(self, states: Sequence[Dict[str, Any]], use_target: bool = False) -> List[Any]:
+    def act_discrete_with_noise(
+        self, states: Sequence[Dict[str, Any]], use_target: bool = False
+    ) -> List[Any]:
         """Like :meth:`act_discrete`, but each action is sampled from its probabilities.
 
         Args:
@@ -419,8 +513,10 @@ class MADDPG(BufferOptions, SoftTargets, ActorCriticOptions, TorchFramework):
         self._check_per_agent(episodes, "episodes")
         lengths = [len(episode) for episode in episodes]
         if len(set(lengths)) != 1:
-            raise ValueError(f"episodes must have one transition per agent and step, so equal lengths; "
-                             f"got lengths {lengths}")
+            raise ValueError(
+                f"episodes must have one transition per agent and step, so equal lengths; "
+                f"got lengths {lengths}"
+            )
         self._store(episodes)
 
     store_transition = store_transitions
@@ -485,8 +581,13 @@ class MADDPG(BufferOptions, SoftTargets, ActorCriticOptions, TorchFramework):
 
     @staticmethod
     @ignores_extra_args  # 0.3.4's MADDPG.reward_function ended in ``*_``
-    def reward_function(reward: torch.Tensor, discount: Union[float, torch.Tensor], next_value: torch.Tensor,
-                        terminal: torch.Tensor, others: Optional[Dict[str, Any]] = None) -> torch.Tensor:
+    def reward_function(
+        reward: torch.Tensor,
+        discount: Union[float, torch.Tensor],
+        next_value: torch.Tensor,
+        terminal: torch.Tensor,
+        others: Optional[Dict[str, Any]] = None,
+    ) -> torch.Tensor:
         """Bellman target of an agent's critic: ``reward + discount * (1 - terminal) * next_value``.
 
         Args:
@@ -501,61 +602,100 @@ class MADDPG(BufferOptions, SoftTargets, ActorCriticOptions, TorchFramework):
     # -- update steps -----------------------------------------------------------------------
     _make_batch = staticmethod(make_batch)
 
-    def _value_loss(self, predicted: torch.Tensor, target: torch.Tensor, batch: SampledBatch) -> torch.Tensor:
+    def _value_loss(
+        self, predicted: torch.Tensor, target: torch.Tensor, batch: SampledBatch
+    ) -> torch.Tensor:
         return value_loss(self.criterion, predicted, target, batch.size)
 
     def _sample_rows(self) -> Optional[List[Rows]]:
         """One random set of rows per sub-policy (``None`` while the buffers are empty)."""
         sizes = [buffer.size() for buffer in self.replay_buffers]
         if len(set(sizes)) != 1:
-            raise RuntimeError(f"the agents' replay buffers hold different numbers of transitions {sizes}; "
-                               f"store steps with store_transitions / store_episodes to keep them aligned")
+            raise RuntimeError(
+                f"the agents' replay buffers hold different numbers of transitions {sizes}; "
+                f"store steps with store_transitions / store_episodes to keep them aligned"
+            )
         if sizes[0] == 0:
             return None
         first = self.replay_buffers[0]
-        return [Buffer.sample_method_random_unique(first, self.batch_size) for _ in range(self.sub_policy_num + 1)]
+        return [
+            Buffer.sample_method_random_unique(first, self.batch_size)
+            for _ in range(self.sub_policy_num + 1)
+        ]
 
     def _sample(self, agent: int, rows: Rows, concatenate: bool) -> SampledBatch:
         size, positions = rows
         _, batch = self.replay_buffers[agent].sample_batch(
-            size, concatenate, sample_method=lambda *_: (size, positions), sample_attrs=_SAMPLE_ATTRS)
+            size,
+            concatenate,
+            sample_method=lambda *_: (size, positions),
+            sample_attrs=_SAMPLE_ATTRS,
+        )
         return self._make_batch(size, batch)
 
-    def _critic_value(self, agent: int, batches: List[SampledBatch], states: str,
-                      actions: List[Dict[str, Any]], use_target: bool = False) -> torch.Tensor:
+    def _critic_value(
+        self,
+        agent: int,
+        batches: List[SampledBatch],
+        states: str,
+        actions: List[Dict[str, Any]],
+        use_target: bool = False,
+    ) -> torch.Tensor:
         """``Q_agent`` ``[B, 1]`` of the visible agents' ``states`` (attribute name) and ``actions``."""
         critic = self.critic_targets[agent] if use_target else self.critics[agent]
-        output = safe_call(critic, self.state_concat_function([getattr(b, states) for b in batches]),
-                           self.action_concat_function(actions))
+        output = safe_call(
+            critic,
+            self.state_concat_function([getattr(b, states) for b in batches]),
+            self.action_concat_function(actions),
+        )
         name = f"critic_targets[{agent}]" if use_target else f"critics[{agent}]"
         return value_column(output, batches[0].size, name)
 
-    def _bellman_target(self, agent: int, policy: int, batches: List[SampledBatch], own: int) -> torch.Tensor:
+    def _bellman_target(
+        self, agent: int, policy: int, batches: List[SampledBatch], own: int
+    ) -> torch.Tensor:
         """``r + discount * (1 - terminal) * Q'(s', mu'(s'))`` with sub-policy ``policy``'s target actors."""
         with torch.no_grad():
             next_actions = [
                 self.action_transform_function(
-                    split_output(safe_call(self.actor_targets[visible][policy], batch.next_state))[0],
-                    batch.next_state, batch.others)
+                    split_output(safe_call(self.actor_targets[visible][policy], batch.next_state))[
+                        0
+                    ],
+                    batch.next_state,
+                    batch.others,
+                )
                 for visible, batch in zip(self.critic_visible_actors[agent], batches)
             ]
-            next_value = self._critic_value(agent, batches, "next_state", next_actions, use_target=True)
+            next_value = self._critic_value(
+                agent, batches, "next_state", next_actions, use_target=True
+            )
             mine = batches[own]
             device = next_value.device
-            return self.reward_function(mine.reward.to(device), self.discount, next_value,
-                                        mine.terminal.to(device), mine.others)
+            return self.reward_function(
+                mine.reward.to(device),
+                self.discount,
+                next_value,
+                mine.terminal.to(device),
+                mine.others,
+            )
 
-    def _update_critic(self, agent: int, batches: List[SampledBatch], target: torch.Tensor,
-                       step: bool) -> Tuple[float, bool]:
+    def _update_critic(
+        self, agent: int, batches: List[SampledBatch], target: torch.Tensor, step: bool
+    ) -> Tuple[float, bool]:
         """Regress ``critics[agent]`` onto ``target`` when ``step``; ``(loss, whether no step was skipped)``."""
         value = self._critic_value(agent, batches, "state", [batch.action for batch in batches])
         loss = self._value_loss(value, target, batches[0])
         self._maybe_visualize(loss, f"critic_{agent}")
-        taken = self._optimize(loss, self.critic_optims[agent], self.critics[agent], self.gradient_max) if step else True
+        taken = (
+            self._optimize(loss, self.critic_optims[agent], self.critics[agent], self.gradient_max)
+            if step
+            else True
+        )
         return loss.item(), taken
 
-    def _update_actor(self, agent: int, policy: int, batches: List[SampledBatch], own: int,
-                      step: bool) -> Tuple[float, bool]:
+    def _update_actor(
+        self, agent: int, policy: int, batches: List[SampledBatch], own: int, step: bool
+    ) -> Tuple[float, bool]:
         """Ascend ``Q_agent`` with this actor's action and the stored actions of the others.
 
         Returns ``(policy value, whether no step was skipped)``.
@@ -573,8 +713,14 @@ class MADDPG(BufferOptions, SoftTargets, ActorCriticOptions, TorchFramework):
             taken = self._optimize(loss, self.actor_optims[agent][policy], actor, self.gradient_max)
         return policy_value.item(), taken
 
-    def _update_agent(self, agent: int, rows: List[Rows], update_value: bool, update_policy: bool,
-                      concatenate: bool) -> Tuple[float, float, bool]:
+    def _update_agent(
+        self,
+        agent: int,
+        rows: List[Rows],
+        update_value: bool,
+        update_policy: bool,
+        concatenate: bool,
+    ) -> Tuple[float, float, bool]:
         """Train one agent's critic and sub-policies.
 
         Returns their mean policy value and value loss, and whether every step asked for was
@@ -589,7 +735,9 @@ class MADDPG(BufferOptions, SoftTargets, ActorCriticOptions, TorchFramework):
             target = self._bellman_target(agent, policy, batches, own)
             loss, critic_taken = self._update_critic(agent, batches, target, update_value and taken)
             taken = taken and critic_taken
-            value, actor_taken = self._update_actor(agent, policy, batches, own, update_policy and taken)
+            value, actor_taken = self._update_actor(
+                agent, policy, batches, own, update_policy and taken
+            )
             taken = taken and actor_taken
             losses.append(loss)
             values.append(value)
@@ -598,9 +746,16 @@ class MADDPG(BufferOptions, SoftTargets, ActorCriticOptions, TorchFramework):
     def _agent_optimizers(self, agent: int) -> List[torch.optim.Optimizer]:
         return self.actor_optims[agent] + [self.critic_optims[agent]]
 
-    def _update_agent_in_worker(self, agent: int, rows: List[Tuple[int, List[int]]], update_value: bool,
-                                update_policy: bool, concatenate: bool, buffers: Dict[int, Buffer],
-                                settings: List[List[Dict[str, Any]]]) -> Tuple[float, float, bool]:
+    def _update_agent_in_worker(
+        self,
+        agent: int,
+        rows: List[Tuple[int, List[int]]],
+        update_value: bool,
+        update_policy: bool,
+        concatenate: bool,
+        buffers: Dict[int, Buffer],
+        settings: List[List[Dict[str, Any]]],
+    ) -> Tuple[float, float, bool]:
         """:meth:`_update_agent` in a process worker, on the shared networks with the worker's optimizers.
 
         ``buffers`` are the owner's current buffers of the agents ``agent`` sees, and
@@ -629,21 +784,39 @@ class MADDPG(BufferOptions, SoftTargets, ActorCriticOptions, TorchFramework):
         pending = []
         for agent, rows, *switches in jobs:
             # The networks are shared already; send the current buffers and optimizer settings.
-            buffers = {other: self.replay_buffers[other] for other in self.critic_visible_actors[agent]}
+            buffers = {
+                other: self.replay_buffers[other] for other in self.critic_visible_actors[agent]
+            }
             rows = [(size, positions.tolist()) for size, positions in rows]
-            settings = [[{key: value for key, value in group.items() if key != "params"}
-                         for group in optim.param_groups] for optim in self._agent_optimizers(agent)]
-            pending.append(workers[agent % len(workers)].apply_async(
-                call_in_worker, ("_update_agent_in_worker", agent, rows, *switches, buffers, settings)))
+            settings = [
+                [
+                    {key: value for key, value in group.items() if key != "params"}
+                    for group in optim.param_groups
+                ]
+                for optim in self._agent_optimizers(agent)
+            ]
+            pending.append(
+                workers[agent % len(workers)].apply_async(
+                    call_in_worker,
+                    ("_update_agent_in_worker", agent, rows, *switches, buffers, settings),
+                )
+            )
         results = [task.get() for task in pending]
         for optim in self.critic_optims + [o for agent in self.actor_optims for o in agent]:
             torch_internals.mark_stepped_for_schedulers(optim)  # the steps ran in the workers
         # A worker counts its skipped steps in its own copy; an agent skips one step at most.
-        self.skipped_updates = getattr(self, "skipped_updates", 0) + sum(not taken for *_, taken in results)
+        self.skipped_updates = getattr(self, "skipped_updates", 0) + sum(
+            not taken for *_, taken in results
+        )
         return results
 
-    def update(self, update_value: bool = True, update_policy: bool = True, update_target: bool = True,
-               concatenate_samples: bool = True) -> Optional[UpdateResult]:
+    def update(
+        self,
+        update_value: bool = True,
+        update_policy: bool = True,
+        update_target: bool = True,
+        concatenate_samples: bool = True,
+    ) -> Optional[UpdateResult]:
         """Sample the same rows from every agent's buffer and train every agent on them.
 
         Args:
@@ -665,7 +838,10 @@ class MADDPG(BufferOptions, SoftTargets, ActorCriticOptions, TorchFramework):
         rows = self._sample_rows()
         if rows is None:
             return None
-        jobs = [(agent, rows, update_value, update_policy, concatenate_samples) for agent in range(self.agent_num)]
+        jobs = [
+            (agent, rows, update_value, update_policy, concatenate_samples)
+            for agent in range(self.agent_num)
+        ]
         self._train_mode(True)
         try:
             results = self._update_agents(jobs)
@@ -683,13 +859,23 @@ class MADDPG(BufferOptions, SoftTargets, ActorCriticOptions, TorchFramework):
             if self.pool_type == "thread":
                 self._pool = ThreadPool(self.pool_size)
             else:
-                for name in self._is_top:  # workers write the parameters in place, the owner reads them
+                for (
+                    name
+                ) in self._is_top:  # workers write the parameters in place, the owner reads them
                     getattr(self, name).share_memory()
-                uses_cuda = any(p.is_cuda for name in self._is_top for p in getattr(self, name).parameters())
+                uses_cuda = any(
+                    p.is_cuda for name in self._is_top for p in getattr(self, name).parameters()
+                )
                 context = WorkerCopy(self)
-                self._pool = [CtxPool(1, worker_contexts=[context], is_copy_tensor=False,
-                                      share_method="cuda" if uses_cuda else "cpu")
-                              for _ in range(min(self.pool_size, self.agent_num))]
+                self._pool = [
+                    CtxPool(
+                        1,
+                        worker_contexts=[context],
+                        is_copy_tensor=False,
+                        share_method="cuda" if uses_cuda else "cpu",
+                    )
+                    for _ in range(min(self.pool_size, self.agent_num))
+                ]
         return self._pool
 
     def close(self) -> None:
@@ -705,7 +891,9 @@ class MADDPG(BufferOptions, SoftTargets, ActorCriticOptions, TorchFramework):
     def _fetch_optimizer_states(self, workers: List[CtxPool]) -> None:
         for index, worker in enumerate(workers):
             agents = list(range(index, self.agent_num, len(workers)))
-            for agent, states in zip(agents, worker.apply(call_in_worker, ("_optimizer_states", agents))):
+            for agent, states in zip(
+                agents, worker.apply(call_in_worker, ("_optimizer_states", agents))
+            ):
                 for optim, state in zip(self._agent_optimizers(agent), states):
                     # Own copies: shared CUDA memory dies with the worker that allocated it.
                     optim.load_state_dict(copy.deepcopy(state))
@@ -725,8 +913,14 @@ class MADDPG(BufferOptions, SoftTargets, ActorCriticOptions, TorchFramework):
         state["_pool"] = None  # a pool cannot be copied; a copy starts its own when it needs one
         return state
 
-    def load(self, model_dir: str, network_map: Optional[Dict[str, str]] = None, version: int = -1,
-             *, trusted: bool = False) -> None:
+    def load(
+        self,
+        model_dir: str,
+        network_map: Optional[Dict[str, str]] = None,
+        version: int = -1,
+        *,
+        trusted: bool = False,
+    ) -> None:
         """Load the target networks (then copied into the online ones); see :meth:`TorchFramework.load`.
 
         A directory written by Machin 0.3.4 (``all_actor_target_<v>.pt`` and
@@ -736,15 +930,25 @@ class MADDPG(BufferOptions, SoftTargets, ActorCriticOptions, TorchFramework):
         """
         names = self._file_names(network_map)
         if not any(file_versions(model_dir, name) for name in names.values()):
-            old_names = {attr: _OLD_LAYOUT[attr][0] if name == attr else name for attr, name in names.items()}
-            common = set.intersection(*(file_versions(model_dir, name) for name in old_names.values()))
+            old_names = {
+                attr: _OLD_LAYOUT[attr][0] if name == attr else name for attr, name in names.items()
+            }
+            common = set.intersection(
+                *(file_versions(model_dir, name) for name in old_names.values())
+            )
             if common:
-                self._load_034(model_dir, old_names, version if version in common else max(common), trusted)
+                self._load_034(
+                    model_dir, old_names, version if version in common else max(common), trusted
+                )
                 self._post_load()
                 return
         super().load(model_dir, network_map, version, trusted=trusted)
 
-    def _load_034(self, model_dir: str, old_names: Dict[str, str], version: int, trusted: bool) -> None:
+    def _load_034(
+        self, model_dir: str, old_names: Dict[str, str], version: int, trusted: bool
+    ) -> None:
         """Read 0.3.4's ``all_*_target`` files, renaming their keys to this layout."""
         files = {attr: LegacyFile(name, _OLD_LAYOUT[attr][1]) for attr, name in old_names.items()}
-        load_legacy_files({attr: getattr(self, attr) for attr in files}, files, model_dir, version, trusted)
+        load_legacy_files(
+            {attr: getattr(self, attr) for attr in files}, files, model_dir, version, trusted
+        )

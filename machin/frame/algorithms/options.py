@@ -144,7 +144,9 @@ def optional(check: Check) -> Check:
         try:
             return check(name, value)
         except TypeError as error:  # a wrong type: say that None is the other choice
-            raise TypeError(str(error).replace(f"{name} must be ", f"{name} must be None or ", 1)) from None
+            raise TypeError(
+                str(error).replace(f"{name} must be ", f"{name} must be None or ", 1)
+            ) from None
 
     optional_check.__doc__ = f"``None`` or: {check.__doc__}"
     return optional_check
@@ -183,15 +185,24 @@ class Option:
             rate given as a number must be positive, but a schedule may decay it to 0.
     """
 
-    def __init__(self, default: Any, check: Optional[Check] = None, doc: str = "", *,
-                 schedulable: bool = False, schedule_check: Optional[Check] = None):
+    def __init__(
+        self,
+        default: Any,
+        check: Optional[Check] = None,
+        doc: str = "",
+        *,
+        schedulable: bool = False,
+        schedule_check: Optional[Check] = None,
+    ):
         self.name = ""
         self.default = default
         self.check = check
         self.doc = doc
         self.schedulable = schedulable
         self.schedule_check = schedule_check
-        self.__doc__ = f"{doc} (keyword option, default ``{default!r}``)".lstrip()  # what help() shows
+        self.__doc__ = (
+            f"{doc} (keyword option, default ``{default!r}``)".lstrip()
+        )  # what help() shows
 
     def __set_name__(self, owner: type, name: str) -> None:
         self.name = name
@@ -222,11 +233,18 @@ class Option:
 
     def but(self, **changes: Any) -> Option:
         """A copy with some fields changed, e.g. ``DDPG.update_rate.but(default=0.005)``."""
-        fields = {"default": self.default, "check": self.check, "doc": self.doc,
-                  "schedulable": self.schedulable, "schedule_check": self.schedule_check}
+        fields = {
+            "default": self.default,
+            "check": self.check,
+            "doc": self.doc,
+            "schedulable": self.schedulable,
+            "schedule_check": self.schedule_check,
+        }
         unknown = set(changes) - set(fields)
         if unknown:
-            raise TypeError(f"Option.but() got unknown field(s) {sorted(unknown)}; fields are {sorted(fields)}")
+            raise TypeError(
+                f"Option.but() got unknown field(s) {sorted(unknown)}; fields are {sorted(fields)}"
+            )
         return Option(**{**fields, **changes})
 
     def __repr__(self) -> str:
@@ -249,7 +267,9 @@ def option_specs(cls: type) -> Dict[str, Option]:
     return specs
 
 
-def warn_extra_arguments(algorithm: Any, extra_args: tuple, given: Dict[str, Any], specs: Dict[str, Option]) -> None:
+def warn_extra_arguments(
+    algorithm: Any, extra_args: tuple, given: Dict[str, Any], specs: Dict[str, Option]
+) -> None:
     """Warn (:class:`~machin.utils.compat.ExtraArgumentsWarning`, at the caller's line) about
     extra positional arguments and keywords that are not options; the constructor ignores them.
 
@@ -265,9 +285,11 @@ def warn_extra_arguments(algorithm: Any, extra_args: tuple, given: Dict[str, Any
     ignored = [f"{len(extra_args)} positional argument(s)"] if extra_args else []
     if unknown:
         ignored.append("keyword argument(s) " + ", ".join(repr(name) for name in unknown))
-    warn_caller(f"{type(algorithm).__name__}.__init__() does not use {' and '.join(ignored)}; ignored "
-                f"(Machin 0.3.4 accepted and dropped them too).{other_library_note(unknown, specs)}",
-                ExtraArgumentsWarning)
+    warn_caller(
+        f"{type(algorithm).__name__}.__init__() does not use {' and '.join(ignored)}; ignored "
+        f"(Machin 0.3.4 accepted and dropped them too).{other_library_note(unknown, specs)}",
+        ExtraArgumentsWarning,
+    )
 
 
 def constructor_signature(cls: type) -> inspect.Signature:
@@ -280,13 +302,21 @@ def constructor_signature(cls: type) -> inspect.Signature:
     """
     params = list(inspect.signature(cls.__init__).parameters.values())[1:]  # without self
     kinds = [p.kind for p in params]
-    if inspect.Parameter.KEYWORD_ONLY in kinds or kinds[-2:] != [inspect.Parameter.VAR_POSITIONAL,
-                                                                  inspect.Parameter.VAR_KEYWORD]:
+    if inspect.Parameter.KEYWORD_ONLY in kinds or kinds[-2:] != [
+        inspect.Parameter.VAR_POSITIONAL,
+        inspect.Parameter.VAR_KEYWORD,
+    ]:
         return inspect.Signature(params)
-    options = [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=spec.default)
-               for name, spec in option_specs(cls).items()]
-    return inspect.Signature(params[:-2] + [inspect.Parameter("_", inspect.Parameter.VAR_POSITIONAL)] + options
-                             + [inspect.Parameter("__", inspect.Parameter.VAR_KEYWORD)])
+    options = [
+        inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=spec.default)
+        for name, spec in option_specs(cls).items()
+    ]
+    return inspect.Signature(
+        params[:-2]
+        + [inspect.Parameter("_", inspect.Parameter.VAR_POSITIONAL)]
+        + options
+        + [inspect.Parameter("__", inspect.Parameter.VAR_KEYWORD)]
+    )
 
 
 def _buffer(name: str, value: Any) -> Any:
@@ -304,26 +334,46 @@ class BufferOptions:
     discount = Option(0.99, probability, "Discount factor gamma.")
     replay_size = Option(500000, positive_int, "Capacity of the default buffer.")
     replay_device = Option("cpu", doc="Device of the default buffer.")
-    replay_buffer = Option(None, optional(_buffer), "A buffer to use instead of the default one "
-                           "(``replay_size`` and ``replay_device`` are then not used); the attribute "
-                           "holds the buffer in use.")
+    replay_buffer = Option(
+        None,
+        optional(_buffer),
+        "A buffer to use instead of the default one "
+        "(``replay_size`` and ``replay_device`` are then not used); the attribute "
+        "holds the buffer in use.",
+    )
 
 
 class ActorCriticOptions:
     """The learning rates of algorithms with an actor and critics."""
 
-    actor_learning_rate = Option(0.0005, positive, "Learning rate of the actor optimizer (or a schedule).",
-                                 schedulable=True, schedule_check=non_negative)
-    critic_learning_rate = Option(0.001, positive, "Learning rate of the critic optimizer(s) (or a schedule).",
-                                  schedulable=True, schedule_check=non_negative)
-    _learning_rate_of = {"actor_learning_rate": ("actor_optim",),
-                         "critic_learning_rate": ("critic_optim", "critic2_optim")}
+    actor_learning_rate = Option(
+        0.0005,
+        positive,
+        "Learning rate of the actor optimizer (or a schedule).",
+        schedulable=True,
+        schedule_check=non_negative,
+    )
+    critic_learning_rate = Option(
+        0.001,
+        positive,
+        "Learning rate of the critic optimizer(s) (or a schedule).",
+        schedulable=True,
+        schedule_check=non_negative,
+    )
+    _learning_rate_of = {
+        "actor_learning_rate": ("actor_optim",),
+        "critic_learning_rate": ("critic_optim", "critic2_optim"),
+    }
 
 
 class SoftTargetOptions:
     """The rate of soft target-network updates."""
 
-    update_rate = Option(0.005, unit_interval, "Soft update rate tau: ``target = tau * online + (1 - tau) * target``.")
+    update_rate = Option(
+        0.005,
+        unit_interval,
+        "Soft update rate tau: ``target = tau * online + (1 - tau) * target``.",
+    )
 
 
 class OneLearningRate:
@@ -333,7 +383,8 @@ class OneLearningRate:
     """
 
     learning_rate = ActorCriticOptions.critic_learning_rate.but(
-        doc="Learning rate of the actor's and the critic's optimizers (or a schedule).")
+        doc="Learning rate of the actor's and the critic's optimizers (or a schedule)."
+    )
     _learning_rate_of = {"learning_rate": ("actor_optim", "critic_optim")}
 
     @property

@@ -35,7 +35,11 @@ def split_actor_output(output: Any, owner: str, need_entropy: bool = False) -> T
     """
     needed = 3 if need_entropy else 2
     if not isinstance(output, tuple) or len(output) < needed:
-        got = f"a tuple of {len(output)} values" if isinstance(output, tuple) else type(output).__name__
+        got = (
+            f"a tuple of {len(output)} values"
+            if isinstance(output, tuple)
+            else type(output).__name__
+        )
         wanted = "(action, log_prob, entropy, ...)" if need_entropy else "(action, log_prob, ...)"
         reason = " because entropy_weight is set" if need_entropy else ""
         raise ValueError(f"the actor of {owner} must return {wanted}{reason}, got {got}")
@@ -79,6 +83,10 @@ class PolicyBatch:
         index_list = index.tolist()
         old = None if self.old_log_prob is None else _take(self.old_log_prob, index, index_list)
         return PolicyBatch(
-            len(index_list), _take(self.state, index, index_list), _take(self.action, index, index_list),
-            _take(self.target_value, index, index_list), _take(self.advantage, index, index_list), old,
+            len(index_list),
+            _take(self.state, index, index_list),
+            _take(self.action, index, index_list),
+            _take(self.target_value, index, index_list),
+            _take(self.advantage, index, index_list),
+            old,
         )

@@ -29,12 +29,18 @@ class PPO(A2C):
 
     lr_scheduler_args = A2C.lr_scheduler_args.but(default=())
     lr_scheduler_kwargs = A2C.lr_scheduler_kwargs.but(default=())
-    surrogate_loss_clip = Option(0.2, positive, "The clipping range ``eps`` of the surrogate objective (or a "
-                                 "schedule, e.g. ``LinearSchedule(0.2, 0.0)``).", schedulable=True,
-                                 schedule_check=non_negative)
+    surrogate_loss_clip = Option(
+        0.2,
+        positive,
+        "The clipping range ``eps`` of the surrogate objective (or a "
+        "schedule, e.g. ``LinearSchedule(0.2, 0.0)``).",
+        schedulable=True,
+        schedule_check=non_negative,
+    )
 
-    def _policy_loss(self, log_prob: torch.Tensor, old_log_prob: torch.Tensor,
-                     advantage: torch.Tensor) -> torch.Tensor:
+    def _policy_loss(
+        self, log_prob: torch.Tensor, old_log_prob: torch.Tensor, advantage: torch.Tensor
+    ) -> torch.Tensor:
         """Minus the clipped surrogate: a ratio clipped in the advantage's favour has no gradient."""
         advantage = advantage.to(log_prob.device)
         ratio = torch.exp(log_prob - old_log_prob.to(log_prob.device))

@@ -111,7 +111,9 @@ class BackgroundCall:
             RuntimeError: When a call is still outstanding (call :meth:`wait` first).
         """
         if self._future is not None:
-            raise RuntimeError(f"{self._name}: a call is still outstanding; wait() for it before submitting another")
+            raise RuntimeError(
+                f"{self._name}: a call is still outstanding; wait() for it before submitting another"
+            )
         if self._executor is None:
             self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=self._name)
         self._future = self._executor.submit(function, *args)
@@ -166,7 +168,11 @@ class LearnerPipeline:
     def _pipeline(self) -> Tuple[Prefetcher, BackgroundCall]:
         if self._prefetcher is None:
             if self.prefetch_batches > 1:
-                start = partial(self.replay_buffer.sample_batches_async, self.prefetch_batches, **self._sample_options)
+                start = partial(
+                    self.replay_buffer.sample_batches_async,
+                    self.prefetch_batches,
+                    **self._sample_options,
+                )
             else:
                 start = partial(self.replay_buffer.sample_batch_async, **self._sample_options)
             self._prefetcher = Prefetcher(start)

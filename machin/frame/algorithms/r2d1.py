@@ -19,7 +19,6 @@ from .utils import Hidden, map_hidden, safe_call
 __all__ = ["R2D1", "value_rescale", "inverse_value_rescale"]
 
 
-
 def value_rescale(x: torch.Tensor, epsilon: float = 1e-3) -> torch.Tensor:
     """``h(x) = sign(x) * (sqrt(|x| + 1) - 1) + epsilon * x``, which squashes large values."""
     return torch.sign(x) * (torch.sqrt(x.abs() + 1) - 1) + epsilon * x
@@ -83,27 +82,59 @@ class R2D1(DQNPer):
     driver = Driver("act_discrete_with_noise", {}, "act_discrete", "episode", needs_hidden=True)
     batch_size = DQN.batch_size.but(default=32)
     replay_size = DQN.replay_size.but(default=100000)
-    replay_buffer = DQN.replay_buffer.but(doc="A SequenceBuffer with the sequence options below, to use instead "
-                                          "of the default one.")
+    replay_buffer = DQN.replay_buffer.but(
+        doc="A SequenceBuffer with the sequence options below, to use instead of the default one."
+    )
     sequence_length = Option(8, positive_int, "Training steps per sequence.")
-    burn_in = Option(4, non_negative_int, "Steps before the training part that only warm up the hidden state.")
+    burn_in = Option(
+        4, non_negative_int, "Steps before the training part that only warm up the hidden state."
+    )
     n_step = DQN.n_step.but(default=3, doc="Horizon of the n-step returns.")
-    sequence_stride = Option(1, positive_int, "Only every ``sequence_stride``-th step of an episode starts a "
-                             "sequence (1: every step does).")
-    priority_eta = Option(0.9, probability, "Weight of the maximum TD error in a sequence priority.")
-    hidden_key = Option("hidden", doc="Name of the hidden-state argument of ``forward`` and of its key in the "
-                        "stored state dicts.")
-    value_rescaling = Option(True, doc="Learn rescaled values ``h(Q)`` (see :func:`value_rescale`).")
+    sequence_stride = Option(
+        1,
+        positive_int,
+        "Only every ``sequence_stride``-th step of an episode starts a "
+        "sequence (1: every step does).",
+    )
+    priority_eta = Option(
+        0.9, probability, "Weight of the maximum TD error in a sequence priority."
+    )
+    hidden_key = Option(
+        "hidden",
+        doc="Name of the hidden-state argument of ``forward`` and of its key in the "
+        "stored state dicts.",
+    )
+    value_rescaling = Option(
+        True, doc="Learn rescaled values ``h(Q)`` (see :func:`value_rescale`)."
+    )
     rescaling_epsilon = Option(1e-3, positive, "The ``epsilon`` of ``h``.")
-    priority_on_store = Option(False, lambda _, v: bool(v), "Give the sequences of a newly stored episode "
-                               "priorities computed from their TD errors under the current networks (one unroll "
-                               "of both networks over the new sequences, without gradient), as R2D2 does, instead "
-                               "of the largest stored priority.")
-    _SEQUENCE_OPTIONS = ("sequence_length", "burn_in", "n_step", "discount", "sequence_stride", "priority_eta",
-                         "hidden_key")
+    priority_on_store = Option(
+        False,
+        lambda _, v: bool(v),
+        "Give the sequences of a newly stored episode "
+        "priorities computed from their TD errors under the current networks (one unroll "
+        "of both networks over the new sequences, without gradient), as R2D2 does, instead "
+        "of the largest stored priority.",
+    )
+    _SEQUENCE_OPTIONS = (
+        "sequence_length",
+        "burn_in",
+        "n_step",
+        "discount",
+        "sequence_stride",
+        "priority_eta",
+        "hidden_key",
+    )
 
-    def __init__(self, qnet: nn.Module, qnet_target: nn.Module, optimizer: Callable, criterion: Callable,
-                 *_: Any, **options: Any):
+    def __init__(
+        self,
+        qnet: nn.Module,
+        qnet_target: nn.Module,
+        optimizer: Callable,
+        criterion: Callable,
+        *_: Any,
+        **options: Any,
+    ):
         super().__init__(qnet, qnet_target, optimizer, criterion, *_, **options)
         self._check_buffer(self.replay_buffer)
         self._hidden_parts = 0  # > 0 once tuple hidden states (of that many tensors) were stored
@@ -118,7 +149,9 @@ class R2D1(DQNPer):
 
     def _check_buffer(self, buffer: Buffer) -> None:
         if not isinstance(buffer, SequenceBuffer):
-            raise ValueError(f"R2D1 needs a SequenceBuffer as replay_buffer, got {type(buffer).__name__}")
+            raise ValueError(
+                f"R2D1 needs a SequenceBuffer as replay_buffer, got {type(buffer).__name__}"
+            )
         for name, value in self._sequence_options.items():
             if getattr(buffer, name) != value:
                 raise ValueError(
@@ -135,7 +168,9 @@ class R2D1(DQNPer):
         Raises:
             RuntimeError: Always.
         """
-        raise RuntimeError("R2D1 replays sequences cut from whole episodes: call store_episode instead")
+        raise RuntimeError(
+            "R2D1 replays sequences cut from whole episodes: call store_episode instead"
+        )
 
     def _pack_hidden(self, value: Any) -> Any:
         """Stack a tuple hidden state (e.g. an LSTM's ``(h, c)``) into one ``[1, parts, ...]`` tensor."""
@@ -170,7 +205,10 @@ class R2D1(DQNPer):
                 step = dict(step)
                 for attr in ("state", "next_state"):
                     if isinstance(step.get(attr), dict) and self.hidden_key in step[attr]:
-                        step[attr] = {**step[attr], self.hidden_key: self._pack_hidden(step[attr][self.hidden_key])}
+                        step[attr] = {
+                            **step[attr],
+                            self.hidden_key: self._pack_hidden(step[attr][self.hidden_key]),
+                        }
             packed.append(step)
         positions = self.replay_buffer.store_episode(packed)
         if self.priority_on_store:
@@ -184,13 +222,16 @@ class R2D1(DQNPer):
             self._online_run = (batch, self._unroll(self.qnet, batch, batch.reward.shape[1]))
             target = self._bellman_target(batch)
             predicted = self._predicted_value(batch)
-        self.replay_buffer.update_sequence_priority(predicted - target.to(predicted.device),
-                                                    batch.train_mask, batch.index)
+        self.replay_buffer.update_sequence_priority(
+            predicted - target.to(predicted.device), batch.train_mask, batch.index
+        )
 
     # -- sequences --------------------------------------------------------------------
     def _sample(self, concatenate: bool, additional_concat_attrs=None) -> Optional[SequenceBatch]:
         if not concatenate:
-            raise ValueError("R2D1 samples batched sequences: concatenate_samples=False is not supported")
+            raise ValueError(
+                "R2D1 samples batched sequences: concatenate_samples=False is not supported"
+            )
         return self.replay_buffer.sample_sequences(self.batch_size)
 
     def _step(self, network: nn.Module, state: Dict[str, torch.Tensor], hidden: Optional[Hidden]):
@@ -202,7 +243,9 @@ class R2D1(DQNPer):
             )
         return output[0], output[1]
 
-    def _unroll(self, network: nn.Module, batch: SequenceBatch, length: int, train: bool = False) -> torch.Tensor:
+    def _unroll(
+        self, network: nn.Module, batch: SequenceBatch, length: int, train: bool = False
+    ) -> torch.Tensor:
         """Q values ``[B, length, action_num]`` of ``network`` run over the first ``length`` positions.
 
         The run starts from the stored hidden state; the hidden state stays unchanged at
@@ -216,8 +259,14 @@ class R2D1(DQNPer):
             with torch.set_grad_enabled(train and k >= self.burn_in and torch.is_grad_enabled()):
                 if train and k == self.burn_in and hidden is not None:
                     hidden = map_hidden(torch.Tensor.detach, hidden)
-                q, new_hidden = self._step(network, {key: v[:, k] for key, v in batch.state.items()}, hidden)
-                hidden = new_hidden if all_observed[k] else self._keep_unobserved(batch.observed[:, k], new_hidden, hidden)
+                q, new_hidden = self._step(
+                    network, {key: v[:, k] for key, v in batch.state.items()}, hidden
+                )
+                hidden = (
+                    new_hidden
+                    if all_observed[k]
+                    else self._keep_unobserved(batch.observed[:, k], new_hidden, hidden)
+                )
             outputs.append(q)
         return torch.stack(outputs, dim=1)
 
@@ -228,7 +277,9 @@ class R2D1(DQNPer):
             old = map_hidden(torch.zeros_like, new)
 
         def keep(n: torch.Tensor, o: torch.Tensor) -> torch.Tensor:
-            return torch.where(observed.to(n.device).view(-1, *[1] * (n.dim() - 1)), n, o.to(n.device))
+            return torch.where(
+                observed.to(n.device).view(-1, *[1] * (n.dim() - 1)), n, o.to(n.device)
+            )
 
         return map_hidden(keep, new, old)
 
@@ -240,7 +291,10 @@ class R2D1(DQNPer):
         """
         if self._online_run is None or self._online_run[0] is not batch:
             with torch.enable_grad():
-                self._online_run = (batch, self._unroll(self.qnet, batch, batch.reward.shape[1], train=True))
+                self._online_run = (
+                    batch,
+                    self._unroll(self.qnet, batch, batch.reward.shape[1], train=True),
+                )
         return self._online_run[1]
 
     def _rescale(self, x: torch.Tensor) -> torch.Tensor:
@@ -250,7 +304,7 @@ class R2D1(DQNPer):
         return inverse_value_rescale(x, self.rescaling_epsilon) if self.value_rescaling else x
 
     def _training_part(self, values: torch.Tensor) -> torch.Tensor:
-        return values[:, self.burn_in:self.burn_in + self.sequence_length]
+        return values[:, self.burn_in : self.burn_in + self.sequence_length]
 
     # -- update hooks -----------------------------------------------------------------
     def _bellman_target(self, batch: SequenceBatch) -> torch.Tensor:
@@ -262,12 +316,17 @@ class R2D1(DQNPer):
             device = target_q.device
             steps = batch.steps.to(device)
             bootstrap = (torch.arange(width, device=device) + steps).clamp(max=width - 1)  # [B, W]
-            next_action = online_q.gather(1, bootstrap.unsqueeze(-1).expand_as(online_q)).argmax(-1, keepdim=True)
-            next_q = target_q.gather(1, bootstrap.unsqueeze(-1).expand_as(target_q)).gather(2, next_action)
+            next_action = online_q.gather(1, bootstrap.unsqueeze(-1).expand_as(online_q)).argmax(
+                -1, keepdim=True
+            )
+            next_q = target_q.gather(1, bootstrap.unsqueeze(-1).expand_as(target_q)).gather(
+                2, next_action
+            )
             next_value = self._inverse_rescale(next_q.squeeze(-1))
             discount = self.discount ** steps.to(next_value.dtype)
-            target = self.reward_function(batch.reward.to(device), discount, next_value,
-                                          batch.terminal.to(device), {})
+            target = self.reward_function(
+                batch.reward.to(device), discount, next_value, batch.terminal.to(device), {}
+            )
             return self._training_part(self._rescale(target))
 
     def _predicted_value(self, batch: SequenceBatch) -> torch.Tensor:
@@ -278,7 +337,9 @@ class R2D1(DQNPer):
         action = self._training_part(action).reshape(batch.size, q.shape[1], 1)
         return q.gather(2, action).squeeze(-1)
 
-    def _value_loss(self, predicted: torch.Tensor, target: torch.Tensor, batch: SequenceBatch) -> torch.Tensor:
+    def _value_loss(
+        self, predicted: torch.Tensor, target: torch.Tensor, batch: SequenceBatch
+    ) -> torch.Tensor:
         """Importance-weighted mean over sequences of each sequence's mean step loss; updates priorities."""
         target = target.to(predicted.device)
         mask = batch.train_mask.to(predicted.device)
@@ -292,5 +353,7 @@ class R2D1(DQNPer):
         weight = mask.to(per_step.dtype)
         per_sequence = (per_step * weight).sum(dim=1) / weight.sum(dim=1).clamp_min(1)
         loss = self._per_sample_loss(per_sequence, batch)
-        self._push_priority(self.replay_buffer.sequence_priority(predicted.detach() - target, mask), batch.index)
+        self._push_priority(
+            self.replay_buffer.sequence_priority(predicted.detach() - target, mask), batch.index
+        )
         return loss

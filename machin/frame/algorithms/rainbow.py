@@ -52,8 +52,10 @@ class RAINBOW(DQNPer):
     """
 
     # The distributional update reads the Q network's distributions directly.
-    _legacy_hooks = {"_criticize": "_predicted_value(batch) and _bellman_target(batch)",
-                     "_act_discrete": "_bellman_target(batch)"}
+    _legacy_hooks = {
+        "_criticize": "_predicted_value(batch) and _bellman_target(batch)",
+        "_act_discrete": "_bellman_target(batch)",
+    }
 
     _criterion_needed = False
     mode = "double"
@@ -64,17 +66,29 @@ class RAINBOW(DQNPer):
     #: The Trainer stores whole episodes: each step's n-step return needs the steps after it.
     driver = Driver("act_discrete_with_noise", {}, "act_discrete", "episode")
 
-    def __init__(self, qnet: nn.Module, qnet_target: nn.Module, optimizer: Callable, value_min: float,
-                 value_max: float, *_: Any, **options: Any):
+    def __init__(
+        self,
+        qnet: nn.Module,
+        qnet_target: nn.Module,
+        optimizer: Callable,
+        value_min: float,
+        value_max: float,
+        *_: Any,
+        **options: Any,
+    ):
         if not value_min < value_max:
-            raise ValueError(f"value_min must be below value_max, got {value_min!r} and {value_max!r}")
+            raise ValueError(
+                f"value_min must be below value_max, got {value_min!r} and {value_max!r}"
+            )
         super().__init__(qnet, qnet_target, optimizer, None, *_, **options)
         self.value_min = value_min
         self.value_max = value_max
 
     # -- distributions ----------------------------------------------------------------
     def _support(self, dist: torch.Tensor) -> torch.Tensor:
-        return torch.linspace(self.value_min, self.value_max, dist.shape[-1], device=dist.device, dtype=dist.dtype)
+        return torch.linspace(
+            self.value_min, self.value_max, dist.shape[-1], device=dist.device, dtype=dist.dtype
+        )
 
     def _check_dist(self, dist: torch.Tensor) -> None:
         if dist.dim() != 3:
@@ -98,17 +112,24 @@ class RAINBOW(DQNPer):
             online_dist = online_dist[0] if isinstance(online_dist, tuple) else online_dist
             next_action = self._greedy_action(online_dist).to(target_dist.device)
             atoms = target_dist.shape[-1]
-            next_dist = target_dist.gather(1, next_action.view(-1, 1, 1).expand(-1, 1, atoms)).squeeze(1)
+            next_dist = target_dist.gather(
+                1, next_action.view(-1, 1, 1).expand(-1, 1, atoms)
+            ).squeeze(1)
 
             device = next_dist.device
             support = self._support(next_dist)
             shifted = self.reward_function(
                 batch.others["value"].to(device=device, dtype=support.dtype).view(-1, 1),
-                self._discount(batch, device), support.view(1, -1), batch.terminal.to(device), batch.others,
+                self._discount(batch, device),
+                support.view(1, -1),
+                batch.terminal.to(device),
+                batch.others,
             ).clamp(self.value_min, self.value_max)
             return self._project(shifted, next_dist, support)
 
-    def _project(self, shifted: torch.Tensor, probs: torch.Tensor, support: torch.Tensor) -> torch.Tensor:
+    def _project(
+        self, shifted: torch.Tensor, probs: torch.Tensor, support: torch.Tensor
+    ) -> torch.Tensor:
         """Spread each shifted atom's probability over its two neighbouring support atoms."""
         atoms = support.shape[0]
         delta = (self.value_max - self.value_min) / (atoms - 1)
@@ -131,10 +152,14 @@ class RAINBOW(DQNPer):
         action = self.action_get_function(batch.action).to(device=dist.device, dtype=torch.long)
         return dist.gather(1, action.view(-1, 1, 1).expand(-1, 1, dist.shape[-1])).squeeze(1)
 
-    def _value_loss(self, predicted: torch.Tensor, target: torch.Tensor, batch: SampledBatch) -> torch.Tensor:
+    def _value_loss(
+        self, predicted: torch.Tensor, target: torch.Tensor, batch: SampledBatch
+    ) -> torch.Tensor:
         cross_entropy = -(target.to(predicted.device) * predicted.clamp_min(1e-8).log()).sum(dim=-1)
         loss = self._per_sample_loss(cross_entropy, batch)
-        if torch.compiler.is_compiling():  # pushed after the compiled step (see PrioritizedReplayMixin)
+        if (
+            torch.compiler.is_compiling()
+        ):  # pushed after the compiled step (see PrioritizedReplayMixin)
             batch.priority = cross_entropy.detach()
         else:
             self._push_priority(cross_entropy.detach(), batch.index)
@@ -144,9 +169,15 @@ class RAINBOW(DQNPer):
         return super()._sample(concatenate, ["value", "steps"])
 
     # -- storing ----------------------------------------------------------------------
-    def _with_steps(self, transition: Union[TransitionBase, Dict[str, Any]]) -> Union[TransitionBase, Dict]:
+    def _with_steps(
+        self, transition: Union[TransitionBase, Dict[str, Any]]
+    ) -> Union[TransitionBase, Dict]:
         if isinstance(transition, dict):
-            return transition if "steps" in transition else {**transition, "steps": self.reward_future_steps}
+            return (
+                transition
+                if "steps" in transition
+                else {**transition, "steps": self.reward_future_steps}
+            )
         if "steps" in transition or not isinstance(transition, Transition):
             return transition
         return Transition(**dict(transition.items()), steps=self.reward_future_steps)
@@ -161,5 +192,7 @@ class RAINBOW(DQNPer):
 
     def store_episode(self, episode: List[Union[Transition, Dict[str, Any]]]) -> None:
         """Store an episode, computing each step's n-step return and n-step-ahead next state."""
-        self.replay_buffer.extend(n_step_episode(episode, self.reward_future_steps, self.discount, "value"),
-                                  required_attrs=RAINBOW_ATTRS)
+        self.replay_buffer.extend(
+            n_step_episode(episode, self.reward_future_steps, self.discount, "value"),
+            required_attrs=RAINBOW_ATTRS,
+        )

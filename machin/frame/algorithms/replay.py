@@ -22,8 +22,15 @@ from ..returns import n_step_episode
 from ..transition import Transition
 from .options import BufferOptions, Option, optional, positive_int
 
-__all__ = ["REQUIRED_ATTRS", "SampledBatch", "make_batch", "bellman_target", "value_loss", "ReplayMixin",
-           "PrioritizedReplayMixin"]
+__all__ = [
+    "REQUIRED_ATTRS",
+    "SampledBatch",
+    "make_batch",
+    "bellman_target",
+    "value_loss",
+    "ReplayMixin",
+    "PrioritizedReplayMixin",
+]
 
 REQUIRED_ATTRS = DEFAULT_REQUIRED_ATTRS  # state, action, next_state, reward, terminal
 SAMPLE_ATTRS = ["state", "action", "reward", "next_state", "terminal", "*"]
@@ -73,8 +80,16 @@ def make_batch(size: int, batch: tuple, **extra: Any) -> SampledBatch:
         reward = Buffer.make_tensor_from_batch(reward, None, True)
         terminal = Buffer.make_tensor_from_batch(terminal, None, True)
     dtype = reward.dtype if reward.is_floating_point() else torch.get_default_dtype()
-    return SampledBatch(size, state, action, _column(reward, dtype, size), next_state,
-                        _column(terminal, dtype, size), others, **extra)
+    return SampledBatch(
+        size,
+        state,
+        action,
+        _column(reward, dtype, size),
+        next_state,
+        _column(terminal, dtype, size),
+        others,
+        **extra,
+    )
 
 
 def _column(values: torch.Tensor, dtype: torch.dtype, size: int) -> torch.Tensor:
@@ -84,8 +99,13 @@ def _column(values: torch.Tensor, dtype: torch.dtype, size: int) -> torch.Tensor
     return values if values.dim() == 2 and values.shape[0] == size else values.view(size, -1)
 
 
-def bellman_target(reward: torch.Tensor, discount: Union[float, torch.Tensor], next_value: torch.Tensor,
-                   terminal: torch.Tensor, others: Optional[Dict[str, Any]] = None) -> torch.Tensor:
+def bellman_target(
+    reward: torch.Tensor,
+    discount: Union[float, torch.Tensor],
+    next_value: torch.Tensor,
+    terminal: torch.Tensor,
+    others: Optional[Dict[str, Any]] = None,
+) -> torch.Tensor:
     """Bellman target ``reward + discount * (1 - terminal) * next_value`` (terminal as 0/1 floats).
 
     Args:
@@ -98,7 +118,9 @@ def bellman_target(reward: torch.Tensor, discount: Union[float, torch.Tensor], n
     return reward + discount * (1.0 - terminal) * next_value
 
 
-def value_loss(criterion: Callable, predicted: torch.Tensor, target: torch.Tensor, size: int) -> torch.Tensor:
+def value_loss(
+    criterion: Callable, predicted: torch.Tensor, target: torch.Tensor, size: int
+) -> torch.Tensor:
     """``criterion(target[B, 1], predicted[B, 1])``, the target moved to the prediction's device.
 
     Args:
@@ -137,8 +159,12 @@ class ReplayMixin(BufferOptions):
     ``n_step`` are declared here.
     """
 
-    n_step = Option(1, positive_int, "Learn from n-step returns; ``n_step > 1`` needs whole episodes "
-                    "(``store_episode``), see :func:`~machin.frame.returns.n_step_episode`.")
+    n_step = Option(
+        1,
+        positive_int,
+        "Learn from n-step returns; ``n_step > 1`` needs whole episodes "
+        "(``store_episode``), see :func:`~machin.frame.returns.n_step_episode`.",
+    )
 
     def _default_buffer(self) -> Buffer:
         return Buffer(self.replay_size, self.replay_device)
@@ -178,7 +204,8 @@ class ReplayMixin(BufferOptions):
     # -- sampling ---------------------------------------------------------------------
     def _sample(self, concatenate: bool) -> Optional[SampledBatch]:
         size, batch = self.replay_buffer.sample_batch(
-            self.batch_size, concatenate, sample_method="random_unique", sample_attrs=SAMPLE_ATTRS)
+            self.batch_size, concatenate, sample_method="random_unique", sample_attrs=SAMPLE_ATTRS
+        )
         if size == 0:
             return None
         return self._make_batch(size, batch)
@@ -187,8 +214,13 @@ class ReplayMixin(BufferOptions):
 
     # -- Bellman pieces ---------------------------------------------------------------
     @staticmethod
-    def reward_function(reward: torch.Tensor, discount: Union[float, torch.Tensor], next_value: torch.Tensor,
-                        terminal: torch.Tensor, others: Optional[Dict[str, Any]] = None) -> torch.Tensor:
+    def reward_function(
+        reward: torch.Tensor,
+        discount: Union[float, torch.Tensor],
+        next_value: torch.Tensor,
+        terminal: torch.Tensor,
+        others: Optional[Dict[str, Any]] = None,
+    ) -> torch.Tensor:
         """Bellman target ``reward + discount * (1 - terminal) * next_value`` (terminal as 0/1 floats).
 
         Args:
@@ -206,9 +238,11 @@ class ReplayMixin(BufferOptions):
         if steps is None:
             return self.discount
         steps = torch.as_tensor(steps, dtype=torch.get_default_dtype(), device=device).view(-1, 1)
-        return self.discount ** steps
+        return self.discount**steps
 
-    def _value_loss(self, predicted: torch.Tensor, target: torch.Tensor, batch: SampledBatch) -> torch.Tensor:
+    def _value_loss(
+        self, predicted: torch.Tensor, target: torch.Tensor, batch: SampledBatch
+    ) -> torch.Tensor:
         """``criterion(target[B, 1], predicted[B, 1])``."""
         return value_loss(self.criterion, predicted, target, batch.size)
 
@@ -231,7 +265,9 @@ class PrioritizedReplayMixin(ReplayMixin):
     """
 
     replay_buffer = BufferOptions.replay_buffer.but(
-        check=optional(_prioritized_buffer), doc="A PrioritizedBuffer to use instead of the default one.")
+        check=optional(_prioritized_buffer),
+        doc="A PrioritizedBuffer to use instead of the default one.",
+    )
 
     def _default_buffer(self) -> PrioritizedBuffer:
         return PrioritizedBuffer(self.replay_size, self.replay_device)
@@ -260,10 +296,15 @@ class PrioritizedReplayMixin(ReplayMixin):
                 criterion.reduction = "none"
         self._criterion = criterion
 
-    def _sample(self, concatenate: bool, additional_concat_attrs: Optional[List[str]] = None
-                ) -> Optional[SampledBatch]:
+    def _sample(
+        self, concatenate: bool, additional_concat_attrs: Optional[List[str]] = None
+    ) -> Optional[SampledBatch]:
         size, batch, index, is_weight = self.replay_buffer.sample_batch(
-            self.batch_size, concatenate, sample_attrs=SAMPLE_ATTRS, additional_concat_attrs=additional_concat_attrs)
+            self.batch_size,
+            concatenate,
+            sample_attrs=SAMPLE_ATTRS,
+            additional_concat_attrs=additional_concat_attrs,
+        )
         if size == 0:
             return None
         weight = torch.as_tensor(is_weight, dtype=torch.get_default_dtype()).view(size, 1)
@@ -280,13 +321,17 @@ class PrioritizedReplayMixin(ReplayMixin):
             )
         return (per_sample.view(size, 1) * batch.weight.to(per_sample.device)).mean()
 
-    def _value_loss(self, predicted: torch.Tensor, target: torch.Tensor, batch: SampledBatch) -> torch.Tensor:
+    def _value_loss(
+        self, predicted: torch.Tensor, target: torch.Tensor, batch: SampledBatch
+    ) -> torch.Tensor:
         """Importance-weighted criterion; the sampled transitions get ``|target - predicted|`` as priority."""
         size = batch.size
         target = target.view(size, 1).to(predicted.device)
         loss = self._per_sample_loss(self.criterion(target, predicted.view(size, 1)), batch)
         priority = (predicted.detach().view(size, 1) - target).abs().view(-1)
-        if torch.compiler.is_compiling():  # a compiled loss step: pushed by _after_value_loss once it ran
+        if (
+            torch.compiler.is_compiling()
+        ):  # a compiled loss step: pushed by _after_value_loss once it ran
             batch.priority = priority
         else:
             self._push_priority(priority, batch.index)

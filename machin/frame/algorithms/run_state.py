@@ -34,8 +34,16 @@ from ...utils.prepare import _write_atomic
 from ..buffers import Buffer
 from ..noise.action_space_noise import load_shared_ou_state, shared_ou_state
 
-__all__ = ["RunStateError", "save_run_state", "resume_run_state", "algorithm_state", "write_run_state",
-           "read_run_state", "load_run_state", "FORMAT"]
+__all__ = [
+    "RunStateError",
+    "save_run_state",
+    "resume_run_state",
+    "algorithm_state",
+    "write_run_state",
+    "read_run_state",
+    "load_run_state",
+    "FORMAT",
+]
 
 #: Version of the layout of a state file.
 FORMAT = 1
@@ -55,13 +63,25 @@ def random_state() -> Dict[str, Any]:
     """The states of the global torch (CPU and, when initialised, CUDA), numpy and Python generators."""
     _, keys, pos, has_gauss, cached = np.random.get_state()
     version, internal, gauss_next = random.getstate()
-    cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_available() and torch.cuda.is_initialized() else []
+    cuda = (
+        torch.cuda.get_rng_state_all()
+        if torch.cuda.is_available() and torch.cuda.is_initialized()
+        else []
+    )
     return {
-        "torch": torch.get_rng_state(), "cuda": cuda,
-        "numpy": {"keys": torch.from_numpy(keys.astype(np.int64)), "pos": int(pos), "has_gauss": int(has_gauss),
-                  "cached_gaussian": float(cached)},
-        "python": {"version": version, "internal": torch.tensor(internal, dtype=torch.int64),
-                   "gauss_next": gauss_next},
+        "torch": torch.get_rng_state(),
+        "cuda": cuda,
+        "numpy": {
+            "keys": torch.from_numpy(keys.astype(np.int64)),
+            "pos": int(pos),
+            "has_gauss": int(has_gauss),
+            "cached_gaussian": float(cached),
+        },
+        "python": {
+            "version": version,
+            "internal": torch.tensor(internal, dtype=torch.int64),
+            "gauss_next": gauss_next,
+        },
     }
 
 
@@ -75,8 +95,15 @@ def set_random_state(state: Mapping[str, Any]) -> None:
     if state["cuda"]:
         torch.cuda.set_rng_state_all(state["cuda"])
     numpy = state["numpy"]
-    np.random.set_state(("MT19937", numpy["keys"].numpy().astype(np.uint32), numpy["pos"], numpy["has_gauss"],
-                         numpy["cached_gaussian"]))
+    np.random.set_state(
+        (
+            "MT19937",
+            numpy["keys"].numpy().astype(np.uint32),
+            numpy["pos"],
+            numpy["has_gauss"],
+            numpy["cached_gaussian"],
+        )
+    )
     python = state["python"]
     random.setstate((python["version"], tuple(python["internal"].tolist()), python["gauss_next"]))
 
@@ -86,8 +113,14 @@ def _parts(algorithm: Any) -> Dict[str, Dict[str, Any]]:
     """The algorithm's attributes that a state holds, by kind."""
     networks = {name: getattr(algorithm, name, None) for name in algorithm._is_top}
     networks = {name: net for name, net in networks.items() if isinstance(net, nn.Module)}
-    parts: Dict[str, Dict[str, Any]] = {"networks": networks, "optimizers": {}, "buffers": {}, "tensors": {},
-                                        "generators": {}, "values": {}}
+    parts: Dict[str, Dict[str, Any]] = {
+        "networks": networks,
+        "optimizers": {},
+        "buffers": {},
+        "tensors": {},
+        "generators": {},
+        "values": {},
+    }
     for name, value in vars(algorithm).items():
         if name in networks:
             continue
@@ -112,7 +145,8 @@ def algorithm_state(algorithm: Any) -> Dict[str, Any]:
     """
     parts = _parts(algorithm)
     return {
-        "format": FORMAT, "class": _class_name(algorithm),
+        "format": FORMAT,
+        "class": _class_name(algorithm),
         "networks": {name: net.state_dict() for name, net in parts["networks"].items()},
         "optimizers": {name: opt.state_dict() for name, opt in parts["optimizers"].items()},
         "schedulers": [scheduler.state_dict() for scheduler in algorithm._lr_schedulers],
@@ -152,9 +186,16 @@ def write_run_state(state: Mapping[str, Any], path: str) -> None:
     if directory:
         os.makedirs(directory, exist_ok=True)
     size, sha256 = _write_atomic(path, lambda file: torch.save(state, file))
-    manifest = {"format": FORMAT, "file": os.path.basename(path), "size": size, "sha256": sha256,
-                "class": state["class"]}
-    _write_atomic(_manifest_path(path), lambda file: file.write(json.dumps(manifest, indent=1).encode()))
+    manifest = {
+        "format": FORMAT,
+        "file": os.path.basename(path),
+        "size": size,
+        "sha256": sha256,
+        "class": state["class"],
+    }
+    _write_atomic(
+        _manifest_path(path), lambda file: file.write(json.dumps(manifest, indent=1).encode())
+    )
 
 
 def _manifest_path(path: str) -> str:
@@ -168,13 +209,18 @@ def _read_manifest(path: str) -> Dict[str, Any]:
         with open(manifest_path, "rb") as file:
             manifest = json.loads(file.read().decode())
     except FileNotFoundError:
-        raise RunStateError(f"cannot resume from {path!r}: its manifest {manifest_path!r} is missing, so the "
-                            f"save did not complete (resume from an earlier save)") from None
+        raise RunStateError(
+            f"cannot resume from {path!r}: its manifest {manifest_path!r} is missing, so the "
+            f"save did not complete (resume from an earlier save)"
+        ) from None
     except (ValueError, UnicodeDecodeError) as error:
-        raise RunStateError(f"cannot resume from {path!r}: its manifest {manifest_path!r} is damaged "
-                            f"({error})") from None
+        raise RunStateError(
+            f"cannot resume from {path!r}: its manifest {manifest_path!r} is damaged ({error})"
+        ) from None
     if not isinstance(manifest, dict) or not {"size", "sha256"} <= set(manifest):
-        raise RunStateError(f"cannot resume from {path!r}: its manifest {manifest_path!r} lacks size and sha256")
+        raise RunStateError(
+            f"cannot resume from {path!r}: its manifest {manifest_path!r} lacks size and sha256"
+        )
     return manifest
 
 
@@ -205,7 +251,8 @@ def read_run_state(path: str) -> Dict[str, Any]:
                 raise RunStateError(
                     f"cannot resume from {path!r}: the file is truncated or was changed after it was saved "
                     f"({size} bytes with SHA-256 {sha256[:12]}..., the manifest says {manifest['size']} bytes "
-                    f"with SHA-256 {str(manifest['sha256'])[:12]}...)")
+                    f"with SHA-256 {str(manifest['sha256'])[:12]}...)"
+                )
             file.seek(0)
             state = _load(path, file)
     except OSError as error:
@@ -219,51 +266,77 @@ def _load(path: str, file: BinaryIO) -> Any:
     try:
         return torch.load(file, weights_only=True)
     except Exception as error:  # noqa: BLE001 (any unpickling error means the same: not a state file)
-        raise RunStateError(f"cannot resume from {path!r}: the file is not a run state ({error})") from None
+        raise RunStateError(
+            f"cannot resume from {path!r}: the file is not a run state ({error})"
+        ) from None
 
 
 def _same_names(path: str, what: str, saved: Mapping[str, Any], mine: Mapping[str, Any]) -> None:
     if list(saved) != list(mine):
-        raise RunStateError(f"cannot resume from {path!r}: it holds the {what} {sorted(saved)}, "
-                            f"this algorithm has {sorted(mine)}")
+        raise RunStateError(
+            f"cannot resume from {path!r}: it holds the {what} {sorted(saved)}, "
+            f"this algorithm has {sorted(mine)}"
+        )
 
 
 def _check_network(path: str, name: str, saved: Any, network: nn.Module) -> None:
     """Raise unless ``saved`` has the parameter names, shapes and dtypes of ``network``'s state dict."""
     mine = network.state_dict()
     theirs = saved if isinstance(saved, Mapping) else {}
-    differ = sorted(k for k in mine.keys() | theirs.keys()
-                    if k not in mine or k not in theirs or not isinstance(theirs[k], torch.Tensor)
-                    or theirs[k].shape != mine[k].shape or theirs[k].dtype != mine[k].dtype)
+    differ = sorted(
+        k
+        for k in mine.keys() | theirs.keys()
+        if k not in mine
+        or k not in theirs
+        or not isinstance(theirs[k], torch.Tensor)
+        or theirs[k].shape != mine[k].shape
+        or theirs[k].dtype != mine[k].dtype
+    )
     if differ:
+
         def shown(state: Mapping[str, Any], key: str) -> str:
             value = state.get(key)
-            return f"{list(value.shape)} {value.dtype}" if isinstance(value, torch.Tensor) else "missing"
+            return (
+                f"{list(value.shape)} {value.dtype}"
+                if isinstance(value, torch.Tensor)
+                else "missing"
+            )
 
         raise RunStateError(
             f"cannot resume from {path!r}: network {name!r} has another architecture than the saved one: "
             + ", ".join(f"{k}: saved {shown(theirs, k)}, here {shown(mine, k)}" for k in differ[:4])
-            + (f" and {len(differ) - 4} more" if len(differ) > 4 else ""))
+            + (f" and {len(differ) - 4} more" if len(differ) > 4 else "")
+        )
 
 
 def _check_optimizer(path: str, name: str, saved: Any, optimizer: torch.optim.Optimizer) -> None:
     groups = saved.get("param_groups") if isinstance(saved, Mapping) else None
     mine = [len(group["params"]) for group in optimizer.param_groups]
-    theirs = [len(group.get("params", ())) for group in groups] if isinstance(groups, list) else None
+    theirs = (
+        [len(group.get("params", ())) for group in groups] if isinstance(groups, list) else None
+    )
     if theirs != mine:
-        raise RunStateError(f"cannot resume from {path!r}: optimizer {name!r} was saved with parameter groups "
-                            f"of sizes {theirs}, here {mine}")
+        raise RunStateError(
+            f"cannot resume from {path!r}: optimizer {name!r} was saved with parameter groups "
+            f"of sizes {theirs}, here {mine}"
+        )
 
 
 def _check_random(path: str, state: Any) -> None:
     """Raise unless ``state`` has the form of :func:`random_state`."""
     try:
-        well_formed = (state["torch"].dtype == torch.uint8 and state["numpy"]["keys"].shape == (624,)
-                       and state["python"]["internal"].shape == (625,) and isinstance(state["cuda"], list))
+        well_formed = (
+            state["torch"].dtype == torch.uint8
+            and state["numpy"]["keys"].shape == (624,)
+            and state["python"]["internal"].shape == (625,)
+            and isinstance(state["cuda"], list)
+        )
     except (KeyError, TypeError, AttributeError):
         well_formed = False
     if not well_formed:
-        raise RunStateError(f"cannot resume from {path!r}: its random generator states are malformed")
+        raise RunStateError(
+            f"cannot resume from {path!r}: its random generator states are malformed"
+        )
 
 
 def _check_values(path: str, values: Any, taken: List[str]) -> None:
@@ -272,11 +345,15 @@ def _check_values(path: str, values: Any, taken: List[str]) -> None:
         raise RunStateError(f"cannot resume from {path!r}: its values are not a mapping")
     for name, value in values.items():
         if not isinstance(name, str) or name in taken or not isinstance(value, _PLAIN):
-            raise RunStateError(f"cannot resume from {path!r}: value {name!r} = {value!r:.60} would replace an "
-                                f"attribute that is not a plain value")
+            raise RunStateError(
+                f"cannot resume from {path!r}: value {name!r} = {value!r:.60} would replace an "
+                f"attribute that is not a plain value"
+            )
 
 
-def check_run_state(algorithm: Any, state: Mapping[str, Any], path: str) -> Dict[str, Dict[str, Any]]:
+def check_run_state(
+    algorithm: Any, state: Mapping[str, Any], path: str
+) -> Dict[str, Dict[str, Any]]:
     """Raise :class:`RunStateError` unless ``state`` fits ``algorithm``; changes nothing. Returns its parts.
 
     Args:
@@ -285,8 +362,10 @@ def check_run_state(algorithm: Any, state: Mapping[str, Any], path: str) -> Dict
         path: The file it came from (named in the errors).
     """
     if state.get("class") != _class_name(algorithm):
-        raise RunStateError(f"cannot resume from {path!r}: it is the state of a {state.get('class')}, "
-                            f"this algorithm is a {_class_name(algorithm)}")
+        raise RunStateError(
+            f"cannot resume from {path!r}: it is the state of a {state.get('class')}, "
+            f"this algorithm is a {_class_name(algorithm)}"
+        )
     parts = _parts(algorithm)
     for kind in ("networks", "optimizers", "buffers", "tensors", "generators"):
         _same_names(path, kind, state.get(kind) or {}, parts[kind])
@@ -295,8 +374,10 @@ def check_run_state(algorithm: Any, state: Mapping[str, Any], path: str) -> Dict
     for name, optimizer in parts["optimizers"].items():
         _check_optimizer(path, name, state["optimizers"][name], optimizer)
     if len(state.get("schedulers", ())) != len(algorithm._lr_schedulers):
-        raise RunStateError(f"cannot resume from {path!r}: it holds {len(state.get('schedulers', ()))} "
-                            f"learning-rate schedulers, this algorithm has {len(algorithm._lr_schedulers)}")
+        raise RunStateError(
+            f"cannot resume from {path!r}: it holds {len(state.get('schedulers', ()))} "
+            f"learning-rate schedulers, this algorithm has {len(algorithm._lr_schedulers)}"
+        )
     for name, buffer in parts["buffers"].items():
         try:
             buffer.check_state_dict(state["buffers"][name])
@@ -304,12 +385,26 @@ def check_run_state(algorithm: Any, state: Mapping[str, Any], path: str) -> Dict
             raise RunStateError(f"cannot resume from {path!r}: buffer {name!r}: {error}") from None
     for name, tensor in parts["tensors"].items():
         saved = state["tensors"][name]
-        if not isinstance(saved, torch.Tensor) or saved.shape != tensor.shape or saved.dtype != tensor.dtype:
-            raise RunStateError(f"cannot resume from {path!r}: tensor {name!r} differs in shape or dtype "
-                                f"from the saved one")
+        if (
+            not isinstance(saved, torch.Tensor)
+            or saved.shape != tensor.shape
+            or saved.dtype != tensor.dtype
+        ):
+            raise RunStateError(
+                f"cannot resume from {path!r}: tensor {name!r} differs in shape or dtype "
+                f"from the saved one"
+            )
     _check_random(path, state.get("random"))
-    taken = [name for kind in ("networks", "optimizers", "buffers", "tensors", "generators") for name in parts[kind]]
-    _check_values(path, state.get("values"), taken + [n for n, v in vars(algorithm).items() if not isinstance(v, _PLAIN)])
+    taken = [
+        name
+        for kind in ("networks", "optimizers", "buffers", "tensors", "generators")
+        for name in parts[kind]
+    ]
+    _check_values(
+        path,
+        state.get("values"),
+        taken + [n for n, v in vars(algorithm).items() if not isinstance(v, _PLAIN)],
+    )
     return parts
 
 

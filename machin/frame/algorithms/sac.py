@@ -79,18 +79,42 @@ class SAC(ReplayMixin, SoftTargets, ActorCriticOptions, TorchFramework):
     _is_restorable = ["actor", "critic_target", "critic2_target"]
     driver = Driver("act", {}, "act", "transition")
 
-    target_entropy = Option(None, optional(_number), "Entropy the temperature tuning aims at; ``None`` uses minus "
-                            "the action dimension, read from the first action the actor returns.")
+    target_entropy = Option(
+        None,
+        optional(_number),
+        "Entropy the temperature tuning aims at; ``None`` uses minus "
+        "the action dimension, read from the first action the actor returns.",
+    )
     initial_entropy_alpha = Option(1.0, positive, "Starting temperature alpha.")
-    alpha_learning_rate = Option(0.001, positive, "Learning rate of the temperature optimizer (or a schedule).",
-                                 schedulable=True, schedule_check=non_negative)
-    _learning_rate_of = {**ActorCriticOptions._learning_rate_of, "alpha_learning_rate": ("alpha_optim",)}
+    alpha_learning_rate = Option(
+        0.001,
+        positive,
+        "Learning rate of the temperature optimizer (or a schedule).",
+        schedulable=True,
+        schedule_check=non_negative,
+    )
+    _learning_rate_of = {
+        **ActorCriticOptions._learning_rate_of,
+        "alpha_learning_rate": ("alpha_optim",),
+    }
 
-    def __init__(self, actor: nn.Module, critic: nn.Module, critic_target: nn.Module, critic2: nn.Module,
-                 critic2_target: nn.Module, optimizer: Callable, criterion: Callable, *_: Any, **options: Any):
+    def __init__(
+        self,
+        actor: nn.Module,
+        critic: nn.Module,
+        critic_target: nn.Module,
+        critic2: nn.Module,
+        critic2_target: nn.Module,
+        optimizer: Callable,
+        criterion: Callable,
+        *_: Any,
+        **options: Any,
+    ):
         super().__init__(*_, **options)
         self._check_criterion(criterion)
-        self._check_same_structure(critic_target=(critic, critic_target), critic2_target=(critic2, critic2_target))
+        self._check_same_structure(
+            critic_target=(critic, critic_target), critic2_target=(critic2, critic2_target)
+        )
         self.criterion = criterion
 
         self.actor = actor
@@ -98,13 +122,20 @@ class SAC(ReplayMixin, SoftTargets, ActorCriticOptions, TorchFramework):
         self.critic2, self.critic2_target = critic2, critic2_target
         hard_update(self.critic_target, self.critic)
         hard_update(self.critic2_target, self.critic2)
-        first = next(iter(actor.parameters()), None)  # alpha lives beside the actor (no copies per step)
-        self.log_alpha = torch.tensor(math.log(self.initial_entropy_alpha), requires_grad=True,
-                                      device=None if first is None else first.device)
+        first = next(
+            iter(actor.parameters()), None
+        )  # alpha lives beside the actor (no copies per step)
+        self.log_alpha = torch.tensor(
+            math.log(self.initial_entropy_alpha),
+            requires_grad=True,
+            device=None if first is None else first.device,
+        )
         self.actor_optim = self._make_optimizer(optimizer, actor, self.actor_learning_rate)
         self.critic_optim = self._make_optimizer(optimizer, critic, self.critic_learning_rate)
         self.critic2_optim = self._make_optimizer(optimizer, critic2, self.critic_learning_rate)
-        self.alpha_optim = self._make_optimizer(optimizer, [self.log_alpha], self.alpha_learning_rate)
+        self.alpha_optim = self._make_optimizer(
+            optimizer, [self.log_alpha], self.alpha_learning_rate
+        )
         self.replay_buffer = self._make_buffer(self._default_buffer)
 
     def _optimizers(self):
@@ -146,13 +177,15 @@ class SAC(ReplayMixin, SoftTargets, ActorCriticOptions, TorchFramework):
         self._resolve_target_entropy(action)
         return action, as_column(log_prob, size, "the actor's log_prob output")
 
-    def _critic_value(self, critic: nn.Module, state: Dict[str, Any], action: Dict[str, Any],
-                   size: int) -> torch.Tensor:
+    def _critic_value(
+        self, critic: nn.Module, state: Dict[str, Any], action: Dict[str, Any], size: int
+    ) -> torch.Tensor:
         return value_column(safe_call(critic, state, action), size, "the critic")
 
     # -- Machin 0.3.4's helpers (the update picks its critics itself, see DDPG._criticize) --
-    def _criticize(self, state: Dict[str, Any], action: Dict[str, Any], use_target: bool = False,
-                   **__: Any) -> torch.Tensor:
+    def _criticize(
+        self, state: Dict[str, Any], action: Dict[str, Any], use_target: bool = False, **__: Any
+    ) -> torch.Tensor:
         """The first critic's value (its first output) of ``action`` in ``state``, with gradient.
 
         Args:
@@ -160,10 +193,13 @@ class SAC(ReplayMixin, SoftTargets, ActorCriticOptions, TorchFramework):
             action: Action dict for the critic.
             use_target: Use the target critic.
         """
-        return split_output(safe_call(self.critic_target if use_target else self.critic, state, action))[0]
+        return split_output(
+            safe_call(self.critic_target if use_target else self.critic, state, action)
+        )[0]
 
-    def _criticize2(self, state: Dict[str, Any], action: Dict[str, Any], use_target: bool = False,
-                    **__: Any) -> torch.Tensor:
+    def _criticize2(
+        self, state: Dict[str, Any], action: Dict[str, Any], use_target: bool = False, **__: Any
+    ) -> torch.Tensor:
         """The second critic's value (its first output) of ``action`` in ``state``, with gradient.
 
         Args:
@@ -171,13 +207,22 @@ class SAC(ReplayMixin, SoftTargets, ActorCriticOptions, TorchFramework):
             action: Action dict for the critic.
             use_target: Use the second target critic.
         """
-        return split_output(safe_call(self.critic2_target if use_target else self.critic2, state, action))[0]
+        return split_output(
+            safe_call(self.critic2_target if use_target else self.critic2, state, action)
+        )[0]
 
-    _legacy_hooks = {"_criticize": "_critic_value(critic, state, action, size)",
-                     "_criticize2": "_critic_value(critic, state, action, size)"}
+    _legacy_hooks = {
+        "_criticize": "_critic_value(critic, state, action, size)",
+        "_criticize2": "_critic_value(critic, state, action, size)",
+    }
 
-    def _min_q(self, critics: Tuple[nn.Module, nn.Module], state: Dict[str, Any], action: Dict[str, Any],
-               size: int) -> torch.Tensor:
+    def _min_q(
+        self,
+        critics: Tuple[nn.Module, nn.Module],
+        state: Dict[str, Any],
+        action: Dict[str, Any],
+        size: int,
+    ) -> torch.Tensor:
         return torch.min(*(self._critic_value(c, state, action, size) for c in critics))
 
     # -- hooks a user may override (as in DDPG; reward_function comes from ReplayMixin) --
@@ -188,25 +233,43 @@ class SAC(ReplayMixin, SoftTargets, ActorCriticOptions, TorchFramework):
         """Soft Bellman target ``[B, 1]`` (no gradient; traced into the compiled critic step)."""
         with torch.no_grad():
             next_action, next_log_prob = self._sample_action(batch.next_state, batch.size)
-            next_q = self._min_q((self.critic_target, self.critic2_target), batch.next_state,
-                                 self.action_transform_function(next_action, batch.next_state, batch.others), batch.size)
+            next_q = self._min_q(
+                (self.critic_target, self.critic2_target),
+                batch.next_state,
+                self.action_transform_function(next_action, batch.next_state, batch.others),
+                batch.size,
+            )
             next_value = next_q - alpha.to(next_q.device) * next_log_prob.to(next_q.device)
             device = next_value.device
-            return self.reward_function(batch.reward.to(device), self._discount(batch, device), next_value,
-                                        batch.terminal.to(device), batch.others)
+            return self.reward_function(
+                batch.reward.to(device),
+                self._discount(batch, device),
+                next_value,
+                batch.terminal.to(device),
+                batch.others,
+            )
 
     @compilable(("critic", "critic2"), after="_after_value_loss")
     def _critic_losses(self, batch: SampledBatch, alpha: torch.Tensor) -> List[torch.Tensor]:
         """The value losses of both critics against the soft Bellman target (one compiled step)."""
         target = self._bellman_target(batch, alpha)
-        return [self._value_loss(self._critic_value(critic, batch.state, batch.action, batch.size), target, batch)
-                for critic in (self.critic, self.critic2)]
+        return [
+            self._value_loss(
+                self._critic_value(critic, batch.state, batch.action, batch.size), target, batch
+            )
+            for critic in (self.critic, self.critic2)
+        ]
 
-    def _actor_loss(self, batch: SampledBatch, action: torch.Tensor, log_prob: torch.Tensor,
-                    alpha: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+    def _actor_loss(
+        self, batch: SampledBatch, action: torch.Tensor, log_prob: torch.Tensor, alpha: torch.Tensor
+    ) -> Tuple[torch.Tensor, torch.Tensor]:
         """``(actor loss, policy value)``: reparameterised, or score-function for non-differentiable actions."""
-        q = self._min_q((self.critic, self.critic2), batch.state,
-                        self.action_transform_function(action, batch.state, batch.others), batch.size)
+        q = self._min_q(
+            (self.critic, self.critic2),
+            batch.state,
+            self.action_transform_function(action, batch.state, batch.others),
+            batch.size,
+        )
         soft_q = q - alpha.to(q.device) * log_prob.to(q.device)
         if action.requires_grad:
             loss = -soft_q.mean()
@@ -216,8 +279,9 @@ class SAC(ReplayMixin, SoftTargets, ActorCriticOptions, TorchFramework):
         return loss, soft_q.detach().mean()
 
     @compilable(lambda self: (self.actor, [self.log_alpha]))
-    def _actor_and_alpha_losses(self, batch: SampledBatch,
-                                alpha: torch.Tensor) -> Tuple[List[torch.Tensor], torch.Tensor]:
+    def _actor_and_alpha_losses(
+        self, batch: SampledBatch, alpha: torch.Tensor
+    ) -> Tuple[List[torch.Tensor], torch.Tensor]:
         """``([actor loss, alpha loss], policy value)`` on freshly drawn actions (one compiled step)."""
         action, log_prob = self._sample_action(batch.state, batch.size)
         actor_loss, policy_value = self._actor_loss(batch, action, log_prob, alpha)
@@ -229,9 +293,14 @@ class SAC(ReplayMixin, SoftTargets, ActorCriticOptions, TorchFramework):
         return [(self.critic, self.critic_target), (self.critic2, self.critic2_target)]
 
     @ignores_extra_args
-    def update(self, update_value: bool = True, update_policy: bool = True, update_target: bool = True,
-               update_entropy_alpha: bool = True,
-               concatenate_samples: bool = True) -> Optional[UpdateResult]:
+    def update(
+        self,
+        update_value: bool = True,
+        update_policy: bool = True,
+        update_target: bool = True,
+        update_entropy_alpha: bool = True,
+        concatenate_samples: bool = True,
+    ) -> Optional[UpdateResult]:
         """Sample a batch; step the critics, the actor and alpha; soft-update the targets.
 
         Args:
@@ -259,8 +328,12 @@ class SAC(ReplayMixin, SoftTargets, ActorCriticOptions, TorchFramework):
         taken = True
         critic_losses = self._critic_losses(batch, alpha)
         if update_value:
-            for loss, critic, optim, name in zip(critic_losses, (self.critic, self.critic2),
-                                                 (self.critic_optim, self.critic2_optim), ("critic", "critic2")):
+            for loss, critic, optim, name in zip(
+                critic_losses,
+                (self.critic, self.critic2),
+                (self.critic_optim, self.critic2_optim),
+                ("critic", "critic2"),
+            ):
                 self._maybe_visualize(loss, name)
                 taken = taken and self._optimize(loss, optim, critic, self.gradient_max)
 

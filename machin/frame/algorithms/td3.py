@@ -46,24 +46,45 @@ class TD3(DDPG):
 
     update_rate = DDPG.update_rate.but(default=0.005)
     policy_noise = Option(0.2, non_negative, "Standard deviation of the target smoothing noise.")
-    noise_clip = Option(0.5, non_negative, "The smoothing noise is clipped to ``[-noise_clip, noise_clip]``.")
-    policy_update_delay = Option(2, positive_int, "Update the actor and the targets once per this many updates.")
+    noise_clip = Option(
+        0.5, non_negative, "The smoothing noise is clipped to ``[-noise_clip, noise_clip]``."
+    )
+    policy_update_delay = Option(
+        2, positive_int, "Update the actor and the targets once per this many updates."
+    )
 
-    def __init__(self, actor: nn.Module, actor_target: nn.Module, critic: nn.Module, critic_target: nn.Module,
-                 critic2: nn.Module, critic2_target: nn.Module, optimizer: Callable, criterion: Callable,
-                 *_: Any, **options: Any):
+    def __init__(
+        self,
+        actor: nn.Module,
+        actor_target: nn.Module,
+        critic: nn.Module,
+        critic_target: nn.Module,
+        critic2: nn.Module,
+        critic2_target: nn.Module,
+        optimizer: Callable,
+        criterion: Callable,
+        *_: Any,
+        **options: Any,
+    ):
         self._check_same_structure(critic2_target=(critic2, critic2_target))
-        super().__init__(actor, actor_target, critic, critic_target, optimizer, criterion, *_, **options)
+        super().__init__(
+            actor, actor_target, critic, critic_target, optimizer, criterion, *_, **options
+        )
         self.critic2, self.critic2_target = critic2, critic2_target
         hard_update(self.critic2_target, self.critic2)
-        self.critic2_optim = self._make_optimizer(optimizer, self.critic2, self.critic_learning_rate)
+        self.critic2_optim = self._make_optimizer(
+            optimizer, self.critic2, self.critic_learning_rate
+        )
 
     def _critics(self) -> List[CriticSet]:
-        return super()._critics() + [CriticSet("critic2", self.critic2, self.critic2_target, self.critic2_optim)]
+        return super()._critics() + [
+            CriticSet("critic2", self.critic2, self.critic2_target, self.critic2_optim)
+        ]
 
     @staticmethod
-    def policy_noise_function(actions: torch.Tensor, policy_noise: float = 0.2,
-                              noise_clip: float = 0.5, *_: Any) -> torch.Tensor:
+    def policy_noise_function(
+        actions: torch.Tensor, policy_noise: float = 0.2, noise_clip: float = 0.5, *_: Any
+    ) -> torch.Tensor:
         """Target policy smoothing: add ``N(0, policy_noise)`` noise clipped to ``+-noise_clip``.
 
         Override it (as a static method) to change the smoothing. It is called with the
@@ -73,8 +94,9 @@ class TD3(DDPG):
         noise = (torch.randn_like(actions) * policy_noise).clamp(-noise_clip, noise_clip)
         return actions + noise
 
-    def _criticize2(self, state: Dict[str, Any], action: Dict[str, Any], use_target: bool = False,
-                    **__: Any) -> torch.Tensor:
+    def _criticize2(
+        self, state: Dict[str, Any], action: Dict[str, Any], use_target: bool = False, **__: Any
+    ) -> torch.Tensor:
         """The second critic's value (its first output) of ``action`` in ``state`` (Machin 0.3.4's
         helper; the update does not call it, see :meth:`DDPG._criticize`).
 
@@ -83,17 +105,26 @@ class TD3(DDPG):
             action: Action dict for the critic.
             use_target: Use the second target critic.
         """
-        return split_output(safe_call(self.critic2_target if use_target else self.critic2, state, action))[0]
+        return split_output(
+            safe_call(self.critic2_target if use_target else self.critic2, state, action)
+        )[0]
 
-    _legacy_hooks = {**DDPG._legacy_hooks, "_criticize2": "_critic_value(critic, state, action, size, name)"}
+    _legacy_hooks = {
+        **DDPG._legacy_hooks,
+        "_criticize2": "_critic_value(critic, state, action, size, name)",
+    }
 
     def _target_action(self, batch: SampledBatch) -> torch.Tensor:
-        smoothed = self.policy_noise_function(super()._target_action(batch), self.policy_noise, self.noise_clip)
+        smoothed = self.policy_noise_function(
+            super()._target_action(batch), self.policy_noise, self.noise_clip
+        )
         return self._clamp_action(smoothed)
 
     def _next_value(self, batch: SampledBatch, next_action: Dict[str, Any]) -> torch.Tensor:
         value = super()._next_value(batch, next_action)
-        value2 = self._critic_value(self.critic2_target, batch.next_state, next_action, batch.size, "critic2_target")
+        value2 = self._critic_value(
+            self.critic2_target, batch.next_state, next_action, batch.size, "critic2_target"
+        )
         return torch.min(value, value2.to(value.device))
 
     def _policy_step_due(self) -> bool:

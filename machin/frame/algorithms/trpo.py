@@ -36,9 +36,13 @@ def kl_from_log_probs(log_prob: torch.Tensor, old_log_prob: torch.Tensor) -> tor
     return (torch.expm1(x) - x).mean()
 
 
-def conjugate_gradient(matrix_vector: Callable[[torch.Tensor], torch.Tensor], b: torch.Tensor,
-                       iterations: int = 10, residual_threshold: float = 1e-10,
-                       eps: float = 1e-8) -> torch.Tensor:
+def conjugate_gradient(
+    matrix_vector: Callable[[torch.Tensor], torch.Tensor],
+    b: torch.Tensor,
+    iterations: int = 10,
+    residual_threshold: float = 1e-10,
+    eps: float = 1e-8,
+) -> torch.Tensor:
     """Approximately solve ``A x = b`` for a symmetric positive (semi-)definite ``A``.
 
     Args:
@@ -67,14 +71,16 @@ def conjugate_gradient(matrix_vector: Callable[[torch.Tensor], torch.Tensor], b:
 
 def _flat_grad(output: torch.Tensor, params: List[torch.Tensor], **kwargs) -> torch.Tensor:
     grads = torch.autograd.grad(output, params, allow_unused=True, **kwargs)
-    return torch.cat([(torch.zeros_like(p) if g is None else g).reshape(-1) for g, p in zip(grads, params)])
+    return torch.cat(
+        [(torch.zeros_like(p) if g is None else g).reshape(-1) for g, p in zip(grads, params)]
+    )
 
 
 @torch.no_grad()
 def _set_flat(params: List[torch.Tensor], flat: torch.Tensor) -> None:
     offset = 0
     for p in params:
-        p.copy_(flat[offset: offset + p.numel()].view_as(p))
+        p.copy_(flat[offset : offset + p.numel()].view_as(p))
         offset += p.numel()
 
 
@@ -102,19 +108,27 @@ class TRPO(A2C):
     actor_update_times = 1
     actor_learning_rate = None
     joint_update = False  # the actor takes a trust-region step, not an optimizer step
-    kl_max_delta = Option(0.01, positive, "Largest allowed KL divergence between the policies before and after "
-                          "a step.")
+    kl_max_delta = Option(
+        0.01,
+        positive,
+        "Largest allowed KL divergence between the policies before and after a step.",
+    )
     damping = Option(0.1, non_negative, "Added to the Fisher matrix's diagonal.")
-    line_search_backtracks = Option(10, positive_int, "Step halvings tried before the step is abandoned.")
+    line_search_backtracks = Option(
+        10, positive_int, "Step halvings tried before the step is abandoned."
+    )
     conjugate_eps = Option(1e-8, positive, "Guard against division by zero in conjugate gradient.")
     conjugate_iterations = Option(10, positive_int, "Conjugate-gradient iterations.")
-    conjugate_res_threshold = Option(1e-10, non_negative, "Conjugate gradient stops below this squared residual.")
+    conjugate_res_threshold = Option(
+        1e-10, non_negative, "Conjugate gradient stops below this squared residual."
+    )
 
     def _make_actor_optimizer(self, optimizer: Callable, learning_rate: float) -> None:
         return None
 
-    def _policy_loss(self, log_prob: torch.Tensor, old_log_prob: torch.Tensor,
-                     advantage: torch.Tensor) -> torch.Tensor:
+    def _policy_loss(
+        self, log_prob: torch.Tensor, old_log_prob: torch.Tensor, advantage: torch.Tensor
+    ) -> torch.Tensor:
         """Minus the importance-weighted surrogate ``mean(exp(log_prob - old_log_prob) * advantage)``."""
         ratio = torch.exp(log_prob - old_log_prob.to(log_prob.device))
         return -(ratio * advantage.to(log_prob.device)).mean()
@@ -126,26 +140,42 @@ class TRPO(A2C):
         loss, policy_loss = self._actor_loss(batch, log_prob, entropy)
         self._maybe_visualize(loss, "actor")
         grad = _flat_grad(loss, params, retain_graph=True)
-        kl_grad = _flat_grad(kl_from_log_probs(log_prob, batch.old_log_prob), params, create_graph=True)
+        kl_grad = _flat_grad(
+            kl_from_log_probs(log_prob, batch.old_log_prob), params, create_graph=True
+        )
 
         def fisher_vector(vector: torch.Tensor) -> torch.Tensor:
             return _flat_grad(kl_grad @ vector, params, retain_graph=True) + self.damping * vector
 
-        direction = conjugate_gradient(fisher_vector, -grad, self.conjugate_iterations,
-                                       self.conjugate_res_threshold, self.conjugate_eps)
+        direction = conjugate_gradient(
+            fisher_vector,
+            -grad,
+            self.conjugate_iterations,
+            self.conjugate_res_threshold,
+            self.conjugate_eps,
+        )
         curvature = direction @ fisher_vector(direction)
         if curvature > 0:
-            self._line_search(batch, params, direction * torch.sqrt(2 * self.kl_max_delta / curvature),
-                              loss.item())
+            self._line_search(
+                batch,
+                params,
+                direction * torch.sqrt(2 * self.kl_max_delta / curvature),
+                loss.item(),
+            )
         return -policy_loss.item()
 
     @torch.no_grad()
-    def _line_search(self, batch: PolicyBatch, params: List[torch.Tensor], full_step: torch.Tensor,
-                     loss_before: float) -> bool:
+    def _line_search(
+        self,
+        batch: PolicyBatch,
+        params: List[torch.Tensor],
+        full_step: torch.Tensor,
+        loss_before: float,
+    ) -> bool:
         """Take the largest of ``full_step * 0.5**i`` that keeps the KL bound and lowers the loss."""
         start = torch.cat([p.reshape(-1) for p in params])
         for i in range(self.line_search_backtracks):
-            _set_flat(params, start + full_step * 0.5 ** i)
+            _set_flat(params, start + full_step * 0.5**i)
             log_prob, entropy = self._evaluate_policy(batch)
             loss, _ = self._actor_loss(batch, log_prob, entropy)
             kl = kl_from_log_probs(log_prob, batch.old_log_prob)

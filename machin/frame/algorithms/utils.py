@@ -43,9 +43,18 @@ __all__ = [
 class _Signature:
     """What ``safe_call`` needs to know about one module's ``forward``."""
 
-    __slots__ = ("names", "required", "required_set", "accepts_any", "class_name", "first_parameter")
+    __slots__ = (
+        "names",
+        "required",
+        "required_set",
+        "accepts_any",
+        "class_name",
+        "first_parameter",
+    )
 
-    def __init__(self, names: Tuple[str, ...], required: Tuple[str, ...], accepts_any: bool, class_name: str):
+    def __init__(
+        self, names: Tuple[str, ...], required: Tuple[str, ...], accepts_any: bool, class_name: str
+    ):
         self.names = frozenset(names)
         self.required = required
         self.required_set = frozenset(required)  # for one C-level check per call
@@ -74,7 +83,10 @@ def _tensors(module: nn.Module) -> tuple:
     """
     entry = _parameter_lists.get(module)
     if entry is None:
-        entry = _parameter_lists[module] = (list(module.parameters()), next(module.buffers(), None) is not None)
+        entry = _parameter_lists[module] = (
+            list(module.parameters()),
+            next(module.buffers(), None) is not None,
+        )
     return entry
 
 
@@ -307,7 +319,9 @@ class SharedNetworkSync:
         return self.model_server[0].push(getattr(self, self._shared_network))
 
 
-def safe_call(model: nn.Module, *named_args: Optional[Dict[str, Any]], required_argument: Iterable[str] = ()):
+def safe_call(
+    model: nn.Module, *named_args: Optional[Dict[str, Any]], required_argument: Iterable[str] = ()
+):
     """Call ``model`` with the entries of ``named_args`` whose keys name ``forward`` arguments.
 
     Keys that are not arguments of ``forward`` are ignored (unless ``forward`` takes
@@ -356,7 +370,11 @@ def safe_call(model: nn.Module, *named_args: Optional[Dict[str, Any]], required_
             _raise_not_a_dict(signature.class_name, arg_dict)
         for key, value in arg_dict.items():
             if accepts_any or key in names:
-                if device is not None and isinstance(value, torch.Tensor) and value.device != device:
+                if (
+                    device is not None
+                    and isinstance(value, torch.Tensor)
+                    and value.device != device
+                ):
                     value = value.to(device)
                 kwargs[key] = value
 
@@ -364,7 +382,9 @@ def safe_call(model: nn.Module, *named_args: Optional[Dict[str, Any]], required_
         missing = None
     else:
         missing = [name for name in signature.required if name not in kwargs]
-        missing += [name for name in required_argument if name not in kwargs and name not in missing]
+        missing += [
+            name for name in required_argument if name not in kwargs and name not in missing
+        ]
     if missing:
         given = sorted({key for d in named_args if d for key in d})
         raise MissingArgumentError(
@@ -394,7 +414,7 @@ def _describe(value: Any) -> str:
 def _raise_not_a_dict(class_name: str, value: Any) -> None:
     raise TypeError(
         f"the inputs of {class_name} must be given as a Dict[str, Tensor] keyed by its forward "
-        f"argument names (e.g. state={{\"state\": tensor[B, ...]}}), got {_describe(value)}"
+        f'argument names (e.g. state={{"state": tensor[B, ...]}}), got {_describe(value)}'
     )
 
 
@@ -402,8 +422,10 @@ def _raise_with_input_shapes(class_name: str, kwargs: Dict[str, Any], error: Run
     """Re-raise a RuntimeError of a network call, naming the network and the shapes it was given."""
     shapes = ", ".join(f"{key}: {_describe(value)}" for key, value in kwargs.items())
     try:
-        new_error = type(error)(f"{class_name} failed on inputs ({shapes}); check the state/action "
-                                f"shapes against the network: {error}")
+        new_error = type(error)(
+            f"{class_name} failed on inputs ({shapes}); check the state/action "
+            f"shapes against the network: {error}"
+        )
     except Exception:  # an error type that cannot be built from a message: leave it as it is
         raise error from None
     raise new_error from error
@@ -503,7 +525,11 @@ def as_column(tensor: Any, size: int, what: str) -> torch.Tensor:
     Raises:
         ValueError: When ``tensor`` is not a tensor with exactly one value per sample.
     """
-    if not isinstance(tensor, torch.Tensor) or tensor.numel() != size or (tensor.dim() > 0 and tensor.shape[0] != size):
+    if (
+        not isinstance(tensor, torch.Tensor)
+        or tensor.numel() != size
+        or (tensor.dim() > 0 and tensor.shape[0] != size)
+    ):
         shape = list(tensor.shape) if isinstance(tensor, torch.Tensor) else type(tensor).__name__
         raise ValueError(
             f"{what} must hold one value per sample, shape [{size}] or [{size}, 1], got {shape}"

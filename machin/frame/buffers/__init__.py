@@ -8,5 +8,14 @@ from .prioritized_buffer_d import DistributedPrioritizedBuffer
 from .sequence_buffer import SequenceBatch, SequenceBuffer
 from .shm_buffer import SHMBuffer
 
-__all__ = ["Buffer", "PrioritizedBuffer", "WeightTree", "DistributedBuffer", "DistributedPrioritizedBuffer", "EpisodeDistributedBuffer",
-           "SequenceBuffer", "SequenceBatch", "SHMBuffer"]
+__all__ = [
+    "Buffer",
+    "PrioritizedBuffer",
+    "WeightTree",
+    "DistributedBuffer",
+    "DistributedPrioritizedBuffer",
+    "EpisodeDistributedBuffer",
+    "SequenceBuffer",
+    "SequenceBatch",
+    "SHMBuffer",
+]

@@ -37,14 +37,22 @@ from ..transition import (
     as_transition,
 )
 
-__all__ = ["Buffer", "DEFAULT_REQUIRED_ATTRS", "SampleMethodError", "TransitionTypeError", "TransitionBuildError"]
+__all__ = [
+    "Buffer",
+    "DEFAULT_REQUIRED_ATTRS",
+    "SampleMethodError",
+    "TransitionTypeError",
+    "TransitionBuildError",
+]
 
 DEFAULT_REQUIRED_ATTRS = ("state", "action", "next_state", "reward", "terminal")
 _INITIAL_CAPACITY = 1024
 _SCALAR_DTYPES = {bool: torch.bool, int: torch.int64, float: torch.float64}
 _KIND_RANK = {bool: 0, int: 1, float: 2}  # a scalar column widens bool -> int -> float
 _BINARY = frozenset((0, 1))
-_CHECK_HINT = "(values are checked when stored; check_finite=False on the buffer turns the check off)"
+_CHECK_HINT = (
+    "(values are checked when stored; check_finite=False on the buffer turns the check off)"
+)
 # The attribute names of a Transition: only a buffer with these (and sorted custom ones) can store dicts as they are.
 _TRANSITION_MAJOR = ["state", "action", "next_state"]
 _TRANSITION_SUB = ["reward", "terminal"]
@@ -94,9 +102,13 @@ def _usable_device(value: Union[str, torch.device]) -> torch.device:
     """``buffer_device`` as a torch device this process can store tensors on (else a ValueError naming it)."""
     try:
         device = torch.device(value)
-        torch.empty(0, device=device)  # e.g. "cuda" on a torch without CUDA fails here, not at the first append
+        torch.empty(
+            0, device=device
+        )  # e.g. "cuda" on a torch without CUDA fails here, not at the first append
     except (RuntimeError, TypeError, AssertionError) as error:
-        raise ValueError(f"buffer_device={value!r} cannot hold tensors in this process: {error}") from error
+        raise ValueError(
+            f"buffer_device={value!r} cannot hold tensors in this process: {error}"
+        ) from error
     return device
 
 
@@ -178,18 +190,46 @@ class _Column:
     of the values written into it (nothing, finite numbers, or terminal flags).
     """
 
-    __slots__ = ("tensor", "kind", "values", "row_shape", "one_row", "dtypes", "view", "label", "verb", "role")
+    __slots__ = (
+        "tensor",
+        "kind",
+        "values",
+        "row_shape",
+        "one_row",
+        "dtypes",
+        "view",
+        "label",
+        "verb",
+        "role",
+    )
 
-    def __init__(self, first: Any, capacity: int, device: torch.device, allow_list: bool, exact_floats: bool,
-                 label: str = "", role: int = _UNCHECKED, verb: str = "must be"):
-        self.tensor, self.kind, self.values, self.row_shape, self.one_row = None, None, None, None, None
+    def __init__(
+        self,
+        first: Any,
+        capacity: int,
+        device: torch.device,
+        allow_list: bool,
+        exact_floats: bool,
+        label: str = "",
+        role: int = _UNCHECKED,
+        verb: str = "must be",
+    ):
+        self.tensor, self.kind, self.values, self.row_shape, self.one_row = (
+            None,
+            None,
+            None,
+            None,
+            None,
+        )
         self.label, self.verb, self.role = label, verb, role
         # A numpy view of ``tensor`` on the CPU (None: not made yet, False: none); reset
         # whenever ``tensor`` is replaced.
         self.view = None
         # Sub attributes (rewards) keep floats in the default dtype, which is what a batch
         # needs; custom attributes keep them in float64 so that Python floats come back exactly.
-        self.dtypes = _SCALAR_DTYPES if exact_floats else {**_SCALAR_DTYPES, float: torch.get_default_dtype()}
+        self.dtypes = (
+            _SCALAR_DTYPES if exact_floats else {**_SCALAR_DTYPES, float: torch.get_default_dtype()}
+        )
         if isinstance(first, torch.Tensor) and not allow_list:
             self.row_shape = tuple(first.shape[1:])
             self.one_row = (1, *self.row_shape)  # the shape every appended value must have
@@ -201,7 +241,12 @@ class _Column:
             self.values = [None] * capacity
         else:
             raise ValueError(f"cannot store a value of type {type(first).__name__}")
-        if self.kind is None and self.values is None and not self.tensor.is_floating_point() and role == _FINITE:
+        if (
+            self.kind is None
+            and self.values is None
+            and not self.tensor.is_floating_point()
+            and role == _FINITE
+        ):
             self.role = _UNCHECKED  # (integer and bool tensors are always finite)
 
     def grow(self, capacity: int, filled: int) -> None:
@@ -239,8 +284,10 @@ class _Column:
         if not isinstance(value, torch.Tensor):
             return f"{self.label} {verb} a tensor of shape [1, *{self.row_shape}], got {type(value).__name__}"
         # One transition is one row: a first dimension other than 1 is rejected before anything is written.
-        return (f"{self.label} {verb} shape {[1, *self.row_shape]} and dtype {self.tensor.dtype}, "
-                f"got shape {list(value.shape)} and dtype {value.dtype}")
+        return (
+            f"{self.label} {verb} shape {[1, *self.row_shape]} and dtype {self.tensor.dtype}, "
+            f"got shape {list(value.shape)} and dtype {value.dtype}"
+        )
 
     def promote(self, values: Sequence[Any]) -> None:
         """Widen a scalar column (bool -> int -> float) or turn it into a list column, as ``values`` need."""
@@ -276,7 +323,9 @@ class _Column:
         if self.values is not None:
             return list(values)
         if self.kind is not None:
-            block = torch.tensor(values, dtype=self.tensor.dtype)  # (a ValueError for an int beyond int64)
+            block = torch.tensor(
+                values, dtype=self.tensor.dtype
+            )  # (a ValueError for an int beyond int64)
         elif type(values[0]) is list:  # short rows read as lists (see _read_mode)
             block = np.array(values, dtype=target.dtype)
         elif isinstance(values[0], np.ndarray):
@@ -287,8 +336,15 @@ class _Column:
             block = block.numpy()
         return block.reshape((len(values), *target.shape[1:]))
 
-    def gather(self, index: torch.Tensor, concatenate: bool, as_tensor: bool, device: Optional[torch.device],
-               name: str = "", np_index: Optional[np.ndarray] = None):
+    def gather(
+        self,
+        index: torch.Tensor,
+        concatenate: bool,
+        as_tensor: bool,
+        device: Optional[torch.device],
+        name: str = "",
+        np_index: Optional[np.ndarray] = None,
+    ):
         if self.values is not None:
             values = [self.values[i] for i in index.tolist()]
             if concatenate and as_tensor:
@@ -311,7 +367,9 @@ class _Column:
         if view is False:
             block = self.tensor.index_select(0, index)
         else:
-            block = torch.from_numpy(view.take(index.numpy() if np_index is None else np_index, axis=0))
+            block = torch.from_numpy(
+                view.take(index.numpy() if np_index is None else np_index, axis=0)
+            )
         if self.kind is None:
             if device is not None and block.device != device:
                 block = block.to(device)
@@ -322,8 +380,6 @@ class _Column:
             return block.to(device) if device is not None else block
         values = block.view(-1).tolist()
         return values if self.kind is not bool else [bool(v) for v in values]
-
-
 
 
 def _scalar_value(col: _Column, value: Any, test: int, widen: List[_Column]) -> Any:
@@ -360,17 +416,39 @@ class _Layout:
     :meth:`Buffer._gather_plan`. Rebuilt whenever a column changes kind.
     """
 
-    __slots__ = ("names", "keys", "width", "takes_dicts", "empty_groups", "tensors", "scalars", "lists", "columns",
-                 "targets", "gathers", "required")
+    __slots__ = (
+        "names",
+        "keys",
+        "width",
+        "takes_dicts",
+        "empty_groups",
+        "tensors",
+        "scalars",
+        "lists",
+        "columns",
+        "targets",
+        "gathers",
+        "required",
+    )
 
-    def __init__(self, major: Dict[str, Dict[str, _Column]], sub: Dict[str, _Column], custom: Dict[str, _Column],
-                 on_cpu: bool):
+    def __init__(
+        self,
+        major: Dict[str, Dict[str, _Column]],
+        sub: Dict[str, _Column],
+        custom: Dict[str, _Column],
+        on_cpu: bool,
+    ):
         self.names = (list(major), list(sub), list(custom))
         self.keys = frozenset(major) | frozenset(sub) | frozenset(custom)
         self.width = len(self.keys)
-        self.takes_dicts = (self.names[0] == _TRANSITION_MAJOR and self.names[1] == _TRANSITION_SUB
-                            and self.names[2] == sorted(custom))
-        self.empty_groups = [name for name, cols in major.items() if not cols]  # (the others: key by key)
+        self.takes_dicts = (
+            self.names[0] == _TRANSITION_MAJOR
+            and self.names[1] == _TRANSITION_SUB
+            and self.names[2] == sorted(custom)
+        )
+        self.empty_groups = [
+            name for name, cols in major.items() if not cols
+        ]  # (the others: key by key)
         attributes = [(name, key, col) for name, cols in major.items() for key, col in cols.items()]
         attributes += [(name, None, col) for name, col in {**sub, **custom}.items()]
         self.tensors = []
@@ -378,14 +456,32 @@ class _Layout:
             if col.tensor is not None and col.kind is None:
                 read = _read_mode(col, on_cpu)
                 width = None if key is None else len(major[name])
-                self.tensors.append((name, key, width, col, col.one_row, col.tensor.dtype, read, _value_test(col, read)))
-        self.scalars = [(name, col, col.kind, (2 if col.role == _TERMINAL else 1) if name in sub else 0)
-                        for name, _, col in attributes if col.kind is not None]
+                self.tensors.append(
+                    (
+                        name,
+                        key,
+                        width,
+                        col,
+                        col.one_row,
+                        col.tensor.dtype,
+                        read,
+                        _value_test(col, read),
+                    )
+                )
+        self.scalars = [
+            (name, col, col.kind, (2 if col.role == _TERMINAL else 1) if name in sub else 0)
+            for name, _, col in attributes
+            if col.kind is not None
+        ]
         self.lists = [(name, col) for name, _, col in attributes if col.values is not None]
-        self.columns = [entry[3] for entry in self.tensors] + [entry[1] for entry in self.scalars + self.lists]
+        self.columns = [entry[3] for entry in self.tensors] + [
+            entry[1] for entry in self.scalars + self.lists
+        ]
         self.targets: Optional[List[Any]] = None
         self.gathers: Dict[Tuple[Any, ...], Any] = {}  # see Buffer._gather_plan
-        self.required: Optional[Tuple[str, ...]] = None  # the last required attributes found among ``keys``
+        self.required: Optional[Tuple[str, ...]] = (
+            None  # the last required attributes found among ``keys``
+        )
 
     def drop_views(self) -> None:
         """Forget what holds numpy views of the columns (after a column was replaced or moved)."""
@@ -457,8 +553,14 @@ class Buffer:
     """
 
     @ignores_extra_args
-    def __init__(self, buffer_size: int = 1_000_000, buffer_device: Union[str, torch.device] = "cpu", *,
-                 generator: Optional[torch.Generator] = None, check_finite: bool = True):
+    def __init__(
+        self,
+        buffer_size: int = 1_000_000,
+        buffer_device: Union[str, torch.device] = "cpu",
+        *,
+        generator: Optional[torch.Generator] = None,
+        check_finite: bool = True,
+    ):
         if not isinstance(buffer_size, int) or isinstance(buffer_size, bool) or buffer_size < 1:
             raise ValueError(f"buffer_size must be a positive integer, got {buffer_size!r}")
         self.buffer_size = buffer_size
@@ -476,7 +578,11 @@ class Buffer:
         used again instead of being allocated and grown anew.
         """
         layout = getattr(self, "_layout", None)
-        spare = (self._keys, layout, self._major, self._sub, self._custom, self._capacity) if layout else None
+        spare = (
+            (self._keys, layout, self._major, self._sub, self._custom, self._capacity)
+            if layout
+            else None
+        )
         self._forget_layout()
         self._spare = spare
 
@@ -492,10 +598,23 @@ class Buffer:
         self._pos = 0
         self._size = 0
 
-    def _use_layout(self, keys: List[str], layout: _Layout, major: Dict[str, Dict[str, _Column]],
-                    sub: Dict[str, _Column], custom: Dict[str, _Column], capacity: int) -> None:
+    def _use_layout(
+        self,
+        keys: List[str],
+        layout: _Layout,
+        major: Dict[str, Dict[str, _Column]],
+        sub: Dict[str, _Column],
+        custom: Dict[str, _Column],
+        capacity: int,
+    ) -> None:
         """Store into these columns from now on (the buffer is empty)."""
-        self._keys, self._layout, self._major, self._sub, self._custom = keys, layout, major, sub, custom
+        self._keys, self._layout, self._major, self._sub, self._custom = (
+            keys,
+            layout,
+            major,
+            sub,
+            custom,
+        )
         self._capacity, self._pos, self._size, self._spare = capacity, 0, 0, None
 
     def __getstate__(self) -> Dict[str, Any]:
@@ -504,7 +623,9 @@ class Buffer:
         # (torch.multiprocessing), which leaves this buffer's views behind: drop them too.
         self._forget_views()
         state = self.__dict__.copy()
-        state.pop("_unique_scratch", None)  # sampling's scratch space (see sample_method_random_unique)
+        state.pop(
+            "_unique_scratch", None
+        )  # sampling's scratch space (see sample_method_random_unique)
         return state
 
     def state_dict(self) -> Dict[str, Any]:
@@ -569,7 +690,9 @@ class Buffer:
         """Attribute names of the stored transitions (``None`` before the first append)."""
         return None if self._keys is None else list(self._keys)
 
-    def __getitem__(self, position: Union[int, slice]) -> Union[TransitionBase, List[TransitionBase]]:
+    def __getitem__(
+        self, position: Union[int, slice]
+    ) -> Union[TransitionBase, List[TransitionBase]]:
         """The transition at ``position`` (0 is the oldest, -1 the newest), rebuilt from the columns.
 
         A slice gives a list. Every call gathers from every column, so this is meant for
@@ -578,33 +701,56 @@ class Buffer:
         if isinstance(position, slice):
             return self._rebuild(range(self._size)[position])
         if isinstance(position, bool) or not isinstance(position, (int, np.integer)):
-            raise TypeError(f"buffer positions must be integers or slices, got {type(position).__name__}")
+            raise TypeError(
+                f"buffer positions must be integers or slices, got {type(position).__name__}"
+            )
         p = int(position) + (self._size if position < 0 else 0)
         if not 0 <= p < self._size:
-            raise IndexError(f"position {int(position)} is out of range for a buffer of {self._size} transitions")
+            raise IndexError(
+                f"position {int(position)} is out of range for a buffer of {self._size} transitions"
+            )
         return self._rebuild([p])[0]
 
     def _rebuild(self, positions: Sequence[int]) -> List[TransitionBase]:
         """Transitions at ``positions`` (counted from the oldest), rebuilt from the columns."""
         if len(positions) == 0:
             return []
-        index = self._storage_index(torch.tensor(list(positions), dtype=torch.long)).to(self.buffer_device)
-        major = {name: {k: c.gather(index, False, True, None) for k, c in cols.items()}
-                 for name, cols in self._major.items()}
+        index = self._storage_index(torch.tensor(list(positions), dtype=torch.long)).to(
+            self.buffer_device
+        )
+        major = {
+            name: {k: c.gather(index, False, True, None) for k, c in cols.items()}
+            for name, cols in self._major.items()
+        }
         sub = {name: c.gather(index, False, True, None) for name, c in self._sub.items()}
-        custom = {name: c.gather(index, False, False, None, name) for name, c in self._custom.items()}
-        standard = (list(major) == ["state", "action", "next_state"] and list(sub) == ["reward", "terminal"]
-                    and list(custom) == sorted(custom))
+        custom = {
+            name: c.gather(index, False, False, None, name) for name, c in self._custom.items()
+        }
+        standard = (
+            list(major) == ["state", "action", "next_state"]
+            and list(sub) == ["reward", "terminal"]
+            and list(custom) == sorted(custom)
+        )
         rebuilt = []
         for i in range(len(positions)):
-            major_i = {name: {k: rows[i] for k, rows in cols.items()} for name, cols in major.items()}
+            major_i = {
+                name: {k: rows[i] for k, rows in cols.items()} for name, cols in major.items()
+            }
             sub_i = {name: rows[i] for name, rows in sub.items()}
             custom_i = {name: rows[i] for name, rows in custom.items()}
             if standard:
                 rebuilt.append(Transition(**major_i, **sub_i, **custom_i))
             else:
-                rebuilt.append(TransitionBase(list(major_i), list(sub_i), list(custom_i), list(major_i.values()),
-                                              list(sub_i.values()), list(custom_i.values())))
+                rebuilt.append(
+                    TransitionBase(
+                        list(major_i),
+                        list(sub_i),
+                        list(custom_i),
+                        list(major_i.values()),
+                        list(sub_i.values()),
+                        list(custom_i.values()),
+                    )
+                )
         return rebuilt
 
     def _columns(self):
@@ -626,18 +772,38 @@ class Buffer:
         cap = min(self.buffer_size, _INITIAL_CAPACITY)
         dev = self.buffer_device
         major = {
-            name: {k: _Column(v, cap, dev, False, False, f"attribute {name}[{k!r}]", _FINITE, "must have")
-                   for k, v in getattr(t, name).items()}
+            name: {
+                k: _Column(
+                    v, cap, dev, False, False, f"attribute {name}[{k!r}]", _FINITE, "must have"
+                )
+                for k, v in getattr(t, name).items()
+            }
             for name in t.major_attr
         }
-        sub = {name: _Column(getattr(t, name), cap, dev, False, False, f"attribute {name!r}",
-                             _TERMINAL if name == "terminal" else _FINITE)
-               for name in t.sub_attr}
-        custom = {name: _Column(getattr(t, name), cap, dev, True, True, f"attribute {name!r}") for name in t.custom_attr}
+        sub = {
+            name: _Column(
+                getattr(t, name),
+                cap,
+                dev,
+                False,
+                False,
+                f"attribute {name!r}",
+                _TERMINAL if name == "terminal" else _FINITE,
+            )
+            for name in t.sub_attr
+        }
+        custom = {
+            name: _Column(getattr(t, name), cap, dev, True, True, f"attribute {name!r}")
+            for name in t.custom_attr
+        }
         self._use_layout(t.keys(), self._layout_of(major, sub, custom), major, sub, custom, cap)
 
-    def _layout_of(self, major: Dict[str, Dict[str, _Column]], sub: Dict[str, _Column],
-                   custom: Dict[str, _Column]) -> _Layout:
+    def _layout_of(
+        self,
+        major: Dict[str, Dict[str, _Column]],
+        sub: Dict[str, _Column],
+        custom: Dict[str, _Column],
+    ) -> _Layout:
         return _Layout(major, sub, custom, self.buffer_device.type == "cpu")
 
     def _check(self, t: TransitionBase, required_attrs: Iterable[str]) -> None:
@@ -692,8 +858,11 @@ class Buffer:
             if not layout.takes_dicts or len(transition) != layout.width:
                 raise KeyError("attributes")
             values, own = transition, False
-        elif isinstance(transition, TransitionBase) and (
-                transition._major_attr, transition._sub_attr, transition._custom_attr) == layout.names:
+        elif (
+            isinstance(transition, TransitionBase)
+            and (transition._major_attr, transition._sub_attr, transition._custom_attr)
+            == layout.names
+        ):
             values, own = transition.__dict__, True
         else:
             raise KeyError("attributes")
@@ -714,7 +883,9 @@ class Buffer:
             row.append(value)
         for name, _ in layout.lists:
             row.append(values[name] if own else _own_copy(values[name]))
-        if check and not math.isfinite(total):  # a NaN or infinity somewhere, or an overflow of the sum
+        if check and not math.isfinite(
+            total
+        ):  # a NaN or infinity somewhere, or an overflow of the sum
             self._name_non_finite(row, index)
         return row
 
@@ -744,7 +915,11 @@ class Buffer:
                 if type(group) is not dict or len(group) != width:
                     raise KeyError(name)
                 value = group[key]
-            if not isinstance(value, torch.Tensor) or value.shape != shape or value.dtype is not dtype:
+            if (
+                not isinstance(value, torch.Tensor)
+                or value.shape != shape
+                or value.dtype is not dtype
+            ):
                 raise ValueError(col.misfit(value))
             if read == _AS_LIST:
                 written = value.tolist()[0]
@@ -792,13 +967,15 @@ class Buffer:
         When widening, growing or writing fails, the columns and counters are put back as
         they were.
         """
-        rows = rows[-self.buffer_size:]
+        rows = rows[-self.buffer_size :]
         n, layout = len(rows), self._layout
         by_column = dict(zip(layout.columns, zip(*rows))) if rows[0] else {}
         counters = (self._pos, self._size, self._capacity)
         # Columns are only replaced (never changed in place) when they grow or are widened.
-        saved = [(col, col.tensor, col.kind, col.values, None if col.values is None else len(col.values))
-                 for col in layout.columns]
+        saved = [
+            (col, col.tensor, col.kind, col.values, None if col.values is None else len(col.values))
+            for col in layout.columns
+        ]
         try:
             for col in dict.fromkeys(widen):
                 col.promote(by_column[col])
@@ -825,8 +1002,8 @@ class Buffer:
             if end <= cap:
                 target[start:end] = block
             else:
-                target[start:] = block[:cap - start]
-                target[:end - cap] = block[cap - start:]
+                target[start:] = block[: cap - start]
+                target[: end - cap] = block[cap - start :]
 
     def _reserve(self, n: int) -> Tuple[List[int], int]:
         """Make room for ``n`` new rows; return their storage positions and the first one."""
@@ -839,13 +1016,20 @@ class Buffer:
             # Before the first wrap-around, rows are filled in order from 0.
             self._pos = self._size
         cap, start = self._capacity, self._pos
-        positions = list(range(start, start + n)) if start + n <= cap else [(start + i) % cap for i in range(n)]
+        positions = (
+            list(range(start, start + n))
+            if start + n <= cap
+            else [(start + i) % cap for i in range(n)]
+        )
         self._pos = (start + n) % cap
         self._size = min(self._size + n, cap)
         return positions, start
 
-    def append(self, transition: Union[TransitionBase, Dict[str, Any]],
-               required_attrs: Iterable[str] = DEFAULT_REQUIRED_ATTRS) -> int:
+    def append(
+        self,
+        transition: Union[TransitionBase, Dict[str, Any]],
+        required_attrs: Iterable[str] = DEFAULT_REQUIRED_ATTRS,
+    ) -> int:
         """Store one transition (a :class:`Transition` or a dict of its attributes).
 
         Args:
@@ -863,8 +1047,11 @@ class Buffer:
         """
         return self.extend([transition], required_attrs)[0]
 
-    def extend(self, transitions: Iterable[Union[TransitionBase, Dict[str, Any]]],
-               required_attrs: Iterable[str] = DEFAULT_REQUIRED_ATTRS) -> List[int]:
+    def extend(
+        self,
+        transitions: Iterable[Union[TransitionBase, Dict[str, Any]]],
+        required_attrs: Iterable[str] = DEFAULT_REQUIRED_ATTRS,
+    ) -> List[int]:
         """Store several transitions (e.g. a whole episode) in one write per column.
 
         Every transition is checked before any is written, so a bad one leaves the
@@ -886,7 +1073,9 @@ class Buffer:
                 self._start_layout(transitions[0], required_attrs)
             layout = self._layout
             if required_attrs is not layout.required:
-                if not layout.keys.issuperset(required_attrs):  # raises, naming what is missing or different
+                if not layout.keys.issuperset(
+                    required_attrs
+                ):  # raises, naming what is missing or different
                     self._check(self._as_transition(transitions[0]), required_attrs)
                 layout.required = required_attrs
             rows, widen = [], []
@@ -1003,7 +1192,9 @@ class Buffer:
             return method
         if callable(sample_method):
             return sample_method
-        raise TypeError(f"sample_method must be a string or a callable, got {type(sample_method).__name__}")
+        raise TypeError(
+            f"sample_method must be a string or a callable, got {type(sample_method).__name__}"
+        )
 
     @ignores_extra_args
     def sample_batch(
@@ -1053,10 +1244,15 @@ class Buffer:
             return 0, None
         if method not in _BUILT_IN_METHODS:
             # The built-in methods return in-range long tensors; anything else is checked.
-            if isinstance(positions, (list, tuple)) and positions and isinstance(positions[0], TransitionBase):
+            if (
+                isinstance(positions, (list, tuple))
+                and positions
+                and isinstance(positions[0], TransitionBase)
+            ):
                 device = self.buffer_device if device is None else device
-                return size, self.post_process_batch(list(positions), device, concatenate, sample_attrs,
-                                                     additional_concat_attrs)
+                return size, self.post_process_batch(
+                    list(positions), device, concatenate, sample_attrs, additional_concat_attrs
+                )
             positions = torch.as_tensor(positions, dtype=torch.long).view(-1)
             if positions.numel() and (positions.min() < 0 or positions.max() >= self._size):
                 raise ValueError(
@@ -1066,7 +1262,9 @@ class Buffer:
         index = self._storage_index(positions)
         return size, self._gather(index, concatenate, device, sample_attrs, additional_concat_attrs)
 
-    def _gather(self, index: torch.Tensor, concatenate: bool, device, sample_attrs, additional_concat_attrs):
+    def _gather(
+        self, index: torch.Tensor, concatenate: bool, device, sample_attrs, additional_concat_attrs
+    ):
         """Read the rows at storage positions ``index`` for the requested attributes."""
         if concatenate and device is None and not additional_concat_attrs and index.is_cpu:
             plan = self._gather_plan(self._keys if sample_attrs is None else sample_attrs)
@@ -1076,26 +1274,38 @@ class Buffer:
         if sample_attrs is None:
             sample_attrs = self._keys
         concat_custom = set(additional_concat_attrs or ())
-        storage_index = index if index.device == self.buffer_device else index.to(self.buffer_device)
+        storage_index = (
+            index if index.device == self.buffer_device else index.to(self.buffer_device)
+        )
         rows = storage_index.numpy() if storage_index.is_cpu else None  # once for every column
         result = []
         for name in sample_attrs:
             if name == "*":
                 named = set(sample_attrs)
-                result.append({
-                    k: c.gather(storage_index, concatenate, k in concat_custom, device, k, rows)
-                    for k, c in self._custom.items() if k not in named
-                })
+                result.append(
+                    {
+                        k: c.gather(storage_index, concatenate, k in concat_custom, device, k, rows)
+                        for k, c in self._custom.items()
+                        if k not in named
+                    }
+                )
             elif name in self._major:
-                result.append({
-                    k: c.gather(storage_index, concatenate, True, device, "", rows)
-                    for k, c in self._major[name].items()
-                })
+                result.append(
+                    {
+                        k: c.gather(storage_index, concatenate, True, device, "", rows)
+                        for k, c in self._major[name].items()
+                    }
+                )
             elif name in self._sub:
-                result.append(self._sub[name].gather(storage_index, concatenate, True, device, "", rows))
+                result.append(
+                    self._sub[name].gather(storage_index, concatenate, True, device, "", rows)
+                )
             elif name in self._custom:
-                result.append(self._custom[name].gather(
-                    storage_index, concatenate, name in concat_custom, device, name, rows))
+                result.append(
+                    self._custom[name].gather(
+                        storage_index, concatenate, name in concat_custom, device, name, rows
+                    )
+                )
         return tuple(result)
 
     def _gather_plan(self, attrs: Sequence[str]) -> Optional[List[Tuple[int, Any, Any]]]:
@@ -1124,8 +1334,15 @@ class Buffer:
                 elif name in self._custom:
                     plan.append((2, self._custom[name], name))
                 elif name == "*":
-                    plan.append((3, [(k, c) for k, c in self._custom.items() if k not in attrs], None))
-            viewed = [c for what, cols, _ in plan if what < 2 for c in ([cols] if what else [c for _, c in cols])]
+                    plan.append(
+                        (3, [(k, c) for k, c in self._custom.items() if k not in attrs], None)
+                    )
+            viewed = [
+                c
+                for what, cols, _ in plan
+                if what < 2
+                for c in ([cols] if what else [c for _, c in cols])
+            ]
             if any(c.view is False or (c.view is None and c._make_view() is False) for c in viewed):
                 plan = False
             layout.gathers[key] = plan
@@ -1180,8 +1397,14 @@ class Buffer:
             ) from error
 
     @classmethod
-    def post_process_batch(cls, batch: List[TransitionBase], device, concatenate: bool,
-                           sample_attrs: Optional[List[str]], additional_concat_attrs: Optional[List[str]]):
+    def post_process_batch(
+        cls,
+        batch: List[TransitionBase],
+        device,
+        concatenate: bool,
+        sample_attrs: Optional[List[str]],
+        additional_concat_attrs: Optional[List[str]],
+    ):
         """Turn a list of transitions into the tuple :meth:`sample_batch` returns.
 
         Args:
@@ -1207,12 +1430,20 @@ class Buffer:
                 named = set(sample_attrs)
                 result.append({k: custom(k) for k in first.custom_attr if k not in named})
             elif name in first.major_attr:
-                result.append({
-                    k: cls.make_tensor_from_batch([getattr(t, name)[k] for t in batch], device, concatenate)
-                    for k in getattr(first, name)
-                })
+                result.append(
+                    {
+                        k: cls.make_tensor_from_batch(
+                            [getattr(t, name)[k] for t in batch], device, concatenate
+                        )
+                        for k in getattr(first, name)
+                    }
+                )
             elif name in first.sub_attr:
-                result.append(cls.make_tensor_from_batch([getattr(t, name) for t in batch], device, concatenate))
+                result.append(
+                    cls.make_tensor_from_batch(
+                        [getattr(t, name) for t in batch], device, concatenate
+                    )
+                )
             elif name in first.custom_attr:
                 result.append(custom(name))
         return tuple(result)

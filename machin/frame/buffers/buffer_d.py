@@ -126,8 +126,12 @@ class PendingSample:
 
     __slots__ = ("_futures", "_join", "_collect", "_result")
 
-    def __init__(self, futures: Dict[str, Any], join: Callable[[Dict[str, Any]], Any],
-                 collect: Optional[Callable[[Dict[str, Any]], Dict[str, Any]]] = None):
+    def __init__(
+        self,
+        futures: Dict[str, Any],
+        join: Callable[[Dict[str, Any]], Any],
+        collect: Optional[Callable[[Dict[str, Any]], Dict[str, Any]]] = None,
+    ):
         self._futures: Optional[Dict[str, Any]] = futures
         self._join = join
         self._collect = collect
@@ -386,8 +390,12 @@ class DistributedBuffer(DistributedPart, Buffer):
         op = "sample_sized" if reported_sizes else "sample"
         attrs = None if sample_attrs is None else list(sample_attrs)
         extra = None if additional_concat_attrs is None else list(additional_concat_attrs)
-        futures = self._start({m: (op, n, concatenate, sample_method, attrs, extra) for m, n in shares.items()})
-        return PendingSample(futures, partial(self._joined_sample, device, reported_sizes), self._collect)
+        futures = self._start(
+            {m: (op, n, concatenate, sample_method, attrs, extra) for m, n in shares.items()}
+        )
+        return PendingSample(
+            futures, partial(self._joined_sample, device, reported_sizes), self._collect
+        )
 
     def _sizes(self, holders: List[str], reported: bool) -> Dict[str, int]:
         """The size of every holder's part: asked for now, or as reported (asking for the missing ones)."""
@@ -397,8 +405,9 @@ class DistributedBuffer(DistributedPart, Buffer):
             sizes.update(self._call({m: ("size",) for m in missing}))
         return {m: sizes[m] for m in holders if m in sizes}
 
-    def _joined_sample(self, device: Union[str, torch.device, None], sized: bool,
-                       replies: Dict[str, Any]) -> Tuple[int, Any]:
+    def _joined_sample(
+        self, device: Union[str, torch.device, None], sized: bool, replies: Dict[str, Any]
+    ) -> Tuple[int, Any]:
         """The members' draws as one batch (replies of ``"sample_sized"`` carry the part's size first)."""
         if sized:
             self._reported_sizes = {m: size for m, (size, _) in replies.items()}

@@ -55,8 +55,10 @@ def _column_state(label: str, col: Any, size: int) -> Dict[str, Any]:
         rows = col.values[:size]
         if not all(isinstance(row, torch.Tensor) for row in rows):
             bad = next(type(row).__name__ for row in rows if not isinstance(row, torch.Tensor))
-            raise BufferStateError(f"column {label} holds Python objects ({bad}), which a buffer state "
-                                   f"cannot store as tensors")
+            raise BufferStateError(
+                f"column {label} holds Python objects ({bad}), which a buffer state "
+                f"cannot store as tensors"
+            )
         return {"kind": "list", "rows": [_exact(row) for row in rows]}
     kind = "tensor" if col.kind is None else _KIND_NAMES[col.kind]
     return {"kind": kind, "rows": _exact(col.tensor[:size])}
@@ -79,25 +81,45 @@ def buffer_state(buffer: Any) -> Dict[str, Any]:
     """
     size = buffer._size
     state: Dict[str, Any] = {
-        "class": type(buffer).__name__, "buffer_size": buffer.buffer_size,
-        "pos": buffer._pos, "size": size, "capacity": buffer._capacity, "layout": None,
-        "generator": buffer.generator.get_state() if isinstance(buffer.generator, torch.Generator) else None,
+        "class": type(buffer).__name__,
+        "buffer_size": buffer.buffer_size,
+        "pos": buffer._pos,
+        "size": size,
+        "capacity": buffer._capacity,
+        "layout": None,
+        "generator": buffer.generator.get_state()
+        if isinstance(buffer.generator, torch.Generator)
+        else None,
     }
     if buffer._layout is not None:
         state["layout"] = {
-            "major": {group: {key: _column_state(f"{group}[{key!r}]", col, size) for key, col in cols.items()}
-                      for group, cols in buffer._major.items()},
-            "sub": {name: _column_state(repr(name), col, size) for name, col in buffer._sub.items()},
-            "custom": {name: _column_state(repr(name), col, size) for name, col in buffer._custom.items()},
+            "major": {
+                group: {
+                    key: _column_state(f"{group}[{key!r}]", col, size) for key, col in cols.items()
+                }
+                for group, cols in buffer._major.items()
+            },
+            "sub": {
+                name: _column_state(repr(name), col, size) for name, col in buffer._sub.items()
+            },
+            "custom": {
+                name: _column_state(repr(name), col, size) for name, col in buffer._custom.items()
+            },
         }
     return state
 
 
 def _signature(layout: Mapping[str, Any]) -> Dict[str, Any]:
     """Column names (in order) and kinds of a saved layout, for comparison and messages."""
-    major = {group: [(key, col["kind"]) for key, col in cols.items()] for group, cols in layout["major"].items()}
-    return {"major": major, "sub": [(k, c["kind"]) for k, c in layout["sub"].items()],
-            "custom": [(k, c["kind"]) for k, c in layout["custom"].items()]}
+    major = {
+        group: [(key, col["kind"]) for key, col in cols.items()]
+        for group, cols in layout["major"].items()
+    }
+    return {
+        "major": major,
+        "sub": [(k, c["kind"]) for k, c in layout["sub"].items()],
+        "custom": [(k, c["kind"]) for k, c in layout["custom"].items()],
+    }
 
 
 def _current_signature(buffer: Any) -> Optional[Dict[str, Any]]:
@@ -106,11 +128,17 @@ def _current_signature(buffer: Any) -> Optional[Dict[str, Any]]:
         return None
 
     def kind(col: Any) -> str:
-        return "list" if col.values is not None else ("tensor" if col.kind is None else _KIND_NAMES[col.kind])
+        return (
+            "list"
+            if col.values is not None
+            else ("tensor" if col.kind is None else _KIND_NAMES[col.kind])
+        )
 
-    return {"major": {g: [(k, kind(c)) for k, c in cols.items()] for g, cols in buffer._major.items()},
-            "sub": [(k, kind(c)) for k, c in buffer._sub.items()],
-            "custom": [(k, kind(c)) for k, c in buffer._custom.items()]}
+    return {
+        "major": {g: [(k, kind(c)) for k, c in cols.items()] for g, cols in buffer._major.items()},
+        "sub": [(k, kind(c)) for k, c in buffer._sub.items()],
+        "custom": [(k, kind(c)) for k, c in buffer._custom.items()],
+    }
 
 
 def _check_rows(label: str, col: Mapping[str, Any], size: int) -> None:
@@ -121,7 +149,9 @@ def _check_rows(label: str, col: Mapping[str, Any], size: int) -> None:
     count = len(rows) if isinstance(rows, (list, torch.Tensor)) else None
     if count != size:
         raise BufferStateError(f"column {label} holds {count} rows, but the state's size is {size}")
-    if kind in _KIND_OF_NAME and (not isinstance(rows, torch.Tensor) or rows.dim() != 2 or rows.shape[1] != 1):
+    if kind in _KIND_OF_NAME and (
+        not isinstance(rows, torch.Tensor) or rows.dim() != 2 or rows.shape[1] != 1
+    ):
         raise BufferStateError(f"scalar column {label} must be a tensor of shape [{size}, 1]")
 
 
@@ -135,15 +165,24 @@ def check_buffer_state(buffer: Any, state: Any) -> None:
     if not isinstance(state, Mapping):
         raise BufferStateError(f"a buffer state must be a mapping, got {type(state).__name__}")
     if state.get("class") != type(buffer).__name__:
-        raise BufferStateError(f"the state is of a {state.get('class')}, the buffer is a {type(buffer).__name__}")
+        raise BufferStateError(
+            f"the state is of a {state.get('class')}, the buffer is a {type(buffer).__name__}"
+        )
     if state.get("buffer_size") != buffer.buffer_size:
-        raise BufferStateError(f"the state has buffer_size={state.get('buffer_size')!r}, "
-                               f"the buffer has buffer_size={buffer.buffer_size}")
+        raise BufferStateError(
+            f"the state has buffer_size={state.get('buffer_size')!r}, "
+            f"the buffer has buffer_size={buffer.buffer_size}"
+        )
     size, pos, capacity = state.get("size"), state.get("pos"), state.get("capacity")
-    if not all(isinstance(v, int) for v in (size, pos, capacity)) or not 0 <= size <= capacity <= buffer.buffer_size \
-            or not 0 <= pos <= max(capacity - 1, 0):
-        raise BufferStateError(f"the state's ring counters are invalid: size={size!r}, pos={pos!r}, "
-                               f"capacity={capacity!r} (buffer_size {buffer.buffer_size})")
+    if (
+        not all(isinstance(v, int) for v in (size, pos, capacity))
+        or not 0 <= size <= capacity <= buffer.buffer_size
+        or not 0 <= pos <= max(capacity - 1, 0)
+    ):
+        raise BufferStateError(
+            f"the state's ring counters are invalid: size={size!r}, pos={pos!r}, "
+            f"capacity={capacity!r} (buffer_size {buffer.buffer_size})"
+        )
     layout = state.get("layout")
     if layout is None:
         return
@@ -155,8 +194,10 @@ def check_buffer_state(buffer: Any, state: Any) -> None:
             _check_rows(repr(name), col, size)
     current = _current_signature(buffer)
     if current is not None and current != _signature(layout):
-        raise BufferStateError(f"the state's buffer has other columns than this buffer: saved {_signature(layout)}, "
-                               f"this buffer holds {current}")
+        raise BufferStateError(
+            f"the state's buffer has other columns than this buffer: saved {_signature(layout)}, "
+            f"this buffer holds {current}"
+        )
 
 
 def _first_row(col: Mapping[str, Any]) -> Any:
@@ -171,14 +212,26 @@ def _first_row(col: Mapping[str, Any]) -> Any:
 
 def _first_transition(layout: Mapping[str, Any]) -> TransitionBase:
     """A transition with the first saved row of every column (it gives the buffer its layout)."""
-    major = {group: {key: _first_row(col) for key, col in cols.items()} for group, cols in layout["major"].items()}
+    major = {
+        group: {key: _first_row(col) for key, col in cols.items()}
+        for group, cols in layout["major"].items()
+    }
     sub = {name: _first_row(col) for name, col in layout["sub"].items()}
     custom = {name: _first_row(col) for name, col in layout["custom"].items()}
-    if list(major) == ["state", "action", "next_state"] and list(sub) == ["reward", "terminal"] \
-            and list(custom) == sorted(custom):
+    if (
+        list(major) == ["state", "action", "next_state"]
+        and list(sub) == ["reward", "terminal"]
+        and list(custom) == sorted(custom)
+    ):
         return Transition(**major, **sub, **custom)
-    return TransitionBase(list(major), list(sub), list(custom), list(major.values()), list(sub.values()),
-                          list(custom.values()))
+    return TransitionBase(
+        list(major),
+        list(sub),
+        list(custom),
+        list(major.values()),
+        list(sub.values()),
+        list(custom.values()),
+    )
 
 
 def _fill(label: str, col: Any, saved: Mapping[str, Any], size: int) -> None:
@@ -188,17 +241,25 @@ def _fill(label: str, col: Any, saved: Mapping[str, Any], size: int) -> None:
         return
     rows = saved["rows"]
     if rows.dtype != col.tensor.dtype or tuple(rows.shape[1:]) != tuple(col.tensor.shape[1:]):
-        raise BufferStateError(f"column {label} was saved as {rows.dtype} rows of shape {list(rows.shape[1:])}, "
-                               f"the buffer stores {col.tensor.dtype} rows of shape {list(col.tensor.shape[1:])}")
+        raise BufferStateError(
+            f"column {label} was saved as {rows.dtype} rows of shape {list(rows.shape[1:])}, "
+            f"the buffer stores {col.tensor.dtype} rows of shape {list(col.tensor.shape[1:])}"
+        )
     col.tensor[:size].copy_(rows)
     col.view = None
 
 
 def _columns_with_states(buffer: Any, layout: Mapping[str, Any]) -> List[tuple]:
     """``(label, column, saved column)`` for every column."""
-    pairs = [(f"{g}[{k!r}]", buffer._major[g][k], c) for g, cols in layout["major"].items() for k, c in cols.items()]
+    pairs = [
+        (f"{g}[{k!r}]", buffer._major[g][k], c)
+        for g, cols in layout["major"].items()
+        for k, c in cols.items()
+    ]
     for part in ("sub", "custom"):
-        pairs += [(repr(name), getattr(buffer, f"_{part}")[name], c) for name, c in layout[part].items()]
+        pairs += [
+            (repr(name), getattr(buffer, f"_{part}")[name], c) for name, c in layout[part].items()
+        ]
     return pairs
 
 
@@ -253,8 +314,12 @@ def priority_state(buffer: Any) -> Dict[str, Any]:
     tree = buffer.wt_tree
     rng = buffer.rng.bit_generator.state if buffer.rng is not None else None
     return {
-        "tree": {**{name: _exact(torch.from_numpy(getattr(tree, name))) for name in _TREE_ARRAYS},
-                 "any_dirty": tree._any_dirty, "max": tree._max, "updates": tree._updates},
+        "tree": {
+            **{name: _exact(torch.from_numpy(getattr(tree, name))) for name in _TREE_ARRAYS},
+            "any_dirty": tree._any_dirty,
+            "max": tree._max,
+            "updates": tree._updates,
+        },
         "curr_beta": buffer.curr_beta,
         "rng": _plain(rng),
     }
@@ -287,8 +352,10 @@ def check_priority_state(buffer: Any, state: Mapping[str, Any]) -> None:
         mine, saved = getattr(buffer.wt_tree, name), tree.get(name)
         if not isinstance(saved, torch.Tensor) or tuple(saved.shape) != mine.shape:
             shape = list(saved.shape) if isinstance(saved, torch.Tensor) else type(saved).__name__
-            raise BufferStateError(f"weight tree array {name} has shape {shape} in the state, "
-                                   f"{list(mine.shape)} in the buffer")
+            raise BufferStateError(
+                f"weight tree array {name} has shape {shape} in the state, "
+                f"{list(mine.shape)} in the buffer"
+            )
     if (state.get("rng") is None) != (buffer.rng is None):
         raise BufferStateError("the state and the buffer differ in having a numpy generator")
 

@@ -27,7 +27,9 @@ class EpisodeTransition(Transition):
     _required_batch_size = None
 
     @classmethod
-    def from_episode(cls, episode: Sequence[Union[TransitionBase, Dict[str, Any]]]) -> EpisodeTransition:
+    def from_episode(
+        cls, episode: Sequence[Union[TransitionBase, Dict[str, Any]]]
+    ) -> EpisodeTransition:
         """Join the steps of an episode (``Transition`` objects or dicts) into one record.
 
         State, action and next-state tensors are concatenated key by key; rewards and
@@ -47,9 +49,15 @@ class EpisodeTransition(Transition):
                     f"every step of an episode must have the same attributes: step 0 has {keys}, "
                     f"step {step} has {sorted(t.keys())}"
                 )
-        missing = [name for name in ("state", "action", "next_state", "reward", "terminal") if name not in keys]
+        missing = [
+            name
+            for name in ("state", "action", "next_state", "reward", "terminal")
+            if name not in keys
+        ]
         if missing:
-            raise ValueError(f"the steps of the episode are missing required attribute(s) {missing}; they have {keys}")
+            raise ValueError(
+                f"the steps of the episode are missing required attribute(s) {missing}; they have {keys}"
+            )
 
         def major(name: str) -> Dict[str, torch.Tensor]:
             return {k: torch.cat([t[name][k] for t in episode]) for k in episode[0][name]}
@@ -61,9 +69,19 @@ class EpisodeTransition(Transition):
             dtype = torch.bool if name == "terminal" else torch.get_default_dtype()
             return torch.tensor([[float(v)] for v in values], dtype=dtype)
 
-        custom = {name: [t[name] for t in episode] for name in keys
-                  if name not in ("state", "action", "next_state", "reward", "terminal")}
-        return cls(major("state"), major("action"), major("next_state"), sub("reward"), sub("terminal"), **custom)
+        custom = {
+            name: [t[name] for t in episode]
+            for name in keys
+            if name not in ("state", "action", "next_state", "reward", "terminal")
+        }
+        return cls(
+            major("state"),
+            major("action"),
+            major("next_state"),
+            sub("reward"),
+            sub("terminal"),
+            **custom,
+        )
 
 
 class EpisodeDistributedBuffer(DistributedBuffer):
@@ -82,8 +100,14 @@ class EpisodeDistributedBuffer(DistributedBuffer):
         generator: Optional ``torch.Generator`` seeding the sampling.
     """
 
-    def __init__(self, buffer_name: str, group: RpcGroup, buffer_size: int, *,
-                 generator: Optional[torch.Generator] = None):
+    def __init__(
+        self,
+        buffer_name: str,
+        group: RpcGroup,
+        buffer_size: int,
+        *,
+        generator: Optional[torch.Generator] = None,
+    ):
         self._episodes: List[EpisodeTransition] = []
         self._next = 0
         #: Episodes sampled from each member by this process, by member name.
@@ -95,8 +119,11 @@ class EpisodeDistributedBuffer(DistributedBuffer):
             if count > 0:
                 self.sampled_from[member] += count
 
-    def append(self, transition: Union[EpisodeTransition, List[Any]],
-               required_attrs: Iterable[str] = EPISODE_REQUIRED_ATTRS) -> int:
+    def append(
+        self,
+        transition: Union[EpisodeTransition, List[Any]],
+        required_attrs: Iterable[str] = EPISODE_REQUIRED_ATTRS,
+    ) -> int:
         """Store one episode (an :class:`EpisodeTransition` or a list of steps) locally.
 
         When the local part is full, the oldest episode is overwritten.
@@ -114,7 +141,11 @@ class EpisodeDistributedBuffer(DistributedBuffer):
             ValueError: When a required attribute is missing, or the episode's
                 attributes differ from those already stored.
         """
-        episode = transition if isinstance(transition, EpisodeTransition) else EpisodeTransition.from_episode(transition)
+        episode = (
+            transition
+            if isinstance(transition, EpisodeTransition)
+            else EpisodeTransition.from_episode(transition)
+        )
         missing = [name for name in required_attrs if name not in episode]
         if missing:
             raise ValueError(
@@ -135,7 +166,9 @@ class EpisodeDistributedBuffer(DistributedBuffer):
             self._next = (position + 1) % self.buffer_size
             return position
 
-    def extend(self, transitions: Iterable[Any], required_attrs: Iterable[str] = EPISODE_REQUIRED_ATTRS) -> List[int]:
+    def extend(
+        self, transitions: Iterable[Any], required_attrs: Iterable[str] = EPISODE_REQUIRED_ATTRS
+    ) -> List[int]:
         """Store several episodes locally.
 
         Args:
@@ -153,14 +186,19 @@ class EpisodeDistributedBuffer(DistributedBuffer):
         with self._lock:
             self._episodes, self._next = [], 0
 
-    def _op_sample(self, count: int, _concatenate: bool = True, method: Any = "random_unique",
-                   *_: Any) -> Tuple[int, Optional[Tuple[List[EpisodeTransition]]]]:
+    def _op_sample(
+        self, count: int, _concatenate: bool = True, method: Any = "random_unique", *_: Any
+    ) -> Tuple[int, Optional[Tuple[List[EpisodeTransition]]]]:
         with self._lock:
             if method == "all":
                 chosen = range(len(self._episodes))
             else:
                 count = min(count, len(self._episodes))
-                chosen = self._rng.choice(len(self._episodes), size=count, replace=False) if count > 0 else []
+                chosen = (
+                    self._rng.choice(len(self._episodes), size=count, replace=False)
+                    if count > 0
+                    else []
+                )
             if len(chosen) == 0:
                 return 0, None
             return len(chosen), ([self._episodes[i] for i in chosen],)

@@ -21,7 +21,9 @@ _FAST_PRIORITIES = frozenset((float, int, np.float64, np.float32, np.int64))
 
 def _non_negative_number(name: str, value: Any) -> float:
     """``value`` as a float, or a ValueError naming ``name`` if it is not a finite, non-negative number."""
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
+    if isinstance(value, (bool, np.bool_)) or not isinstance(
+        value, (int, float, np.integer, np.floating)
+    ):
         raise ValueError(f"{name} must be a finite, non-negative number, got {value!r}")
     if not (math.isfinite(value) and value >= 0):
         raise ValueError(f"{name} must be a finite, non-negative number, got {value!r}")
@@ -33,7 +35,11 @@ def _priority_array(name: str, priorities: Any) -> np.ndarray:
     what = "a finite number" if name == "priority" else "finite numbers"
     try:
         array = np.asarray(priorities, dtype=np.float64).reshape(-1)
-    except (TypeError, ValueError, OverflowError) as error:  # OverflowError: an int past float range
+    except (
+        TypeError,
+        ValueError,
+        OverflowError,
+    ) as error:  # OverflowError: an int past float range
         shown = priorities[0] if name == "priority" and isinstance(priorities, list) else priorities
         raise ValueError(f"{name} must be {what}, got {shown!r} ({error})") from None
     finite = np.isfinite(array)
@@ -96,7 +102,7 @@ class WeightTree:
     def _bind_views(self) -> None:
         """The views of ``_tree``: the leaves, and the leaves in blocks (padding included)."""
         first = self._first_leaf
-        self._leaves = self._tree[first:first + self.size]
+        self._leaves = self._tree[first : first + self.size]
         self._blocks = self._tree[first:].reshape(-1, 1 << self._block_shift)
 
     def __getstate__(self) -> Dict[str, Any]:
@@ -113,7 +119,7 @@ class WeightTree:
     def _level(self, level: int) -> np.ndarray:
         """The nodes of ``level`` (0: the leaves), a view."""
         start = self._first_leaf >> level
-        return self._tree[start:start + self._level_sizes[level]]
+        return self._tree[start : start + self._level_sizes[level]]
 
     @property
     def weights(self) -> np.ndarray:
@@ -167,7 +173,9 @@ class WeightTree:
                 f"got {index.min()}..{index.max()}"
             )
 
-    def get_leaf_weight(self, index: Union[int, Sequence[int], np.ndarray]) -> Union[float, np.ndarray]:
+    def get_leaf_weight(
+        self, index: Union[int, Sequence[int], np.ndarray]
+    ) -> Union[float, np.ndarray]:
         """Weight of one leaf (``float``) or of several (``ndarray``).
 
         Args:
@@ -179,7 +187,9 @@ class WeightTree:
         weights = self._leaves[idx]
         return float(weights[0]) if scalar else weights
 
-    def find_leaf_index(self, weight: Union[float, Sequence[float], np.ndarray]) -> Union[int, np.ndarray]:
+    def find_leaf_index(
+        self, weight: Union[float, Sequence[float], np.ndarray]
+    ) -> Union[int, np.ndarray]:
         """Index of the leaf whose cumulative interval contains ``weight``.
 
         ``weight`` should lie in ``[0, weight_sum]``; values outside are clipped.
@@ -257,7 +267,7 @@ class WeightTree:
         """Recompute every inner node from the leaves, level by level."""
         tree, start = self._tree, self._first_leaf
         while start > 1:  # the level at [start, 2 * start) sums into [start // 2, start)
-            tree[start // 2:start] = tree[start:2 * start:2] + tree[start + 1:2 * start:2]
+            tree[start // 2 : start] = tree[start : 2 * start : 2] + tree[start + 1 : 2 * start : 2]
             start //= 2
         self._updates = 0
 
@@ -268,7 +278,9 @@ class WeightTree:
             weight: The new weight.
             index: The leaf index.
         """
-        if not isinstance(index, (int, np.integer)) or isinstance(weight, (list, tuple, np.ndarray)):
+        if not isinstance(index, (int, np.integer)) or isinstance(
+            weight, (list, tuple, np.ndarray)
+        ):
             self.update_leaf_batch([weight], [index])  # the batch path explains what is wrong
             return
         weight, index = float(weight), int(index)
@@ -281,8 +293,9 @@ class WeightTree:
             raise ValueError("leaf weights must be finite and non-negative")
         self._set_one(index, weight)
 
-    def update_leaf_batch(self, weights: Union[Sequence[float], np.ndarray],
-                          indexes: Union[Sequence[int], np.ndarray]) -> None:
+    def update_leaf_batch(
+        self, weights: Union[Sequence[float], np.ndarray], indexes: Union[Sequence[int], np.ndarray]
+    ) -> None:
         """Set the weights of several leaves (when an index repeats, the last weight wins).
 
         Args:
@@ -292,8 +305,10 @@ class WeightTree:
         w = np.asarray(weights, dtype=np.float64).reshape(-1)
         idx = np.asarray(indexes, dtype=np.int64).reshape(-1)
         if w.shape != idx.shape:
-            raise ValueError(f"Dimension of weights and indexes doesn't match: got {w.size} weights for "
-                             f"{idx.size} indexes")
+            raise ValueError(
+                f"Dimension of weights and indexes doesn't match: got {w.size} weights for "
+                f"{idx.size} indexes"
+            )
         if not idx.size:
             return
         self._check_index(idx)
@@ -305,12 +320,14 @@ class WeightTree:
         """Replace the leaves with ``weights`` (length 0 to ``size``; the rest become 0) and rebuild."""
         w = np.asarray(weights, dtype=np.float64).reshape(-1)
         if w.size > self.size:
-            raise ValueError(f"Weights size must match tree size: got {w.size} weights for a tree of "
-                             f"{self.size} leaves (fewer are allowed; the other leaves become 0)")
+            raise ValueError(
+                f"Weights size must match tree size: got {w.size} weights for a tree of "
+                f"{self.size} leaves (fewer are allowed; the other leaves become 0)"
+            )
         if np.any(w < 0) or not np.all(np.isfinite(w)):
             raise ValueError("leaf weights must be finite and non-negative")
         self._leaves[:] = 0.0
-        self._leaves[:w.size] = w
+        self._leaves[: w.size] = w
         self._rebuild_sums()
         self._block_max[:] = self._blocks.max(axis=1)
         self._dirty[:] = False
@@ -357,13 +374,25 @@ class PrioritizedBuffer(Buffer):
     """
 
     @ignores_extra_args
-    def __init__(self, buffer_size: int = 1_000_000, buffer_device: Union[str, torch.device] = "cpu",
-                 epsilon: float = 1e-2, alpha: float = 0.6, beta: float = 0.4,
-                 beta_increment_per_sampling: float = 1e-3, *,
-                 generator: Optional[np.random.Generator] = None, check_finite: bool = True):
+    def __init__(
+        self,
+        buffer_size: int = 1_000_000,
+        buffer_device: Union[str, torch.device] = "cpu",
+        epsilon: float = 1e-2,
+        alpha: float = 0.6,
+        beta: float = 0.4,
+        beta_increment_per_sampling: float = 1e-3,
+        *,
+        generator: Optional[np.random.Generator] = None,
+        check_finite: bool = True,
+    ):
         super().__init__(buffer_size, buffer_device, check_finite=check_finite)
-        for name, value in (("epsilon", epsilon), ("alpha", alpha), ("beta", beta),
-                            ("beta_increment_per_sampling", beta_increment_per_sampling)):
+        for name, value in (
+            ("epsilon", epsilon),
+            ("alpha", alpha),
+            ("beta", beta),
+            ("beta_increment_per_sampling", beta_increment_per_sampling),
+        ):
             _non_negative_number(name, value)
         self.epsilon = epsilon
         self.alpha = alpha
@@ -389,7 +418,9 @@ class PrioritizedBuffer(Buffer):
 
         super().check_state_dict(state)
         if not isinstance(state.get("priority"), Mapping):
-            raise BufferStateError("the state of a prioritized buffer must hold its priorities ('priority')")
+            raise BufferStateError(
+                "the state of a prioritized buffer must hold its priorities ('priority')"
+            )
         check_priority_state(self, state["priority"])
 
     def _load_checked_state(self, state: Mapping[str, Any]) -> None:
@@ -423,8 +454,12 @@ class PrioritizedBuffer(Buffer):
         # (a NaN priority with alpha 0 gives a weight of 1): the array path names the problem
         return weight if math.isfinite(value) and math.isfinite(weight) else None
 
-    def append(self, transition: Union[TransitionBase, Dict[str, Any]], priority: Optional[float] = None,
-               required_attrs: Iterable[str] = DEFAULT_REQUIRED_ATTRS) -> int:
+    def append(
+        self,
+        transition: Union[TransitionBase, Dict[str, Any]],
+        priority: Optional[float] = None,
+        required_attrs: Iterable[str] = DEFAULT_REQUIRED_ATTRS,
+    ) -> int:
         """Store one transition with a sampling priority.
 
         Args:
@@ -441,11 +476,16 @@ class PrioritizedBuffer(Buffer):
         Raises:
             ValueError: As :meth:`Buffer.append`, or when ``priority`` is not finite.
         """
-        return self.extend([transition], None if priority is None else [priority], required_attrs)[0]
+        return self.extend([transition], None if priority is None else [priority], required_attrs)[
+            0
+        ]
 
-    def extend(self, transitions: Iterable[Union[TransitionBase, Dict[str, Any]]],
-               priorities: Optional[Sequence[float]] = None,
-               required_attrs: Iterable[str] = DEFAULT_REQUIRED_ATTRS) -> List[int]:
+    def extend(
+        self,
+        transitions: Iterable[Union[TransitionBase, Dict[str, Any]]],
+        priorities: Optional[Sequence[float]] = None,
+        required_attrs: Iterable[str] = DEFAULT_REQUIRED_ATTRS,
+    ) -> List[int]:
         """Store several transitions at once, each with its priority (default as in :meth:`append`).
 
         Args:
@@ -463,17 +503,28 @@ class PrioritizedBuffer(Buffer):
         if priorities is not None:
             # One number (every append with a priority) without numpy; anything else, and any problem, through it.
             one = self._one_weight(priorities[0]) if len(priorities) == 1 else None
-            normalized = [one] if one is not None else self._normalize_priority(
-                _priority_array("priority" if len(transitions) == 1 else "priorities", priorities))
+            normalized = (
+                [one]
+                if one is not None
+                else self._normalize_priority(
+                    _priority_array(
+                        "priority" if len(transitions) == 1 else "priorities", priorities
+                    )
+                )
+            )
             if one is None and not np.all(np.isfinite(normalized)):
-                raise ValueError(f"priorities must be finite after (|p| + epsilon) ** alpha, got {list(priorities)}")
+                raise ValueError(
+                    f"priorities must be finite after (|p| + epsilon) ** alpha, got {list(priorities)}"
+                )
         positions = super().extend(transitions, required_attrs)
         if len(positions) == 1:  # every append
-            self.wt_tree._set_one(positions[0], float(default if normalized is None else normalized[-1]))
+            self.wt_tree._set_one(
+                positions[0], float(default if normalized is None else normalized[-1])
+            )
         elif normalized is None:
             self.wt_tree.update_leaf_batch(np.full(len(positions), default), positions)
         else:
-            self.wt_tree.update_leaf_batch(normalized[-len(positions):], positions)
+            self.wt_tree.update_leaf_batch(normalized[-len(positions) :], positions)
         return positions
 
     def update_priority(self, priorities: np.ndarray, indexes: np.ndarray) -> None:
@@ -489,8 +540,10 @@ class PrioritizedBuffer(Buffer):
             values = _priority_array("priorities", priorities)  # raises, naming the problem
         indexes = np.asarray(indexes, dtype=np.int64).reshape(-1)
         if values.size != indexes.size:
-            raise ValueError(f"Dimension of weights and indexes doesn't match: got {values.size} priorities for "
-                             f"{indexes.size} indexes")
+            raise ValueError(
+                f"Dimension of weights and indexes doesn't match: got {values.size} priorities for "
+                f"{indexes.size} indexes"
+            )
         if not indexes.size:
             return
         # One reduction each: negative indexes are huge as unsigned numbers.
@@ -501,10 +554,14 @@ class PrioritizedBuffer(Buffer):
                 f"indexes 0..{self._size - 1}); pass the indexes returned by sample_batch"
             )
         weights = self._normalize_priority(values)
-        if not math.isfinite(weights @ weights):  # a NaN or infinity anywhere (or an overflow) makes it so
+        if not math.isfinite(
+            weights @ weights
+        ):  # a NaN or infinity anywhere (or an overflow) makes it so
             _priority_array("priorities", priorities)  # raises for a non-finite priority
             if not np.all(np.isfinite(weights)):
-                raise ValueError(f"priorities must be finite after (|p| + epsilon) ** alpha, got {values.tolist()}")
+                raise ValueError(
+                    f"priorities must be finite after (|p| + epsilon) ** alpha, got {values.tolist()}"
+                )
         self.wt_tree._set_many(indexes, weights)
 
     def _uniform(self, n: int) -> np.ndarray:
@@ -529,10 +586,14 @@ class PrioritizedBuffer(Buffer):
         return index, is_weights
 
     @ignores_extra_args
-    def sample_batch(self, batch_size: int, concatenate: bool = True,
-                     device: Union[str, torch.device, None] = None,
-                     sample_attrs: Optional[List[str]] = None,
-                     additional_concat_attrs: Optional[List[str]] = None):
+    def sample_batch(
+        self,
+        batch_size: int,
+        concatenate: bool = True,
+        device: Union[str, torch.device, None] = None,
+        sample_attrs: Optional[List[str]] = None,
+        additional_concat_attrs: Optional[List[str]] = None,
+    ):
         """Sample ``batch_size`` transitions by priority.
 
         The sum of the stored priorities is cut into ``batch_size`` equal segments and
@@ -560,5 +621,7 @@ class PrioritizedBuffer(Buffer):
         if self._size == 0 or batch_size <= 0 or self.wt_tree.get_weight_sum() <= 0:
             return 0, None, None, None
         index, is_weights = self.sample_index(batch_size)
-        values = self._gather(torch.from_numpy(index), concatenate, device, sample_attrs, additional_concat_attrs)
+        values = self._gather(
+            torch.from_numpy(index), concatenate, device, sample_attrs, additional_concat_attrs
+        )
         return batch_size, values, index, is_weights

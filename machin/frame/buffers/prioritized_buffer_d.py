@@ -47,8 +47,13 @@ def _reply_rows(reply: Tuple[Any, ...], start: int, stop: int) -> Tuple[Any, ...
     size, values, index, probability, taint = reply
     if size == 0 or stop <= start:
         return 0, None, None, None, None
-    return (stop - start, take_rows(values, start, stop), index[start:stop], probability[start:stop],
-            taint[start:stop])
+    return (
+        stop - start,
+        take_rows(values, start, stop),
+        index[start:stop],
+        probability[start:stop],
+        taint[start:stop],
+    )
 
 
 class DistributedPrioritizedBuffer(DistributedPart, PrioritizedBuffer):
@@ -118,7 +123,9 @@ class DistributedPrioritizedBuffer(DistributedPart, PrioritizedBuffer):
             generator=generator,
         )
         self._taint = np.zeros(buffer_size, dtype=np.int64)
-        self._known: Dict[str, Tuple[float, int]] = {}  # (weight, size) of parts, from the last update
+        self._known: Dict[
+            str, Tuple[float, int]
+        ] = {}  # (weight, size) of parts, from the last update
         self._deferring = 0  # depth of deferred_priority_updates blocks
         self._outbox: Dict[str, PriorityUpdate] = {}  # queued priority updates, by member
         self._async_updates = False  # see set_async_priority_updates
@@ -131,7 +138,9 @@ class DistributedPrioritizedBuffer(DistributedPart, PrioritizedBuffer):
         return self._taint
 
     def _written(self, positions: List[int]) -> None:
-        if len(positions) == 1:  # one stored transition: a scalar write (8 us less than an index array)
+        if (
+            len(positions) == 1
+        ):  # one stored transition: a scalar write (8 us less than an index array)
             self._taint[positions[0]] += 1
         else:
             self._taint[positions] += 1
@@ -178,7 +187,9 @@ class DistributedPrioritizedBuffer(DistributedPart, PrioritizedBuffer):
             :meth:`update_priority`; ``is_weights`` the importance-sampling weights
             (max 1). ``(0, None, None, None)`` when nothing can be sampled.
         """
-        return self.sample_batch_async(batch_size, concatenate, device, sample_attrs, additional_concat_attrs).wait()
+        return self.sample_batch_async(
+            batch_size, concatenate, device, sample_attrs, additional_concat_attrs
+        ).wait()
 
     def sample_batch_async(
         self,
@@ -200,8 +211,15 @@ class DistributedPrioritizedBuffer(DistributedPart, PrioritizedBuffer):
             batch_size: As :meth:`sample_batch`, like ``concatenate``, ``device``,
                 ``sample_attrs`` and ``additional_concat_attrs``.
         """
-        return self._start_sample(1, batch_size, concatenate, device, sample_attrs, additional_concat_attrs,
-                                  pick=lambda samples: samples[0])
+        return self._start_sample(
+            1,
+            batch_size,
+            concatenate,
+            device,
+            sample_attrs,
+            additional_concat_attrs,
+            pick=lambda samples: samples[0],
+        )
 
     def sample_batches_async(
         self,
@@ -233,12 +251,26 @@ class DistributedPrioritizedBuffer(DistributedPart, PrioritizedBuffer):
         """
         if isinstance(batches, bool) or not isinstance(batches, int) or batches < 1:
             raise ValueError(f"batches must be a positive int, got {batches!r}")
-        return self._start_sample(batches, batch_size, concatenate, device, sample_attrs, additional_concat_attrs,
-                                  pick=list)
+        return self._start_sample(
+            batches,
+            batch_size,
+            concatenate,
+            device,
+            sample_attrs,
+            additional_concat_attrs,
+            pick=list,
+        )
 
-    def _start_sample(self, batches: int, batch_size: int, concatenate: bool, device: Any,
-                      sample_attrs: Optional[Sequence[str]], additional_concat_attrs: Optional[Sequence[str]],
-                      pick: Callable[[List[Any]], Any]) -> PendingSample:
+    def _start_sample(
+        self,
+        batches: int,
+        batch_size: int,
+        concatenate: bool,
+        device: Any,
+        sample_attrs: Optional[Sequence[str]],
+        additional_concat_attrs: Optional[Sequence[str]],
+        pick: Callable[[List[Any]], Any],
+    ) -> PendingSample:
         """Split ``batches`` batches between the parts by their totals and send one request to each."""
         empty = PendingSample({}, lambda _: pick([EMPTY_SAMPLE] * batches))
         if batch_size <= 0:
@@ -258,15 +290,24 @@ class DistributedPrioritizedBuffer(DistributedPart, PrioritizedBuffer):
         extra = None if additional_concat_attrs is None else list(additional_concat_attrs)
         counts = {m: int(n) for m, n in zip(weights, shares.sum(axis=0)) if n > 0}
         updates, self._outbox = self._outbox, {}  # they travel with the requests
-        requests = {m: ("sample", counts.get(m, 0), concatenate, attrs, extra, batches > 1, updates.get(m))
-                    for m in [*counts, *(m for m in updates if m not in counts)]}
+        requests = {
+            m: ("sample", counts.get(m, 0), concatenate, attrs, extra, batches > 1, updates.get(m))
+            for m in [*counts, *(m for m in updates if m not in counts)]
+        }
         shares_of = {m: w / total_weight for m, w in weights.items() if m in counts}
         rows_of = {m: shares[:, i] for i, m in enumerate(weights) if m in counts}
         join = partial(self._joined_samples, shares_of, rows_of, total_size, device, pick)
         return PendingSample(self._start(requests), join, self._collect)
 
-    def _joined_samples(self, shares_of: Dict[str, float], rows_of: Dict[str, np.ndarray], total_size: int,
-                        device: Any, pick: Callable[[List[Any]], Any], replies: Dict[str, Any]) -> Any:
+    def _joined_samples(
+        self,
+        shares_of: Dict[str, float],
+        rows_of: Dict[str, np.ndarray],
+        total_size: int,
+        device: Any,
+        pick: Callable[[List[Any]], Any],
+        replies: Dict[str, Any],
+    ) -> Any:
         """Cut each member's rows into the batches' shares and join every batch across members.
 
         A member that applied priority updates first also reported its new totals.
@@ -304,8 +345,9 @@ class DistributedPrioritizedBuffer(DistributedPart, PrioritizedBuffer):
             known.update(self._call({m: ("weight",) for m in missing}))
         return {m: known[m] for m in holders if m in known}
 
-    def _joined_sample(self, shares_of: Dict[str, float], total_size: int, device: Any,
-                       replies: Dict[str, Any]) -> Tuple[Any, ...]:
+    def _joined_sample(
+        self, shares_of: Dict[str, float], total_size: int, device: Any, replies: Dict[str, Any]
+    ) -> Tuple[Any, ...]:
         """The members' draws as one batch, with indexes and importance-sampling weights."""
         parts, probabilities = [], []
         indexes: SampledIndexes = OrderedDict()
@@ -447,7 +489,9 @@ class DistributedPrioritizedBuffer(DistributedPart, PrioritizedBuffer):
             beta = self.curr_beta
             index, _ = self.sample_index(count)
             self.curr_beta = beta
-            if shuffle:  # the draw is stratified by priority: cut into batches, each needs a random share
+            if (
+                shuffle
+            ):  # the draw is stratified by priority: cut into batches, each needs a random share
                 index = index[self._rng.permutation(len(index))]
             probability = self.wt_tree.get_leaf_weight(index) / local_sum
             values = self._gather(
@@ -455,7 +499,9 @@ class DistributedPrioritizedBuffer(DistributedPart, PrioritizedBuffer):
             )
             return count, values, index, probability, self._taint[index].copy(), totals
 
-    def _op_update(self, priorities: np.ndarray, index: np.ndarray, taint: np.ndarray) -> Tuple[float, int]:
+    def _op_update(
+        self, priorities: np.ndarray, index: np.ndarray, taint: np.ndarray
+    ) -> Tuple[float, int]:
         with self._lock:
             fresh = self._taint[index] == taint
             PrioritizedBuffer.update_priority(self, priorities[fresh], index[fresh])

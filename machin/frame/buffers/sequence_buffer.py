@@ -116,13 +116,33 @@ class SequenceBuffer(PrioritizedBuffer):
         ValueError: When an option is out of range.
     """
 
-    def __init__(self, buffer_size: int = 1_000_000, buffer_device: Union[str, torch.device] = "cpu", *,
-                 sequence_length: int = 8, burn_in: int = 4, n_step: int = 3, discount: float = 0.99,
-                 sequence_stride: int = 1, priority_eta: float = 0.9, hidden_key: str = "hidden",
-                 epsilon: float = 1e-2, alpha: float = 0.6, beta: float = 0.4,
-                 beta_increment_per_sampling: float = 1e-3, generator: Optional[np.random.Generator] = None):
-        super().__init__(buffer_size, buffer_device, epsilon, alpha, beta, beta_increment_per_sampling,
-                         generator=generator)
+    def __init__(
+        self,
+        buffer_size: int = 1_000_000,
+        buffer_device: Union[str, torch.device] = "cpu",
+        *,
+        sequence_length: int = 8,
+        burn_in: int = 4,
+        n_step: int = 3,
+        discount: float = 0.99,
+        sequence_stride: int = 1,
+        priority_eta: float = 0.9,
+        hidden_key: str = "hidden",
+        epsilon: float = 1e-2,
+        alpha: float = 0.6,
+        beta: float = 0.4,
+        beta_increment_per_sampling: float = 1e-3,
+        generator: Optional[np.random.Generator] = None,
+    ):
+        super().__init__(
+            buffer_size,
+            buffer_device,
+            epsilon,
+            alpha,
+            beta,
+            beta_increment_per_sampling,
+            generator=generator,
+        )
         self.sequence_length = _non_negative_int("sequence_length", sequence_length, 1)
         self.burn_in = _non_negative_int("burn_in", burn_in, 0)
         self.n_step = _non_negative_int("n_step", n_step, 1)
@@ -156,7 +176,9 @@ class SequenceBuffer(PrioritizedBuffer):
 
         super().check_state_dict(state)
         if not isinstance(state.get("episodes"), int):
-            raise BufferStateError("the state of a sequence buffer must hold its episode count ('episodes')")
+            raise BufferStateError(
+                "the state of a sequence buffer must hold its episode count ('episodes')"
+            )
 
     def _load_checked_state(self, state: Mapping[str, Any]) -> None:
         super()._load_checked_state(state)
@@ -168,8 +190,12 @@ class SequenceBuffer(PrioritizedBuffer):
         self._episodes = 0
 
     # -- storing ----------------------------------------------------------------------
-    def append(self, transition: Any, priority: Optional[float] = None,
-               required_attrs: Iterable[str] = DEFAULT_REQUIRED_ATTRS) -> int:
+    def append(
+        self,
+        transition: Any,
+        priority: Optional[float] = None,
+        required_attrs: Iterable[str] = DEFAULT_REQUIRED_ATTRS,
+    ) -> int:
         """Not available: a sequence buffer stores whole episodes (:meth:`store_episode`).
 
         Args:
@@ -180,10 +206,16 @@ class SequenceBuffer(PrioritizedBuffer):
         Raises:
             RuntimeError: Always.
         """
-        raise RuntimeError("SequenceBuffer stores whole episodes: call store_episode(episode) instead of append")
+        raise RuntimeError(
+            "SequenceBuffer stores whole episodes: call store_episode(episode) instead of append"
+        )
 
-    def extend(self, transitions: Iterable[Any], priorities: Optional[Sequence[float]] = None,
-               required_attrs: Iterable[str] = DEFAULT_REQUIRED_ATTRS) -> List[int]:
+    def extend(
+        self,
+        transitions: Iterable[Any],
+        priorities: Optional[Sequence[float]] = None,
+        required_attrs: Iterable[str] = DEFAULT_REQUIRED_ATTRS,
+    ) -> List[int]:
         """Not available: a sequence buffer stores whole episodes (:meth:`store_episode`).
 
         Args:
@@ -194,10 +226,15 @@ class SequenceBuffer(PrioritizedBuffer):
         Raises:
             RuntimeError: Always.
         """
-        raise RuntimeError("SequenceBuffer stores whole episodes: call store_episode(episode) instead of extend")
+        raise RuntimeError(
+            "SequenceBuffer stores whole episodes: call store_episode(episode) instead of extend"
+        )
 
-    def store_episode(self, episode: Sequence[Union[TransitionBase, Dict[str, Any]]],
-                      required_attrs: Iterable[str] = DEFAULT_REQUIRED_ATTRS) -> List[int]:
+    def store_episode(
+        self,
+        episode: Sequence[Union[TransitionBase, Dict[str, Any]]],
+        required_attrs: Iterable[str] = DEFAULT_REQUIRED_ATTRS,
+    ) -> List[int]:
         """Store one whole episode (its steps in order) and give its sequences the top priority.
 
         The last step's ``terminal`` tells whether the episode ended (``True``) or was
@@ -219,7 +256,9 @@ class SequenceBuffer(PrioritizedBuffer):
         if not episode:
             raise ValueError("episode must hold at least one transition, got an empty episode")
         if len(episode) > self.buffer_size:
-            raise ValueError(f"an episode of {len(episode)} steps does not fit in buffer_size={self.buffer_size}")
+            raise ValueError(
+                f"an episode of {len(episode)} steps does not fit in buffer_size={self.buffer_size}"
+            )
         length = len(episode)
         steps = []
         for i, t in enumerate(episode):
@@ -235,12 +274,15 @@ class SequenceBuffer(PrioritizedBuffer):
         positions = super().extend(rows, None, required_attrs)
         self._episodes += 1
         starts = np.arange(length) % self.sequence_stride == 0
-        self.wt_tree.update_leaf_batch(np.where(starts, self.wt_tree.get_leaf_weight(positions), 0.0), positions)
+        self.wt_tree.update_leaf_batch(
+            np.where(starts, self.wt_tree.get_leaf_weight(positions), 0.0), positions
+        )
         return positions
 
     # -- priorities -------------------------------------------------------------------
-    def sequence_priority(self, td_errors: Union[torch.Tensor, np.ndarray],
-                          mask: Union[torch.Tensor, np.ndarray]) -> np.ndarray:
+    def sequence_priority(
+        self, td_errors: Union[torch.Tensor, np.ndarray], mask: Union[torch.Tensor, np.ndarray]
+    ) -> np.ndarray:
         """``priority_eta * max + (1 - priority_eta) * mean`` of ``|td_errors|`` over each row's masked steps.
 
         Args:
@@ -253,14 +295,20 @@ class SequenceBuffer(PrioritizedBuffer):
         td = np.abs(np.asarray(torch.as_tensor(td_errors).detach().cpu(), dtype=np.float64))
         mask = np.asarray(torch.as_tensor(mask).cpu(), dtype=bool)
         if td.shape != mask.shape or td.ndim != 2:
-            raise ValueError(f"td_errors and mask must both be [B, T], got shapes {td.shape} and {mask.shape}")
+            raise ValueError(
+                f"td_errors and mask must both be [B, T], got shapes {td.shape} and {mask.shape}"
+            )
         td = np.where(mask, td, 0.0)
         count = mask.sum(axis=1)
         mean = td.sum(axis=1) / np.maximum(count, 1)
         return self.priority_eta * td.max(axis=1, initial=0.0) + (1 - self.priority_eta) * mean
 
-    def update_sequence_priority(self, td_errors: Union[torch.Tensor, np.ndarray],
-                                 mask: Union[torch.Tensor, np.ndarray], indexes: np.ndarray) -> None:
+    def update_sequence_priority(
+        self,
+        td_errors: Union[torch.Tensor, np.ndarray],
+        mask: Union[torch.Tensor, np.ndarray],
+        indexes: np.ndarray,
+    ) -> None:
         """Set the priorities of the sampled sequences (``indexes``) from their TD errors (see :meth:`sequence_priority`).
 
         Args:
@@ -273,12 +321,16 @@ class SequenceBuffer(PrioritizedBuffer):
     # -- sampling ---------------------------------------------------------------------
     def _column(self, attr: str, key: Optional[str], rows: torch.Tensor, device) -> torch.Tensor:
         """One stored column at storage ``rows`` as a ``[N, ...]`` tensor."""
-        column = self._sub[attr] if attr in self._sub else (
-            self._custom[attr] if key is None else self._major[attr][key])
+        column = (
+            self._sub[attr]
+            if attr in self._sub
+            else (self._custom[attr] if key is None else self._major[attr][key])
+        )
         return column.gather(rows, True, True, device)
 
-    def sample_sequences(self, batch_size: int, device: Union[str, torch.device, None] = None
-                         ) -> Optional[SequenceBatch]:
+    def sample_sequences(
+        self, batch_size: int, device: Union[str, torch.device, None] = None
+    ) -> Optional[SequenceBatch]:
         """Draw ``batch_size`` sequence starts by priority and read their windows.
 
         Args:
@@ -302,8 +354,12 @@ class SequenceBuffer(PrioritizedBuffer):
         positions = np.asarray(positions, dtype=np.int64).reshape(-1)
         return positions[np.arange(positions.size) % self.sequence_stride == 0]
 
-    def read_sequences(self, index: np.ndarray, is_weights: Optional[np.ndarray] = None,
-                       device: Union[str, torch.device, None] = None) -> SequenceBatch:
+    def read_sequences(
+        self,
+        index: np.ndarray,
+        is_weights: Optional[np.ndarray] = None,
+        device: Union[str, torch.device, None] = None,
+    ) -> SequenceBatch:
         """Read the windows of the sequences that start at storage rows ``index``.
 
         Args:
@@ -330,7 +386,9 @@ class SequenceBuffer(PrioritizedBuffer):
         rows = (start.view(-1, 1) + offset) % self._capacity
         inside = (episode_step >= 0) & (episode_step < length)
         # Rows before the start may have been overwritten by newer episodes.
-        same_episode = self._column(_EPISODE, None, rows.view(-1), dev).view(count, width) == episode
+        same_episode = (
+            self._column(_EPISODE, None, rows.view(-1), dev).view(count, width) == episode
+        )
         step_mask = inside & same_episode
         final = episode_step == length  # the position of the final observation
         observed = step_mask | final
@@ -356,7 +414,9 @@ class SequenceBuffer(PrioritizedBuffer):
         if self.hidden_key in self._major["state"]:
             first = step_mask.to(torch.int8).argmax(dim=1, keepdim=True)
             hidden = self._column("state", self.hidden_key, rows.gather(1, first).view(-1), dev)
-        action = {k: window(self._column("action", k, safe_rows, dev)) for k in self._major["action"]}
+        action = {
+            k: window(self._column("action", k, safe_rows, dev)) for k in self._major["action"]
+        }
         reward = window(self._column("reward", None, safe_rows, dev).view(-1))
         terminal = window(self._column("terminal", None, safe_rows, dev).view(-1))
         steps = window(self._column("steps", None, safe_rows, dev).view(-1).long())
@@ -369,8 +429,16 @@ class SequenceBuffer(PrioritizedBuffer):
 
         dtype = torch.get_default_dtype()
         return SequenceBatch(
-            size=count, state=move(state), hidden=move(hidden), action=move(action), reward=move(reward.to(dtype)),
-            terminal=move(terminal.to(dtype)), steps=move(steps), step_mask=move(step_mask),
-            observed=move(observed), train_mask=move(step_mask[:, train]), index=index,
+            size=count,
+            state=move(state),
+            hidden=move(hidden),
+            action=move(action),
+            reward=move(reward.to(dtype)),
+            terminal=move(terminal.to(dtype)),
+            steps=move(steps),
+            step_mask=move(step_mask),
+            observed=move(observed),
+            train_mask=move(step_mask[:, train]),
+            index=index,
             weight=torch.as_tensor(is_weights, dtype=dtype, device=out).view(count, 1),
         )

@@ -35,8 +35,11 @@ class SHMBuffer(Buffer):
     thread-safe.
     """
 
-    def extend(self, transitions: Iterable[TransitionLike],
-               required_attrs: Iterable[str] = DEFAULT_REQUIRED_ATTRS) -> List[int]:
+    def extend(
+        self,
+        transitions: Iterable[TransitionLike],
+        required_attrs: Iterable[str] = DEFAULT_REQUIRED_ATTRS,
+    ) -> List[int]:
         """Store several transitions (see :meth:`Buffer.extend`), then share new storage.
 
         Args:

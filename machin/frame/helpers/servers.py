@@ -41,8 +41,15 @@ from ...parallel.server import (
 )
 from ..optimizers import build_optimizer
 
-__all__ = ["grad_server_helper", "model_server_helper", "role_groups", "RoleGroups", "place_replay",
-           "ForwardedReplay", "build_from_roles"]
+__all__ = [
+    "grad_server_helper",
+    "model_server_helper",
+    "role_groups",
+    "RoleGroups",
+    "place_replay",
+    "ForwardedReplay",
+    "build_from_roles",
+]
 
 
 def _group(group_name: str, members: Union[str, Sequence[str]]) -> RpcGroup:
@@ -208,7 +215,9 @@ def role_groups(roles: Roles, group_name: str, model_num: int = 1) -> RoleGroups
     """
     world = require_world()
     check_world(roles, world)
-    group = world.create_rpc_group(group_name, names_of(world, member_order(roles, roles.coordinator)))
+    group = world.create_rpc_group(
+        group_name, names_of(world, member_order(roles, roles.coordinator))
+    )
     servers = model_server_helper(
         model_num,
         group_name=f"{group_name}_model_server",
@@ -218,7 +227,9 @@ def role_groups(roles: Roles, group_name: str, model_num: int = 1) -> RoleGroups
     if roles.is_learner and len(roles.learners) > 1:
         # A learner that dies must not leave the others waiting in DistributedDataParallel for
         # torch's default 30 minutes: they fail after the world's RPC timeout instead.
-        learner_group = world.create_collective_group(list(roles.learners), timeout=world.rpc_timeout)
+        learner_group = world.create_collective_group(
+            list(roles.learners), timeout=world.rpc_timeout
+        )
     return RoleGroups(group, servers, learner_group)
 
 
@@ -259,7 +270,9 @@ class ForwardedReplay:
         """
         self.extend([transition], required_attrs)
 
-    def extend(self, transitions: Iterable[Any], required_attrs: Optional[Iterable[str]] = None) -> None:
+    def extend(
+        self, transitions: Iterable[Any], required_attrs: Optional[Iterable[str]] = None
+    ) -> None:
         """Queue transitions for the holder; send when a chunk is full or one is terminal.
 
         The holder's buffer checks them when they arrive; a rejection is raised by the
@@ -289,8 +302,9 @@ class ForwardedReplay:
             return
         items, self._pending = self._pending, []
         kwargs = {} if self._required is None else {"required_attrs": self._required}
-        self._future = self.buffer.group.registered_async(_store_key(self.buffer, self.holder),
-                                                          args=(items, kwargs))
+        self._future = self.buffer.group.registered_async(
+            _store_key(self.buffer, self.holder), args=(items, kwargs)
+        )
 
     def wait(self) -> None:
         """Wait for the send in flight, raising its failure."""
@@ -332,6 +346,7 @@ def place_replay(framework: Any, roles: Roles, chunk: int = 32) -> None:
     if roles.rank not in roles.replay_holders:
         group.deregister(buffer._service_key(me))
     elif roles.replay != "samplers":
+
         def store(items: List[Any], kwargs: Dict[str, Any]) -> None:
             buffer.extend(items, **kwargs)
 
@@ -392,9 +407,13 @@ def build_from_roles(
         for name in ddp_networks:
             position = names.index(name) if name in names else None
             if name in kwargs:
-                kwargs[name] = DistributedDataParallel(kwargs[name], process_group=setup.learner_group.group)
+                kwargs[name] = DistributedDataParallel(
+                    kwargs[name], process_group=setup.learner_group.group
+                )
             elif position is not None and position < len(args):
-                args[position] = DistributedDataParallel(args[position], process_group=setup.learner_group.group)
+                args[position] = DistributedDataParallel(
+                    args[position], process_group=setup.learner_group.group
+                )
     framework = cls(*args, setup.group, setup.model_servers, **kwargs)
     framework.roles = roles
     framework.learner_group = setup.learner_group

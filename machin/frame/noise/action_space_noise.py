@@ -229,8 +229,13 @@ def shared_ou_state() -> Optional[Dict[str, Any]]:
         return None
     kwargs = {key: value for key, value in _shared_ou_kwargs.items() if key != "generator"}
     generator = shared.generator.get_state() if shared.generator is not None else None
-    return {"shape": list(shared.shape), "dtype": str(shared.dtype).replace("torch.", ""), "kwargs": kwargs,
-            "x": shared._x, "generator": generator}
+    return {
+        "shape": list(shared.shape),
+        "dtype": str(shared.dtype).replace("torch.", ""),
+        "kwargs": kwargs,
+        "x": shared._x,
+        "generator": generator,
+    }
 
 
 def load_shared_ou_state(state: Optional[Mapping[str, Any]]) -> None:
@@ -251,7 +256,9 @@ def load_shared_ou_state(state: Optional[Mapping[str, Any]]) -> None:
     if state["generator"] is not None:
         built_kwargs["generator"] = torch.Generator()
         built_kwargs["generator"].set_state(state["generator"])
-    shared = OrnsteinUhlenbeckNoiseGen(tuple(state["shape"]), dtype=getattr(torch, state["dtype"]), **built_kwargs)
+    shared = OrnsteinUhlenbeckNoiseGen(
+        tuple(state["shape"]), dtype=getattr(torch, state["dtype"]), **built_kwargs
+    )
     if state["x"] is not None:
         shared.x_prev = state["x"]
     DEFAULT_OU_GEN, _shared_ou_kwargs = shared, built_kwargs
@@ -300,9 +307,13 @@ def _check_action_and_ratio(name: str, action: Any, ratio: Any) -> None:
         )
     if isinstance(ratio, torch.Tensor):
         if ratio.is_floating_point() and not bool(torch.isfinite(ratio).all()):
-            raise ValueError(f"{name}: ratio must be finite, got {ratio.tolist()} (it would make the action NaN)")
+            raise ValueError(
+                f"{name}: ratio must be finite, got {ratio.tolist()} (it would make the action NaN)"
+            )
     elif not math.isfinite(ratio):
-        raise ValueError(f"{name}: ratio must be finite, got {ratio!r} (it would make the action NaN)")
+        raise ValueError(
+            f"{name}: ratio must be finite, got {ratio!r} (it would make the action NaN)"
+        )
 
 
 def _as_list(value: Any) -> Optional[List[Any]]:
@@ -339,8 +350,11 @@ def _parse_noise_param(
     """
     _check_action_and_ratio(name, action, ratio)
     arity = len(fields)
-    plain = type(noise_param) is tuple and len(noise_param) == arity and all(
-        type(v) is float or type(v) is int for v in noise_param)
+    plain = (
+        type(noise_param) is tuple
+        and len(noise_param) == arity
+        and all(type(v) is float or type(v) is int for v in noise_param)
+    )
     if plain:  # the usual call: one tuple of plain numbers, checked once
         known = _checked_params.get((name, noise_param))
         if known is not None:

@@ -18,7 +18,13 @@ from .action_space_noise import (
     add_uniform_noise_to_action,
 )
 
-__all__ = ["DEFAULT_NOISE_PARAM", "NOISE_DEFAULTS", "NOISE_MODES", "resolve_noise_mode", "noise_adder"]
+__all__ = [
+    "DEFAULT_NOISE_PARAM",
+    "NOISE_DEFAULTS",
+    "NOISE_MODES",
+    "resolve_noise_mode",
+    "noise_adder",
+]
 
 #: The documented default of ``act_with_noise(noise_param=...)``. It fits the
 #: ``"uniform"`` and ``"normal"`` modes; passed as it is (the same object), the other
@@ -59,7 +65,9 @@ def resolve_noise_mode(mode: str, noise_param: Any) -> Tuple[Callable[..., torch
     return add_noise, noise_param
 
 
-def noise_adder(mode: str, noise_param: Any, ratio: float) -> Callable[[torch.Tensor], torch.Tensor]:
+def noise_adder(
+    mode: str, noise_param: Any, ratio: float
+) -> Callable[[torch.Tensor], torch.Tensor]:
     """``f(action) -> noisy action`` for one ``act_with_noise`` call; its errors name the mode.
 
     Args:
@@ -76,7 +84,10 @@ def noise_adder(mode: str, noise_param: Any, ratio: float) -> Callable[[torch.Te
     def add(action: torch.Tensor) -> torch.Tensor:
         try:
             return add_noise(action, noise_param, ratio)
-        except (ValueError, TypeError) as error:  # the noise function says what it expects; add the mode
+        except (
+            ValueError,
+            TypeError,
+        ) as error:  # the noise function says what it expects; add the mode
             raise type(error)(f"act_with_noise(mode={mode!r}): {error}") from error
 
     return add

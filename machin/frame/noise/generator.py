@@ -459,7 +459,9 @@ def _check_finite(owner: str, name: str, value: float, allow_inf: bool = False) 
     """A ValueError naming ``name`` when ``value`` is NaN, or infinite unless ``allow_inf``."""
     if math.isnan(value) or (not allow_inf and math.isinf(value)):
         kind = "not NaN" if allow_inf else "finite"
-        raise ValueError(f"{owner}: {name} must be {kind}, got {value!r} (it would make every noise sample NaN)")
+        raise ValueError(
+            f"{owner}: {name} must be {kind}, got {value!r} (it would make every noise sample NaN)"
+        )
 
 
 def _check_sigma(owner: str, name: str, value: float) -> None:

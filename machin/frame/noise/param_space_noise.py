@@ -260,7 +260,9 @@ class ModelPerturbation:
                     self._slots.append((module, attr, name))
 
     def _clean_params(self) -> Dict[str, torch.Tensor]:
-        return {name: parameter_slots(module)[attr] for name, (module, attr) in self._owners.items()}
+        return {
+            name: parameter_slots(module)[attr] for name, (module, attr) in self._owners.items()
+        }
 
     def _is_stale(self, clean: Dict[str, torch.Tensor]) -> bool:
         """Whether the noise set no longer fits the parameters (moved, cast or replaced)."""
@@ -434,7 +436,9 @@ def perturb_model(
     )
 
 
-def _check_perturb_arguments(model: Any, perturb_switch: Any, reset_switch: Any, distance_func: Any) -> None:
+def _check_perturb_arguments(
+    model: Any, perturb_switch: Any, reset_switch: Any, distance_func: Any
+) -> None:
     """The argument checks of :func:`perturb_model`: types, an empty model (a warning), a second perturbation."""
     name = "perturb_model"
     if not isinstance(model, nn.Module):

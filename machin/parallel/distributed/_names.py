@@ -58,6 +58,7 @@ def taken_message(kind: str, key: Hashable, group: str, holder: str) -> str:
         return f"Service with key {key!r} already registered in Group [{group}] ({holder})"
     return f"Value with key {key!r} already paired to Group [{group}] ({holder})"
 
+
 # (error class name or None, message): what a table change replies.
 _Outcome = Tuple[Optional[str], str]
 _ERRORS = {

@@ -67,12 +67,18 @@ class LearnerCheckpoint:
 
     def __init__(self, framework: Any, directory: str, every: int = 1000, keep: Optional[int] = 3):
         if isinstance(every, bool) or not isinstance(every, int) or every < 0:
-            raise ValueError(f"every must be a non-negative int (updates between checkpoints), got {every!r}")
+            raise ValueError(
+                f"every must be a non-negative int (updates between checkpoints), got {every!r}"
+            )
         if keep is not None and (isinstance(keep, bool) or not isinstance(keep, int) or keep < 1):
             raise ValueError(f"keep must be a positive int or None, got {keep!r}")
-        if not all(callable(getattr(framework, name, None)) for name in ("save", "load", "save_state")):
-            raise TypeError(f"framework must have save(), load() and save_state() like TorchFramework, "
-                            f"got {type(framework).__name__}")
+        if not all(
+            callable(getattr(framework, name, None)) for name in ("save", "load", "save_state")
+        ):
+            raise TypeError(
+                f"framework must have save(), load() and save_state() like TorchFramework, "
+                f"got {type(framework).__name__}"
+            )
         self.framework = framework
         self.directory = os.fspath(directory)
         self.every = every
@@ -126,7 +132,9 @@ class LearnerCheckpoint:
         if isinstance(updates, bool) or not isinstance(updates, int) or updates < 0:
             raise ValueError(f"updates must be a non-negative int, got {updates!r}")
         if extra is not None and not isinstance(extra, Mapping):
-            raise TypeError(f"extra must be a mapping of further state (or None), got {type(extra).__name__}")
+            raise TypeError(
+                f"extra must be a mapping of further state (or None), got {type(extra).__name__}"
+            )
         from ...frame.algorithms.run_state import algorithm_state, write_run_state
 
         path = self._path(updates)
@@ -144,7 +152,9 @@ class LearnerCheckpoint:
         if not os.path.isdir(self.directory):
             return []
         complete = re.compile(rf"^{re.escape(self.STATE_NAME)}_(\d+)\.pt\.manifest\.json$")
-        return sorted(int(match[1]) for match in map(complete.match, os.listdir(self.directory)) if match)
+        return sorted(
+            int(match[1]) for match in map(complete.match, os.listdir(self.directory)) if match
+        )
 
     def _prune(self) -> None:
         if self.keep is None:
@@ -192,9 +202,15 @@ class LearnerCheckpoint:
         state = read_run_state(path)
         learner = state.get("learner")
         updates = learner.get("updates") if isinstance(learner, Mapping) else None
-        if isinstance(updates, bool) or not isinstance(updates, int) or not isinstance(learner.get("extra"), Mapping):
-            raise RunStateError(f"cannot resume the learner from {path!r}: it is not a learner checkpoint (it "
-                                f"lacks the update count and extra state that LearnerCheckpoint.save writes)")
+        if (
+            isinstance(updates, bool)
+            or not isinstance(updates, int)
+            or not isinstance(learner.get("extra"), Mapping)
+        ):
+            raise RunStateError(
+                f"cannot resume the learner from {path!r}: it is not a learner checkpoint (it "
+                f"lacks the update count and extra state that LearnerCheckpoint.save writes)"
+            )
         with self._buffers_locked():
             load_run_state(self.framework, state, path)
         self.extra = dict(learner["extra"])

@@ -96,7 +96,9 @@ def _env_number(variable: str) -> int:
     try:
         return int(text)
     except ValueError:
-        raise ValueError(f"the {variable} environment variable must be an integer, got {text!r}") from None
+        raise ValueError(
+            f"the {variable} environment variable must be an integer, got {text!r}"
+        ) from None
 
 
 @dataclass(frozen=True)
@@ -128,8 +130,14 @@ class Roles:
 
     def __post_init__(self) -> None:
         _count(self.world_size, "world_size", 1)
-        if isinstance(self.rank, bool) or not isinstance(self.rank, int) or not 0 <= self.rank < self.world_size:
-            raise ValueError(f"rank must be an int in [0, {self.world_size - 1}], got {self.rank!r}")
+        if (
+            isinstance(self.rank, bool)
+            or not isinstance(self.rank, int)
+            or not 0 <= self.rank < self.world_size
+        ):
+            raise ValueError(
+                f"rank must be an int in [0, {self.world_size - 1}], got {self.rank!r}"
+            )
         everyone = sorted((*self.learners, *self.servers, *self.samplers))
         if everyone != list(range(self.world_size)):
             raise ValueError(
@@ -145,7 +153,9 @@ class Roles:
         if self.replay not in REPLAY_PLACES:
             raise ValueError(f"replay must be one of {REPLAY_PLACES}, got {self.replay!r}")
         if self.replay == "servers" and not self.servers:
-            raise ValueError('replay="servers" needs at least one server rank (servers=1 or more), got none')
+            raise ValueError(
+                'replay="servers" needs at least one server rank (servers=1 or more), got none'
+            )
 
     @classmethod
     def from_world(
@@ -234,7 +244,9 @@ class Roles:
     @property
     def replay_holders(self) -> Tuple[int, ...]:
         """Ranks holding a part of the replay buffer."""
-        return {"samplers": self.samplers, "learners": self.learners, "servers": self.servers}[self.replay]
+        return {"samplers": self.samplers, "learners": self.learners, "servers": self.servers}[
+            self.replay
+        ]
 
     def replay_holder(self, rank: Optional[int] = None) -> int:
         """Rank whose part of the replay buffer receives the transitions of sampler ``rank``.
@@ -247,7 +259,9 @@ class Roles:
         """
         rank = self.rank if rank is None else rank
         if rank not in self.samplers:
-            raise ValueError(f"rank {rank} is a {self.role_of(rank)}, not a sampler {list(self.samplers)}")
+            raise ValueError(
+                f"rank {rank} is a {self.role_of(rank)}, not a sampler {list(self.samplers)}"
+            )
         if self.replay == "samplers":
             return rank
         holders = self.replay_holders
@@ -257,7 +271,9 @@ class Roles:
         """``"sampler 2 (rank 3)"``: the role, the index within it and the rank."""
         rank = self.rank if rank is None else rank
         role = self.role_of(rank)
-        index = {"learner": self.learners, "server": self.servers, "sampler": self.samplers}[role].index(rank)
+        index = {"learner": self.learners, "server": self.servers, "sampler": self.samplers}[
+            role
+        ].index(rank)
         return f"{role} {index} (rank {rank})"
 
     def __str__(self) -> str:
@@ -361,8 +377,14 @@ class RunControl:
                 f"the first member of group must be the coordinator {members[roles.coordinator]!r} "
                 f"(rank {roles.coordinator}), got {group.get_group_members()[0]!r}"
             )
-        if isinstance(check_interval, bool) or not isinstance(check_interval, (int, float)) or check_interval <= 0:
-            raise ValueError(f"check_interval must be a positive number of seconds, got {check_interval!r}")
+        if (
+            isinstance(check_interval, bool)
+            or not isinstance(check_interval, (int, float))
+            or check_interval <= 0
+        ):
+            raise ValueError(
+                f"check_interval must be a positive number of seconds, got {check_interval!r}"
+            )
         self.group = group
         self.roles = roles
         self.timeout = world.rpc_timeout if timeout is None else float(timeout)
@@ -397,7 +419,9 @@ class RunControl:
         self._call("hello", roles.rank, node_rank(), socket.gethostname())
         group.barrier()  # the coordinator knows every process's node before it watches them
         if self.is_coordinator:
-            self._watcher = threading.Thread(target=self._watch, name="machin-run-control", daemon=True)
+            self._watcher = threading.Thread(
+                target=self._watch, name="machin-run-control", daemon=True
+            )
             self._watcher.start()
 
     # -- descriptions ------------------------------------------------------------------------
@@ -414,7 +438,9 @@ class RunControl:
             ValueError: When no process has that name.
         """
         if name not in self._names:
-            raise ValueError(f"name must be one of the world's processes {self._names}, got {name!r}")
+            raise ValueError(
+                f"name must be one of the world's processes {self._names}, got {name!r}"
+            )
         return self._names.index(name)
 
     @property
@@ -436,7 +462,9 @@ class RunControl:
             with self._lock:
                 return dict(self._gone)
         status = self._last_status
-        return {} if status is None else {rank: "reported by the coordinator" for rank in status.gone}
+        return (
+            {} if status is None else {rank: "reported by the coordinator" for rank in status.gone}
+        )
 
     # -- calls to the coordinator -----------------------------------------------------------
     def _call(self, op: str, *args: Any) -> Any:
@@ -466,7 +494,9 @@ class RunControl:
                 self._episodes[rank] = self._episodes.get(rank, 0) + episodes
                 if solved and self._solved_by is None:
                     self._solved_by = rank
-                    self._stop_reason = self._stop_reason or f"{self.roles.describe(rank)} solved the task"
+                    self._stop_reason = (
+                        self._stop_reason or f"{self.roles.describe(rank)} solved the task"
+                    )
                 if done:
                     self._done.add(rank)
             elif op == "stop":
@@ -484,12 +514,19 @@ class RunControl:
         """(Coordinator, under the lock.)"""
         reason = self._stop_reason
         if not reason:
-            playing = [r for r in self.roles.samplers if r not in self._done and r not in self._gone]
+            playing = [
+                r for r in self.roles.samplers if r not in self._done and r not in self._gone
+            ]
             if not playing:
                 left = [r for r in self.roles.samplers if r in self._gone]
-                reason = "every sampler left the run" if len(left) == len(self.roles.samplers) else (
-                    "every sampler finished")
-        return RunStatus(bool(reason), reason, self._updates, self._solved_by, tuple(sorted(self._gone)))
+                reason = (
+                    "every sampler left the run"
+                    if len(left) == len(self.roles.samplers)
+                    else ("every sampler finished")
+                )
+        return RunStatus(
+            bool(reason), reason, self._updates, self._solved_by, tuple(sorted(self._gone))
+        )
 
     def _remember(self, status: RunStatus) -> RunStatus:
         self._last_status = status
@@ -497,12 +534,16 @@ class RunControl:
             for rank in status.gone:
                 if rank not in self._announced:
                     self._announced.add(rank)
-                    self._log(f"{self.roles.describe()}: {self.roles.describe(rank)} has left the run; "
-                              f"going on without it")
+                    self._log(
+                        f"{self.roles.describe()}: {self.roles.describe(rank)} has left the run; "
+                        f"going on without it"
+                    )
         return status
 
     # -- samplers -------------------------------------------------------------------------------
-    def report(self, steps: int = 0, episodes: int = 0, *, solved: bool = False, done: bool = False) -> RunStatus:
+    def report(
+        self, steps: int = 0, episodes: int = 0, *, solved: bool = False, done: bool = False
+    ) -> RunStatus:
         """Tell the coordinator what this process did since its last report; get the run's status.
 
         Args:
@@ -514,8 +555,11 @@ class RunControl:
         Raises:
             LearnerLostError: When the coordinator does not answer within ``timeout``.
         """
-        return self._remember(self._call("report", self.roles.rank, int(steps), int(episodes), bool(solved),
-                                         bool(done)))
+        return self._remember(
+            self._call(
+                "report", self.roles.rank, int(steps), int(episodes), bool(solved), bool(done)
+            )
+        )
 
     def status(self) -> RunStatus:
         """The run's status (:class:`RunStatus`).
@@ -594,12 +638,17 @@ class RunControl:
         if not self.is_coordinator:
             return []
         with self._lock:
-            watched = [r for r in range(self.roles.world_size)
-                       if r != self.roles.rank and r not in self._gone and r not in self._goodbye]
+            watched = [
+                r
+                for r in range(self.roles.world_size)
+                if r != self.roles.rank and r not in self._gone and r not in self._goodbye
+            ]
         futures = {}
         for rank in watched:
             try:
-                futures[rank] = self.group.rpc_async(self._names[rank], _alive, timeout=self.timeout)
+                futures[rank] = self.group.rpc_async(
+                    self._names[rank], _alive, timeout=self.timeout
+                )
             except Exception as error:  # the agent refused at once
                 futures[rank] = error
         left = []
@@ -675,8 +724,11 @@ class RunControl:
             deadline = time.monotonic() + self.timeout
             while time.monotonic() < deadline:
                 with self._lock:
-                    waiting = [r for r in range(self.roles.world_size) if r != self.roles.rank
-                               and r not in self._gone and r not in self._goodbye]
+                    waiting = [
+                        r
+                        for r in range(self.roles.world_size)
+                        if r != self.roles.rank and r not in self._gone and r not in self._goodbye
+                    ]
                 if not waiting:
                     break
                 time.sleep(0.05)

@@ -132,11 +132,14 @@ class WorldContext:
 
         return model_server_helper(count, group_name=self._name("model_servers"))
 
-    def grad_servers(self, creators: Sequence[Callable[[], nn.Module]], learning_rate: float = 1e-2) -> tuple:
+    def grad_servers(
+        self, creators: Sequence[Callable[[], nn.Module]], learning_rate: float = 1e-2
+    ) -> tuple:
         from machin.frame.helpers import grad_server_helper
 
-        return grad_server_helper(list(creators), learning_rate=learning_rate,
-                                  group_name=self._name("grad_servers"))
+        return grad_server_helper(
+            list(creators), learning_rate=learning_rate, group_name=self._name("grad_servers")
+        )
 
 
 # -- the classes and their cases ---------------------------------------------------------------
@@ -173,10 +176,14 @@ def collect_cases() -> Dict[type, Tuple[ContractCase, str]]:
             continue
         for cls, case in getattr(module, "CONTRACT_CASES", {}).items():
             if not isinstance(case, ContractCase):
-                raise TypeError(f"{path.name}: CONTRACT_CASES[{cls.__name__}] must be a ContractCase, "
-                                f"got {type(case).__name__}")
+                raise TypeError(
+                    f"{path.name}: CONTRACT_CASES[{cls.__name__}] must be a ContractCase, "
+                    f"got {type(case).__name__}"
+                )
             if cls in cases:
-                raise ValueError(f"{cls.__name__} has contract cases in both {cases[cls][1]} and {path.name}")
+                raise ValueError(
+                    f"{cls.__name__} has contract cases in both {cases[cls][1]} and {path.name}"
+                )
             cases[cls] = (case, path.name)
     _CASES = cases
     return cases
@@ -185,7 +192,9 @@ def collect_cases() -> Dict[type, Tuple[ContractCase, str]]:
 def case_for(cls: type) -> ContractCase:
     """The case of ``cls``; an ``AssertionError`` saying where to add it when there is none."""
     found = collect_cases().get(cls)
-    broken = "".join(f"\n  {name} did not import: {error}" for name, error in _IMPORT_ERRORS.items())
+    broken = "".join(
+        f"\n  {name} did not import: {error}" for name, error in _IMPORT_ERRORS.items()
+    )
     assert found is not None, (
         f"{cls.__name__} has no contract case: add CONTRACT_CASES = {{{cls.__name__}: ContractCase(...)}} "
         f"to its test file tests/frame/algorithms/test_{cls.__module__.rsplit('.', 1)[-1]}.py{broken}"
@@ -214,8 +223,12 @@ def network_parameters(agent: Any, name: str) -> List[torch.Tensor]:
 
 def gradients_of(agent: Any, name: str) -> List[str]:
     """Names of the parameters of network ``name`` that hold a gradient."""
-    return [f"{name}.{pname}" for m in modules(getattr(agent, name)) for pname, p in m.named_parameters()
-            if p.grad is not None]
+    return [
+        f"{name}.{pname}"
+        for m in modules(getattr(agent, name))
+        for pname, p in m.named_parameters()
+        if p.grad is not None
+    ]
 
 
 def target_names(cls: type) -> List[str]:
@@ -225,7 +238,11 @@ def target_names(cls: type) -> List[str]:
 
 def online_of(target: str) -> str:
     """``qnet_target`` -> ``qnet``, ``actor_targets`` -> ``actors``."""
-    return target[: -len("_targets")] + "s" if target.endswith("_targets") else target[: -len("_target")]
+    return (
+        target[: -len("_targets")] + "s"
+        if target.endswith("_targets")
+        else target[: -len("_target")]
+    )
 
 
 def update_switches(cls: type) -> List[str]:
@@ -242,10 +259,15 @@ def snapshot(value: Any) -> Any:
 
 def assert_unchanged(before: Any, after: Any, path: str = "input") -> None:
     """Fail naming the first place where ``after`` differs from the snapshot ``before``."""
-    assert type(before) is type(after), f"{path} changed type: {type(before).__name__} -> {type(after).__name__}"
+    assert type(before) is type(after), (
+        f"{path} changed type: {type(before).__name__} -> {type(after).__name__}"
+    )
     if isinstance(before, torch.Tensor):
-        assert before.dtype == after.dtype and before.shape == after.shape and torch.equal(before, after), (
-            f"{path} changed: {before} -> {after}")
+        assert (
+            before.dtype == after.dtype
+            and before.shape == after.shape
+            and torch.equal(before, after)
+        ), f"{path} changed: {before} -> {after}"
     elif isinstance(before, dict):
         assert list(before) == list(after), f"{path} changed keys: {list(before)} -> {list(after)}"
         for key in before:
@@ -267,7 +289,11 @@ def _outputs_equal(a: Any, b: Any) -> bool:
     if isinstance(a, torch.Tensor):
         return isinstance(b, torch.Tensor) and a.shape == b.shape and torch.equal(a, b)
     if isinstance(a, (list, tuple)):
-        return type(a) is type(b) and len(a) == len(b) and all(_outputs_equal(x, y) for x, y in zip(a, b))
+        return (
+            type(a) is type(b)
+            and len(a) == len(b)
+            and all(_outputs_equal(x, y) for x, y in zip(a, b))
+        )
     return a == b
 
 
@@ -293,12 +319,17 @@ def _same_setting(value: Any, default: Any) -> bool:
 
 
 def _plain(value: Any) -> bool:
-    return value is None or isinstance(value, (bool, int, float, str)) or (
-        isinstance(value, tuple) and all(_plain(v) for v in value))
+    return (
+        value is None
+        or isinstance(value, (bool, int, float, str))
+        or (isinstance(value, tuple) and all(_plain(v) for v in value))
+    )
 
 
 # -- the contracts -----------------------------------------------------------------------------
-def check_save_load(cls: type, case: ContractCase, directory: str, ctx: Optional[WorldContext]) -> None:
+def check_save_load(
+    cls: type, case: ContractCase, directory: str, ctx: Optional[WorldContext]
+) -> None:
     torch.manual_seed(0)
     agent = build(cls, case, ctx)
     for _ in range(2):  # online and target networks part
@@ -319,24 +350,33 @@ def check_save_load(cls: type, case: ContractCase, directory: str, ctx: Optional
     state = case.state()
     fresh.load(directory)
     for name in restorable:
-        assert same(network_parameters(fresh, name), network_parameters(agent, name)), f"{name} was not loaded"
+        assert same(network_parameters(fresh, name), network_parameters(agent, name)), (
+            f"{name} was not loaded"
+        )
     for target in target_names(cls):
         online = online_of(target)
         if target in restorable and online in cls._is_top and online not in restorable:
             assert same(network_parameters(fresh, online), network_parameters(agent, target)), (
-                f"after load, {online} is not a copy of the loaded {target}")
+                f"after load, {online} is not a copy of the loaded {target}"
+            )
     expected, acted = _act(case, agent, state), _act(case, fresh, state)
-    assert _outputs_equal(acted, expected), f"the loaded instance acts differently:\n{acted}\nvs\n{expected}"
+    assert _outputs_equal(acted, expected), (
+        f"the loaded instance acts differently:\n{acted}\nvs\n{expected}"
+    )
 
 
-def check_extra_keyword(cls: type, case: ContractCase, directory: str, ctx: Optional[WorldContext]) -> None:
+def check_extra_keyword(
+    cls: type, case: ContractCase, directory: str, ctx: Optional[WorldContext]
+) -> None:
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         torch.manual_seed(0)
         agent = build(cls, case, ctx, **{EXTRA_KEYWORD: 1})
     messages = [str(w.message) for w in caught if issubclass(w.category, ExtraArgumentsWarning)]
-    assert any(f"{cls.__name__}.__init__() does not use keyword argument(s) '{EXTRA_KEYWORD}'" in m
-               for m in messages), f"no ExtraArgumentsWarning naming {EXTRA_KEYWORD!r}; warnings: {messages}"
+    assert any(
+        f"{cls.__name__}.__init__() does not use keyword argument(s) '{EXTRA_KEYWORD}'" in m
+        for m in messages
+    ), f"no ExtraArgumentsWarning naming {EXTRA_KEYWORD!r}; warnings: {messages}"
     assert not hasattr(agent, EXTRA_KEYWORD)
     torch.manual_seed(0)
     plain = build(cls, case, ctx)
@@ -345,11 +385,17 @@ def check_extra_keyword(cls: type, case: ContractCase, directory: str, ctx: Opti
     assert mine == theirs, "the ignored keyword changed the instance's settings"
 
 
-def check_defaults(cls: type, case: ContractCase, directory: str, ctx: Optional[WorldContext]) -> None:
+def check_defaults(
+    cls: type, case: ContractCase, directory: str, ctx: Optional[WorldContext]
+) -> None:
     agent = cls(*(case.args(ctx) if case.world else case.args()))
     checked, wrong = [], {}
     for p in inspect.signature(cls).parameters.values():
-        if p.default is inspect.Parameter.empty or not _plain(p.default) or not hasattr(agent, p.name):
+        if (
+            p.default is inspect.Parameter.empty
+            or not _plain(p.default)
+            or not hasattr(agent, p.name)
+        ):
             continue
         value = getattr(agent, p.name)
         if p.default is None and value is not None:
@@ -358,10 +404,14 @@ def check_defaults(cls: type, case: ContractCase, directory: str, ctx: Optional[
         if not _same_setting(value, p.default):
             wrong[p.name] = (value, p.default)
     assert not wrong, f"attributes differ from the signature defaults (attribute, default): {wrong}"
-    assert len(checked) >= 3, f"only {checked} of the defaults are held as attributes of their names"
+    assert len(checked) >= 3, (
+        f"only {checked} of the defaults are held as attributes of their names"
+    )
 
 
-def check_gradients(cls: type, case: ContractCase, directory: str, ctx: Optional[WorldContext]) -> None:
+def check_gradients(
+    cls: type, case: ContractCase, directory: str, ctx: Optional[WorldContext]
+) -> None:
     switches = update_switches(cls)
     if switches:  # every switch off: the update trains nothing
         torch.manual_seed(0)
@@ -370,15 +420,21 @@ def check_gradients(cls: type, case: ContractCase, directory: str, ctx: Optional
         before = {name: network_parameters(agent, name) for name in cls._is_top}
         case.update(agent, **{s: False for s in switches})
         for name in cls._is_top:
-            assert same(before[name], network_parameters(agent, name)), f"update() with every switch off changed {name}"
-            assert not gradients_of(agent, name), f"update() with every switch off left gradients on {name}"
+            assert same(before[name], network_parameters(agent, name)), (
+                f"update() with every switch off changed {name}"
+            )
+            assert not gradients_of(agent, name), (
+                f"update() with every switch off left gradients on {name}"
+            )
     for switch, trained in case.trains.items():
         torch.manual_seed(0)
         agent = build(cls, case, ctx)
         names = list(cls._is_top)
         before = {name: network_parameters(agent, name) for name in names}
         flags = {} if switch is None else {s: s == switch for s in switches}
-        assert switch is None or switch in switches, f"{cls.__name__}.update has no switch {switch!r}"
+        assert switch is None or switch in switches, (
+            f"{cls.__name__}.update has no switch {switch!r}"
+        )
         _train(case, agent, **flags)
         for name in names:
             changed = not same(before[name], network_parameters(agent, name))
@@ -386,12 +442,18 @@ def check_gradients(cls: type, case: ContractCase, directory: str, ctx: Optional
                 assert changed, f"update({flags}) did not change {name}, which it trains"
             else:
                 assert not changed, f"update({flags}) changed {name}, which it does not train"
-                assert not gradients_of(agent, name), f"update({flags}) left gradients on {gradients_of(agent, name)}"
+                assert not gradients_of(agent, name), (
+                    f"update({flags}) left gradients on {gradients_of(agent, name)}"
+                )
 
 
-def check_targets(cls: type, case: ContractCase, directory: str, ctx: Optional[WorldContext]) -> None:
+def check_targets(
+    cls: type, case: ContractCase, directory: str, ctx: Optional[WorldContext]
+) -> None:
     switches = update_switches(cls)
-    assert "update_target" in switches, f"{cls.__name__} has target networks but update() has no update_target"
+    assert "update_target" in switches, (
+        f"{cls.__name__} has target networks but update() has no update_target"
+    )
     torch.manual_seed(0)
     agent = build(cls, case, ctx)
     targets = target_names(cls)
@@ -402,13 +464,20 @@ def check_targets(cls: type, case: ContractCase, directory: str, ctx: Optional[W
     for _ in range(2):
         _train(case, agent, **frozen)
     for name in targets:
-        assert same(before[name], network_parameters(agent, name)), f"{name} moved with update_target=False"
-        assert not gradients_of(agent, name), f"gradients reached the target network: {gradients_of(agent, name)}"
+        assert same(before[name], network_parameters(agent, name)), (
+            f"{name} moved with update_target=False"
+        )
+        assert not gradients_of(agent, name), (
+            f"gradients reached the target network: {gradients_of(agent, name)}"
+        )
     assert any(not same(before[name], network_parameters(agent, name)) for name in onlines), (
-        "the online networks did not train either")
+        "the online networks did not train either"
+    )
     _train(case, agent)
     for name in targets:
-        assert not same(before[name], network_parameters(agent, name)), f"{name} did not move on its update"
+        assert not same(before[name], network_parameters(agent, name)), (
+            f"{name} did not move on its update"
+        )
 
 
 def _with_nan_rewards(experience: Any) -> Any:
@@ -425,7 +494,9 @@ def _store_nan_rewards(case: ContractCase, agent: Any) -> None:
     if case.store_nan_rewards is not None:
         case.store_nan_rewards(agent, case.experience())
         return
-    buffers = [getattr(agent, "replay_buffer", None)] + list(getattr(agent, "replay_buffers", None) or [])
+    buffers = [getattr(agent, "replay_buffer", None)] + list(
+        getattr(agent, "replay_buffers", None) or []
+    )
     for buffer in (b for b in buffers if isinstance(b, Buffer)):
         buffer.check_finite = False
     case.store(agent, _with_nan_rewards(case.experience()))
@@ -434,29 +505,47 @@ def _store_nan_rewards(case: ContractCase, agent: Any) -> None:
 def _learned_state(agent: Any) -> Dict[str, List[torch.Tensor]]:
     """Copies of the parameters of every network, and of tensors learned outside them (SAC's ``log_alpha``)."""
     state = {name: network_parameters(agent, name) for name in type(agent)._is_top}
-    state.update({name: [value.detach().clone()] for name, value in vars(agent).items()
-                  if isinstance(value, torch.Tensor) and value.requires_grad})
+    state.update(
+        {
+            name: [value.detach().clone()]
+            for name, value in vars(agent).items()
+            if isinstance(value, torch.Tensor) and value.requires_grad
+        }
+    )
     return state
 
 
-def check_non_finite_loss(cls: type, case: ContractCase, directory: str, ctx: Optional[WorldContext]) -> None:
+def check_non_finite_loss(
+    cls: type, case: ContractCase, directory: str, ctx: Optional[WorldContext]
+) -> None:
     torch.manual_seed(0)
     agent = build(cls, case, ctx)
-    with torch.no_grad():  # targets apart from their online networks, so that a soft update would show
-        for p in (p for name in target_names(cls) for m in modules(getattr(agent, name)) for p in m.parameters()):
+    with (
+        torch.no_grad()
+    ):  # targets apart from their online networks, so that a soft update would show
+        for p in (
+            p
+            for name in target_names(cls)
+            for m in modules(getattr(agent, name))
+            for p in m.parameters()
+        ):
             p.add_(0.25)
     _store_nan_rewards(case, agent)
     before = _learned_state(agent)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # the first skipped step warns
         agent.update()  # not case.update: A3C's waits for the servers to apply gradients, which must not come
-    assert getattr(agent, "skipped_updates", 0) >= 1, "no step was skipped: the NaN rewards left every loss finite"
+    assert getattr(agent, "skipped_updates", 0) >= 1, (
+        "no step was skipped: the NaN rewards left every loss finite"
+    )
     after = _learned_state(agent)
     changed = [name for name in before if not same(before[name], after[name])]
     assert not changed, f"an update whose loss was not finite changed {changed}"
 
 
-def check_inputs(cls: type, case: ContractCase, directory: str, ctx: Optional[WorldContext]) -> None:
+def check_inputs(
+    cls: type, case: ContractCase, directory: str, ctx: Optional[WorldContext]
+) -> None:
     torch.manual_seed(0)
     agent = build(cls, case, ctx)
     state = case.state()
@@ -491,17 +580,23 @@ def _with_nan(tensor: torch.Tensor) -> torch.Tensor:
     return poisoned
 
 
-def check_bad_state(cls: type, case: ContractCase, directory: str, ctx: Optional[WorldContext]) -> None:
+def check_bad_state(
+    cls: type, case: ContractCase, directory: str, ctx: Optional[WorldContext]
+) -> None:
     """Acting on NaN, or on numpy arrays, gets machin's error naming what to fix."""
     torch.manual_seed(0)
     agent = build(cls, case, ctx)
     state = case.state()
-    acts = [("act", case.act)] + ([("exploring act", case.explore)] if case.explore is not None else [])
+    acts = [("act", case.act)] + (
+        [("exploring act", case.explore)] if case.explore is not None else []
+    )
     for name, act in acts:
         try:
             act(agent, _map_tensors(state, _with_nan))
         except ValueError as error:
-            assert "NaN or infinite value(s)" in str(error) and "state" in str(error), f"{name}: {error}"
+            assert "NaN or infinite value(s)" in str(error) and "state" in str(error), (
+                f"{name}: {error}"
+            )
         else:
             raise AssertionError(f"the {name} on a state holding NaN raised nothing")
         try:
@@ -512,7 +607,9 @@ def check_bad_state(cls: type, case: ContractCase, directory: str, ctx: Optional
             raise AssertionError(f"the {name} on numpy arrays raised nothing")
 
 
-def check_fused_adam(cls: type, case: ContractCase, directory: str, ctx: Optional[WorldContext]) -> None:
+def check_fused_adam(
+    cls: type, case: ContractCase, directory: str, ctx: Optional[WorldContext]
+) -> None:
     """Every Adam / AdamW the constructor builds is torch's fused one; other optimizers are built as given."""
     torch.manual_seed(0)
     agent = build(cls, case, ctx)
@@ -520,9 +617,12 @@ def check_fused_adam(cls: type, case: ContractCase, directory: str, ctx: Optiona
     assert optimizers, f"{cls.__name__}._optimizers() lists no optimizer"
     for name, optimizer in enumerate(optimizers):
         adam = type(optimizer) in (torch.optim.Adam, torch.optim.AdamW)
-        fused = [group["fused"] for group in optimizer.param_groups] + [optimizer.defaults.get("fused")]
+        fused = [group["fused"] for group in optimizer.param_groups] + [
+            optimizer.defaults.get("fused")
+        ]
         assert all((f is True) if adam else not f for f in fused), (
-            f"optimizer {name}: a {type(optimizer).__name__} with fused={fused} (Adam and AdamW fused, others not)")
+            f"optimizer {name}: a {type(optimizer).__name__} with fused={fused} (Adam and AdamW fused, others not)"
+        )
 
 
 CONTRACTS: Dict[str, Callable[[type, ContractCase, str, Optional[WorldContext]], None]] = {
@@ -545,8 +645,9 @@ def applies(contract: str, cls: type) -> bool:
 
 
 # -- the world of the distributed cases ---------------------------------------------------------
-def broken(contract: str, cls: type, case: ContractCase, directory: str,
-           ctx: Optional[WorldContext] = None) -> Optional[str]:
+def broken(
+    contract: str, cls: type, case: ContractCase, directory: str, ctx: Optional[WorldContext] = None
+) -> Optional[str]:
     """``None`` when ``cls`` keeps ``contract``, else the traceback of how it broke it."""
     try:
         CONTRACTS[contract](cls, case, directory, ctx)
@@ -555,7 +656,9 @@ def broken(contract: str, cls: type, case: ContractCase, directory: str,
     return None
 
 
-def run_in_world(rank: int, jobs: Sequence[Tuple[str, str]]) -> Dict[Tuple[str, str], Optional[str]]:
+def run_in_world(
+    rank: int, jobs: Sequence[Tuple[str, str]]
+) -> Dict[Tuple[str, str], Optional[str]]:
     """Run ``(class name, contract)`` jobs in a one-member world; a traceback per failed job."""
     import shutil
     import tempfile
@@ -570,7 +673,9 @@ def run_in_world(rank: int, jobs: Sequence[Tuple[str, str]]) -> Dict[Tuple[str, 
         for name, contract in jobs:
             directory = tempfile.mkdtemp(prefix=f"contract_{name}_")
             try:
-                outcomes[(name, contract)] = broken(contract, classes[name], case_for(classes[name]), directory, ctx)
+                outcomes[(name, contract)] = broken(
+                    contract, classes[name], case_for(classes[name]), directory, ctx
+                )
             finally:
                 shutil.rmtree(directory, ignore_errors=True)
     finally:

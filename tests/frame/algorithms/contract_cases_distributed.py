@@ -66,31 +66,55 @@ def _store_nan_rewards(ars, rewards):
 
 CONTRACT_CASES = {
     DQNApex: ContractCase(
-        args=lambda ctx: (QNet(hidden=8), QNet(hidden=8), torch.optim.Adam, nn.MSELoss(reduction="none"),
-                          ctx.group(), ctx.model_servers(1)),
+        args=lambda ctx: (
+            QNet(hidden=8),
+            QNet(hidden=8),
+            torch.optim.Adam,
+            nn.MSELoss(reduction="none"),
+            ctx.group(),
+            ctx.model_servers(1),
+        ),
         options={"batch_size": 8, "replay_size": 100},
         act=_sync_off(lambda agent, state: agent.act_discrete(state, use_target=True)),
         explore=_sync_off(lambda agent, state: agent.act_discrete_with_noise(state)),
         state=lambda: {"state": torch.randn(6, 4)},
-        experience=lambda: [transition(torch.randn(4), i % 2, torch.randn(4), float(i % 3), i == 15)
-                            for i in range(16)],
+        experience=lambda: [
+            transition(torch.randn(4), i % 2, torch.randn(4), float(i % 3), i == 15)
+            for i in range(16)
+        ],
         trains={"update_value": ["qnet"]},
         world=True,
     ),
     DDPGApex: ContractCase(
-        args=lambda ctx: (Actor(hidden=8), Actor(hidden=8), Critic(hidden=8), Critic(hidden=8), torch.optim.Adam,
-                          nn.MSELoss(reduction="none"), ctx.group(), ctx.model_servers(1)),
+        args=lambda ctx: (
+            Actor(hidden=8),
+            Actor(hidden=8),
+            Critic(hidden=8),
+            Critic(hidden=8),
+            torch.optim.Adam,
+            nn.MSELoss(reduction="none"),
+            ctx.group(),
+            ctx.model_servers(1),
+        ),
         options={"batch_size": 8, "replay_size": 100},
         act=_sync_off(lambda agent, state: agent.act(state, use_target=True)),
-        explore=_sync_off(lambda agent, state: agent.act_with_noise(state, noise_param=(0.0, 0.5), mode="normal")),
+        explore=_sync_off(
+            lambda agent, state: agent.act_with_noise(state, noise_param=(0.0, 0.5), mode="normal")
+        ),
         state=lambda: {"state": torch.randn(5, STATE_DIM)},
         experience=lambda: [random_transition() for _ in range(16)],
         trains={"update_value": ["critic"], "update_policy": ["actor"]},
         world=True,
     ),
     IMPALA: ContractCase(
-        args=lambda ctx: (CategoricalActor(4, 2, 8), ValueCritic(4, 8), torch.optim.Adam, nn.MSELoss(),
-                          ctx.group(), ctx.model_servers(1)),
+        args=lambda ctx: (
+            CategoricalActor(4, 2, 8),
+            ValueCritic(4, 8),
+            torch.optim.Adam,
+            nn.MSELoss(),
+            ctx.group(),
+            ctx.model_servers(1),
+        ),
         options={"batch_size": 2},
         act=_sync_off(lambda agent, state: agent.act(state)),
         state=lambda: {"state": torch.randn(6, 4)},
@@ -101,7 +125,12 @@ CONTRACT_CASES = {
     ),
     ARS: ContractCase(
         args=lambda ctx: (LinearPolicy(), torch.optim.SGD, ctx.group(), ctx.model_servers(1)),
-        options={"noise_size": 20000, "noise_std_dev": 0.05, "rollout_num": 2, "used_rollout_num": 2},
+        options={
+            "noise_size": 20000,
+            "noise_std_dev": 0.05,
+            "rollout_num": 2,
+            "used_rollout_num": 2,
+        },
         act=lambda agent, state: agent.act(state, "original"),
         state=lambda: {"state": torch.randn(4, 3)},
         experience=lambda: [1.0, 2.0, 0.5, 3.0],  # one return per actor type (2 rollouts, 2 signs)

@@ -24,8 +24,16 @@ from .nets import SPREAD_ACTION_DIM, SPREAD_AGENTS, SPREAD_CYCLES
 
 
 # -- the trainer ------------------------------------------------------------------------------
-def train(agent: Any, env: Callable[[], gym.Env], *, seed: int, episodes: int, solved_reward: float,
-          solved_repeat: int = 1, **options: Any) -> TrainResult:
+def train(
+    agent: Any,
+    env: Callable[[], gym.Env],
+    *,
+    seed: int,
+    episodes: int,
+    solved_reward: float,
+    solved_repeat: int = 1,
+    **options: Any,
+) -> TrainResult:
     """Train ``agent`` with a :class:`Trainer` until the smoothed return beats ``solved_reward``.
 
     Seeds torch and numpy with ``seed`` first (exploration), and the environment with
@@ -35,8 +43,9 @@ def train(agent: Any, env: Callable[[], gym.Env], *, seed: int, episodes: int, s
     torch.manual_seed(seed)
     np.random.seed(seed)
     options = {"eval_interval": 0, "progress": False, **options}
-    with Trainer(agent, env, solved_reward=solved_reward, solved_repeat=solved_repeat, seed=seed,
-                 **options) as trainer:
+    with Trainer(
+        agent, env, solved_reward=solved_reward, solved_repeat=solved_repeat, seed=seed, **options
+    ) as trainer:
         return trainer.run(episodes)
 
 
@@ -44,7 +53,9 @@ def smoothed_returns(returns: Sequence[float], smoothing: float = 0.9) -> List[f
     """The trainer's smoothed return after each episode (starting at the first return)."""
     smoothed: List[float] = []
     for total in returns:
-        smoothed.append(total if not smoothed else smoothing * smoothed[-1] + (1 - smoothing) * total)
+        smoothed.append(
+            total if not smoothed else smoothing * smoothed[-1] + (1 - smoothing) * total
+        )
     return smoothed
 
 
@@ -73,13 +84,28 @@ class Step:
 
     def as_dict(self) -> Dict[str, Any]:
         """The transition dict the algorithms store (one agent)."""
-        return {"state": self.state, "action": {"action": self.action}, "next_state": self.next_state,
-                "reward": float(self.reward), "terminal": bool(self.terminated)}
+        return {
+            "state": self.state,
+            "action": {"action": self.action},
+            "next_state": self.next_state,
+            "reward": float(self.reward),
+            "terminal": bool(self.terminated),
+        }
 
     def per_agent(self) -> List[Dict[str, Any]]:
         """One transition dict per agent (the environment is an :class:`AgentsAsOneEnv`)."""
-        return [{"state": s, "action": {"action": a}, "next_state": n, "reward": float(r), "terminal": bool(t)}
-                for s, a, n, r, t in zip(self.state, self.action, self.next_state, self.reward, self.terminated)]
+        return [
+            {
+                "state": s,
+                "action": {"action": a},
+                "next_state": n,
+                "reward": float(r),
+                "terminal": bool(t),
+            }
+            for s, a, n, r, t in zip(
+                self.state, self.action, self.next_state, self.reward, self.terminated
+            )
+        ]
 
 
 @dataclass
@@ -102,13 +128,20 @@ def default_state(obs: Any) -> Dict[str, torch.Tensor]:
     return {"state": torch.as_tensor(np.asarray(obs), dtype=torch.float32).view(1, -1)}
 
 
-def run_episodes(env: Any, act: Callable[[Any, int], Any], *, episodes: int, seed: int,
-                 on_step: Optional[Callable[[Step, int], None]] = None,
-                 on_episode: Optional[Callable[[List[Step], int], None]] = None,
-                 before_episode: Optional[Callable[[int], bool]] = None,
-                 to_state: Callable[[Any], Any] = default_state,
-                 to_env: Optional[Callable[[Any], Any]] = None,
-                 threshold: Optional[float] = None, smoothing: float = 0.9) -> LoopResult:
+def run_episodes(
+    env: Any,
+    act: Callable[[Any, int], Any],
+    *,
+    episodes: int,
+    seed: int,
+    on_step: Optional[Callable[[Step, int], None]] = None,
+    on_episode: Optional[Callable[[List[Step], int], None]] = None,
+    before_episode: Optional[Callable[[int], bool]] = None,
+    to_state: Callable[[Any], Any] = default_state,
+    to_env: Optional[Callable[[Any], Any]] = None,
+    threshold: Optional[float] = None,
+    smoothing: float = 0.9,
+) -> LoopResult:
     """Play up to ``episodes`` episodes; stop early once the smoothed return beats ``threshold``.
 
     Episode ``i`` (from 1) resets the environment with ``seed + i``. Each step calls
@@ -122,8 +155,11 @@ def run_episodes(env: Any, act: Callable[[Any, int], Any], *, episodes: int, see
     """
     if to_env is None:
         space = getattr(env, "action_space", None)
-        to_env = ((lambda a: int(a.reshape(-1)[0].item())) if isinstance(space, gym.spaces.Discrete)
-                  else (lambda a: a.detach().numpy().reshape(-1)))
+        to_env = (
+            (lambda a: int(a.reshape(-1)[0].item()))
+            if isinstance(space, gym.spaces.Discrete)
+            else (lambda a: a.detach().numpy().reshape(-1))
+        )
     result = LoopResult()
     start, cpu_start = time.time(), time.process_time()
     for episode in range(1, episodes + 1):
@@ -145,7 +181,11 @@ def run_episodes(env: Any, act: Callable[[Any, int], Any], *, episodes: int, see
         if on_episode is not None:
             on_episode(played, episode)
         result.returns.append(total)
-        result.smoothed = total if result.smoothed is None else smoothing * result.smoothed + (1 - smoothing) * total
+        result.smoothed = (
+            total
+            if result.smoothed is None
+            else smoothing * result.smoothed + (1 - smoothing) * total
+        )
         if threshold is not None and result.smoothed > threshold:
             result.solved_episode = episode
             break
@@ -171,9 +211,13 @@ class AgentsAsOneEnv:
 
     def step(self, actions: Sequence[Any]):
         obs, rewards, terminated, truncated, info = self.env.step(dict(zip(self.agents, actions)))
-        return ([obs[name] for name in self.agents], [float(rewards[name]) for name in self.agents],
-                [bool(terminated[name]) for name in self.agents], [bool(truncated[name]) for name in self.agents],
-                info)
+        return (
+            [obs[name] for name in self.agents],
+            [float(rewards[name]) for name in self.agents],
+            [bool(terminated[name]) for name in self.agents],
+            [bool(truncated[name]) for name in self.agents],
+            info,
+        )
 
     def close(self) -> None:
         self.env.close()
@@ -183,12 +227,23 @@ def make_spread() -> AgentsAsOneEnv:
     """The multi-agent particle environment simple_spread_v3, 3 agents, continuous actions."""
     from mpe2 import simple_spread_v3
 
-    return AgentsAsOneEnv(simple_spread_v3.parallel_env(N=SPREAD_AGENTS, local_ratio=0.5, max_cycles=SPREAD_CYCLES,
-                                                        continuous_actions=True))
+    return AgentsAsOneEnv(
+        simple_spread_v3.parallel_env(
+            N=SPREAD_AGENTS, local_ratio=0.5, max_cycles=SPREAD_CYCLES, continuous_actions=True
+        )
+    )
 
 
-def run_spread(maddpg=None, *, episodes: int, seed: int, warmup_episodes: int = 10, update_every: int = 1,
-               noise_sigma: float = 0.1, critic_only_updates: int = 0) -> LoopResult:
+def run_spread(
+    maddpg=None,
+    *,
+    episodes: int,
+    seed: int,
+    warmup_episodes: int = 10,
+    update_every: int = 1,
+    noise_sigma: float = 0.1,
+    critic_only_updates: int = 0,
+) -> LoopResult:
     """Play simple_spread for ``episodes`` episodes (episode ``i`` from 0 reset with ``seed + i``).
 
     Without ``maddpg`` the agents act uniformly at random (the baseline). With it they
@@ -208,7 +263,9 @@ def run_spread(maddpg=None, *, episodes: int, seed: int, warmup_episodes: int = 
         if learning():
             actions = maddpg.act_with_noise(states, noise_param=(0.0, noise_sigma), mode="normal")
             return [a.clamp(0.0, 1.0) for a in actions]
-        return [torch.as_tensor(rng.random((1, SPREAD_ACTION_DIM)), dtype=torch.float32) for _ in states]
+        return [
+            torch.as_tensor(rng.random((1, SPREAD_ACTION_DIM)), dtype=torch.float32) for _ in states
+        ]
 
     def on_step(step: Step, steps: int) -> None:
         if maddpg is None:
@@ -223,10 +280,18 @@ def run_spread(maddpg=None, *, episodes: int, seed: int, warmup_episodes: int = 
         return True
 
     try:
-        return run_episodes(env, act, episodes=episodes, seed=seed - 1, on_step=on_step, before_episode=before_episode,
-                            to_state=lambda obs: [{"state": torch.as_tensor(o, dtype=torch.float32).view(1, -1)}
-                                                  for o in obs],
-                            to_env=lambda actions: [a.view(-1).numpy() for a in actions])
+        return run_episodes(
+            env,
+            act,
+            episodes=episodes,
+            seed=seed - 1,
+            on_step=on_step,
+            before_episode=before_episode,
+            to_state=lambda obs: [
+                {"state": torch.as_tensor(o, dtype=torch.float32).view(1, -1)} for o in obs
+            ],
+            to_env=lambda actions: [a.view(-1).numpy() for a in actions],
+        )
     finally:
         env.close()
 

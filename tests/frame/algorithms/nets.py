@@ -33,8 +33,13 @@ def same(a: Sequence[torch.Tensor], b: Sequence[torch.Tensor]) -> bool:
 
 
 def mlp(inputs: int, outputs: int, hidden: int) -> nn.Sequential:
-    return nn.Sequential(nn.Linear(inputs, hidden), nn.Tanh(), nn.Linear(hidden, hidden), nn.Tanh(),
-                         nn.Linear(hidden, outputs))
+    return nn.Sequential(
+        nn.Linear(inputs, hidden),
+        nn.Tanh(),
+        nn.Linear(hidden, hidden),
+        nn.Tanh(),
+        nn.Linear(hidden, outputs),
+    )
 
 
 # -- value networks (DQN family) --------------------------------------------------------------
@@ -53,7 +58,10 @@ class QNet(nn.Module):
     def __init__(self, state_dim: int = 4, action_num: int = 2, hidden: int = 64):
         super().__init__()
         self.net = nn.Sequential(
-            nn.Linear(state_dim, hidden), nn.ReLU(), nn.Linear(hidden, hidden), nn.ReLU(),
+            nn.Linear(state_dim, hidden),
+            nn.ReLU(),
+            nn.Linear(hidden, hidden),
+            nn.ReLU(),
             nn.Linear(hidden, action_num),
         )
 
@@ -89,7 +97,10 @@ class DistQNet(nn.Module):
         super().__init__()
         self.action_num, self.atoms = action_num, atoms
         self.net = nn.Sequential(
-            nn.Linear(state_dim, hidden), nn.ReLU(), nn.Linear(hidden, hidden), nn.ReLU(),
+            nn.Linear(state_dim, hidden),
+            nn.ReLU(),
+            nn.Linear(hidden, hidden),
+            nn.ReLU(),
             nn.Linear(hidden, action_num * atoms),
         )
 
@@ -128,11 +139,21 @@ def transition(state, action, next_state, reward, terminal, **custom):
 class Actor(nn.Module):
     """Deterministic actor for Pendulum-like tasks: ``tanh`` output scaled to the action range."""
 
-    def __init__(self, state_dim: int = STATE_DIM, action_dim: int = ACTION_DIM,
-                 action_range: float = ACTION_RANGE, hidden: int = 16):
+    def __init__(
+        self,
+        state_dim: int = STATE_DIM,
+        action_dim: int = ACTION_DIM,
+        action_range: float = ACTION_RANGE,
+        hidden: int = 16,
+    ):
         super().__init__()
-        self.net = nn.Sequential(nn.Linear(state_dim, hidden), nn.ReLU(), nn.Linear(hidden, hidden), nn.ReLU(),
-                                 nn.Linear(hidden, action_dim))
+        self.net = nn.Sequential(
+            nn.Linear(state_dim, hidden),
+            nn.ReLU(),
+            nn.Linear(hidden, hidden),
+            nn.ReLU(),
+            nn.Linear(hidden, action_dim),
+        )
         self.action_range = action_range
 
     def forward(self, state):
@@ -151,8 +172,13 @@ class SigmoidActor(nn.Module):
 
     def __init__(self, state_dim: int, action_dim: int, hidden: int = 16):
         super().__init__()
-        self.net = nn.Sequential(nn.Linear(state_dim, hidden), nn.ReLU(), nn.Linear(hidden, hidden), nn.ReLU(),
-                                 nn.Linear(hidden, action_dim))
+        self.net = nn.Sequential(
+            nn.Linear(state_dim, hidden),
+            nn.ReLU(),
+            nn.Linear(hidden, hidden),
+            nn.ReLU(),
+            nn.Linear(hidden, action_dim),
+        )
 
     def forward(self, state):
         return torch.sigmoid(self.net(state))
@@ -181,8 +207,13 @@ class Critic(nn.Module):
 
     def __init__(self, state_dim: int = STATE_DIM, action_dim: int = ACTION_DIM, hidden: int = 16):
         super().__init__()
-        self.net = nn.Sequential(nn.Linear(state_dim + action_dim, hidden), nn.ReLU(),
-                                 nn.Linear(hidden, hidden), nn.ReLU(), nn.Linear(hidden, 1))
+        self.net = nn.Sequential(
+            nn.Linear(state_dim + action_dim, hidden),
+            nn.ReLU(),
+            nn.Linear(hidden, hidden),
+            nn.ReLU(),
+            nn.Linear(hidden, 1),
+        )
 
     def forward(self, state, action):
         return self.net(torch.cat([state, action], dim=1))
@@ -244,26 +275,42 @@ def fill(algorithm, count: int = 64) -> None:
     algorithm.store_episode([random_transition() for _ in range(count)])
 
 
-def make_networks(state_dims: Sequence[int], action_dims: Sequence[int], visible: Sequence[Sequence[int]],
-                  critic_class=Critic, actor_class=SigmoidActor):
+def make_networks(
+    state_dims: Sequence[int],
+    action_dims: Sequence[int],
+    visible: Sequence[Sequence[int]],
+    critic_class=Critic,
+    actor_class=SigmoidActor,
+):
     """MADDPG's actors, actor_targets, critics, critic_targets for agents of the given sizes.
 
     Critic ``i`` takes the summed state and action sizes of the agents in ``visible[i]``.
     """
+
     def actors():
         return [actor_class(s, a) for s, a in zip(state_dims, action_dims)]
 
     def critics():
-        return [critic_class(sum(state_dims[j] for j in v), sum(action_dims[j] for j in v)) for v in visible]
+        return [
+            critic_class(sum(state_dims[j] for j in v), sum(action_dims[j] for j in v))
+            for v in visible
+        ]
 
     return actors(), actors(), critics(), critics()
 
 
-def random_step(state_dims: Sequence[int], action_dims: Sequence[int], terminal: bool = False) -> List[Transition]:
+def random_step(
+    state_dims: Sequence[int], action_dims: Sequence[int], terminal: bool = False
+) -> List[Transition]:
     """One time step of random transitions, one per agent."""
     return [
-        Transition(state={"state": torch.randn(1, s)}, action={"action": torch.rand(1, a)},
-                   next_state={"state": torch.randn(1, s)}, reward=float(torch.randn(())), terminal=terminal)
+        Transition(
+            state={"state": torch.randn(1, s)},
+            action={"action": torch.rand(1, a)},
+            next_state={"state": torch.randn(1, s)},
+            reward=float(torch.randn(())),
+            terminal=terminal,
+        )
         for s, a in zip(state_dims, action_dims)
     ]
 
@@ -283,8 +330,13 @@ class SpreadActor(nn.Module):
 
     def __init__(self, state_dim: int = 18, hidden: int = 64):
         super().__init__()
-        self.net = nn.Sequential(nn.Linear(state_dim, hidden), nn.ReLU(), nn.Linear(hidden, hidden), nn.ReLU(),
-                                 nn.Linear(hidden, 2))
+        self.net = nn.Sequential(
+            nn.Linear(state_dim, hidden),
+            nn.ReLU(),
+            nn.Linear(hidden, hidden),
+            nn.ReLU(),
+            nn.Linear(hidden, 2),
+        )
 
     def forward(self, state):
         push = torch.tanh(self.net(state))
@@ -299,9 +351,22 @@ def spread_maddpg(pool_type: str = "thread", pool_size=1, **kwargs):
     visible = [[0, 1, 2], [1, 2, 0], [2, 0, 1]]
     hidden = kwargs.pop("hidden", 64)
     actors = [SpreadActor(SPREAD_STATE_DIM, hidden) for _ in range(2 * SPREAD_AGENTS)]
-    critics = [Critic(SPREAD_STATE_DIM * 3, SPREAD_ACTION_DIM * 3, hidden) for _ in range(2 * SPREAD_AGENTS)]
-    return MADDPG(actors[:3], actors[3:], critics[:3], critics[3:], visible, torch.optim.Adam, nn.MSELoss(),
-                  pool_type=pool_type, pool_size=pool_size, **kwargs)
+    critics = [
+        Critic(SPREAD_STATE_DIM * 3, SPREAD_ACTION_DIM * 3, hidden)
+        for _ in range(2 * SPREAD_AGENTS)
+    ]
+    return MADDPG(
+        actors[:3],
+        actors[3:],
+        critics[:3],
+        critics[3:],
+        visible,
+        torch.optim.Adam,
+        nn.MSELoss(),
+        pool_type=pool_type,
+        pool_size=pool_size,
+        **kwargs,
+    )
 
 
 # -- stochastic policies and value critics (A2C, PPO, TRPO, SAC, A3C, IMPALA) ------------------
@@ -341,9 +406,13 @@ class ValueCritic(nn.Module):
 class TanhGaussianActor(nn.Module):
     """Continuous policy squashed into ``[-action_range, action_range]``, drawn with ``rsample``."""
 
-    def __init__(self, state_dim: int = 3, action_dim: int = 1, action_range: float = 2.0, hidden: int = 64):
+    def __init__(
+        self, state_dim: int = 3, action_dim: int = 1, action_range: float = 2.0, hidden: int = 64
+    ):
         super().__init__()
-        self.body = nn.Sequential(nn.Linear(state_dim, hidden), nn.ReLU(), nn.Linear(hidden, hidden), nn.ReLU())
+        self.body = nn.Sequential(
+            nn.Linear(state_dim, hidden), nn.ReLU(), nn.Linear(hidden, hidden), nn.ReLU()
+        )
         self.mu = nn.Linear(hidden, action_dim)
         self.log_sigma = nn.Linear(hidden, action_dim)
         self.action_range = action_range
@@ -351,7 +420,11 @@ class TanhGaussianActor(nn.Module):
     def forward(self, state, action=None):
         h = self.body(state)
         dist = Normal(self.mu(h), self.log_sigma(h).clamp(-10, 2).exp())
-        raw = dist.rsample() if action is None else torch.atanh((action / self.action_range).clamp(-0.999, 0.999))
+        raw = (
+            dist.rsample()
+            if action is None
+            else torch.atanh((action / self.action_range).clamp(-0.999, 0.999))
+        )
         squashed = torch.tanh(raw)
         log_prob = dist.log_prob(raw) - torch.log(self.action_range * (1 - squashed.pow(2)) + 1e-6)
         return squashed * self.action_range, log_prob.sum(dim=1, keepdim=True), dist.entropy()
@@ -360,8 +433,13 @@ class TanhGaussianActor(nn.Module):
 class QCritic(nn.Module):
     def __init__(self, state_dim: int = 3, action_dim: int = 1, hidden: int = 64):
         super().__init__()
-        self.net = nn.Sequential(nn.Linear(state_dim + action_dim, hidden), nn.ReLU(),
-                                 nn.Linear(hidden, hidden), nn.ReLU(), nn.Linear(hidden, 1))
+        self.net = nn.Sequential(
+            nn.Linear(state_dim + action_dim, hidden),
+            nn.ReLU(),
+            nn.Linear(hidden, hidden),
+            nn.ReLU(),
+            nn.Linear(hidden, 1),
+        )
 
     def forward(self, state, action):
         return self.net(torch.cat([state, action], dim=1))
@@ -379,14 +457,30 @@ def step_dict(state, action, next_state, reward, terminal, **custom):
     }
 
 
-def episode_steps(length: int, state_dim: int = 4, *, seed: int = 0, discrete: bool = True,
-                  action_dim: int = 1, terminal_at_end: bool = True, **custom):
+def episode_steps(
+    length: int,
+    state_dim: int = 4,
+    *,
+    seed: int = 0,
+    discrete: bool = True,
+    action_dim: int = 1,
+    terminal_at_end: bool = True,
+    **custom,
+):
     """A chained episode of ``length`` random steps (``next_state`` of one is ``state`` of the next)."""
     gen = torch.Generator().manual_seed(seed)
     states = torch.randn(length + 1, state_dim, generator=gen)
     steps = []
     for i in range(length):
         action = [[i % 2]] if discrete else torch.rand(1, action_dim, generator=gen) * 2 - 1
-        steps.append(step_dict(states[i], action, states[i + 1], float(i % 3) - 0.5,
-                               terminal_at_end and i == length - 1, **custom))
+        steps.append(
+            step_dict(
+                states[i],
+                action,
+                states[i + 1],
+                float(i % 3) - 0.5,
+                terminal_at_end and i == length - 1,
+                **custom,
+            )
+        )
     return steps

@@ -24,7 +24,12 @@ from .nets import (
 
 CONTRACT_CASES = {
     A2C: ContractCase(
-        args=lambda: (CategoricalActor(hidden=16), ValueCritic(hidden=16), torch.optim.Adam, nn.MSELoss()),
+        args=lambda: (
+            CategoricalActor(hidden=16),
+            ValueCritic(hidden=16),
+            torch.optim.Adam,
+            nn.MSELoss(),
+        ),
         options={"batch_size": 8},
         act=lambda agent, state: agent.act(state),
         state=lambda: {"state": torch.randn(6, 4)},
@@ -67,8 +72,13 @@ class TwoOutputActor(CategoricalActor):
 def make(actor=None, critic=None, cls=A2C, **kwargs):
     torch.manual_seed(0)
     kwargs.setdefault("batch_size", 8)
-    return cls(actor or CategoricalActor(), critic or ValueCritic(), torch.optim.Adam,
-               nn.MSELoss(), **kwargs)
+    return cls(
+        actor or CategoricalActor(),
+        critic or ValueCritic(),
+        torch.optim.Adam,
+        nn.MSELoss(),
+        **kwargs,
+    )
 
 
 def episode(length=10, terminal_at_end=True, seed=0):
@@ -81,8 +91,9 @@ def episode(length=10, terminal_at_end=True, seed=0):
 
 
 def stored(agent, *attrs):
-    _, values = agent.replay_buffer.sample_batch(0, sample_method="all", sample_attrs=list(attrs),
-                                                 additional_concat_attrs=list(attrs))
+    _, values = agent.replay_buffer.sample_batch(
+        0, sample_method="all", sample_attrs=list(attrs), additional_concat_attrs=list(attrs)
+    )
     return [v.view(-1).tolist() for v in values]
 
 
@@ -117,8 +128,14 @@ HAND_REWARDS = [1.0, 0.0, 2.0]
 
 def hand_episode(last_terminal, **custom):
     return [
-        step_dict([HAND_STATES[i]], [[0]], [HAND_STATES[i + 1]], HAND_REWARDS[i],
-                  last_terminal and i == 2, **custom)
+        step_dict(
+            [HAND_STATES[i]],
+            [[0]],
+            [HAND_STATES[i + 1]],
+            HAND_REWARDS[i],
+            last_terminal and i == 2,
+            **custom,
+        )
         for i in range(3)
     ]
 
@@ -155,7 +172,9 @@ def test_truncated_attribute_overrides_terminal_and_cuts_the_chain():
     value, gae = stored(agent, "value", "gae")
     assert value == pytest.approx([2.0, 2.0, 4.0] * 2)
     assert gae == pytest.approx([0.9375, -0.25, 1.0] * 2)
-    truncated = agent.replay_buffer.sample_batch(0, sample_method="all", sample_attrs=["truncated"])[1][0]
+    truncated = agent.replay_buffer.sample_batch(
+        0, sample_method="all", sample_attrs=["truncated"]
+    )[1][0]
     assert truncated == [False, False, True] * 2
 
 
@@ -189,7 +208,9 @@ def test_store_episode_accepts_transition_objects_and_does_not_change_them():
 def test_store_transition_requires_value_and_gae():
     agent = make()
     step = episode(1)[0]
-    with pytest.raises(ValueError, match=r"needs the custom attribute\(s\) \['value', 'gae'\].*store_episode"):
+    with pytest.raises(
+        ValueError, match=r"needs the custom attribute\(s\) \['value', 'gae'\].*store_episode"
+    ):
         agent.store_transition(step)
     with pytest.raises(ValueError, match=r"\['gae'\]"):
         agent.store_transition({**step, "value": 1.0})
@@ -203,7 +224,9 @@ def test_store_episode_errors():
         agent.store_episode([])
     bad = episode(3)
     del bad[1]["terminal"]
-    with pytest.raises(ValueError, match=r"episode\[1\] is missing required attribute\(s\) \['terminal'\]"):
+    with pytest.raises(
+        ValueError, match=r"episode\[1\] is missing required attribute\(s\) \['terminal'\]"
+    ):
         agent.store_episode(bad)
     with pytest.raises(TypeError, match=r"episode\[0\] must be a Transition or a dict, got int"):
         agent.store_episode([3])
@@ -221,7 +244,9 @@ class WideCritic(nn.Module):
 
 def test_critic_with_wrong_output_shape_is_rejected():
     agent = make(critic=WideCritic())
-    with pytest.raises(ValueError, match=r"critic output must hold one value per sample, shape \[6\]"):
+    with pytest.raises(
+        ValueError, match=r"critic output must hold one value per sample, shape \[6\]"
+    ):
         agent.store_episode(episode(3))
 
 
@@ -287,8 +312,12 @@ def test_normalize_advantage_standardizes_each_batch():
 
 
 def entropy_after_training(entropy_weight):
-    agent = make(entropy_weight=entropy_weight, normalize_advantage=False, actor_update_times=20,
-                 actor_learning_rate=0.01)
+    agent = make(
+        entropy_weight=entropy_weight,
+        normalize_advantage=False,
+        actor_update_times=20,
+        actor_learning_rate=0.01,
+    )
     for step in episode(20):  # zero advantages: only the entropy term moves the actor
         agent.store_transition({**step, "value": 0.0, "gae": 0.0})
     state = torch.randn(64, 4, generator=torch.Generator().manual_seed(3))
@@ -309,7 +338,10 @@ def test_entropy_weight_sign_and_none():
     assert math.isfinite(agent.update()[0])
     agent = make(TwoOutputActor(), entropy_weight=-0.1)
     agent.store_episode(episode(10))
-    with pytest.raises(ValueError, match=r"must return \(action, log_prob, entropy, \.\.\.\) because entropy_weight"):
+    with pytest.raises(
+        ValueError,
+        match=r"must return \(action, log_prob, entropy, \.\.\.\) because entropy_weight",
+    ):
         agent.update()
 
 
@@ -327,11 +359,16 @@ class WideLogProbActor(CategoricalActor):
 def test_bad_actor_outputs_are_rejected():
     agent = make(BareActor())
     agent.store_episode(episode(5))
-    with pytest.raises(ValueError, match=r"actor of A2C must return \(action, log_prob, \.\.\.\), got Tensor"):
+    with pytest.raises(
+        ValueError, match=r"actor of A2C must return \(action, log_prob, \.\.\.\), got Tensor"
+    ):
         agent.update()
     agent = make(WideLogProbActor())
     agent.store_episode(episode(5))
-    with pytest.raises(ValueError, match=r"log_prob output must hold one value per sample, shape \[5\] or \[5, 1\], got \[5, 2\]"):
+    with pytest.raises(
+        ValueError,
+        match=r"log_prob output must hold one value per sample, shape \[5\] or \[5, 1\], got \[5, 2\]",
+    ):
         agent.update()
 
 
@@ -367,9 +404,12 @@ def test_same_seed_same_numbers():
 
 
 def test_lr_schedulers_one_per_optimizer():
-    agent = make(lr_scheduler=torch.optim.lr_scheduler.LambdaLR,
-                 lr_scheduler_args=((lambda e: 0.5 ** e,), (lambda e: 0.1 ** e,)),
-                 actor_learning_rate=0.1, critic_learning_rate=0.1)
+    agent = make(
+        lr_scheduler=torch.optim.lr_scheduler.LambdaLR,
+        lr_scheduler_args=((lambda e: 0.5**e,), (lambda e: 0.1**e,)),
+        actor_learning_rate=0.1,
+        critic_learning_rate=0.1,
+    )
     agent.store_episode(episode(10))
     agent.update()
     agent.update_lr_scheduler()
@@ -395,10 +435,23 @@ def test_bad_options_raise_clear_errors():
 @pytest.mark.learning
 def test_a2c_learns_cartpole():
     torch.manual_seed(0)
-    agent = A2C(CategoricalActor(), ValueCritic(), torch.optim.Adam, nn.MSELoss(), batch_size=1000,
-                actor_update_times=3, critic_update_times=5, actor_learning_rate=0.003,
-                critic_learning_rate=0.003, gae_lambda=0.95)
+    agent = A2C(
+        CategoricalActor(),
+        ValueCritic(),
+        torch.optim.Adam,
+        nn.MSELoss(),
+        batch_size=1000,
+        actor_update_times=3,
+        critic_update_times=5,
+        actor_learning_rate=0.003,
+        critic_learning_rate=0.003,
+        gae_lambda=0.95,
+    )
     result = train(agent, lambda: gym.make("CartPole-v0"), seed=0, episodes=400, solved_reward=150)
-    print(f"A2C reached a smoothed return of 150 on CartPole-v0 at episode {result.solved_episode} "
-          f"({result.steps} steps)")
-    assert result.solved_episode is not None, "A2C did not reach a smoothed return of 150 within 400 episodes"
+    print(
+        f"A2C reached a smoothed return of 150 on CartPole-v0 at episode {result.solved_episode} "
+        f"({result.steps} steps)"
+    )
+    assert result.solved_episode is not None, (
+        "A2C did not reach a smoothed return of 150 within 400 episodes"
+    )

@@ -33,12 +33,20 @@ def _contract_act(a3c, state):
 
 def _contract_update(a3c, **switches):
     """Update, then pull until the servers have applied the pushed gradients (asynchronously)."""
-    trained = [name for name, switch in (("actor", "update_policy"), ("critic", "update_value"))
-               if switches.get(switch, True)]
+    trained = [
+        name
+        for name, switch in (("actor", "update_policy"), ("critic", "update_value"))
+        if switches.get(switch, True)
+    ]
     before = {name: parameters(getattr(a3c, name)) for name in trained}
     result = a3c.update(**switches)
     if result is not None:
-        wait_for(lambda: a3c.manual_sync() or all(not same(before[n], parameters(getattr(a3c, n))) for n in trained))
+        wait_for(
+            lambda: (
+                a3c.manual_sync()
+                or all(not same(before[n], parameters(getattr(a3c, n))) for n in trained)
+            )
+        )
     return result
 
 
@@ -119,6 +127,7 @@ def _gradient_path(rank):
         assert isinstance(policy_value, float) and isinstance(value_loss, float)
         assert a3c.replay_buffer.size() == 0
     world.barrier()
+
     # every process sees the servers' models move once the push was applied
     def changed():
         a3c.manual_sync()
@@ -140,7 +149,9 @@ def test_pushed_gradients_reach_every_process():
 
 
 def test_grad_server_must_be_a_pair():
-    with pytest.raises(ValueError, match=r"grad_server must be a pair \(actor_server, critic_server\)"):
+    with pytest.raises(
+        ValueError, match=r"grad_server must be a pair \(actor_server, critic_server\)"
+    ):
         A3C(CategoricalActor(), ValueCritic(), nn.MSELoss(), (None,))
 
 
@@ -168,7 +179,9 @@ class InfiniteLoss(nn.Module):
 
 def _counted(criterion=None, **options):
     servers = (CountingServer(), CountingServer())
-    return A3C(CategoricalActor(4, 2, 8), ValueCritic(4, 8), criterion or nn.MSELoss(), servers, **options), servers
+    return A3C(
+        CategoricalActor(4, 2, 8), ValueCritic(4, 8), criterion or nn.MSELoss(), servers, **options
+    ), servers
 
 
 def _push_counts(servers):
@@ -198,11 +211,14 @@ def test_update_pushes_each_network_once_and_keeps_its_parameters():
         assert any(g.abs().sum() > 0 for g in pushed)
 
 
-@pytest.mark.parametrize(("switches", "counts"), [
-    ({"update_policy": False}, [0, 1]),
-    ({"update_value": False}, [1, 0]),
-    ({"update_policy": False, "update_value": False}, [0, 0]),
-])
+@pytest.mark.parametrize(
+    ("switches", "counts"),
+    [
+        ({"update_policy": False}, [0, 1]),
+        ({"update_value": False}, [1, 0]),
+        ({"update_policy": False, "update_value": False}, [0, 0]),
+    ],
+)
 def test_update_pushes_only_the_networks_it_trains(switches, counts):
     a3c, servers = _counted(update_times=3)
     a3c.store_episode(_episode())
@@ -231,8 +247,15 @@ def _learn_cartpole(rank, max_episodes, threshold):
     torch.manual_seed(0)
     servers = grad_server_helper([CategoricalActor, ValueCritic], learning_rate=0.003)
     torch.manual_seed(rank)
-    a3c = A3C(CategoricalActor(), ValueCritic(), nn.MSELoss(), servers, batch_size=1000, update_times=1,
-              gae_lambda=0.95)
+    a3c = A3C(
+        CategoricalActor(),
+        ValueCritic(),
+        nn.MSELoss(),
+        servers,
+        batch_size=1000,
+        update_times=1,
+        gae_lambda=0.95,
+    )
     a3c.set_sync(False)
 
     def before_episode(episode):
@@ -246,8 +269,15 @@ def _learn_cartpole(rank, max_episodes, threshold):
         a3c.update()
 
     env = gym.make("CartPole-v0")
-    result = run_episodes(env, lambda state, _: a3c.act(state)[0], episodes=max_episodes, seed=rank * 10000,
-                          before_episode=before_episode, on_episode=on_episode, threshold=threshold)
+    result = run_episodes(
+        env,
+        lambda state, _: a3c.act(state)[0],
+        episodes=max_episodes,
+        seed=rank * 10000,
+        before_episode=before_episode,
+        on_episode=on_episode,
+        threshold=threshold,
+    )
     env.close()
     reached = None
     if result.solved_episode is not None:
@@ -265,6 +295,8 @@ def test_a3c_learns_cartpole_with_three_processes(run_on):
     reached = [r for r in results if r is not None]
     for rank, result in enumerate(results):
         if result is not None:
-            print(f"A3C process {rank} reached a smoothed return of 150 on CartPole-v0 at episode "
-                  f"{result[0]} ({result[1]:.1f} s)")
+            print(
+                f"A3C process {rank} reached a smoothed return of 150 on CartPole-v0 at episode "
+                f"{result[0]} ({result[1]:.1f} s)"
+            )
     assert reached, "no A3C process reached a smoothed return of 150 within 400 episodes"

@@ -38,22 +38,52 @@ def _flat(net):
 
 def _dqn(group, servers):
     torch.manual_seed(0)
-    return DQNApex(QNet(4, 2, 8), QNet(4, 2, 8), torch.optim.Adam, nn.MSELoss(reduction="none"),
-                   group, servers, batch_size=8, replay_size=50), "qnet", 4
+    return (
+        DQNApex(
+            QNet(4, 2, 8),
+            QNet(4, 2, 8),
+            torch.optim.Adam,
+            nn.MSELoss(reduction="none"),
+            group,
+            servers,
+            batch_size=8,
+            replay_size=50,
+        ),
+        "qnet",
+        4,
+    )
 
 
 def _ddpg(group, servers):
     torch.manual_seed(0)
-    return DDPGApex(Actor(hidden=8), Actor(hidden=8), Critic(hidden=8), Critic(hidden=8), torch.optim.Adam,
-                    nn.MSELoss(reduction="none"), group, servers, batch_size=8, replay_size=50), "actor", 3
+    return (
+        DDPGApex(
+            Actor(hidden=8),
+            Actor(hidden=8),
+            Critic(hidden=8),
+            Critic(hidden=8),
+            torch.optim.Adam,
+            nn.MSELoss(reduction="none"),
+            group,
+            servers,
+            batch_size=8,
+            replay_size=50,
+        ),
+        "actor",
+        3,
+    )
 
 
 def _transition(rank, i, state_dim, discrete):
     generator = torch.Generator().manual_seed(rank * 100 + i)
     action = torch.tensor([[i % 2]]) if discrete else torch.rand(1, 1, generator=generator)
-    return {"state": {"state": torch.randn(1, state_dim, generator=generator)}, "action": {"action": action},
-            "next_state": {"state": torch.randn(1, state_dim, generator=generator)},
-            "reward": float(i), "terminal": i == STORED - 1}
+    return {
+        "state": {"state": torch.randn(1, state_dim, generator=generator)},
+        "action": {"action": action},
+        "next_state": {"state": torch.randn(1, state_dim, generator=generator)},
+        "reward": float(i),
+        "terminal": i == STORED - 1,
+    }
 
 
 def _act(agent, state_dim):
@@ -73,18 +103,26 @@ def _apex_flow(rank, build):
     group.barrier()
     if rank != LEARNER:
         agent.set_sync(False)
-        agent.store_episode([_transition(rank, i, state_dim, isinstance(agent, DQNApex)) for i in range(STORED)])
+        agent.store_episode(
+            [_transition(rank, i, state_dim, isinstance(agent, DQNApex)) for i in range(STORED)]
+        )
     group.barrier()
     result = {"all_size": agent.replay_buffer.all_size(), "local_size": agent.replay_buffer.size()}
     if rank == LEARNER:
         sent = []
         original = agent.replay_buffer.update_priority
-        agent.replay_buffer.update_priority = lambda p, i: (sent.append((p.copy(), i)), original(p, i))[1]
+        agent.replay_buffer.update_priority = lambda p, i: (
+            sent.append((p.copy(), i)),
+            original(p, i),
+        )[1]
         assert agent.update() is not None
         priorities, indexes = sent[0]
         offset, result["sent"] = 0, {}
         for member, (index, _) in indexes.items():
-            result["sent"][member] = (index.tolist(), priorities[offset : offset + len(index)].tolist())
+            result["sent"][member] = (
+                index.tolist(),
+                priorities[offset : offset + len(index)].tolist(),
+            )
             offset += len(index)
         result["model"] = _flat(getattr(agent, shared))
         agent.flush()  # the priorities and the push travel without waiting: wait for them here
@@ -118,7 +156,9 @@ def test_priorities_reach_the_sample_owners_and_samplers_pull_the_model(build):
     assert set(sent) <= {"0", "1"} and sum(len(i) for i, _ in sent.values()) == 8
     for member, (index, priorities) in sent.items():
         weights = np.array(results[int(member)]["weights"])
-        expected = {i: (abs(p) + 1e-2) ** 0.6 for i, p in zip(index, priorities)}  # the last update wins
+        expected = {
+            i: (abs(p) + 1e-2) ** 0.6 for i, p in zip(index, priorities)
+        }  # the last update wins
         for i, w in expected.items():
             assert weights[i] == pytest.approx(w)
         untouched = [w for i, w in enumerate(weights) if i not in expected]
@@ -135,8 +175,12 @@ def _ddp_learners(rank, algorithm):
     if algorithm == "dqn":
         nets, shared, state_dim = {"qnet": QNet(4, 2, 8), "qnet_target": QNet(4, 2, 8)}, "qnet", 4
     else:  # the actor's loss runs through the critic, and both are wrapped
-        nets = {"actor": Actor(hidden=8), "actor_target": Actor(hidden=8), "critic": Critic(hidden=8),
-                "critic_target": Critic(hidden=8)}
+        nets = {
+            "actor": Actor(hidden=8),
+            "actor_target": Actor(hidden=8),
+            "critic": Critic(hidden=8),
+            "critic_target": Critic(hidden=8),
+        }
         shared, state_dim = "actor", 3
     initial = _flat(nets[shared])
     if rank >= 2:  # two learners, their online networks wrapped in DistributedDataParallel
@@ -145,8 +189,15 @@ def _ddp_learners(rank, algorithm):
             if name in nets:
                 nets[name] = DistributedDataParallel(nets[name], process_group=learners.group)
     build = DQNApex if algorithm == "dqn" else DDPGApex
-    apex = build(*nets.values(), torch.optim.Adam, nn.MSELoss(reduction="none"), group, servers,
-                 batch_size=8, replay_size=50)
+    apex = build(
+        *nets.values(),
+        torch.optim.Adam,
+        nn.MSELoss(reduction="none"),
+        group,
+        servers,
+        batch_size=8,
+        replay_size=50,
+    )
     # A loss through tensors its step does not train gets a backward pass restricted to the stepped
     # ones (TorchFramework._stepped_parameters), but never where a network is in DistributedDataParallel.
     stepped, other = torch.zeros(1, requires_grad=True), torch.ones(1, requires_grad=True)
@@ -155,7 +206,9 @@ def _ddp_learners(rank, algorithm):
     assert (restricted is None) == (rank >= 2)
     group.barrier()
     if rank < 2:
-        apex.store_episode([_transition(rank, i, state_dim, algorithm == "dqn") for i in range(STORED)])
+        apex.store_episode(
+            [_transition(rank, i, state_dim, algorithm == "dqn") for i in range(STORED)]
+        )
     group.barrier()
     if rank >= 2:
         for _ in range(3):  # every DDP member calls update(), each on its own sampled batch
@@ -190,37 +243,77 @@ def _stop_with_calls_in_flight(rank):
     if rank == 1:
         for _ in range(3):
             assert agent.update() is not None
-        result["before_stop"] = (agent._prefetcher.in_flight, agent._pusher.in_flight,
-                                 agent.replay_buffer.queued_priority_updates > 0)
+        result["before_stop"] = (
+            agent._prefetcher.in_flight,
+            agent._pusher.in_flight,
+            agent.replay_buffer.queued_priority_updates > 0,
+        )
     world.stop()  # runs the learner's flush: it waits for the calls in flight
     if rank == 1:
-        result["after_stop"] = (agent._prefetcher.in_flight, agent._pusher.in_flight,
-                                agent.replay_buffer.queued_priority_updates > 0)
-        result["push_threads"] = [t.name for t in threading.enumerate() if t.name.startswith("dqnapex_push")]
+        result["after_stop"] = (
+            agent._prefetcher.in_flight,
+            agent._pusher.in_flight,
+            agent.replay_buffer.queued_priority_updates > 0,
+        )
+        result["push_threads"] = [
+            t.name for t in threading.enumerate() if t.name.startswith("dqnapex_push")
+        ]
     return result
 
 
 def test_stopping_the_world_with_calls_in_flight_waits_for_them_and_leaves_no_thread():
     _, learner = run_ranks(_stop_with_calls_in_flight, 2, timeout=60)
-    assert learner["before_stop"] == (True, True, True)  # the next batches, the push, the queued priorities
+    assert learner["before_stop"] == (
+        True,
+        True,
+        True,
+    )  # the next batches, the push, the queued priorities
     assert learner["after_stop"] == (False, False, False) and learner["push_threads"] == []
 
 
 def test_model_server_must_hold_an_accessor():
-    with pytest.raises(ValueError, match="model_server of DQNApex must be a tuple whose first element"):
+    with pytest.raises(
+        ValueError, match="model_server of DQNApex must be a tuple whose first element"
+    ):
         DQNApex(QNet(), QNet(), torch.optim.Adam, nn.MSELoss(reduction="none"), None, ())
 
 
-@pytest.mark.parametrize("build", [
-    lambda device: DQNApex(QNet(), QNet(), torch.optim.Adam, nn.MSELoss(reduction="none"), None, (None,),
-                           replay_device=device),
-    lambda device: DDPGApex(Actor(), Actor(), Critic(), Critic(), torch.optim.Adam, nn.MSELoss(reduction="none"),
-                            None, (None,), replay_device=device),
-], ids=["dqn", "ddpg"])
+@pytest.mark.parametrize(
+    "build",
+    [
+        lambda device: DQNApex(
+            QNet(),
+            QNet(),
+            torch.optim.Adam,
+            nn.MSELoss(reduction="none"),
+            None,
+            (None,),
+            replay_device=device,
+        ),
+        lambda device: DDPGApex(
+            Actor(),
+            Actor(),
+            Critic(),
+            Critic(),
+            torch.optim.Adam,
+            nn.MSELoss(reduction="none"),
+            None,
+            (None,),
+            replay_device=device,
+        ),
+    ],
+    ids=["dqn", "ddpg"],
+)
 def test_replay_device_other_than_cpu_is_ignored_with_a_warning(build):
     # the group is None here, so construction fails after the check (on the buffer)
-    with pytest.warns(UserWarning, match=r"Apex ignores replay_device='cuda:0': its distributed buffer always "
-                                         r"stores transitions on the CPU"), pytest.raises(AttributeError):
+    with (
+        pytest.warns(
+            UserWarning,
+            match=r"Apex ignores replay_device='cuda:0': its distributed buffer always "
+            r"stores transitions on the CPU",
+        ),
+        pytest.raises(AttributeError),
+    ):
         build("cuda:0")
 
 
@@ -274,7 +367,9 @@ def _sampler_killed_mid_run(rank, updates_after, episodes_after, got_pid, killed
 
 def test_learner_and_surviving_sampler_keep_training_after_a_sampler_is_killed():
     events = [rank_context().Event() for _ in range(3)]
-    results = run_ranks(_sampler_killed_mid_run, 3, args=(30, 5, *events), timeout=90, allow_exit=[1])
+    results = run_ranks(
+        _sampler_killed_mid_run, 3, args=(30, 5, *events), timeout=90, allow_exit=[1]
+    )
     assert isinstance(results[1], Exited) and results[1].exitcode == -signal.SIGKILL
     assert results[0] >= 5
     losses, all_size = results[LEARNER]
@@ -284,20 +379,44 @@ def test_learner_and_surviving_sampler_keep_training_after_a_sampler_is_killed()
 
 
 def _build_dqn_learner(group, servers):
-    return DQNApex(QNet(), QNet(), torch.optim.Adam, nn.MSELoss(reduction="none"), group, servers,
-                   batch_size=64, epsilon_decay=0.999, update_rate=0.01, replay_size=20000)
+    return DQNApex(
+        QNet(),
+        QNet(),
+        torch.optim.Adam,
+        nn.MSELoss(reduction="none"),
+        group,
+        servers,
+        batch_size=64,
+        epsilon_decay=0.999,
+        update_rate=0.01,
+        replay_size=20000,
+    )
 
 
 def _build_ddpg_learner(group, servers):
-    return DDPGApex(Actor(hidden=32), Actor(hidden=32), Critic(hidden=32), Critic(hidden=32), torch.optim.Adam,
-                    nn.MSELoss(reduction="none"), group, servers, batch_size=256, learning_rate=2e-3,
-                    discount=0.98, update_rate=0.02, replay_size=20000)
+    return DDPGApex(
+        Actor(hidden=32),
+        Actor(hidden=32),
+        Critic(hidden=32),
+        Critic(hidden=32),
+        torch.optim.Adam,
+        nn.MSELoss(reduction="none"),
+        group,
+        servers,
+        batch_size=256,
+        learning_rate=2e-3,
+        discount=0.98,
+        update_rate=0.02,
+        replay_size=20000,
+    )
 
 
 def _explore(apex, state):
     if isinstance(apex, DQNApex):
         return apex.act_discrete_with_noise({"state": state})
-    return apex.act_with_noise({"state": state}, noise_param=(0.0, 0.2), mode="normal").clamp(-2.0, 2.0)
+    return apex.act_with_noise({"state": state}, noise_param=(0.0, 0.2), mode="normal").clamp(
+        -2.0, 2.0
+    )
 
 
 def _apex_learns(rank, build, env_name, max_episodes, threshold, warmup=500):
@@ -331,12 +450,24 @@ def _apex_learns(rank, build, env_name, max_episodes, threshold, warmup=500):
             while not done:
                 action = _explore(apex, state)
                 obs, reward, terminated, truncated, _ = env.step(
-                    action.item() if isinstance(apex, DQNApex) else action.numpy().reshape(-1))
+                    action.item() if isinstance(apex, DQNApex) else action.numpy().reshape(-1)
+                )
                 next_state = torch.tensor(obs, dtype=torch.float32).view(1, -1)
-                apex.store_transition({"state": {"state": state}, "action": {"action": action},
-                                       "next_state": {"state": next_state}, "reward": float(reward),
-                                       "terminal": terminated})
-                state, total, done, steps = next_state, total + reward, terminated or truncated, steps + 1
+                apex.store_transition(
+                    {
+                        "state": {"state": state},
+                        "action": {"action": action},
+                        "next_state": {"state": next_state},
+                        "reward": float(reward),
+                        "terminal": terminated,
+                    }
+                )
+                state, total, done, steps = (
+                    next_state,
+                    total + reward,
+                    terminated or truncated,
+                    steps + 1,
+                )
             smoothed = total if smoothed is None else 0.9 * smoothed + 0.1 * total
             if smoothed > threshold:
                 reached = (episode, time.time() - start, time.process_time() - cpu_start)
@@ -354,8 +485,10 @@ def _apex_learns(rank, build, env_name, max_episodes, threshold, warmup=500):
 def _report(name, env_name, threshold, results):
     for rank, result in enumerate(results):
         if result is not None:
-            print(f"{name} sampler {rank} reached a smoothed return of {threshold} on {env_name} at episode "
-                  f"{result[0]} ({result[1]:.1f} s wall, {result[2]:.1f} s CPU in that sampler)")
+            print(
+                f"{name} sampler {rank} reached a smoothed return of {threshold} on {env_name} at episode "
+                f"{result[0]} ({result[1]:.1f} s wall, {result[2]:.1f} s CPU in that sampler)"
+            )
     solved = [r for r in results if r is not None]
     assert solved, f"no {name} sampler reached a smoothed return of {threshold}"
     return solved
@@ -363,15 +496,18 @@ def _report(name, env_name, threshold, results):
 
 @pytest.mark.learning
 def test_dqn_apex_learns_cartpole_with_two_samplers_and_a_learner(run_on):
-    results = run_on(_apex_learns, 3, args=(_build_dqn_learner, "CartPole-v0", 400, 150.0), timeout=110)
+    results = run_on(
+        _apex_learns, 3, args=(_build_dqn_learner, "CartPole-v0", 400, 150.0), timeout=110
+    )
     assert _report("DQNApex", "CartPole-v0", 150.0, results)
 
 
 @pytest.mark.learning
 def test_ddpg_apex_learns_pendulum_with_two_samplers_and_a_learner(run_on):
-    results = run_on(_apex_learns, 3, args=(_build_ddpg_learner, "Pendulum-v1", 100, -400.0), timeout=180)
+    results = run_on(
+        _apex_learns, 3, args=(_build_ddpg_learner, "Pendulum-v1", 100, -400.0), timeout=180
+    )
     assert _report("DDPGApex", "Pendulum-v1", -400.0, results)
-
 
 
 def _from_roles(rank, replay, learners):
@@ -379,12 +515,22 @@ def _from_roles(rank, replay, learners):
     world = World(rpc_timeout=30)
     roles = Roles.from_world(learners=learners, replay=replay)
     torch.manual_seed(0)
-    apex = DQNApex.from_roles(roles, QNet(4, 2, 8), QNet(4, 2, 8), torch.optim.Adam, nn.MSELoss(reduction="none"),
-                              batch_size=8, replay_size=500)
+    apex = DQNApex.from_roles(
+        roles,
+        QNet(4, 2, 8),
+        QNet(4, 2, 8),
+        torch.optim.Adam,
+        nn.MSELoss(reduction="none"),
+        batch_size=8,
+        replay_size=500,
+    )
     apex.set_sync(False)
     control = RunControl(apex.apex_group, roles, learner_group=apex.learner_group)
-    result = {"holders": apex.replay_buffer._holders(), "buffer": type(apex.replay_buffer).__name__,
-              "ddp": isinstance(apex.qnet, DistributedDataParallel)}
+    result = {
+        "holders": apex.replay_buffer._holders(),
+        "buffer": type(apex.replay_buffer).__name__,
+        "ddp": isinstance(apex.qnet, DistributedDataParallel),
+    }
     if roles.is_learner:
         updates, started = 0, False
         while not control.learner_should_stop():
@@ -402,7 +548,9 @@ def _from_roles(rank, replay, learners):
     else:
         episode, status = 0, None
         while status is None or not status.stop:
-            apex.store_episode([_transition(rank, episode * STORED + i, 4, True) for i in range(STORED)])
+            apex.store_episode(
+                [_transition(rank, episode * STORED + i, 4, True) for i in range(STORED)]
+            )
             episode += 1
             status = control.report(steps=STORED, episodes=1)
         apex.apex_group.barrier()  # the learners have flushed their last push
@@ -426,7 +574,8 @@ def test_from_roles_can_put_the_replay_on_the_learner():
     assert all(r["holders"] == ["0"] for r in results)
     assert results[0]["sampled_from"].keys() == {"0"} and results[0]["local_size"] > 0
     assert [r["buffer"] for r in results[1:]] == ["ForwardedReplay"] * 3 and all(
-        r["local_size"] == 0 for r in results[1:])
+        r["local_size"] == 0 for r in results[1:]
+    )
 
 
 def test_from_roles_trains_several_learners_with_ddp_and_samplers_pull_their_network():
@@ -437,5 +586,8 @@ def test_from_roles_trains_several_learners_with_ddp_and_samplers_pull_their_net
 
 
 def test_from_roles_names_a_roles_object_it_needs():
-    with pytest.raises(TypeError, match=r"roles must be a machin.parallel.distributed.roles.Roles .*got 3 of type int"):
+    with pytest.raises(
+        TypeError,
+        match=r"roles must be a machin.parallel.distributed.roles.Roles .*got 3 of type int",
+    ):
         DQNApex.from_roles(3, QNet(), QNet(), torch.optim.Adam, nn.MSELoss(reduction="none"))

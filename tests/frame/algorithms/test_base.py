@@ -65,7 +65,11 @@ def test_save_writes_one_file_per_restorable_network(tmp_path):
 
 def test_save_with_version_and_network_map(tmp_path):
     Tiny().save(str(tmp_path), network_map={"net_a": "first"}, version=1000)
-    assert sorted(os.listdir(tmp_path)) == ["first_1000.manifest.json", "first_1000.pt", "net_b_1000.pt"]
+    assert sorted(os.listdir(tmp_path)) == [
+        "first_1000.manifest.json",
+        "first_1000.pt",
+        "net_b_1000.pt",
+    ]
 
 
 def test_save_creates_the_directory_and_writes_state_dicts(tmp_path):
@@ -88,7 +92,10 @@ def test_save_rejects_a_bad_version(tmp_path):
 
 
 def test_network_map_with_unknown_name_is_ignored_with_a_warning(tmp_path):
-    with pytest.warns(UserWarning, match=r"network_map names \['net_c'\], which Tiny does not save; they are ignored"):
+    with pytest.warns(
+        UserWarning,
+        match=r"network_map names \['net_c'\], which Tiny does not save; they are ignored",
+    ):
         Tiny().save(str(tmp_path), network_map={"net_c": "c"})
     assert sorted(os.listdir(tmp_path)) == ["net_a_0.manifest.json", "net_a_0.pt", "net_b_0.pt"]
     with pytest.warns(UserWarning, match=r"restorable networks are \['net_a'\]"):
@@ -300,7 +307,9 @@ def test_a_step_computes_gradients_only_for_what_it_steps():
     x = torch.randn(5, 3)
     grads = {}
     for algo in (lean, full):
-        algo.net_a.weight.register_hook(lambda grad, algo=algo: grads.setdefault(id(algo), grad.clone()))
+        algo.net_a.weight.register_hook(
+            lambda grad, algo=algo: grads.setdefault(id(algo), grad.clone())
+        )
         algo._optimize(algo.net_b(algo.net_a(x)).pow(2).sum(), algo.opt_a, algo.net_a)
     assert lean.net_b.weight.grad is None and lean.net_b.bias.grad is None
     assert full.net_b.weight.grad is not None

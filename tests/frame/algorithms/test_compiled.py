@@ -67,7 +67,9 @@ class GaussianActor(nn.Module):
         mu, log_std = self.net(state).chunk(2, dim=1)
         dist = Normal(mu, log_std.clamp(-5, 1).exp())
         raw = dist.rsample()
-        return torch.tanh(raw), (dist.log_prob(raw) - torch.log(1 - torch.tanh(raw) ** 2 + 1e-6)).sum(1, keepdim=True)
+        return torch.tanh(raw), (
+            dist.log_prob(raw) - torch.log(1 - torch.tanh(raw) ** 2 + 1e-6)
+        ).sum(1, keepdim=True)
 
 
 class CategoricalActor(nn.Module):
@@ -99,34 +101,76 @@ def dqn(mode="double", cls=DQN, **kw):
 
 def ddpg(cls=DDPG):
     actor, critic = Actor(), Critic()
-    return cls(actor, copy.deepcopy(actor), critic, copy.deepcopy(critic), torch.optim.Adam,
-               nn.MSELoss(reduction="sum"), batch_size=16, gradient_max=1.0)
+    return cls(
+        actor,
+        copy.deepcopy(actor),
+        critic,
+        copy.deepcopy(critic),
+        torch.optim.Adam,
+        nn.MSELoss(reduction="sum"),
+        batch_size=16,
+        gradient_max=1.0,
+    )
 
 
 def td3():
     actor, critic, critic2 = Actor(), Critic(), Critic()
-    return TD3(actor, copy.deepcopy(actor), critic, copy.deepcopy(critic), critic2, copy.deepcopy(critic2),
-               torch.optim.Adam, nn.MSELoss(reduction="sum"), batch_size=16)
+    return TD3(
+        actor,
+        copy.deepcopy(actor),
+        critic,
+        copy.deepcopy(critic),
+        critic2,
+        copy.deepcopy(critic2),
+        torch.optim.Adam,
+        nn.MSELoss(reduction="sum"),
+        batch_size=16,
+    )
 
 
 def sac():
     critic, critic2 = Critic(), Critic()
-    return SAC(GaussianActor(), critic, copy.deepcopy(critic), critic2, copy.deepcopy(critic2), torch.optim.Adam,
-               nn.MSELoss(reduction="sum"), batch_size=16)
+    return SAC(
+        GaussianActor(),
+        critic,
+        copy.deepcopy(critic),
+        critic2,
+        copy.deepcopy(critic2),
+        torch.optim.Adam,
+        nn.MSELoss(reduction="sum"),
+        batch_size=16,
+    )
 
 
 def a2c(cls=A2C, **kw):
-    return cls(CategoricalActor(), ValueCritic(), torch.optim.Adam, nn.MSELoss(reduction="sum"), batch_size=16,
-               actor_update_times=2, critic_update_times=2, entropy_weight=-0.01, **kw)
+    return cls(
+        CategoricalActor(),
+        ValueCritic(),
+        torch.optim.Adam,
+        nn.MSELoss(reduction="sum"),
+        batch_size=16,
+        actor_update_times=2,
+        critic_update_times=2,
+        entropy_weight=-0.01,
+        **kw,
+    )
 
 
 def transitions(count, discrete, seed=1):
     g = torch.Generator().manual_seed(seed)
     for i in range(count):
-        action = torch.randint(2, (1, 1), generator=g) if discrete else torch.rand(1, A, generator=g) * 2 - 1
-        yield Transition(state={"state": torch.randn(1, S, generator=g)}, action={"action": action},
-                         next_state={"state": torch.randn(1, S, generator=g)},
-                         reward=float(torch.randn((), generator=g)), terminal=i % 9 == 8)
+        action = (
+            torch.randint(2, (1, 1), generator=g)
+            if discrete
+            else torch.rand(1, A, generator=g) * 2 - 1
+        )
+        yield Transition(
+            state={"state": torch.randn(1, S, generator=g)},
+            action={"action": action},
+            next_state={"state": torch.randn(1, S, generator=g)},
+            reward=float(torch.randn((), generator=g)),
+            terminal=i % 9 == 8,
+        )
 
 
 def fill(framework, count, seed=1):
@@ -157,7 +201,9 @@ def train(framework, updates, compiled, graphs_after=None, **options):
         if i == graphs_after:
             counts.append(graphs())
         if isinstance(framework, A2C):
-            fill(framework, ROLLOUTS[i % len(ROLLOUTS)] if isinstance(framework, PPO) else 24, seed=i)
+            fill(
+                framework, ROLLOUTS[i % len(ROLLOUTS)] if isinstance(framework, PPO) else 24, seed=i
+            )
         results.append(framework.update())
     counts.append(graphs())
     return (results, counts) if graphs_after is not None else results
@@ -197,12 +243,16 @@ CASES = {
 @pytest.mark.parametrize("name", list(CASES))
 def test_compiled_updates_equal_eager_ones_and_compile_once(name):
     eager, compiled = twins(CASES[name])
-    initial = {key: [p.detach().clone() for p in net.parameters()] for key, net in networks(eager).items()}
+    initial = {
+        key: [p.detach().clone() for p in net.parameters()] for key, net in networks(eager).items()
+    }
     if not isinstance(eager, A2C):
         fill(eager, 64)
         fill(compiled, 64)
     with warnings.catch_warnings():
-        warnings.simplefilter("error", CompileFallbackWarning)  # everything compiled, nothing fell back
+        warnings.simplefilter(
+            "error", CompileFallbackWarning
+        )  # everything compiled, nothing fell back
         expected = train(eager, 50, compiled=False)
         got, (warm, last) = train(compiled, 50, compiled=True, graphs_after=10)
     assert compiled._compiled_steps is not None and compiled._compiled_steps.disabled is None
@@ -214,32 +264,50 @@ def test_compiled_updates_equal_eager_ones_and_compile_once(name):
     # eager steps run torch's fused Adam; compile() gave the plain step to inductor instead
     assert all(group["fused"] for o in eager._optimizers() for group in o.param_groups)
     assert not any(group["fused"] for o in compiled._optimizers() for group in o.param_groups)
-    np.testing.assert_allclose(np.array(got, dtype=float), np.array(expected, dtype=float), rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(
+        np.array(got, dtype=float), np.array(expected, dtype=float), rtol=1e-4, atol=1e-5
+    )
     for key, network in networks(eager).items():
-        for (param_name, want), have in zip(network.named_parameters(), networks(compiled)[key].parameters()):
-            assert torch.allclose(have, want, rtol=1e-4, atol=1e-5), f"{name}: {key}.{param_name} differs"
+        for (param_name, want), have in zip(
+            network.named_parameters(), networks(compiled)[key].parameters()
+        ):
+            assert torch.allclose(have, want, rtol=1e-4, atol=1e-5), (
+                f"{name}: {key}.{param_name} differs"
+            )
     # the networks learned: the comparison is not between two untouched copies
-    assert any(not torch.equal(p, q) for key, net in networks(eager).items()
-               for p, q in zip(net.parameters(), initial[key]))
+    assert any(
+        not torch.equal(p, q)
+        for key, net in networks(eager).items()
+        for p, q in zip(net.parameters(), initial[key])
+    )
 
 
-@pytest.mark.parametrize("name, loss_steps", [
-    ("DQN-double", {"DQN._td_loss"}),
-    ("DDPG", {"DDPG._critic_losses", "DDPG._actor_loss"}),
-    ("TD3", {"TD3._critic_losses", "TD3._actor_loss"}),
-    ("SAC", {"SAC._critic_losses", "SAC._actor_and_alpha_losses"}),
-])
-def test_the_bellman_target_is_traced_into_the_critic_step_and_target_updates_stay_eager(name, loss_steps):
+@pytest.mark.parametrize(
+    "name, loss_steps",
+    [
+        ("DQN-double", {"DQN._td_loss"}),
+        ("DDPG", {"DDPG._critic_losses", "DDPG._actor_loss"}),
+        ("TD3", {"TD3._critic_losses", "TD3._actor_loss"}),
+        ("SAC", {"SAC._critic_losses", "SAC._actor_and_alpha_losses"}),
+    ],
+)
+def test_the_bellman_target_is_traced_into_the_critic_step_and_target_updates_stay_eager(
+    name, loss_steps
+):
     # Entering compiled code costs more than a foreach soft update, and a separate call for the
     # Bellman target would cost it once more: an update enters one loss step per loss it trains.
     agent = CASES[name]()
     fill(agent, 64)
     targets = [key for key in agent.get_top() if key.endswith("_target")]
-    before = {key: [p.detach().clone() for p in getattr(agent, key).parameters()] for key in targets}
+    before = {
+        key: [p.detach().clone() for p in getattr(agent, key).parameters()] for key in targets
+    }
     train(agent, 3, compiled=True)
     assert {step.name for step in agent._compiled_steps._steps.values()} == loss_steps
     for key in targets:  # the eager soft updates moved every target network
-        assert all(not torch.equal(p, q) for p, q in zip(getattr(agent, key).parameters(), before[key])), key
+        assert all(
+            not torch.equal(p, q) for p, q in zip(getattr(agent, key).parameters(), before[key])
+        ), key
 
 
 def test_no_recompilation_after_warm_up_with_partial_batches():
@@ -291,7 +359,9 @@ def fallback_twins(build, updates):
 def test_untraceable_network_falls_back_with_one_warning():
     def build():
         q = Untraceable()
-        return DQN(q, copy.deepcopy(q), torch.optim.Adam, nn.MSELoss(reduction="sum"), batch_size=16)
+        return DQN(
+            q, copy.deepcopy(q), torch.optim.Adam, nn.MSELoss(reduction="sum"), batch_size=16
+        )
 
     eager, compiled, expected, got, messages = fallback_twins(build, 20)
     assert len(messages) == 1
@@ -326,7 +396,9 @@ def test_backend_failure_falls_back_to_eager_with_one_warning():
         assert torch.equal(have, want)
 
 
-def test_an_optimizer_step_that_cannot_compile_steps_eagerly_with_the_fused_adam_it_was_built_with(monkeypatch):
+def test_an_optimizer_step_that_cannot_compile_steps_eagerly_with_the_fused_adam_it_was_built_with(
+    monkeypatch,
+):
     from machin.frame.algorithms.compiled import CompiledSteps
 
     real = CompiledSteps._compile
@@ -347,8 +419,13 @@ def test_an_adam_fused_at_the_users_request_stays_fused_and_steps_eagerly():
     import functools
 
     q = QNet()
-    agent = DQN(q, copy.deepcopy(q), functools.partial(torch.optim.Adam, fused=True), nn.MSELoss(reduction="sum"),
-                batch_size=16).compile(backend=BACKEND)
+    agent = DQN(
+        q,
+        copy.deepcopy(q),
+        functools.partial(torch.optim.Adam, fused=True),
+        nn.MSELoss(reduction="sum"),
+        batch_size=16,
+    ).compile(backend=BACKEND)
     fill(agent, 64)
     with pytest.warns(CompileFallbackWarning) as record:
         for _ in range(3):
@@ -372,7 +449,9 @@ def test_a_compiled_update_keeps_its_plain_step_after_loading_an_eager_optimizer
     with warnings.catch_warnings():
         warnings.simplefilter("error", CompileFallbackWarning)
         compiled.update()
-    assert float(compiled.qnet_optim.state[compiled.qnet.net[0].weight]["step"]) == 4  # 3 loaded + 1
+    assert (
+        float(compiled.qnet_optim.state[compiled.qnet.net[0].weight]["step"]) == 4
+    )  # 3 loaded + 1
 
 
 class NeedsHidden(nn.Module):
@@ -411,7 +490,9 @@ def test_non_finite_loss_still_skips_the_step_when_compiled():
         agent.update()
     assert agent.skipped_updates == 1
     assert all(torch.equal(a, b) for a, b in zip(before, agent.qnet.parameters()))
-    assert torch.equal(state["state"][0]["exp_avg"], agent.qnet_optim.state_dict()["state"][0]["exp_avg"])
+    assert torch.equal(
+        state["state"][0]["exp_avg"], agent.qnet_optim.state_dict()["state"][0]["exp_avg"]
+    )
 
 
 def test_compile_keeps_the_networks_and_their_checkpoints(tmp_path):
@@ -426,7 +507,9 @@ def test_compile_keeps_the_networks_and_their_checkpoints(tmp_path):
     agent.update()  # moves the target away from the checkpoint
     agent.load(str(tmp_path))
     assert all(torch.equal(a, b) for a, b in zip(agent.qnet_target.parameters(), saved))
-    assert all(torch.equal(a, b) for a, b in zip(agent.qnet.parameters(), saved))  # _post_load copied it
+    assert all(
+        torch.equal(a, b) for a, b in zip(agent.qnet.parameters(), saved)
+    )  # _post_load copied it
     agent.update()  # the compiled steps still train the loaded networks
     assert not all(torch.equal(a, b) for a, b in zip(agent.qnet.parameters(), saved))
 
@@ -436,15 +519,21 @@ def test_bad_settings_are_refused_at_compile_time():
         dqn().compile(backend="no_such_backend")
 
 
-@pytest.mark.parametrize("options", [None, {"cpp_wrapper": True}], ids=["python-wrapper", "cpp-wrapper"])
+@pytest.mark.parametrize(
+    "options", [None, {"cpp_wrapper": True}], ids=["python-wrapper", "cpp-wrapper"]
+)
 def test_one_small_inductor_compile_matches_eager(options):
-    eager, compiled = twins(lambda: dqn("vanilla"))  # two graphs: the TD loss with its gradients, Adam's step
+    eager, compiled = twins(
+        lambda: dqn("vanilla")
+    )  # two graphs: the TD loss with its gradients, Adam's step
     fill(eager, 64)
     fill(compiled, 64)
     expected = train(eager, 3, compiled=False)
     with warnings.catch_warnings():
         warnings.simplefilter("error", CompileFallbackWarning)
-        compiled.compile(options=options)  # inductor, generated C++ (cpp_wrapper: the calling code too)
+        compiled.compile(
+            options=options
+        )  # inductor, generated C++ (cpp_wrapper: the calling code too)
         got = train(compiled, 3, compiled=False)
     np.testing.assert_allclose(np.array(got), np.array(expected), rtol=1e-4, atol=1e-5)
     for want, have in zip(eager.qnet.parameters(), compiled.qnet.parameters()):
@@ -455,7 +544,9 @@ def test_one_small_inductor_compile_matches_eager(options):
 @pytest.mark.parametrize("name", list(CASES))
 def test_cuda_graphs_on_a_gpu_match_eager_and_compile_once(name):
     # inductor with CUDA graphs (reduce-overhead's), random numbers drawn as eager draws them
-    with torch.device("cuda"):  # networks (and SAC's temperature) built on the GPU; data stored on the CPU
+    with torch.device(
+        "cuda"
+    ):  # networks (and SAC's temperature) built on the GPU; data stored on the CPU
         eager, compiled = twins(CASES[name])
     if isinstance(compiled, SAC):
         assert compiled.log_alpha.is_cuda  # beside the actor
@@ -470,13 +561,17 @@ def test_cuda_graphs_on_a_gpu_match_eager_and_compile_once(name):
         got, (warm, last) = train(compiled, 30, compiled=False, graphs_after=10)
     assert compiled._compiled_steps.disabled is None
     assert last == warm, f"{name}: {last - warm} recompilation(s) in 20 updates after the warm-up"
-    np.testing.assert_allclose(np.array(got, dtype=float), np.array(expected, dtype=float), rtol=1e-3, atol=1e-4)
+    np.testing.assert_allclose(
+        np.array(got, dtype=float), np.array(expected, dtype=float), rtol=1e-3, atol=1e-4
+    )
     for key, network in networks(eager).items():
-        for (param_name, want), have in zip(network.named_parameters(), networks(compiled)[key].parameters()):
+        for (param_name, want), have in zip(
+            network.named_parameters(), networks(compiled)[key].parameters()
+        ):
             assert have.is_cuda
-            assert torch.allclose(have, want, rtol=1e-3, atol=1e-4), f"{name}: {key}.{param_name} differs"
-
-
+            assert torch.allclose(have, want, rtol=1e-3, atol=1e-4), (
+                f"{name}: {key}.{param_name} differs"
+            )
 
 
 def test_a_traced_safe_calls_plan_follows_safe_calls_rules():
@@ -488,7 +583,9 @@ def test_a_traced_safe_calls_plan_follows_safe_calls_rules():
     picks, device = _call_plan(agent.qnet, (("state", "other"),), ())
     assert picks == (("state", 0),) and device == torch.device("cpu")  # where its parameters are
     assert _call_plan(agent.qnet.net[0], (("input",),), ())[0] == (("input", 0),)  # a submodule too
-    assert _call_plan(agent.qnet, (None, ("state",)), ())[0] == (("state", 1),)  # from the second dict
+    assert _call_plan(agent.qnet, (None, ("state",)), ())[0] == (
+        ("state", 1),
+    )  # from the second dict
     with pytest.raises(TypeError, match="misses forward arguments"):
         _call_plan(agent.qnet, (("observation",),), ())
     with pytest.raises(TypeError, match=r"misses forward arguments \['extra'\]"):

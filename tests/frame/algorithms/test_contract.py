@@ -50,12 +50,21 @@ def world_outcomes():
 
     def get(name, contract):
         if not outcomes:
-            jobs = [(cls.__name__, c) for cls in CLASSES if cls in CASES and CASES[cls][0].world
-                    for c in CONTRACTS if applies(c, cls)]
+            jobs = [
+                (cls.__name__, c)
+                for cls in CLASSES
+                if cls in CASES and CASES[cls][0].world
+                for c in CONTRACTS
+                if applies(c, cls)
+            ]
             try:
                 outcomes.update(run_ranks(run_in_world, 1, args=(jobs,), timeout=WORLD_TIMEOUT)[0])
-            except Exception as error:  # the world failed as a whole: every world contract fails with it
-                outcomes.update({job: f"the world of the distributed cases failed:\n{error}" for job in jobs})
+            except (
+                Exception
+            ) as error:  # the world failed as a whole: every world contract fails with it
+                outcomes.update(
+                    {job: f"the world of the distributed cases failed:\n{error}" for job in jobs}
+                )
         return outcomes[(name, contract)]
 
     return get
@@ -64,8 +73,11 @@ def world_outcomes():
 def check(contract, cls, tmp_path, world_outcomes):
     """``None`` when ``cls`` keeps ``contract``, else how it broke it."""
     case = case_for(cls)
-    failure = (world_outcomes(cls.__name__, contract) if case.world
-               else broken(contract, cls, case, str(tmp_path)))
+    failure = (
+        world_outcomes(cls.__name__, contract)
+        if case.world
+        else broken(contract, cls, case, str(tmp_path))
+    )
     return None if failure is None else f"{cls.__name__} broke the {contract} contract:\n{failure}"
 
 
@@ -73,14 +85,21 @@ def test_the_suite_covers_every_exported_algorithm():
     names = {cls.__name__ for cls in CLASSES}
     assert {"DQN", "DDPG", "A2C", "SAC", "MADDPG", "IMPALA", "ARS"} <= names
     assert "TorchFramework" not in names
-    assert set(CASES) <= set(CLASSES), "a contract case names a class machin.frame.algorithms does not export"
+    assert set(CASES) <= set(CLASSES), (
+        "a contract case names a class machin.frame.algorithms does not export"
+    )
 
 
 def test_a_class_without_a_case_fails_naming_the_file_to_add_it_to():
-    new_variant = type("NewVariant", (TorchFramework,), {"__module__": "machin.frame.algorithms.new_variant"})
-    with pytest.raises(AssertionError, match=r"NewVariant has no contract case: add CONTRACT_CASES = "
-                                             r"\{NewVariant: ContractCase\(\.\.\.\)\} to its test file "
-                                             r"tests/frame/algorithms/test_new_variant\.py"):
+    new_variant = type(
+        "NewVariant", (TorchFramework,), {"__module__": "machin.frame.algorithms.new_variant"}
+    )
+    with pytest.raises(
+        AssertionError,
+        match=r"NewVariant has no contract case: add CONTRACT_CASES = "
+        r"\{NewVariant: ContractCase\(\.\.\.\)\} to its test file "
+        r"tests/frame/algorithms/test_new_variant\.py",
+    ):
         case_for(new_variant)
 
 

@@ -35,7 +35,9 @@ CONTRACT_CASES = {
         args=lambda: (Actor(), Actor(), Critic(), Critic(), torch.optim.Adam, nn.MSELoss()),
         options={"batch_size": 8},
         act=lambda agent, state: agent.act(state, use_target=True),
-        explore=lambda agent, state: agent.act_with_noise(state, noise_param=(0.0, 0.5), mode="normal"),
+        explore=lambda agent, state: agent.act_with_noise(
+            state, noise_param=(0.0, 0.5), mode="normal"
+        ),
         state=lambda: {"state": torch.randn(5, STATE_DIM)},
         experience=lambda: [random_transition() for _ in range(16)],
         trains={"update_value": ["critic"], "update_policy": ["actor"]},
@@ -48,8 +50,15 @@ def make_ddpg(actor=None, critic=None, criterion=None, **kwargs) -> DDPG:
     actor = actor or Actor()
     critic = critic or Critic()
     kwargs.setdefault("batch_size", 8)
-    return DDPG(actor, copy.deepcopy(actor), critic, copy.deepcopy(critic), torch.optim.Adam,
-                criterion or nn.MSELoss(), **kwargs)
+    return DDPG(
+        actor,
+        copy.deepcopy(actor),
+        critic,
+        copy.deepcopy(critic),
+        torch.optim.Adam,
+        criterion or nn.MSELoss(),
+        **kwargs,
+    )
 
 
 class RecordingMSE(nn.Module):
@@ -68,13 +77,27 @@ class RecordingMSE(nn.Module):
 def linear_ddpg(w=0.5, u=1.0, v=2.0, discount=0.5, **kwargs) -> DDPG:
     actor, critic = LinearActor(w), LinearCritic(u, v)
     kwargs.setdefault("criterion", RecordingMSE())
-    return DDPG(actor, LinearActor(0.0), critic, LinearCritic(0.0, 0.0), torch.optim.SGD,
-                kwargs.pop("criterion"), batch_size=1, discount=discount, **kwargs)
+    return DDPG(
+        actor,
+        LinearActor(0.0),
+        critic,
+        LinearCritic(0.0, 0.0),
+        torch.optim.SGD,
+        kwargs.pop("criterion"),
+        batch_size=1,
+        discount=discount,
+        **kwargs,
+    )
 
 
 def scalar_transition(s, a, s2, r, terminal) -> Transition:
-    return Transition(state={"state": torch.tensor([[s]])}, action={"action": torch.tensor([[a]])},
-                      next_state={"state": torch.tensor([[s2]])}, reward=r, terminal=terminal)
+    return Transition(
+        state={"state": torch.tensor([[s]])},
+        action={"action": torch.tensor([[a]])},
+        next_state={"state": torch.tensor([[s2]])},
+        reward=r,
+        terminal=terminal,
+    )
 
 
 STATE = {"state": torch.randn(5, STATE_DIM)}
@@ -94,9 +117,13 @@ def test_targets_are_hard_copied_at_construction():
 
 @pytest.mark.parametrize(
     "option, value, message",
-    [("update_rate", 0.0, "update_rate must be in"), ("update_rate", 1.5, "update_rate must be in"),
-     ("discount", -0.1, "discount must be in"), ("batch_size", 0, "batch_size must be a positive integer"),
-     ("actor_learning_rate", 0, "actor_learning_rate must be positive")],
+    [
+        ("update_rate", 0.0, "update_rate must be in"),
+        ("update_rate", 1.5, "update_rate must be in"),
+        ("discount", -0.1, "discount must be in"),
+        ("batch_size", 0, "batch_size must be a positive integer"),
+        ("actor_learning_rate", 0, "actor_learning_rate must be positive"),
+    ],
 )
 def test_bad_options_raise(option, value, message):
     with pytest.raises(ValueError, match=message):
@@ -171,16 +198,21 @@ def test_ou_noise_takes_a_dict():
 
 
 def test_unknown_noise_mode_raises():
-    with pytest.raises(ValueError, match=r"Unknown noise type: 'gauss'; mode must be one of \['uniform', 'normal', 'clipped_normal', 'ou'\]"):
+    with pytest.raises(
+        ValueError,
+        match=r"Unknown noise type: 'gauss'; mode must be one of \['uniform', 'normal', 'clipped_normal', 'ou'\]",
+    ):
         make_ddpg().act_with_noise(STATE, mode="gauss")
 
 
 @pytest.mark.parametrize(
     "mode, param, expected",
-    [("clipped_normal", (0.0, 1.0), "clip_min, clip_max"),
-     ("uniform", (0.0,), "uniform_min, uniform_max"),
-     ("normal", "wide", "normal_mean, normal_sigma"),
-     ("ou", (0.0, 1.0), "dict")],
+    [
+        ("clipped_normal", (0.0, 1.0), "clip_min, clip_max"),
+        ("uniform", (0.0,), "uniform_min, uniform_max"),
+        ("normal", "wide", "normal_mean, normal_sigma"),
+        ("ou", (0.0, 1.0), "dict"),
+    ],
 )
 def test_wrong_noise_param_form_raises_naming_the_expected_form(mode, param, expected):
     with pytest.raises(ValueError, match=rf"act_with_noise\(mode='{mode}'\).*{expected}"):
@@ -226,8 +258,10 @@ def test_criticize_calls_the_critic_with_state_and_action():
     value = ddpg.criticize(STATE, action)
     assert value.shape == (5, 1)
     assert torch.equal(value, ddpg.critic(STATE["state"], action["action"]))
-    assert torch.equal(ddpg.criticize(STATE, action, use_target=True),
-                       ddpg.critic_target(STATE["state"], action["action"]))
+    assert torch.equal(
+        ddpg.criticize(STATE, action, use_target=True),
+        ddpg.critic_target(STATE["state"], action["action"]),
+    )
 
 
 def test_action_transform_function_feeds_the_critic_action_argument():
@@ -293,8 +327,16 @@ def test_n_step_transitions_bootstrap_with_discount_to_the_steps():
     # a transition rewritten by returns.n_step_episode carries ``steps``: y = r + 0.5 ** 2 * 4 = 2
     ddpg = linear_ddpg()
     t = scalar_transition(1.0, 0.25, 2.0, 1.0, False)
-    ddpg.store_transition(Transition(state=t.state, action=t.action, next_state=t.next_state,
-                                     reward=1.0, terminal=False, steps=2))
+    ddpg.store_transition(
+        Transition(
+            state=t.state,
+            action=t.action,
+            next_state=t.next_state,
+            reward=1.0,
+            terminal=False,
+            steps=2,
+        )
+    )
     ddpg.update(update_value=False, update_policy=False, update_target=False)
     assert torch.allclose(ddpg.criterion.calls[-1][0], torch.tensor([[2.0]]))
 
@@ -311,9 +353,11 @@ def test_targets_move_by_tau():
     fill(ddpg)
     actor_target, critic_target = parameters(ddpg.actor_target), parameters(ddpg.critic_target)
     ddpg.update()
-    for old, new, online in zip(actor_target + critic_target,
-                                parameters(ddpg.actor_target) + parameters(ddpg.critic_target),
-                                parameters(ddpg.actor) + parameters(ddpg.critic)):
+    for old, new, online in zip(
+        actor_target + critic_target,
+        parameters(ddpg.actor_target) + parameters(ddpg.critic_target),
+        parameters(ddpg.actor) + parameters(ddpg.critic),
+    ):
         assert torch.allclose(new, 0.9 * old + 0.1 * online, atol=1e-7)
 
 
@@ -324,15 +368,27 @@ def test_critic_with_a_wrong_output_shape_raises():
 
     ddpg = make_ddpg(critic=WideCritic())
     fill(ddpg)
-    with pytest.raises(ValueError, match=r"critic_target output must hold one value per sample, shape \[8\] or \[8, 1\], got \[8, 2\]"):
+    with pytest.raises(
+        ValueError,
+        match=r"critic_target output must hold one value per sample, shape \[8\] or \[8, 1\], got \[8, 2\]",
+    ):
         ddpg.update()
 
 
 def test_gradient_max_bounds_the_step():
     torch.manual_seed(0)
     actor, critic = Actor(), Critic()
-    ddpg = DDPG(actor, copy.deepcopy(actor), critic, copy.deepcopy(critic), torch.optim.SGD,
-                nn.MSELoss(), batch_size=8, critic_learning_rate=1.0, gradient_max=1e-3)
+    ddpg = DDPG(
+        actor,
+        copy.deepcopy(actor),
+        critic,
+        copy.deepcopy(critic),
+        torch.optim.SGD,
+        nn.MSELoss(),
+        batch_size=8,
+        critic_learning_rate=1.0,
+        gradient_max=1e-3,
+    )
     fill(ddpg)
     before = torch.cat([p.view(-1) for p in parameters(ddpg.critic)])
     ddpg.update(update_policy=False)
@@ -351,8 +407,10 @@ def test_same_seed_gives_the_same_numbers():
 
 
 def test_lr_schedulers_step_both_optimizers():
-    halve = (lambda epoch: 0.5 ** epoch,)
-    ddpg = make_ddpg(lr_scheduler=torch.optim.lr_scheduler.LambdaLR, lr_scheduler_args=(halve, halve))
+    halve = (lambda epoch: 0.5**epoch,)
+    ddpg = make_ddpg(
+        lr_scheduler=torch.optim.lr_scheduler.LambdaLR, lr_scheduler_args=(halve, halve)
+    )
     fill(ddpg)
     ddpg.update()
     ddpg.update_lr_scheduler()
@@ -362,7 +420,9 @@ def test_lr_schedulers_step_both_optimizers():
 
 def test_lr_scheduler_args_need_one_entry_per_optimizer():
     with pytest.raises(ValueError, match=r"one tuple of arguments per optimizer \(2 here\)"):
-        make_ddpg(lr_scheduler=torch.optim.lr_scheduler.LambdaLR, lr_scheduler_args=((lambda e: 1.0,),))
+        make_ddpg(
+            lr_scheduler=torch.optim.lr_scheduler.LambdaLR, lr_scheduler_args=((lambda e: 1.0,),)
+        )
 
 
 # -- learning -----------------------------------------------------------------------------
@@ -370,20 +430,47 @@ def test_lr_scheduler_args_need_one_entry_per_optimizer():
 def test_ddpg_learns_pendulum():
     torch.manual_seed(0)
     actor, actor_target, critic, critic_target = pendulum_nets(hidden=64)
-    ddpg = DDPG(actor, actor_target, critic, critic_target, torch.optim.Adam, nn.MSELoss(),
-                batch_size=64, update_rate=0.005, actor_learning_rate=1e-3, critic_learning_rate=1e-3)
-    result = train(ddpg, lambda: gym.make("Pendulum-v1"), seed=0, episodes=60, solved_reward=-400,
-                   warmup_steps=500, act_kwargs={"noise_param": (0.0, 0.2), "mode": "normal"})
-    print(f"DDPG Pendulum: smoothed return above -400 at episode {result.solved_episode} ({result.steps} steps)")
-    assert result.solved_episode is not None, "DDPG did not reach a smoothed return of -400 within 60 episodes"
+    ddpg = DDPG(
+        actor,
+        actor_target,
+        critic,
+        critic_target,
+        torch.optim.Adam,
+        nn.MSELoss(),
+        batch_size=64,
+        update_rate=0.005,
+        actor_learning_rate=1e-3,
+        critic_learning_rate=1e-3,
+    )
+    result = train(
+        ddpg,
+        lambda: gym.make("Pendulum-v1"),
+        seed=0,
+        episodes=60,
+        solved_reward=-400,
+        warmup_steps=500,
+        act_kwargs={"noise_param": (0.0, 0.2), "mode": "normal"},
+    )
+    print(
+        f"DDPG Pendulum: smoothed return above -400 at episode {result.solved_episode} ({result.steps} steps)"
+    )
+    assert result.solved_episode is not None, (
+        "DDPG did not reach a smoothed return of -400 within 60 episodes"
+    )
 
 
 def test_n_step_episodes_bootstrap_with_discount_to_the_power_of_steps():
     from machin.frame.algorithms.returns import n_step_episode
 
     torch.manual_seed(0)
-    ddpg = DDPG(*pendulum_nets(), torch.optim.Adam, nn.MSELoss(reduction="sum"), batch_size=4, discount=0.5,
-                n_step=3)
+    ddpg = DDPG(
+        *pendulum_nets(),
+        torch.optim.Adam,
+        nn.MSELoss(reduction="sum"),
+        batch_size=4,
+        discount=0.5,
+        n_step=3,
+    )
     episode = [random_transition(reward=1.0) for _ in range(4)]
     with pytest.raises(RuntimeError, match="store_episode"):
         ddpg.store_transition(episode[0])
@@ -395,7 +482,7 @@ def test_n_step_episodes_bootstrap_with_discount_to_the_power_of_steps():
     with torch.no_grad():
         next_action = ddpg.action_transform_function(ddpg.actor_target(batch.next_state["state"]))
         next_value = ddpg.critic_target(batch.next_state["state"], next_action["action"])
-    expected = batch.reward + 0.5 ** steps * (1 - batch.terminal) * next_value
+    expected = batch.reward + 0.5**steps * (1 - batch.terminal) * next_value
     assert torch.allclose(ddpg._bellman_target(batch), expected, atol=1e-6)
     with pytest.raises(ValueError, match="n_step must be a positive integer"):
         DDPG(*pendulum_nets(), torch.optim.Adam, nn.MSELoss(), n_step=0)

@@ -30,10 +30,19 @@ from .nets import (
 
 CONTRACT_CASES = {
     DDPGPer: ContractCase(
-        args=lambda: (Actor(), Actor(), Critic(), Critic(), torch.optim.Adam, nn.MSELoss(reduction="none")),
+        args=lambda: (
+            Actor(),
+            Actor(),
+            Critic(),
+            Critic(),
+            torch.optim.Adam,
+            nn.MSELoss(reduction="none"),
+        ),
         options={"batch_size": 8},
         act=lambda agent, state: agent.act(state, use_target=True),
-        explore=lambda agent, state: agent.act_with_noise(state, noise_param=(0.0, 0.5), mode="normal"),
+        explore=lambda agent, state: agent.act_with_noise(
+            state, noise_param=(0.0, 0.5), mode="normal"
+        ),
         state=lambda: {"state": torch.randn(5, STATE_DIM)},
         experience=lambda: [random_transition() for _ in range(16)],
         trains={"update_value": ["critic"], "update_policy": ["actor"]},
@@ -45,20 +54,42 @@ def make_per(criterion=None, **kwargs) -> DDPGPer:
     torch.manual_seed(0)
     actor, critic = Actor(), Critic()
     kwargs.setdefault("batch_size", 8)
-    return DDPGPer(actor, copy.deepcopy(actor), critic, copy.deepcopy(critic), torch.optim.Adam,
-                   criterion or nn.MSELoss(reduction="none"), **kwargs)
+    return DDPGPer(
+        actor,
+        copy.deepcopy(actor),
+        critic,
+        copy.deepcopy(critic),
+        torch.optim.Adam,
+        criterion or nn.MSELoss(reduction="none"),
+        **kwargs,
+    )
 
 
 def zero_value_per(rewards, **kwargs) -> DDPGPer:
     """Linear nets in zero states and actions: Q = 0 and the target equals the reward."""
-    per = DDPGPer(LinearActor(0.5), LinearActor(0.0), LinearCritic(1.0, 2.0), LinearCritic(0.0, 0.0),
-                  torch.optim.SGD, nn.MSELoss(reduction="none"), batch_size=len(rewards), **kwargs)
+    per = DDPGPer(
+        LinearActor(0.5),
+        LinearActor(0.0),
+        LinearCritic(1.0, 2.0),
+        LinearCritic(0.0, 0.0),
+        torch.optim.SGD,
+        nn.MSELoss(reduction="none"),
+        batch_size=len(rewards),
+        **kwargs,
+    )
     zero = torch.zeros(1, 1)
-    per.store_episode([
-        Transition(state={"state": zero}, action={"action": zero}, next_state={"state": zero},
-                   reward=r, terminal=False)
-        for r in rewards
-    ])
+    per.store_episode(
+        [
+            Transition(
+                state={"state": zero},
+                action={"action": zero},
+                next_state={"state": zero},
+                reward=r,
+                terminal=False,
+            )
+            for r in rewards
+        ]
+    )
     return per
 
 
@@ -67,7 +98,9 @@ def test_default_buffer_is_prioritized():
 
 
 def test_a_plain_buffer_is_rejected():
-    with pytest.raises(TypeError, match="replay_buffer must be None or a PrioritizedBuffer, got Buffer"):
+    with pytest.raises(
+        TypeError, match="replay_buffer must be None or a PrioritizedBuffer, got Buffer"
+    ):
         make_per(replay_buffer=Buffer(100))
 
 
@@ -83,10 +116,13 @@ def test_priorities_become_the_absolute_td_errors():
     per = zero_value_per(rewards)
     calls = []
     original = per.replay_buffer.update_priority
-    per.replay_buffer.update_priority = lambda p, i: (calls.append((np.array(p), np.array(i))), original(p, i))
+    per.replay_buffer.update_priority = lambda p, i: (
+        calls.append((np.array(p), np.array(i))),
+        original(p, i),
+    )
     per.update(update_value=False, update_policy=False, update_target=False)
 
-    (priorities, indexes), = calls
+    ((priorities, indexes),) = calls
     assert np.allclose(priorities, np.abs(np.array(rewards)[indexes]))
     buffer = per.replay_buffer
     expected_weights = (np.abs(np.array(rewards)[indexes]) + buffer.epsilon) ** buffer.alpha
@@ -96,7 +132,9 @@ def test_priorities_become_the_absolute_td_errors():
 def test_value_loss_is_weighted_by_the_importance_sampling_weights():
     rewards = [0.5, -2.0, 1.5, 3.0]
     per = zero_value_per(rewards)
-    per.replay_buffer.update_priority(np.array([0.1, 5.0, 1.0, 0.2]), np.arange(4))  # unequal weights
+    per.replay_buffer.update_priority(
+        np.array([0.1, 5.0, 1.0, 0.2]), np.arange(4)
+    )  # unequal weights
     sampled = []
     original = per.replay_buffer.sample_batch
 
@@ -108,7 +146,7 @@ def test_value_loss_is_weighted_by_the_importance_sampling_weights():
     per.replay_buffer.sample_batch = recording_sample
     _, value_loss = per.update(update_value=False, update_policy=False, update_target=False)
 
-    (_, _, indexes, is_weights), = sampled
+    ((_, _, indexes, is_weights),) = sampled
     assert not np.allclose(is_weights, is_weights[0])
     per_sample = np.array(rewards)[indexes] ** 2  # (target - 0) ** 2
     assert value_loss == pytest.approx(float(np.mean(is_weights * per_sample)), rel=1e-5)
@@ -127,10 +165,30 @@ def test_update_trains_with_prioritized_samples():
 def test_ddpg_per_learns_pendulum():
     torch.manual_seed(0)
     actor, actor_target, critic, critic_target = pendulum_nets(hidden=64)
-    per = DDPGPer(actor, actor_target, critic, critic_target, torch.optim.Adam,
-                  nn.MSELoss(reduction="none"), batch_size=64, update_rate=0.005,
-                  actor_learning_rate=1e-3, critic_learning_rate=1e-3)
-    result = train(per, lambda: gym.make("Pendulum-v1"), seed=0, episodes=60, solved_reward=-400,
-                   warmup_steps=500, act_kwargs={"noise_param": (0.0, 0.2), "mode": "normal"})
-    print(f"DDPGPer Pendulum: smoothed return above -400 at episode {result.solved_episode} ({result.steps} steps)")
-    assert result.solved_episode is not None, "DDPGPer did not reach a smoothed return of -400 within 60 episodes"
+    per = DDPGPer(
+        actor,
+        actor_target,
+        critic,
+        critic_target,
+        torch.optim.Adam,
+        nn.MSELoss(reduction="none"),
+        batch_size=64,
+        update_rate=0.005,
+        actor_learning_rate=1e-3,
+        critic_learning_rate=1e-3,
+    )
+    result = train(
+        per,
+        lambda: gym.make("Pendulum-v1"),
+        seed=0,
+        episodes=60,
+        solved_reward=-400,
+        warmup_steps=500,
+        act_kwargs={"noise_param": (0.0, 0.2), "mode": "normal"},
+    )
+    print(
+        f"DDPGPer Pendulum: smoothed return above -400 at episode {result.solved_episode} ({result.steps} steps)"
+    )
+    assert result.solved_episode is not None, (
+        "DDPGPer did not reach a smoothed return of -400 within 60 episodes"
+    )

@@ -36,7 +36,9 @@ def make(mode="double", qnet=None, qnet_target=None, **kwargs):
 
 def fill(dqn, n=16, state_dim=4):
     for i in range(n):
-        dqn.store_transition(transition(torch.randn(state_dim), i % 2, torch.randn(state_dim), 1.0, i % 5 == 0))
+        dqn.store_transition(
+            transition(torch.randn(state_dim), i % 2, torch.randn(state_dim), 1.0, i % 5 == 0)
+        )
 
 
 CONTRACT_CASES = {
@@ -46,7 +48,9 @@ CONTRACT_CASES = {
         act=lambda agent, state: agent.act_discrete(state, use_target=True),
         explore=lambda agent, state: agent.act_discrete_with_noise(state),
         state=lambda: {"state": torch.randn(6, 4)},
-        experience=lambda: [transition(torch.randn(4), i % 2, torch.randn(4), 1.0, i == 15) for i in range(16)],
+        experience=lambda: [
+            transition(torch.randn(4), i % 2, torch.randn(4), 1.0, i == 15) for i in range(16)
+        ],
         trains={"update_value": ["qnet"]},
     ),
 }
@@ -91,7 +95,9 @@ def test_extra_outputs_are_returned_after_the_action():
     dqn = make(qnet=QNetWithHidden(), qnet_target=QNetWithHidden())
     action, hidden = dqn.act_discrete({"state": torch.randn(3, 4)})
     assert action.shape == (3, 1) and hidden.shape == (3, 3)
-    action, hidden = dqn.act_discrete_with_noise({"state": torch.randn(3, 4), "hidden": torch.zeros(3, 3)})
+    action, hidden = dqn.act_discrete_with_noise(
+        {"state": torch.randn(3, 4), "hidden": torch.zeros(3, 3)}
+    )
     assert torch.equal(hidden, torch.ones(3, 3))
 
 
@@ -129,7 +135,9 @@ def test_exploration_draws_from_torchs_generator_as_rand_and_randint_like_do():
     assert actions == expected
     explored = sum(a != greedy.item() for a in actions)
     assert 20 < explored < 80  # about a quarter: half explore, half of those pick the other action
-    assert dqn.act_discrete({"state": state}).item() == greedy.item()  # overwriting explored actions left it alone
+    assert (
+        dqn.act_discrete({"state": state}).item() == greedy.item()
+    )  # overwriting explored actions left it alone
 
 
 def test_use_target_acts_with_target_network():
@@ -139,7 +147,9 @@ def test_use_target_acts_with_target_network():
             p.neg_()
     state = torch.randn(64, 4)
     assert torch.equal(dqn.criticize({"state": state}, use_target=True), dqn.qnet_target(state))
-    assert not torch.equal(dqn.act_discrete({"state": state}, use_target=True), dqn.act_discrete({"state": state}))
+    assert not torch.equal(
+        dqn.act_discrete({"state": state}, use_target=True), dqn.act_discrete({"state": state})
+    )
 
 
 def test_store_requires_terminal_and_episode_appends_all():
@@ -156,11 +166,16 @@ def test_store_requires_terminal_and_episode_appends_all():
 def test_a_first_step_with_a_wide_reward_is_refused_where_it_is_stored(store):
     dqn = make()
     wide = {**transition([0.0] * 4, 0, [0.0] * 4, 0.0, False), "reward": torch.ones(1, 2)}
-    with pytest.raises(ValueError, match=r"DQN stores one reward per transition \(a number or a tensor of shape "
-                                         r"\[1, 1\]\), but the reward of this transition is a tensor of shape \[1, 2\]"):
+    with pytest.raises(
+        ValueError,
+        match=r"DQN stores one reward per transition \(a number or a tensor of shape "
+        r"\[1, 1\]\), but the reward of this transition is a tensor of shape \[1, 2\]",
+    ):
         dqn.store_transition(wide) if store == "transition" else dqn.store_episode([wide])
     assert dqn.replay_buffer.size() == 0
-    dqn.store_transition({**transition([0.0] * 4, 0, [0.0] * 4, 0.0, False), "reward": torch.ones(1, 1)})
+    dqn.store_transition(
+        {**transition([0.0] * 4, 0, [0.0] * 4, 0.0, False), "reward": torch.ones(1, 1)}
+    )
     assert dqn.replay_buffer.size() == 1
 
 
@@ -169,8 +184,15 @@ def test_targets_match_hand_computation(mode):
     # online Q(s) = [s0 + s1, 2 s0], target Q(s) = [3 s0, s1]
     online = LinearQ([[1.0, 1.0], [2.0, 0.0]])
     target = LinearQ([[3.0, 0.0], [0.0, 1.0]])
-    dqn = DQN(online, target, torch.optim.SGD, nn.MSELoss(reduction="sum"), mode=mode, batch_size=1,
-              discount=0.5)
+    dqn = DQN(
+        online,
+        target,
+        torch.optim.SGD,
+        nn.MSELoss(reduction="sum"),
+        mode=mode,
+        batch_size=1,
+        discount=0.5,
+    )
     if mode != "vanilla":  # construction copied online into target: restore the hand-set target
         with torch.no_grad():
             dqn.qnet_target.fc.weight.copy_(torch.tensor([[3.0, 0.0], [0.0, 1.0]]))
@@ -228,8 +250,11 @@ def test_dueling_network_trains_in_every_mode():
 
 
 def test_lr_scheduler_steps():
-    dqn = make(lr_scheduler=torch.optim.lr_scheduler.LambdaLR, lr_scheduler_args=((lambda step: 0.5 ** step,),),
-               learning_rate=0.1)
+    dqn = make(
+        lr_scheduler=torch.optim.lr_scheduler.LambdaLR,
+        lr_scheduler_args=((lambda step: 0.5**step,),),
+        learning_rate=0.1,
+    )
     fill(dqn)
     dqn.update()
     dqn.update_lr_scheduler()
@@ -245,12 +270,31 @@ def test_missing_state_key_names_network_and_argument():
 @pytest.mark.learning
 def test_double_dqn_learns_cartpole():
     torch.manual_seed(0)
-    dqn = DQN(QNet(), QNet(), torch.optim.Adam, nn.MSELoss(reduction="sum"), batch_size=64,
-              epsilon_decay=0.999, update_rate=0.01, replay_size=20000)
-    result = train(dqn, lambda: gym.make("CartPole-v0"), seed=0, episodes=400, solved_reward=150,
-                   solved_repeat=5, warmup_steps=500)
-    print(f"DQN (double) solved CartPole-v0 at episode {result.solved_episode} ({result.steps} steps)")
-    assert result.solved_episode is not None, "DQN did not reach a smoothed return of 150 within 400 episodes"
+    dqn = DQN(
+        QNet(),
+        QNet(),
+        torch.optim.Adam,
+        nn.MSELoss(reduction="sum"),
+        batch_size=64,
+        epsilon_decay=0.999,
+        update_rate=0.01,
+        replay_size=20000,
+    )
+    result = train(
+        dqn,
+        lambda: gym.make("CartPole-v0"),
+        seed=0,
+        episodes=400,
+        solved_reward=150,
+        solved_repeat=5,
+        warmup_steps=500,
+    )
+    print(
+        f"DQN (double) solved CartPole-v0 at episode {result.solved_episode} ({result.steps} steps)"
+    )
+    assert result.solved_episode is not None, (
+        "DQN did not reach a smoothed return of 150 within 400 episodes"
+    )
 
 
 def test_n_step_episode_targets_at_episode_end_and_truncation():
@@ -258,11 +302,17 @@ def test_n_step_episode_targets_at_episode_end_and_truncation():
     with pytest.raises(RuntimeError, match="store_episode"):
         dqn.store_transition(transition([0.0] * 4, 0, [0.0] * 4, 1.0, False))
     # a truncated episode (last terminal False) of three steps with rewards 1, 2, 4
-    episode = [transition([float(i)] * 4, 0, [float(i + 1)] * 4, r, False) for i, r in enumerate([1.0, 2.0, 4.0])]
+    episode = [
+        transition([float(i)] * 4, 0, [float(i + 1)] * 4, r, False)
+        for i, r in enumerate([1.0, 2.0, 4.0])
+    ]
     dqn.store_episode(episode)
     size, (reward, next_state, terminal, steps) = dqn.replay_buffer.sample_batch(
-        10, sample_method="all", sample_attrs=["reward", "next_state", "terminal", "steps"],
-        additional_concat_attrs=["steps"])
+        10,
+        sample_method="all",
+        sample_attrs=["reward", "next_state", "terminal", "steps"],
+        additional_concat_attrs=["steps"],
+    )
     assert reward.view(-1).tolist() == [1 + 0.5 * 2, 2 + 0.5 * 4, 4.0]
     assert steps.view(-1).tolist() == [2, 2, 1]
     assert next_state["state"][:, 0].tolist() == [2.0, 3.0, 3.0]
@@ -272,10 +322,17 @@ def test_n_step_episode_targets_at_episode_end_and_truncation():
     with torch.no_grad():
         next_value = dqn.qnet_target(batch.next_state["state"]).max(1, keepdim=True).values
     steps = torch.tensor(batch.others["steps"], dtype=torch.float32).view(-1, 1)
-    expected = batch.reward + 0.5 ** steps * next_value
+    expected = batch.reward + 0.5**steps * next_value
     assert torch.allclose(dqn._bellman_target(batch), expected)
     # a terminated episode stops bootstrapping at its last step
     dqn.replay_buffer.clear()
-    dqn.store_episode([transition([0.0] * 4, 0, [1.0] * 4, 1.0, False), transition([1.0] * 4, 0, [2.0] * 4, 1.0, True)])
+    dqn.store_episode(
+        [
+            transition([0.0] * 4, 0, [1.0] * 4, 1.0, False),
+            transition([1.0] * 4, 0, [2.0] * 4, 1.0, True),
+        ]
+    )
     batch = dqn._sample(True)
-    assert torch.allclose(dqn._bellman_target(batch), batch.reward)  # both windows end in the terminal state
+    assert torch.allclose(
+        dqn._bellman_target(batch), batch.reward
+    )  # both windows end in the terminal state

@@ -13,13 +13,20 @@ from .nets import QNet, SummingLoss, transition
 
 CONTRACT_CASES = {
     DQNPer: ContractCase(
-        args=lambda: (QNet(hidden=16), QNet(hidden=16), torch.optim.Adam, nn.MSELoss(reduction="none")),
+        args=lambda: (
+            QNet(hidden=16),
+            QNet(hidden=16),
+            torch.optim.Adam,
+            nn.MSELoss(reduction="none"),
+        ),
         options={"batch_size": 8},
         act=lambda agent, state: agent.act_discrete(state, use_target=True),
         explore=lambda agent, state: agent.act_discrete_with_noise(state),
         state=lambda: {"state": torch.randn(6, 4)},
-        experience=lambda: [transition(torch.randn(4), i % 2, torch.randn(4), float(i % 3), i == 15)
-                            for i in range(16)],
+        experience=lambda: [
+            transition(torch.randn(4), i % 2, torch.randn(4), float(i % 3), i == 15)
+            for i in range(16)
+        ],
         trains={"update_value": ["qnet"]},
     ),
 }
@@ -27,13 +34,21 @@ CONTRACT_CASES = {
 
 def make(criterion=None, **kwargs):
     torch.manual_seed(0)
-    return DQNPer(QNet(), QNet(), torch.optim.Adam, criterion or nn.MSELoss(reduction="none"), batch_size=8,
-                  **kwargs)
+    return DQNPer(
+        QNet(),
+        QNet(),
+        torch.optim.Adam,
+        criterion or nn.MSELoss(reduction="none"),
+        batch_size=8,
+        **kwargs,
+    )
 
 
 def fill(agent, n=32):
     for i in range(n):
-        agent.store_transition(transition(torch.randn(4), i % 2, torch.randn(4), float(i % 3), i % 7 == 0))
+        agent.store_transition(
+            transition(torch.randn(4), i % 2, torch.randn(4), float(i % 3), i % 7 == 0)
+        )
 
 
 def test_is_a_dqn_with_prioritized_buffer():
@@ -100,9 +115,26 @@ def test_update_returns_float_and_trains():
 @pytest.mark.learning
 def test_dqn_per_learns_cartpole():
     torch.manual_seed(0)
-    agent = DQNPer(QNet(), QNet(), torch.optim.Adam, nn.MSELoss(reduction="none"), batch_size=64,
-                   epsilon_decay=0.999, update_rate=0.01, replay_size=20000)
-    result = train(agent, lambda: gym.make("CartPole-v0"), seed=0, episodes=400, solved_reward=150,
-                   solved_repeat=5, warmup_steps=500)
+    agent = DQNPer(
+        QNet(),
+        QNet(),
+        torch.optim.Adam,
+        nn.MSELoss(reduction="none"),
+        batch_size=64,
+        epsilon_decay=0.999,
+        update_rate=0.01,
+        replay_size=20000,
+    )
+    result = train(
+        agent,
+        lambda: gym.make("CartPole-v0"),
+        seed=0,
+        episodes=400,
+        solved_reward=150,
+        solved_repeat=5,
+        warmup_steps=500,
+    )
     print(f"DQNPer solved CartPole-v0 at episode {result.solved_episode} ({result.steps} steps)")
-    assert result.solved_episode is not None, "DQNPer did not reach a smoothed return of 150 within 400 episodes"
+    assert result.solved_episode is not None, (
+        "DQNPer did not reach a smoothed return of 150 within 400 episodes"
+    )

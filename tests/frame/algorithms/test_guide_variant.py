@@ -10,7 +10,9 @@ from torch import nn
 from .contract import CONTRACTS, ContractCase, applies, broken
 from .nets import QNet, transition
 
-_PATH = os.path.join(os.path.dirname(__file__), "..", "..", "..", "examples", "extending", "soft_dqn.py")
+_PATH = os.path.join(
+    os.path.dirname(__file__), "..", "..", "..", "examples", "extending", "soft_dqn.py"
+)
 _spec = importlib.util.spec_from_file_location("soft_dqn_example", _PATH)
 soft_dqn = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(soft_dqn)
@@ -22,7 +24,9 @@ CASE = ContractCase(
     act=lambda agent, state: agent.act_discrete(state, use_target=True),
     explore=lambda agent, state: agent.act_discrete_with_noise(state),
     state=lambda: {"state": torch.randn(6, 4)},
-    experience=lambda: [transition(torch.randn(4), i % 2, torch.randn(4), 1.0, i == 15) for i in range(16)],
+    experience=lambda: [
+        transition(torch.randn(4), i % 2, torch.randn(4), 1.0, i == 15) for i in range(16)
+    ],
     trains={"update_value": ["qnet"]},
 )
 
@@ -35,8 +39,15 @@ def test_the_walkthrough_variant_meets_every_contract(contract, tmp_path):
 
 
 def test_the_soft_maximum_target_and_the_new_option():
-    agent = SoftDQN(QNet(hidden=16), QNet(hidden=16), torch.optim.Adam, nn.MSELoss(), temperature=0.5,
-                    discount=0.9, replay_size=64)
+    agent = SoftDQN(
+        QNet(hidden=16),
+        QNet(hidden=16),
+        torch.optim.Adam,
+        nn.MSELoss(),
+        temperature=0.5,
+        discount=0.9,
+        replay_size=64,
+    )
     assert agent.mode == "fixed_target" and agent.driver is not None  # inherited from DQN
     for i in range(16):
         agent.store_transition(transition(torch.randn(4), i % 2, torch.randn(4), 1.0, False))

@@ -31,7 +31,9 @@ CONTRACT_CASES = {
         args=lambda: (Actor(), Actor(), Critic(), Critic(), torch.optim.Adam, nn.MSELoss()),
         options={"batch_size": 8, "q_decrease_rate": 0.5},
         act=lambda agent, state: agent.act(state, use_target=True),
-        explore=lambda agent, state: agent.act_with_noise(state, noise_param=(0.0, 0.5), mode="normal"),
+        explore=lambda agent, state: agent.act_with_noise(
+            state, noise_param=(0.0, 0.5), mode="normal"
+        ),
         state=lambda: {"state": torch.randn(5, STATE_DIM)},
         experience=lambda: [random_transition() for _ in range(16)],
         trains={"update_value": ["critic"], "update_policy": ["actor"]},
@@ -51,12 +53,27 @@ class RecordingMSE(nn.MSELoss):
 
 def linear_hddpg(reward: float, **rates) -> HDDPG:
     """One transition with Q(s, a) = 1 * 1 + 2 * 0.5 = 2 and target = reward (discount 0)."""
-    hddpg = HDDPG(LinearActor(0.5), LinearActor(0.0), LinearCritic(1.0, 2.0), LinearCritic(0.0, 0.0),
-                  torch.optim.SGD, RecordingMSE(), batch_size=1, discount=0.0,
-                  critic_learning_rate=0.1, **rates)
-    hddpg.store_transition(Transition(
-        state={"state": torch.ones(1, 1)}, action={"action": torch.full((1, 1), 0.5)},
-        next_state={"state": torch.ones(1, 1)}, reward=reward, terminal=False))
+    hddpg = HDDPG(
+        LinearActor(0.5),
+        LinearActor(0.0),
+        LinearCritic(1.0, 2.0),
+        LinearCritic(0.0, 0.0),
+        torch.optim.SGD,
+        RecordingMSE(),
+        batch_size=1,
+        discount=0.0,
+        critic_learning_rate=0.1,
+        **rates,
+    )
+    hddpg.store_transition(
+        Transition(
+            state={"state": torch.ones(1, 1)},
+            action={"action": torch.full((1, 1), 0.5)},
+            next_state={"state": torch.ones(1, 1)},
+            reward=reward,
+            terminal=False,
+        )
+    )
     return hddpg
 
 
@@ -72,24 +89,34 @@ def test_negative_rates_raise(name):
         HDDPG(Actor(), Actor(), Critic(), Critic(), torch.optim.Adam, nn.MSELoss(), **{name: -0.5})
 
 
-@pytest.mark.parametrize("reward, rate_name, rate", [
-    (5.0, "q_increase_rate", 0.25),   # positive TD error: target 5 > Q 2
-    (-1.0, "q_decrease_rate", 0.25),  # negative TD error: target -1 < Q 2
-])
+@pytest.mark.parametrize(
+    "reward, rate_name, rate",
+    [
+        (5.0, "q_increase_rate", 0.25),  # positive TD error: target 5 > Q 2
+        (-1.0, "q_decrease_rate", 0.25),  # negative TD error: target -1 < Q 2
+    ],
+)
 def test_td_errors_are_scaled_by_the_rate_of_their_sign(reward, rate_name, rate):
     hddpg = linear_hddpg(reward, **{rate_name: rate})
     step = critic_step(hddpg)
-    assert torch.allclose(hddpg.criterion.targets[-1], torch.tensor([[2.0 + rate * (reward - 2.0)]]))
+    assert torch.allclose(
+        hddpg.criterion.targets[-1], torch.tensor([[2.0 + rate * (reward - 2.0)]])
+    )
     full_step = critic_step(linear_hddpg(reward))
     assert torch.allclose(step, rate * full_step)
 
 
-@pytest.mark.parametrize("reward, rates", [
-    (5.0, {"q_decrease_rate": 0.0}),   # a negative-only rate does not touch a positive error
-    (-1.0, {"q_increase_rate": 0.0}),  # and the other way round
-])
+@pytest.mark.parametrize(
+    "reward, rates",
+    [
+        (5.0, {"q_decrease_rate": 0.0}),  # a negative-only rate does not touch a positive error
+        (-1.0, {"q_increase_rate": 0.0}),  # and the other way round
+    ],
+)
 def test_the_other_rate_does_not_apply(reward, rates):
-    assert torch.allclose(critic_step(linear_hddpg(reward, **rates)), critic_step(linear_hddpg(reward)))
+    assert torch.allclose(
+        critic_step(linear_hddpg(reward, **rates)), critic_step(linear_hddpg(reward))
+    )
 
 
 def test_zero_rate_freezes_the_critic_on_errors_of_that_sign():
@@ -102,13 +129,25 @@ def test_with_both_rates_one_it_matches_ddpg():
     results = []
     for cls in (DDPG, HDDPG):
         a, c = copy.deepcopy(actor), copy.deepcopy(critic)
-        algorithm = cls(a, copy.deepcopy(a), c, copy.deepcopy(c), torch.optim.Adam, nn.MSELoss(),
-                        batch_size=8, update_rate=0.1)
+        algorithm = cls(
+            a,
+            copy.deepcopy(a),
+            c,
+            copy.deepcopy(c),
+            torch.optim.Adam,
+            nn.MSELoss(),
+            batch_size=8,
+            update_rate=0.1,
+        )
         torch.manual_seed(1)
         fill(algorithm)
         losses = [algorithm.update() for _ in range(4)]
-        results.append((losses, [p.detach() for n in algorithm._is_top
-                                 for p in getattr(algorithm, n).parameters()]))
+        results.append(
+            (
+                losses,
+                [p.detach() for n in algorithm._is_top for p in getattr(algorithm, n).parameters()],
+            )
+        )
     (ddpg_losses, ddpg_params), (hddpg_losses, hddpg_params) = results
     # update() returns (policy value, value loss) per call: compare them as one flat list,
     # which pytest.approx accepts on every pytest version.
@@ -123,10 +162,32 @@ def test_with_both_rates_one_it_matches_ddpg():
 def test_hddpg_learns_pendulum():
     torch.manual_seed(0)
     actor, actor_target, critic, critic_target = pendulum_nets(hidden=64)
-    hddpg = HDDPG(actor, actor_target, critic, critic_target, torch.optim.Adam, nn.MSELoss(),
-                  batch_size=64, update_rate=0.005, actor_learning_rate=1e-3, critic_learning_rate=1e-3,
-                  q_increase_rate=1.0, q_decrease_rate=0.5)
-    result = train(hddpg, lambda: gym.make("Pendulum-v1"), seed=0, episodes=60, solved_reward=-400,
-                   warmup_steps=500, act_kwargs={"noise_param": (0.0, 0.2), "mode": "normal"})
-    print(f"HDDPG Pendulum: smoothed return above -400 at episode {result.solved_episode} ({result.steps} steps)")
-    assert result.solved_episode is not None, "HDDPG did not reach a smoothed return of -400 within 60 episodes"
+    hddpg = HDDPG(
+        actor,
+        actor_target,
+        critic,
+        critic_target,
+        torch.optim.Adam,
+        nn.MSELoss(),
+        batch_size=64,
+        update_rate=0.005,
+        actor_learning_rate=1e-3,
+        critic_learning_rate=1e-3,
+        q_increase_rate=1.0,
+        q_decrease_rate=0.5,
+    )
+    result = train(
+        hddpg,
+        lambda: gym.make("Pendulum-v1"),
+        seed=0,
+        episodes=60,
+        solved_reward=-400,
+        warmup_steps=500,
+        act_kwargs={"noise_param": (0.0, 0.2), "mode": "normal"},
+    )
+    print(
+        f"HDDPG Pendulum: smoothed return above -400 at episode {result.solved_episode} ({result.steps} steps)"
+    )
+    assert result.solved_episode is not None, (
+        "HDDPG did not reach a smoothed return of -400 within 60 episodes"
+    )

@@ -27,9 +27,14 @@ pytestmark = pytest.mark.usefixtures("no_children_left")
 def test_vtrace_matches_a_hand_computed_episode():
     # rho = min(1.5, ratio) = [1.5, 0.5, 1.0], c = min(1.0, ratio) = [1.0, 0.5, 1.0], the last step terminal
     targets, advantage = vtrace(
-        reward=torch.tensor([1.0, 1.0, 1.0]), value=torch.tensor([0.5, 0.4, 0.3]),
-        next_value=torch.tensor([0.4, 0.3, 0.2]), terminal=torch.tensor([0.0, 0.0, 1.0]),
-        log_ratio=torch.tensor([2.0, 0.5, 1.0]).log(), discount=0.9, clip_rho=1.5, clip_c=1.0,
+        reward=torch.tensor([1.0, 1.0, 1.0]),
+        value=torch.tensor([0.5, 0.4, 0.3]),
+        next_value=torch.tensor([0.4, 0.3, 0.2]),
+        terminal=torch.tensor([0.0, 0.0, 1.0]),
+        log_ratio=torch.tensor([2.0, 0.5, 1.0]).log(),
+        discount=0.9,
+        clip_rho=1.5,
+        clip_c=1.0,
     )
     # delta = [1.5 * 0.86, 0.5 * 0.87, 0.7]; v - V = [1.29 + 0.9 * 0.75, 0.435 + 0.9 * 0.5 * 0.7, 0.7]
     assert targets.tolist() == pytest.approx([2.465, 1.15, 1.0])
@@ -40,8 +45,14 @@ def test_vtrace_matches_a_hand_computed_episode():
 def test_vtrace_on_policy_gives_bootstrapped_returns():
     # ratios 1, no truncation: targets are the discounted returns bootstrapped from the last next value
     targets, advantage = vtrace(
-        torch.tensor([1.0, 2.0]), torch.tensor([0.0, 0.0]), torch.tensor([0.0, 5.0]), torch.tensor([0.0, 0.0]),
-        torch.zeros(2), discount=0.5, clip_rho=1.0, clip_c=1.0,
+        torch.tensor([1.0, 2.0]),
+        torch.tensor([0.0, 0.0]),
+        torch.tensor([0.0, 5.0]),
+        torch.tensor([0.0, 0.0]),
+        torch.zeros(2),
+        discount=0.5,
+        clip_rho=1.0,
+        clip_c=1.0,
     )
     assert targets.tolist() == pytest.approx([1.0 + 0.5 * (2.0 + 0.5 * 5.0), 2.0 + 0.5 * 5.0])
     assert advantage.tolist() == pytest.approx(targets.tolist())
@@ -50,16 +61,26 @@ def test_vtrace_on_policy_gives_bootstrapped_returns():
 def _steps(count=4, log_prob=True):
     generator = torch.Generator().manual_seed(count)
     states = torch.randn(count + 1, 1, 4, generator=generator)
-    return [{"state": {"state": states[i]}, "action": {"action": torch.tensor([[i % 2]])},
-             "next_state": {"state": states[i + 1]}, "reward": 1.0, "terminal": i == count - 1,
-             **({"action_log_prob": -0.69} if log_prob else {})} for i in range(count)]
+    return [
+        {
+            "state": {"state": states[i]},
+            "action": {"action": torch.tensor([[i % 2]])},
+            "next_state": {"state": states[i + 1]},
+            "reward": 1.0,
+            "terminal": i == count - 1,
+            **({"action_log_prob": -0.69} if log_prob else {}),
+        }
+        for i in range(count)
+    ]
 
 
 def test_episode_transition_joins_the_steps():
     episode = EpisodeTransition.from_episode(_steps(4))
     assert episode.batch_size == 4
     assert episode.state["state"].shape == (4, 4) and episode.action["action"].shape == (4, 1)
-    assert episode.reward.shape == (4, 1) and episode.terminal.view(-1).tolist() == [False] * 3 + [True]
+    assert episode.reward.shape == (4, 1) and episode.terminal.view(-1).tolist() == [False] * 3 + [
+        True
+    ]
     assert episode.action_log_prob == [-0.69] * 4
     assert episode.keys()[-1] == "action_log_prob"
     with pytest.raises(ValueError, match="episode must hold at least one transition"):
@@ -71,10 +92,20 @@ def _world_checks(rank):
     group = world.create_rpc_group("impala", ["0", "1", "2"])
     servers = model_server_helper(model_num=1)
     torch.manual_seed(0)
-    impala = IMPALA(CategoricalActor(4, 2, 8), ValueCritic(4, 8), torch.optim.Adam, nn.MSELoss(), group,
-                    servers, batch_size=2, learning_rate=0.01)
+    impala = IMPALA(
+        CategoricalActor(4, 2, 8),
+        ValueCritic(4, 8),
+        torch.optim.Adam,
+        nn.MSELoss(),
+        group,
+        servers,
+        batch_size=2,
+        learning_rate=0.01,
+    )
     assert isinstance(impala.replay_buffer, EpisodeDistributedBuffer)
-    with pytest.raises(NotImplementedError, match="call store_episode"):  # 0.3.4's type, a RuntimeError too
+    with pytest.raises(
+        NotImplementedError, match="call store_episode"
+    ):  # 0.3.4's type, a RuntimeError too
         impala.store_transition(_steps(1)[0])
     with pytest.raises(ValueError, match=r"missing required attribute\(s\) \['action_log_prob'\]"):
         impala.store_episode(_steps(3, log_prob=False))
@@ -121,10 +152,22 @@ def test_episodes_are_stored_per_member_and_the_learner_pushes_the_actor():
 
 
 def test_options_are_checked():
-    with pytest.raises(ValueError, match="isw_clip_rho must be at least isw_clip_c, got isw_clip_rho=0.5"):
-        IMPALA(CategoricalActor(), ValueCritic(), torch.optim.Adam, nn.MSELoss(), None, (None,),
-               isw_clip_c=1.0, isw_clip_rho=0.5)
-    with pytest.raises(ValueError, match="model_server of IMPALA must be a tuple whose first element"):
+    with pytest.raises(
+        ValueError, match="isw_clip_rho must be at least isw_clip_c, got isw_clip_rho=0.5"
+    ):
+        IMPALA(
+            CategoricalActor(),
+            ValueCritic(),
+            torch.optim.Adam,
+            nn.MSELoss(),
+            None,
+            (None,),
+            isw_clip_c=1.0,
+            isw_clip_rho=0.5,
+        )
+    with pytest.raises(
+        ValueError, match="model_server of IMPALA must be a tuple whose first element"
+    ):
         IMPALA(CategoricalActor(), ValueCritic(), torch.optim.Adam, nn.MSELoss(), None, ())
 
 
@@ -133,8 +176,17 @@ def _impala_learns(rank, max_episodes, threshold, warmup=4):
     group = world.create_rpc_group("impala", ["0", "1", "2"])
     servers = model_server_helper(model_num=1)
     torch.manual_seed(0)
-    impala = IMPALA(CategoricalActor(), ValueCritic(), torch.optim.Adam, nn.MSELoss(), group, servers,
-                    batch_size=2, learning_rate=0.003, replay_size=50)
+    impala = IMPALA(
+        CategoricalActor(),
+        ValueCritic(),
+        torch.optim.Adam,
+        nn.MSELoss(),
+        group,
+        servers,
+        batch_size=2,
+        learning_rate=0.003,
+        replay_size=50,
+    )
     group.barrier()
     impala.set_sync(False)
     reached = None
@@ -158,9 +210,16 @@ def _impala_learns(rank, max_episodes, threshold, warmup=4):
                 action, log_prob, *_ = impala.act({"state": state})
                 obs, reward, terminated, truncated, _ = env.step(action.item())
                 next_state = torch.tensor(obs, dtype=torch.float32).view(1, 4)
-                stored.append({"state": {"state": state}, "action": {"action": action},
-                               "next_state": {"state": next_state}, "reward": float(reward),
-                               "terminal": terminated, "action_log_prob": log_prob.item()})
+                stored.append(
+                    {
+                        "state": {"state": state},
+                        "action": {"action": action},
+                        "next_state": {"state": next_state},
+                        "reward": float(reward),
+                        "terminal": terminated,
+                        "action_log_prob": log_prob.item(),
+                    }
+                )
                 state, total, done = next_state, total + reward, terminated or truncated
             impala.store_episode(stored)
             smoothed = 0.9 * smoothed + 0.1 * total
@@ -183,8 +242,10 @@ def test_impala_learns_cartpole_with_two_samplers_and_a_learner(run_on):
     results = run_on(_impala_learns, 3, args=(400, 150.0), timeout=110)
     for rank, result in enumerate(results):
         if result is not None:
-            print(f"IMPALA sampler {rank} reached a smoothed return of 150 on CartPole-v0 at episode "
-                  f"{result[0]} ({result[1]:.1f} s)")
+            print(
+                f"IMPALA sampler {rank} reached a smoothed return of 150 on CartPole-v0 at episode "
+                f"{result[0]} ({result[1]:.1f} s)"
+            )
     assert any(r is not None for r in results), "no IMPALA sampler reached a smoothed return of 150"
 
 
@@ -193,8 +254,15 @@ def _from_roles(rank, replay):
     world = World(rpc_timeout=30)
     roles = Roles.from_world(replay=replay)
     torch.manual_seed(0)
-    impala = IMPALA.from_roles(roles, CategoricalActor(4, 2, 8), ValueCritic(4, 8), torch.optim.Adam, nn.MSELoss(),
-                               batch_size=2, learning_rate=0.01)
+    impala = IMPALA.from_roles(
+        roles,
+        CategoricalActor(4, 2, 8),
+        ValueCritic(4, 8),
+        torch.optim.Adam,
+        nn.MSELoss(),
+        batch_size=2,
+        learning_rate=0.01,
+    )
     impala.set_sync(False)
     control = RunControl(impala.impala_group, roles)
     result = {"holders": impala.replay_buffer._holders()}

@@ -40,7 +40,12 @@ VISIBLE = [[0, 1], [1, 2], [2, 0]]
 
 CONTRACT_CASES = {
     MADDPG: ContractCase(
-        args=lambda: (*make_networks(STATE_DIMS, ACTION_DIMS, VISIBLE), VISIBLE, torch.optim.Adam, nn.MSELoss()),
+        args=lambda: (
+            *make_networks(STATE_DIMS, ACTION_DIMS, VISIBLE),
+            VISIBLE,
+            torch.optim.Adam,
+            nn.MSELoss(),
+        ),
         options={"batch_size": 8, "pool_size": 1, "sub_policy_num": 1},
         act=lambda agent, states: agent.act(states, use_target=True),
         explore=lambda agent, states: agent.act_with_noise(states, mode="normal"),
@@ -52,7 +57,9 @@ CONTRACT_CASES = {
 }
 
 
-def make_maddpg(nets=None, visible=VISIBLE, optimizer=torch.optim.Adam, criterion=None, **kwargs) -> MADDPG:
+def make_maddpg(
+    nets=None, visible=VISIBLE, optimizer=torch.optim.Adam, criterion=None, **kwargs
+) -> MADDPG:
     torch.manual_seed(0)
     nets = nets or make_networks(STATE_DIMS, ACTION_DIMS, visible)
     kwargs.setdefault("batch_size", 8)
@@ -71,7 +78,9 @@ def states(batch: int = 5):
 
 
 def all_parameters(maddpg: MADDPG):
-    return [p.detach().clone() for name in MADDPG._is_top for p in getattr(maddpg, name).parameters()]
+    return [
+        p.detach().clone() for name in MADDPG._is_top for p in getattr(maddpg, name).parameters()
+    ]
 
 
 # -- construction -------------------------------------------------------------------------
@@ -96,10 +105,14 @@ def test_ensembles_have_sub_policy_num_plus_one_actors_and_targets_are_copies():
 
 @pytest.mark.parametrize(
     "option, value, message",
-    [("update_rate", 0.0, "update_rate must be in"), ("discount", 1.5, "discount must be in"),
-     ("batch_size", 0, "batch_size must be a positive integer"), ("sub_policy_num", -1, "sub_policy_num must be"),
-     ("pool_type", "fork", r"pool_type must be one of \['thread', 'process'\], got 'fork'"),
-     ("pool_size", 0, "pool_size must be a positive integer, got 0")],
+    [
+        ("update_rate", 0.0, "update_rate must be in"),
+        ("discount", 1.5, "discount must be in"),
+        ("batch_size", 0, "batch_size must be a positive integer"),
+        ("sub_policy_num", -1, "sub_policy_num must be"),
+        ("pool_type", "fork", r"pool_type must be one of \['thread', 'process'\], got 'fork'"),
+        ("pool_size", 0, "pool_size must be a positive integer, got 0"),
+    ],
 )
 def test_bad_options_raise(option, value, message):
     with pytest.raises(ValueError, match=message):
@@ -108,10 +121,12 @@ def test_bad_options_raise(option, value, message):
 
 @pytest.mark.parametrize(
     "visible, message",
-    [([[0, 1], [1, 2]], r"one list of agent indexes per critic \(3 here\)"),
-     ([[1], [1, 2], [2, 0]], r"critic_visible_actors\[0\] must be .* includes 0"),
-     ([[0, 3], [1, 2], [2, 0]], r"critic_visible_actors\[0\] must be .* in \[0, 2\]"),
-     ([[0, 0], [1, 2], [2, 0]], r"critic_visible_actors\[0\] must be a list of distinct")],
+    [
+        ([[0, 1], [1, 2]], r"one list of agent indexes per critic \(3 here\)"),
+        ([[1], [1, 2], [2, 0]], r"critic_visible_actors\[0\] must be .* includes 0"),
+        ([[0, 3], [1, 2], [2, 0]], r"critic_visible_actors\[0\] must be .* in \[0, 2\]"),
+        ([[0, 0], [1, 2], [2, 0]], r"critic_visible_actors\[0\] must be a list of distinct"),
+    ],
 )
 def test_bad_critic_visible_actors_raise(visible, message):
     with pytest.raises(ValueError, match=message):
@@ -121,10 +136,25 @@ def test_bad_critic_visible_actors_raise(visible, message):
 def test_network_lists_of_different_lengths_raise():
     actors, actor_targets, critics, critic_targets = make_networks(STATE_DIMS, ACTION_DIMS, VISIBLE)
     with pytest.raises(ValueError, match=r"one network per agent each, got lengths .*'critics': 2"):
-        MADDPG(actors, actor_targets, critics[:2], critic_targets, VISIBLE, torch.optim.Adam, nn.MSELoss())
+        MADDPG(
+            actors,
+            actor_targets,
+            critics[:2],
+            critic_targets,
+            VISIBLE,
+            torch.optim.Adam,
+            nn.MSELoss(),
+        )
     with pytest.raises(ValueError, match=r"actors\[1\] must be an nn.Module, got str"):
-        MADDPG([actors[0], "actor", actors[2]], actor_targets, critics, critic_targets, VISIBLE,
-               torch.optim.Adam, nn.MSELoss())
+        MADDPG(
+            [actors[0], "actor", actors[2]],
+            actor_targets,
+            critics,
+            critic_targets,
+            VISIBLE,
+            torch.optim.Adam,
+            nn.MSELoss(),
+        )
 
 
 def test_replay_buffer_must_be_a_buffer_and_is_copied_per_agent():
@@ -159,7 +189,9 @@ def test_act_use_target_uses_the_target_actors():
     with torch.no_grad():
         maddpg.actor_targets[1][0].net[0].bias.add_(1.0)
     inputs = states()
-    assert torch.equal(maddpg.act(inputs, use_target=True)[1], maddpg.actor_targets[1][0](inputs[1]["state"]))
+    assert torch.equal(
+        maddpg.act(inputs, use_target=True)[1], maddpg.actor_targets[1][0](inputs[1]["state"])
+    )
     assert not torch.equal(maddpg.act(inputs)[1], maddpg.act(inputs, use_target=True)[1])
 
 
@@ -183,7 +215,9 @@ def test_act_passes_extra_outputs_back():
 
 
 def test_states_must_hold_one_entry_per_agent():
-    with pytest.raises(ValueError, match=r"states must be a list with one entry per agent \(3\), got 2 entries"):
+    with pytest.raises(
+        ValueError, match=r"states must be a list with one entry per agent \(3\), got 2 entries"
+    ):
         make_maddpg().act(states()[:2])
 
 
@@ -218,11 +252,16 @@ def test_ou_noise_keeps_one_process_per_agent():
 
 def test_unknown_noise_mode_and_bad_noise_param_raise():
     maddpg = make_maddpg()
-    with pytest.raises(ValueError, match=r"Unknown noise type: .*mode must be one of \['uniform', 'normal', 'clipped_normal', 'ou'\]"):
+    with pytest.raises(
+        ValueError,
+        match=r"Unknown noise type: .*mode must be one of \['uniform', 'normal', 'clipped_normal', 'ou'\]",
+    ):
         maddpg.act_with_noise(states(), mode="gaussian")
     with pytest.raises(ValueError, match=r"act_with_noise\(mode='normal'\)"):
         maddpg.act_with_noise(states(), noise_param=(0.0,), mode="normal")
-    with pytest.raises(ValueError, match=r"act_with_noise\(mode='ou'\): noise_param must be None or a dict"):
+    with pytest.raises(
+        ValueError, match=r"act_with_noise\(mode='ou'\): noise_param must be None or a dict"
+    ):
         maddpg.act_with_noise(states(), noise_param=(0.0, 1.0), mode="ou")
 
 
@@ -261,9 +300,18 @@ def test_store_transitions_stores_one_step_for_every_agent():
 
 def test_store_accepts_dicts():
     maddpg = make_maddpg()
-    maddpg.store_transitions([{"state": {"state": torch.randn(1, s)}, "action": {"action": torch.rand(1, a)},
-                               "next_state": {"state": torch.randn(1, s)}, "reward": 1.0, "terminal": False}
-                              for s, a in zip(STATE_DIMS, ACTION_DIMS)])
+    maddpg.store_transitions(
+        [
+            {
+                "state": {"state": torch.randn(1, s)},
+                "action": {"action": torch.rand(1, a)},
+                "next_state": {"state": torch.randn(1, s)},
+                "reward": 1.0,
+                "terminal": False,
+            }
+            for s, a in zip(STATE_DIMS, ACTION_DIMS)
+        ]
+    )
     assert [b.size() for b in maddpg.replay_buffers] == [1, 1, 1]
 
 
@@ -271,16 +319,28 @@ def test_store_errors_leave_every_buffer_unchanged():
     maddpg = make_maddpg()
     fill(maddpg, 2)
     step = random_step(STATE_DIMS, ACTION_DIMS)
-    with pytest.raises(ValueError, match=r"transitions must be a list with one entry per agent \(3\), got 2"):
+    with pytest.raises(
+        ValueError, match=r"transitions must be a list with one entry per agent \(3\), got 2"
+    ):
         maddpg.store_transitions(step[:2])
-    bad = step[:2] + [{"state": {"state": torch.randn(1, 5)}, "action": {"action": torch.rand(1, 3)},
-                       "next_state": {"state": torch.randn(1, 5)}, "reward": 0.0}]
+    bad = step[:2] + [
+        {
+            "state": {"state": torch.randn(1, 5)},
+            "action": {"action": torch.rand(1, 3)},
+            "next_state": {"state": torch.randn(1, 5)},
+            "reward": 0.0,
+        }
+    ]
     with pytest.raises(ValueError, match=r"agent 2: cannot build a Transition .*'terminal'"):
         maddpg.store_transitions(bad)
-    with pytest.raises(TypeError, match=r"agent 1: transition must be a Transition or a dict, got int"):
+    with pytest.raises(
+        TypeError, match=r"agent 1: transition must be a Transition or a dict, got int"
+    ):
         maddpg.store_transitions([step[0], 3, step[2]])
     wrong_shape = step[:2] + random_step([6], [3])
-    with pytest.raises(ValueError, match=r"agent 2: attribute state\['state'\] must have shape \[1, 5\]"):
+    with pytest.raises(
+        ValueError, match=r"agent 2: attribute state\['state'\] must have shape \[1, 5\]"
+    ):
         maddpg.store_transitions(wrong_shape)
     with pytest.raises(ValueError, match=r"equal lengths; got lengths \[2, 2, 1\]"):
         maddpg.store_episodes([[step[0]] * 2, [step[1]] * 2, [step[2]]])
@@ -298,11 +358,16 @@ def test_update_refuses_buffers_that_are_out_of_step():
 # -- critic inputs and targets ------------------------------------------------------------
 def tagged_step(t: int):
     """Agent j's state at step t is filled with 100 * j + t (next state: + 0.5), its action with -(100 * j + t)."""
-    return [Transition(state={"state": torch.full((1, s), 100.0 * j + t)},
-                       action={"action": torch.full((1, a), -(100.0 * j + t))},
-                       next_state={"state": torch.full((1, s), 100.0 * j + t + 0.5)},
-                       reward=float(t), terminal=False)
-            for j, (s, a) in enumerate(zip(STATE_DIMS, ACTION_DIMS))]
+    return [
+        Transition(
+            state={"state": torch.full((1, s), 100.0 * j + t)},
+            action={"action": torch.full((1, a), -(100.0 * j + t))},
+            next_state={"state": torch.full((1, s), 100.0 * j + t + 0.5)},
+            reward=float(t),
+            terminal=False,
+        )
+        for j, (s, a) in enumerate(zip(STATE_DIMS, ACTION_DIMS))
+    ]
 
 
 def test_critic_inputs_are_the_visible_agents_rows_concatenated_in_visible_order():
@@ -312,21 +377,29 @@ def test_critic_inputs_are_the_visible_agents_rows_concatenated_in_visible_order
         maddpg.store_transitions(tagged_step(t))
     maddpg.update(update_policy=False)
     # Critic 2 sees agents [2, 0]: state = [s_2 | s_0] (5 + 3 columns), action = [a_2 | a_0] (3 + 2).
-    (target_state, target_action), (state, action), (policy_state, policy_action) = maddpg.critic_targets[2].calls[:1] \
-        + maddpg.critics[2].calls[:2]
+    (target_state, target_action), (state, action), (policy_state, policy_action) = (
+        maddpg.critic_targets[2].calls[:1] + maddpg.critics[2].calls[:2]
+    )
     steps = state[:, 0] - 200
     assert state.shape == (6, 8) and action.shape == (6, 5)
     assert len(set(steps.tolist())) == 6  # six distinct stored steps
-    expected_state = torch.cat([(200 + steps).view(-1, 1).expand(6, 5), steps.view(-1, 1).expand(6, 3)], dim=1)
+    expected_state = torch.cat(
+        [(200 + steps).view(-1, 1).expand(6, 5), steps.view(-1, 1).expand(6, 3)], dim=1
+    )
     assert torch.equal(state, expected_state)  # both agents' rows come from the same steps
-    assert torch.equal(action, -torch.cat([(200 + steps).view(-1, 1).expand(6, 3), steps.view(-1, 1).expand(6, 2)], 1))
+    assert torch.equal(
+        action,
+        -torch.cat([(200 + steps).view(-1, 1).expand(6, 3), steps.view(-1, 1).expand(6, 2)], 1),
+    )
     # The target critic sees the next states and the target actors' actions in [0, 1] (sigmoid).
     assert torch.equal(target_state, expected_state + 0.5)
     assert target_action.shape == (6, 5) and torch.all((target_action >= 0) & (target_action <= 1))
     # The actor term: agent 2's own action comes from its actor; agent 0's from the buffer.
     assert torch.equal(policy_state, expected_state)
     own = maddpg.actors[2][0](expected_state[:, :5])
-    assert torch.allclose(policy_action[:, :3], own) and torch.equal(policy_action[:, 3:], action[:, 3:])
+    assert torch.allclose(policy_action[:, :3], own) and torch.equal(
+        policy_action[:, 3:], action[:, 3:]
+    )
 
 
 def test_overridden_concat_functions_build_the_critic_inputs():
@@ -338,17 +411,30 @@ def test_overridden_concat_functions_build_the_critic_inputs():
     actors, actor_targets, _, _ = make_networks(STATE_DIMS, ACTION_DIMS, VISIBLE)
     critics = [RecordingCritic(6, sum(ACTION_DIMS[j] for j in v)) for v in VISIBLE]
     torch.manual_seed(0)
-    maddpg = SummingMADDPG(actors, actor_targets, critics, copy.deepcopy(critics), VISIBLE, torch.optim.Adam,
-                           nn.MSELoss(), batch_size=4, pool_size=1)
+    maddpg = SummingMADDPG(
+        actors,
+        actor_targets,
+        critics,
+        copy.deepcopy(critics),
+        VISIBLE,
+        torch.optim.Adam,
+        nn.MSELoss(),
+        batch_size=4,
+        pool_size=1,
+    )
     fill(maddpg, 8)
     maddpg.update()
     assert maddpg.critics[1].calls[0][0].shape == (4, 6)
 
 
 def test_default_concat_needs_the_same_keys_for_every_visible_agent():
-    with pytest.raises(ValueError, match=r"override state_concat_function for agents with different keys"):
+    with pytest.raises(
+        ValueError, match=r"override state_concat_function for agents with different keys"
+    ):
         MADDPG.state_concat_function([{"state": torch.ones(1, 2)}, {"obs": torch.ones(1, 2)}])
-    joined = MADDPG.action_concat_function([{"action": torch.ones(2, 1)}, {"action": torch.zeros(2, 3)}])
+    joined = MADDPG.action_concat_function(
+        [{"action": torch.ones(2, 1)}, {"action": torch.zeros(2, 3)}]
+    )
     assert torch.equal(joined["action"], torch.tensor([[1.0, 0, 0, 0], [1.0, 0, 0, 0]]))
 
 
@@ -390,14 +476,31 @@ def test_targets_and_policy_values_against_hand_computed_values():
     actors = [LinearActor(0.5), LinearActor(-1.0)]
     critics = [LinearCritic([1.0, 2.0], [3.0, 4.0]), LinearCritic([0.5, -1.0], [2.0, 1.0])]
     visible = [[0, 1], [1, 0]]
-    maddpg = MADDPG(actors, [LinearActor(0.0), LinearActor(0.0)], critics,
-                    [LinearCritic([0.0, 0.0], [0.0, 0.0]), LinearCritic([0.0, 0.0], [0.0, 0.0])],
-                    visible, torch.optim.SGD, criterion, batch_size=1, discount=0.5, pool_size=1)
+    maddpg = MADDPG(
+        actors,
+        [LinearActor(0.0), LinearActor(0.0)],
+        critics,
+        [LinearCritic([0.0, 0.0], [0.0, 0.0]), LinearCritic([0.0, 0.0], [0.0, 0.0])],
+        visible,
+        torch.optim.SGD,
+        criterion,
+        batch_size=1,
+        discount=0.5,
+        pool_size=1,
+    )
     s, a, s2, r = [1.0, 2.0], [0.3, -0.2], [3.0, -1.0], [1.0, -2.0]
-    maddpg.store_transitions([Transition(state={"state": torch.tensor([[s[j]]])},
-                                         action={"action": torch.tensor([[a[j]]])},
-                                         next_state={"state": torch.tensor([[s2[j]]])},
-                                         reward=r[j], terminal=False) for j in range(2)])
+    maddpg.store_transitions(
+        [
+            Transition(
+                state={"state": torch.tensor([[s[j]]])},
+                action={"action": torch.tensor([[a[j]]])},
+                next_state={"state": torch.tensor([[s2[j]]])},
+                reward=r[j],
+                terminal=False,
+            )
+            for j in range(2)
+        ]
+    )
     policy_value, value_loss = maddpg.update(update_value=False, update_policy=False)
     next_a = [0.5 * s2[0], -1.0 * s2[1]]
     target0 = r[0] + 0.5 * (1.0 * s2[0] + 2.0 * s2[1] + 3.0 * next_a[0] + 4.0 * next_a[1])
@@ -406,7 +509,9 @@ def test_targets_and_policy_values_against_hand_computed_values():
     target1 = r[1] + 0.5 * (0.5 * s2[1] - 1.0 * s2[0] + 2.0 * next_a[1] + 1.0 * next_a[0])
     q1 = 0.5 * s[1] - 1.0 * s[0] + 2.0 * a[1] + 1.0 * a[0]
     assert [(t.item(), p.item()) for t, p in criterion.calls] == [
-        pytest.approx((target0, q0)), pytest.approx((target1, q1))]
+        pytest.approx((target0, q0)),
+        pytest.approx((target1, q1)),
+    ]
     policy0 = 1.0 * s[0] + 2.0 * s[1] + 3.0 * (0.5 * s[0]) + 4.0 * a[1]
     policy1 = 0.5 * s[1] - 1.0 * s[0] + 2.0 * (-1.0 * s[1]) + 1.0 * a[0]
     assert policy_value == pytest.approx((policy0 + policy1) / 2)
@@ -414,8 +519,12 @@ def test_targets_and_policy_values_against_hand_computed_values():
 
 
 def test_terminal_zeroes_the_bootstrap():
-    assert torch.equal(MADDPG.reward_function(torch.tensor([[1.0]]), 0.9, torch.tensor([[5.0]]),
-                                              torch.tensor([[1.0]]), {}), torch.tensor([[1.0]]))
+    assert torch.equal(
+        MADDPG.reward_function(
+            torch.tensor([[1.0]]), 0.9, torch.tensor([[5.0]]), torch.tensor([[1.0]]), {}
+        ),
+        torch.tensor([[1.0]]),
+    )
 
 
 # -- training -----------------------------------------------------------------------------
@@ -440,8 +549,11 @@ def test_each_actor_is_trained_by_its_own_critic_only():
     actors, actor_targets, critics, critic_targets = make_networks(STATE_DIMS, ACTION_DIMS, VISIBLE)
     critics[0] = ActionBlindCritic(3 + 4, 2 + 1)
     critic_targets[0] = ActionBlindCritic(3 + 4, 2 + 1)
-    maddpg = make_maddpg((actors, actor_targets, critics, critic_targets), optimizer=torch.optim.SGD,
-                         actor_learning_rate=0.1)
+    maddpg = make_maddpg(
+        (actors, actor_targets, critics, critic_targets),
+        optimizer=torch.optim.SGD,
+        actor_learning_rate=0.1,
+    )
     fill(maddpg)
     before = [parameters(agent[0]) for agent in maddpg.actors]
     maddpg.update(update_value=False)
@@ -500,8 +612,12 @@ def test_thread_pool_gives_the_same_result_as_sequential_updates():
 @pytest.mark.usefixtures("no_children_left")
 def test_process_pool_gives_the_same_result_as_sequential_updates():
     def run(**kwargs):
-        maddpg = make_maddpg(sub_policy_num=1, lr_scheduler=torch.optim.lr_scheduler.LambdaLR,
-                             lr_scheduler_args=((lambda e: 0.5 ** e,), (lambda e: 0.5 ** e,)), **kwargs)
+        maddpg = make_maddpg(
+            sub_policy_num=1,
+            lr_scheduler=torch.optim.lr_scheduler.LambdaLR,
+            lr_scheduler_args=((lambda e: 0.5**e,), (lambda e: 0.5**e,)),
+            **kwargs,
+        )
         fill(maddpg)
         torch.manual_seed(2)
         try:
@@ -521,7 +637,9 @@ def test_process_pool_gives_the_same_result_as_sequential_updates():
     assert values == pooled_values and same(params, pooled_params)
     # The critic takes one step per sub-policy and update: 2 x 4.
     assert pooled_optim_state["state"][0]["step"] == optim_state["state"][0]["step"] == 8
-    assert torch.equal(pooled_optim_state["state"][0]["exp_avg"], optim_state["state"][0]["exp_avg"])
+    assert torch.equal(
+        pooled_optim_state["state"][0]["exp_avg"], optim_state["state"][0]["exp_avg"]
+    )
 
 
 @pytest.mark.multiprocess
@@ -529,7 +647,9 @@ def test_process_pool_gives_the_same_result_as_sequential_updates():
 @pytest.mark.usefixtures("no_children_left")
 def test_a_process_pool_update_with_nan_rewards_changes_no_network_and_counts_the_skips():
     maddpg = make_maddpg(pool_type="process", pool_size=2)
-    with torch.no_grad():  # targets apart from the online networks, so that a soft update would show
+    with (
+        torch.no_grad()
+    ):  # targets apart from the online networks, so that a soft update would show
         for p in [*maddpg.actor_targets.parameters(), *maddpg.critic_targets.parameters()]:
             p.add_(0.25)
     for buffer in maddpg.replay_buffers:
@@ -545,18 +665,24 @@ def test_a_process_pool_update_with_nan_rewards_changes_no_network_and_counts_th
         maddpg.update()  # the workers skip the steps (and warn in their own processes)
     finally:
         maddpg.close()
-    assert maddpg.skipped_updates == 3  # each agent's first critic step, which ends that agent's steps
+    assert (
+        maddpg.skipped_updates == 3
+    )  # each agent's first critic step, which ends that agent's steps
     assert same(all_parameters(maddpg), before)
 
 
 def test_a_spawned_workers_context_unpickles_as_a_working_framework():
     # Spawned workers (CUDA networks) receive the framework through dill, optimizers included.
-    maddpg = make_maddpg(lr_scheduler=torch.optim.lr_scheduler.LambdaLR,
-                         lr_scheduler_args=((lambda e: 1.0,), (lambda e: 1.0,)))
+    maddpg = make_maddpg(
+        lr_scheduler=torch.optim.lr_scheduler.LambdaLR,
+        lr_scheduler_args=((lambda e: 1.0,), (lambda e: 1.0,)),
+    )
     fill(maddpg)
     rebuilt = loads(dumps(WorkerCopy(maddpg)))
     assert type(rebuilt) is MADDPG and rebuilt._pool is None and rebuilt._lr_schedulers == []
-    assert rebuilt.critic_optims[1].param_groups[0]["params"][0] is next(rebuilt.critics[1].parameters())
+    assert rebuilt.critic_optims[1].param_groups[0]["params"][0] is next(
+        rebuilt.critics[1].parameters()
+    )
     torch.manual_seed(4)
     expected = maddpg.update()
     torch.manual_seed(4)
@@ -583,18 +709,29 @@ def test_shm_buffer_columns_live_in_shared_memory_and_a_worker_samples_them():
 
 
 def test_lr_schedulers_use_the_actor_and_critic_arguments():
-    maddpg = make_maddpg(sub_policy_num=1, lr_scheduler=torch.optim.lr_scheduler.LambdaLR,
-                         lr_scheduler_args=((lambda e: 0.5 ** e,), (lambda e: 0.1 ** e,)))
+    maddpg = make_maddpg(
+        sub_policy_num=1,
+        lr_scheduler=torch.optim.lr_scheduler.LambdaLR,
+        lr_scheduler_args=((lambda e: 0.5**e,), (lambda e: 0.1**e,)),
+    )
     fill(maddpg)
     maddpg.update()
     maddpg.update_lr_scheduler()
-    assert all(o.param_groups[0]["lr"] == pytest.approx(0.0005 / 2) for agent in maddpg.actor_optims for o in agent)
+    assert all(
+        o.param_groups[0]["lr"] == pytest.approx(0.0005 / 2)
+        for agent in maddpg.actor_optims
+        for o in agent
+    )
     assert all(o.param_groups[0]["lr"] == pytest.approx(0.001 / 10) for o in maddpg.critic_optims)
 
 
 def test_lr_scheduler_args_need_an_actor_and_a_critic_entry():
-    with pytest.raises(ValueError, match=r"lr_scheduler_args must hold two entries, the first for the actor"):
-        make_maddpg(lr_scheduler=torch.optim.lr_scheduler.LambdaLR, lr_scheduler_args=((lambda e: 1.0,),))
+    with pytest.raises(
+        ValueError, match=r"lr_scheduler_args must hold two entries, the first for the actor"
+    ):
+        make_maddpg(
+            lr_scheduler=torch.optim.lr_scheduler.LambdaLR, lr_scheduler_args=((lambda e: 1.0,),)
+        )
 
 
 def test_close_stops_the_pool_and_a_later_update_starts_a_new_one():
@@ -614,14 +751,26 @@ def test_save_and_load_follow_the_network_map(tmp_path):
     fill(maddpg)
     maddpg.update()
     maddpg.save(str(tmp_path), network_map={"critic_targets": "critics_t"}, version=3)
-    assert sorted(os.listdir(tmp_path)) == ["actor_targets_3.manifest.json", "actor_targets_3.pt", "critics_t_3.pt"]
+    assert sorted(os.listdir(tmp_path)) == [
+        "actor_targets_3.manifest.json",
+        "actor_targets_3.pt",
+        "critics_t_3.pt",
+    ]
 
     torch.manual_seed(5)
-    fresh = MADDPG(*make_networks(STATE_DIMS, ACTION_DIMS, VISIBLE), VISIBLE, torch.optim.Adam, nn.MSELoss(),
-                   sub_policy_num=1, pool_size=1)
+    fresh = MADDPG(
+        *make_networks(STATE_DIMS, ACTION_DIMS, VISIBLE),
+        VISIBLE,
+        torch.optim.Adam,
+        nn.MSELoss(),
+        sub_policy_num=1,
+        pool_size=1,
+    )
     fresh.load(str(tmp_path), network_map={"critic_targets": "critics_t"})
     for agent in range(3):
-        assert same(parameters(fresh.critic_targets[agent]), parameters(maddpg.critic_targets[agent]))
+        assert same(
+            parameters(fresh.critic_targets[agent]), parameters(maddpg.critic_targets[agent])
+        )
 
 
 # -- learning -------------------------------------------------------------------------------
@@ -632,12 +781,26 @@ def test_maddpg_beats_a_random_policy_on_simple_spread():
     np.random.seed(seed)
     # The random policy plays the same 20 starting positions as the last 20 training episodes.
     random_returns = run_spread(None, episodes=20, seed=seed + episodes - 20).returns
-    maddpg = spread_maddpg(batch_size=128, update_rate=0.02, actor_learning_rate=1e-3, critic_learning_rate=3e-3,
-                           discount=0.9, gradient_max=0.5)
-    result = run_spread(maddpg, episodes=episodes, seed=seed, update_every=2, noise_sigma=0.1,
-                        critic_only_updates=500)
+    maddpg = spread_maddpg(
+        batch_size=128,
+        update_rate=0.02,
+        actor_learning_rate=1e-3,
+        critic_learning_rate=3e-3,
+        discount=0.9,
+        gradient_max=0.5,
+    )
+    result = run_spread(
+        maddpg,
+        episodes=episodes,
+        seed=seed,
+        update_every=2,
+        noise_sigma=0.1,
+        critic_only_updates=500,
+    )
     returns, seconds = result.returns, result.seconds
     random_mean, trained_mean = float(np.mean(random_returns)), float(np.mean(returns[-20:]))
-    print(f"MADDPG simple_spread ({SPREAD_AGENTS} agents): mean return of the last 20 of {len(returns)} "
-          f"episodes {trained_mean:.2f}, random policy on the same starts {random_mean:.2f}, {seconds:.1f} s")
+    print(
+        f"MADDPG simple_spread ({SPREAD_AGENTS} agents): mean return of the last 20 of {len(returns)} "
+        f"episodes {trained_mean:.2f}, random policy on the same starts {random_mean:.2f}, {seconds:.1f} s"
+    )
     assert trained_mean > random_mean + 3.0

@@ -35,14 +35,25 @@ def test_a_subclass_declares_only_what_differs_and_shows_every_option():
     assert signature.parameters["update_rate"].default == 0.005
     assert inspect.signature(DDPG).parameters["update_rate"].default == 0.001
     names = list(signature.parameters)
-    assert names[:6] == ["actor", "actor_target", "critic", "critic_target", "optimizer", "criterion"]
+    assert names[:6] == [
+        "actor",
+        "actor_target",
+        "critic",
+        "critic_target",
+        "optimizer",
+        "criterion",
+    ]
     assert names[6] == "_" and names[-1] == "__"  # 0.3.4's ``*_, **__``
-    assert {"batch_size", "discount", "gradient_max", "replay_size", "visualize", "n_step"} <= set(names)
+    assert {"batch_size", "discount", "gradient_max", "replay_size", "visualize", "n_step"} <= set(
+        names
+    )
     # help() shows the signature and every option's documentation with its default.
     text = pydoc.render_doc(DDPGPer, renderer=pydoc.plaintext)
     assert "update_rate=0.005" in text
     for name, spec in option_specs(DDPGPer).items():
-        assert f"(keyword option, default ``{spec.default!r}``)" in spec.__doc__ and spec.doc in text, name
+        assert (
+            f"(keyword option, default ``{spec.default!r}``)" in spec.__doc__ and spec.doc in text
+        ), name
 
 
 def test_a_bad_option_is_reported_from_its_check_alone():
@@ -64,7 +75,9 @@ def test_options_become_checked_attributes_and_extras_warn():
     with pytest.raises(ValueError, match=r"discount must be in \[0, 1\], got 2"):
         dqn.discount = 2
     assert dqn.discount == 0.5
-    with pytest.raises(TypeError, match="batch_size must be a positive integer, got 2.5 of type float"):
+    with pytest.raises(
+        TypeError, match="batch_size must be a positive integer, got 2.5 of type float"
+    ):
         make_dqn(batch_size=2.5)
     with pytest.warns(ExtraArgumentsWarning, match="'bogus'"):
         make_dqn(bogus=1)
@@ -86,11 +99,21 @@ def test_subclass_constructor_adds_positionals_and_keeps_the_options_it_was_give
             return self.fc(torch.cat([state, action], 1))
 
     critics = [Critic() for _ in range(4)]
-    td3 = TD3(nets[0], nets[1], *critics, torch.optim.Adam, nn.MSELoss(), batch_size=3, policy_update_delay=4,
-              lr_scheduler=torch.optim.lr_scheduler.StepLR,
-              lr_scheduler_args=((1,), (1,), (1,)))
+    td3 = TD3(
+        nets[0],
+        nets[1],
+        *critics,
+        torch.optim.Adam,
+        nn.MSELoss(),
+        batch_size=3,
+        policy_update_delay=4,
+        lr_scheduler=torch.optim.lr_scheduler.StepLR,
+        lr_scheduler_args=((1,), (1,), (1,)),
+    )
     assert (td3.batch_size, td3.policy_update_delay, td3.update_rate) == (3, 4, 0.005)
-    assert len(td3._lr_schedulers) == 3  # one per optimizer, created after every part of the constructor
+    assert (
+        len(td3._lr_schedulers) == 3
+    )  # one per optimizer, created after every part of the constructor
 
 
 def test_a_user_subclass_written_the_0_3_4_way_still_works():
@@ -120,7 +143,10 @@ def test_a_new_framework_declares_its_options_as_class_attributes():
     tiny = Tiny(nn.Linear(1, 1), steps=5, learning_rate=0.5)
     assert (tiny.steps, tiny.optim.param_groups[0]["lr"], tiny.gradient_max) == (5, 0.5, math.inf)
     params = inspect.signature(Tiny).parameters
-    assert params["steps"].default == 2 and params["net"].kind is inspect.Parameter.POSITIONAL_OR_KEYWORD
+    assert (
+        params["steps"].default == 2
+        and params["net"].kind is inspect.Parameter.POSITIONAL_OR_KEYWORD
+    )
     with pytest.raises(ValueError, match="steps must be a positive integer, got 0"):
         Tiny(nn.Linear(1, 1), steps=0)
 
@@ -165,18 +191,30 @@ def test_a_scheduled_learning_rate_reaches_the_optimizer_and_may_decay_to_zero()
 
 def test_ppo_clip_range_and_entropy_weight_take_schedules():
     actor, critic = nn.Linear(4, 2), nn.Linear(4, 1)
-    ppo = PPO(actor, critic, torch.optim.Adam, nn.MSELoss(), surrogate_loss_clip=LinearSchedule(0.2, 0.0),
-              entropy_weight=ExponentialSchedule(-0.01, -0.001), actor_learning_rate=LinearSchedule(3e-4, 0.0))
+    ppo = PPO(
+        actor,
+        critic,
+        torch.optim.Adam,
+        nn.MSELoss(),
+        surrogate_loss_clip=LinearSchedule(0.2, 0.0),
+        entropy_weight=ExponentialSchedule(-0.01, -0.001),
+        actor_learning_rate=LinearSchedule(3e-4, 0.0),
+    )
     ppo.set_progress(0.5)
     assert ppo.surrogate_loss_clip == pytest.approx(0.1)
-    assert ppo.entropy_weight == pytest.approx(-0.01 * 0.1 ** 0.5)
+    assert ppo.entropy_weight == pytest.approx(-0.01 * 0.1**0.5)
     assert ppo.actor_optim.param_groups[0]["lr"] == pytest.approx(1.5e-4)
     assert ppo.critic_optim.param_groups[0]["lr"] == 0.001  # not scheduled
 
 
 def test_a_scheduled_value_that_fails_its_check_raises_and_progress_is_checked():
-    a2c = A2C(nn.Linear(4, 2), nn.Linear(4, 1), torch.optim.Adam, nn.MSELoss(),
-              critic_learning_rate=LinearSchedule(1e-3, -1e-3))
+    a2c = A2C(
+        nn.Linear(4, 2),
+        nn.Linear(4, 1),
+        torch.optim.Adam,
+        nn.MSELoss(),
+        critic_learning_rate=LinearSchedule(1e-3, -1e-3),
+    )
     with pytest.raises(ValueError, match="critic_learning_rate must be non-negative"):
         a2c.set_progress(1.0)
     with pytest.raises(ValueError, match="progress"):
@@ -189,7 +227,13 @@ def test_actor_critic_updates_return_a_named_pair_that_unpacks_like_0_3_4():
 
     from .nets import CategoricalActor, ValueCritic, episode_steps
 
-    a2c = A2C(CategoricalActor(hidden=8), ValueCritic(hidden=8), torch.optim.Adam, nn.MSELoss(), batch_size=4)
+    a2c = A2C(
+        CategoricalActor(hidden=8),
+        ValueCritic(hidden=8),
+        torch.optim.Adam,
+        nn.MSELoss(),
+        batch_size=4,
+    )
     a2c.store_episode(episode_steps(8))
     result = a2c.update()
     assert isinstance(result, UpdateResult) and isinstance(result, tuple)

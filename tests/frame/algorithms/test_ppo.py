@@ -15,7 +15,12 @@ from .nets import CategoricalActor, ValueCritic, episode_steps, step_dict
 
 CONTRACT_CASES = {
     PPO: ContractCase(
-        args=lambda: (CategoricalActor(hidden=16), ValueCritic(hidden=16), torch.optim.Adam, nn.MSELoss()),
+        args=lambda: (
+            CategoricalActor(hidden=16),
+            ValueCritic(hidden=16),
+            torch.optim.Adam,
+            nn.MSELoss(),
+        ),
         options={"batch_size": 8},
         act=lambda agent, state: agent.act(state),
         state=lambda: {"state": torch.randn(6, 4)},
@@ -46,7 +51,9 @@ def make(cls=PPO, **kwargs):
 def episode(length=20, seed=0):
     gen = torch.Generator().manual_seed(seed)
     states = torch.randn(length + 1, 4, generator=gen)
-    return [step_dict(states[i], [[i % 2]], states[i + 1], 1.0, i == length - 1) for i in range(length)]
+    return [
+        step_dict(states[i], [[i % 2]], states[i + 1], 1.0, i == length - 1) for i in range(length)
+    ]
 
 
 def test_ppo_is_a_small_a2c_subclass():
@@ -102,13 +109,26 @@ def test_bad_clip_is_rejected():
 @pytest.mark.learning
 def test_ppo_learns_cartpole():
     torch.manual_seed(0)
-    agent = PPO(CategoricalActor(), ValueCritic(), torch.optim.Adam, nn.MSELoss(), batch_size=1000,
-                actor_update_times=10, critic_update_times=20, actor_learning_rate=0.003,
-                critic_learning_rate=0.005, gae_lambda=0.95)
+    agent = PPO(
+        CategoricalActor(),
+        ValueCritic(),
+        torch.optim.Adam,
+        nn.MSELoss(),
+        batch_size=1000,
+        actor_update_times=10,
+        critic_update_times=20,
+        actor_learning_rate=0.003,
+        critic_learning_rate=0.005,
+        gae_lambda=0.95,
+    )
     result = train(agent, lambda: gym.make("CartPole-v0"), seed=0, episodes=400, solved_reward=150)
-    print(f"PPO reached a smoothed return of 150 on CartPole-v0 at episode {result.solved_episode} "
-          f"({result.steps} steps)")
-    assert result.solved_episode is not None, "PPO did not reach a smoothed return of 150 within 400 episodes"
+    print(
+        f"PPO reached a smoothed return of 150 on CartPole-v0 at episode {result.solved_episode} "
+        f"({result.steps} steps)"
+    )
+    assert result.solved_episode is not None, (
+        "PPO did not reach a smoothed return of 150 within 400 episodes"
+    )
 
 
 # -- tuned-setup options: lambda-return target and joint minibatch epochs (issue 25) ------------
@@ -125,28 +145,47 @@ class IdentityCritic(nn.Module):
 
 def stored_targets(ppo):
     _, (value, gae) = ppo.replay_buffer.sample_batch(
-        0, True, sample_method="all", sample_attrs=["value", "gae"], additional_concat_attrs=["value", "gae"])
+        0,
+        True,
+        sample_method="all",
+        sample_attrs=["value", "gae"],
+        additional_concat_attrs=["value", "gae"],
+    )
     return value.view(-1).tolist(), gae.view(-1).tolist()
 
 
-@pytest.mark.parametrize("value_target, expected", [
-    # discounted return, bootstrapped from V(s3) = 2 at the cut end: 4.8, 2 + 0.9 * 4.8, 1 + 0.9 * 6.32
-    ("return", [6.688, 6.32, 4.8]),
-    # GAE lambda-return A + V(s) with gamma 0.9, lambda 0.5 (deltas 1.4, 2.35, 3.3)
-    ("lambda_return", [3.12575 + 0.5, 3.835 + 1.0, 3.3 + 1.5]),
-])
+@pytest.mark.parametrize(
+    "value_target, expected",
+    [
+        # discounted return, bootstrapped from V(s3) = 2 at the cut end: 4.8, 2 + 0.9 * 4.8, 1 + 0.9 * 6.32
+        ("return", [6.688, 6.32, 4.8]),
+        # GAE lambda-return A + V(s) with gamma 0.9, lambda 0.5 (deltas 1.4, 2.35, 3.3)
+        ("lambda_return", [3.12575 + 0.5, 3.835 + 1.0, 3.3 + 1.5]),
+    ],
+)
 def test_value_target_on_a_hand_computed_episode(value_target, expected):
-    ppo = PPO(CategoricalActor(state_dim=1), IdentityCritic(), torch.optim.Adam, nn.MSELoss(), discount=0.9,
-              gae_lambda=0.5, value_target=value_target)
+    ppo = PPO(
+        CategoricalActor(state_dim=1),
+        IdentityCritic(),
+        torch.optim.Adam,
+        nn.MSELoss(),
+        discount=0.9,
+        gae_lambda=0.5,
+        value_target=value_target,
+    )
     values = [0.5, 1.0, 1.5, 2.0]
-    ppo.store_episode([step_dict([values[t]], [[0]], [values[t + 1]], float(t + 1), False) for t in range(3)])
+    ppo.store_episode(
+        [step_dict([values[t]], [[0]], [values[t + 1]], float(t + 1), False) for t in range(3)]
+    )
     value, gae = stored_targets(ppo)
     assert value == pytest.approx(expected)
     assert gae == pytest.approx([3.12575, 3.835, 3.3])  # the advantages do not depend on the target
 
 
 def test_value_target_is_checked():
-    with pytest.raises(ValueError, match=r"value_target must be one of \['return', 'lambda_return'\], got 'gae'"):
+    with pytest.raises(
+        ValueError, match=r"value_target must be one of \['return', 'lambda_return'\], got 'gae'"
+    ):
         make(value_target="gae")
 
 
@@ -161,7 +200,9 @@ class CountingPPO(PPO):
 
 
 def test_joint_update_runs_epochs_over_shuffled_minibatches_of_one_loss():
-    ppo = make(CountingPPO, joint_update=True, actor_update_times=3, batch_size=8, critic_update_times=99)
+    ppo = make(
+        CountingPPO, joint_update=True, actor_update_times=3, batch_size=8, critic_update_times=99
+    )
     ppo.store_episode(episode(20))
     actor_before = [p.detach().clone() for p in ppo.actor.parameters()]
     critic_before = [p.detach().clone() for p in ppo.critic.parameters()]
@@ -189,16 +230,25 @@ def test_joint_update_respects_the_switches():
 
 def test_joint_update_clips_the_norm_of_the_joint_gradient():
     # SGD with learning rate 1 steps by minus the clipped gradient, so the steps show the clipping
-    ppo = make(joint_update=True, actor_update_times=1, gradient_max=1e-3, actor_learning_rate=1.0,
-               critic_learning_rate=1.0)
+    ppo = make(
+        joint_update=True,
+        actor_update_times=1,
+        gradient_max=1e-3,
+        actor_learning_rate=1.0,
+        critic_learning_rate=1.0,
+    )
     ppo.actor_optim = torch.optim.SGD(ppo.actor.parameters(), lr=1.0)
     ppo.critic_optim = torch.optim.SGD(ppo.critic.parameters(), lr=1.0)
     ppo.store_episode(episode(16))
     networks = (ppo.actor, ppo.critic)
     before = [[p.detach().clone() for p in net.parameters()] for net in networks]
     ppo.update()
-    norms = [torch.linalg.vector_norm(torch.stack([(p - q).norm() for p, q in zip(net.parameters(), old)])).item()
-             for net, old in zip(networks, before)]
+    norms = [
+        torch.linalg.vector_norm(
+            torch.stack([(p - q).norm() for p, q in zip(net.parameters(), old)])
+        ).item()
+        for net, old in zip(networks, before)
+    ]
     assert min(norms) > 0  # both networks moved ...
     assert math.hypot(*norms) == pytest.approx(1e-3, rel=1e-4)  # ... by one clipped joint gradient
     # clipping each network alone would move each by 1e-3; here the critic's large gradient

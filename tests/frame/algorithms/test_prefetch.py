@@ -34,9 +34,14 @@ def test_take_returns_the_batch_sampled_before_and_requests_the_next():
     prefetcher = Prefetcher(source.start)
     source.stored.extend([1, 2])
     assert prefetcher.take((2,)) == [1, 2]  # nothing in flight: sampled now
-    assert source.started == [(2, "batch"), (2, "batch")] and prefetcher.in_flight  # the next one too
+    assert (
+        source.started == [(2, "batch"), (2, "batch")] and prefetcher.in_flight
+    )  # the next one too
     source.stored.append(3)  # stored while the learner works on [1, 2]
-    assert prefetcher.take((2,)) == [1, 2]  # the batch sampled one take earlier, before 3 was stored
+    assert prefetcher.take((2,)) == [
+        1,
+        2,
+    ]  # the batch sampled one take earlier, before 3 was stored
     assert prefetcher.take((2,)) == [2, 3]
     assert len(source.started) == 4
 

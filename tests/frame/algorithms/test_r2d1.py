@@ -61,7 +61,9 @@ class NoHiddenNet(GRUQNet):
 def make(net=GRUQNet, criterion=None, **kwargs):
     torch.manual_seed(0)
     options = {"batch_size": 4, "sequence_length": 3, "burn_in": 2, "n_step": 2, **kwargs}
-    return R2D1(net(), net(), torch.optim.Adam, criterion or nn.MSELoss(reduction="none"), **options)
+    return R2D1(
+        net(), net(), torch.optim.Adam, criterion or nn.MSELoss(reduction="none"), **options
+    )
 
 
 def random_episode(length, size=8, terminal=True, tuple_hidden=False):
@@ -69,9 +71,15 @@ def random_episode(length, size=8, terminal=True, tuple_hidden=False):
     for i in range(length):
         hidden = torch.randn(1, size)
         hidden = (hidden, torch.randn(1, size)) if tuple_hidden else hidden
-        steps.append({"state": {"state": torch.randn(1, 2), "hidden": hidden}, "action": {"action": torch.tensor([[i % 2]])},
-                      "next_state": {"state": torch.randn(1, 2)}, "reward": 1.0,
-                      "terminal": terminal and i == length - 1})
+        steps.append(
+            {
+                "state": {"state": torch.randn(1, 2), "hidden": hidden},
+                "action": {"action": torch.tensor([[i % 2]])},
+                "next_state": {"state": torch.randn(1, 2)},
+                "reward": 1.0,
+                "terminal": terminal and i == length - 1,
+            }
+        )
     return steps
 
 
@@ -79,7 +87,9 @@ def fill(agent, episodes=4, tuple_hidden=False):
     torch.manual_seed(1)
     size = agent.qnet.size if hasattr(agent.qnet, "size") else 8
     for e in range(episodes):
-        agent.store_episode(random_episode(5 + e, size, terminal=e % 2 == 0, tuple_hidden=tuple_hidden))
+        agent.store_episode(
+            random_episode(5 + e, size, terminal=e % 2 == 0, tuple_hidden=tuple_hidden)
+        )
 
 
 CONTRACT_CASES = {
@@ -98,9 +108,16 @@ CONTRACT_CASES = {
 
 def counter_episode(terminal):
     """States 0, 1, 2 (final observation 3), rewards 1, 2, 4, stored hidden 10, 11, 12."""
-    return [{"state": {"state": torch.tensor([[float(i)]]), "hidden": torch.tensor([[10.0 + i]])},
-             "action": {"action": torch.tensor([[0]])}, "next_state": {"state": torch.tensor([[i + 1.0]])},
-             "reward": r, "terminal": terminal and i == 2} for i, r in enumerate([1.0, 2.0, 4.0])]
+    return [
+        {
+            "state": {"state": torch.tensor([[float(i)]]), "hidden": torch.tensor([[10.0 + i]])},
+            "action": {"action": torch.tensor([[0]])},
+            "next_state": {"state": torch.tensor([[i + 1.0]])},
+            "reward": r,
+            "terminal": terminal and i == 2,
+        }
+        for i, r in enumerate([1.0, 2.0, 4.0])
+    ]
 
 
 def sample_start(agent, row):
@@ -119,7 +136,12 @@ def test_is_a_dqn_per_with_a_sequence_buffer_built_from_its_options():
     assert isinstance(agent, DQNPer) and agent.mode == "double"
     buffer = agent.replay_buffer
     assert isinstance(buffer, SequenceBuffer) and buffer.buffer_size == 64
-    assert (buffer.sequence_length, buffer.burn_in, buffer.n_step, buffer.discount) == (3, 2, 2, 0.9)
+    assert (buffer.sequence_length, buffer.burn_in, buffer.n_step, buffer.discount) == (
+        3,
+        2,
+        2,
+        0.9,
+    )
     assert (buffer.sequence_stride, buffer.priority_eta, buffer.hidden_key) == (2, 0.5, "hidden")
     assert same(parameters(agent.qnet), parameters(agent.qnet_target))
 
@@ -127,19 +149,26 @@ def test_is_a_dqn_per_with_a_sequence_buffer_built_from_its_options():
 def test_a_given_buffer_must_be_a_sequence_buffer_with_the_same_options():
     buffer = SequenceBuffer(100, sequence_length=3, burn_in=2, n_step=2, discount=0.99)
     assert make(replay_buffer=buffer).replay_buffer is buffer
-    with pytest.raises(ValueError, match="replay_buffer has burn_in=2, but R2D1 was given burn_in=1"):
+    with pytest.raises(
+        ValueError, match="replay_buffer has burn_in=2, but R2D1 was given burn_in=1"
+    ):
         make(replay_buffer=buffer, burn_in=1)
-    with pytest.raises(ValueError, match="R2D1 needs a SequenceBuffer as replay_buffer, got Buffer"):
+    with pytest.raises(
+        ValueError, match="R2D1 needs a SequenceBuffer as replay_buffer, got Buffer"
+    ):
         make(replay_buffer=Buffer(10))
 
 
-@pytest.mark.parametrize("option, value, message", [
-    ("sequence_length", 0, "sequence_length must be a positive integer, got 0"),
-    ("burn_in", -2, "burn_in must be a non-negative integer, got -2"),
-    ("n_step", 0, "n_step must be a positive integer, got 0"),
-    ("rescaling_epsilon", 0.0, "rescaling_epsilon must be positive, got 0.0"),
-    ("batch_size", 0, "batch_size must be a positive integer, got 0"),
-])
+@pytest.mark.parametrize(
+    "option, value, message",
+    [
+        ("sequence_length", 0, "sequence_length must be a positive integer, got 0"),
+        ("burn_in", -2, "burn_in must be a non-negative integer, got -2"),
+        ("n_step", 0, "n_step must be a positive integer, got 0"),
+        ("rescaling_epsilon", 0.0, "rescaling_epsilon must be positive, got 0.0"),
+        ("batch_size", 0, "batch_size must be a positive integer, got 0"),
+    ],
+)
 def test_bad_options_are_rejected(option, value, message):
     with pytest.raises(ValueError, match=message):
         make(**{option: value})
@@ -168,7 +197,9 @@ def test_acting_returns_the_action_and_the_new_hidden_state():
     assert torch.equal(noisy, action) and torch.equal(noisy_hidden, expected_hidden)
     agent.epsilon = 1.0
     torch.manual_seed(0)
-    actions = torch.cat([agent.act_discrete_with_noise({"state": state}, decay_epsilon=False)[0] for _ in range(20)])
+    actions = torch.cat(
+        [agent.act_discrete_with_noise({"state": state}, decay_epsilon=False)[0] for _ in range(20)]
+    )
     assert set(actions.view(-1).tolist()) == {0, 1}
 
 
@@ -235,9 +266,13 @@ def test_the_stored_hidden_state_starts_each_sequence():
     assert torch.equal(agent.qnet.calls[0][1], batch.hidden)
 
 
-@pytest.mark.parametrize("terminal, expected", [(False, [4 + 0.25 * 17, 4 + 0.5 * 17]), (True, [4.0, 4.0])])
+@pytest.mark.parametrize(
+    "terminal, expected", [(False, [4 + 0.25 * 17, 4 + 0.5 * 17]), (True, [4.0, 4.0])]
+)
 def test_double_n_step_targets_on_a_hand_computed_sequence(terminal, expected):
-    agent = make(CounterNet, burn_in=1, sequence_length=2, n_step=2, discount=0.5, value_rescaling=False)
+    agent = make(
+        CounterNet, burn_in=1, sequence_length=2, n_step=2, discount=0.5, value_rescaling=False
+    )
     agent.store_episode(counter_episode(terminal))
     batch = sample_start(agent, 1)  # positions: steps 0, 1, 2, the final observation 3, padding
     # the nets start from the stored hidden 10 and add 1 per observed position: q0 = state + hidden,
@@ -252,7 +287,9 @@ def test_value_rescaling_wraps_the_bellman_target():
     agent.store_episode(counter_episode(False))
     batch = sample_start(agent, 1)
     inner = 4 + 0.25 * inverse_value_rescale(torch.tensor(17.0))
-    assert agent._bellman_target(batch)[0, 0].item() == pytest.approx(value_rescale(inner).item(), rel=1e-5)
+    assert agent._bellman_target(batch)[0, 0].item() == pytest.approx(
+        value_rescale(inner).item(), rel=1e-5
+    )
 
 
 def test_value_rescale_and_its_inverse():
@@ -295,7 +332,9 @@ def test_loss_is_the_weighted_mean_of_masked_sequence_means():
     mask = batch.train_mask.float()
     per_sequence = (((predicted - target) ** 2) * mask).sum(1) / mask.sum(1)
     expected = (per_sequence * batch.weight.view(-1)).mean()
-    assert agent._value_loss(predicted, target, batch).item() == pytest.approx(expected.item(), rel=1e-5)
+    assert agent._value_loss(predicted, target, batch).item() == pytest.approx(
+        expected.item(), rel=1e-5
+    )
 
 
 def test_sequences_without_stored_hidden_states_start_from_none():
@@ -312,14 +351,18 @@ def test_sequences_without_stored_hidden_states_start_from_none():
 def test_reducing_criterion_is_rejected_with_advice():
     agent = make(criterion=SummingLoss())
     fill(agent)
-    with pytest.raises(ValueError, match=r'element-wise criterion returning shape \[4, 3\].*reduction="none"'):
+    with pytest.raises(
+        ValueError, match=r'element-wise criterion returning shape \[4, 3\].*reduction="none"'
+    ):
         agent.update()
 
 
 def test_network_without_hidden_output_is_rejected():
     agent = make(NoHiddenNet)
     fill(agent)
-    with pytest.raises(ValueError, match=r"returning \(q_values, new_hidden\); NoHiddenNet returned Tensor"):
+    with pytest.raises(
+        ValueError, match=r"returning \(q_values, new_hidden\); NoHiddenNet returned Tensor"
+    ):
         agent.update()
 
 
@@ -334,7 +377,9 @@ def test_mismatched_tuple_hidden_state_is_rejected():
     agent = make(LSTMQNet)
     episode = random_episode(2, tuple_hidden=True)
     episode[0]["state"]["hidden"] = (torch.zeros(1, 8), torch.zeros(1, 4))
-    with pytest.raises(ValueError, match=r"tensors of one shape, got shapes \[\[1, 8\], \[1, 4\]\]"):
+    with pytest.raises(
+        ValueError, match=r"tensors of one shape, got shapes \[\[1, 8\], \[1, 4\]\]"
+    ):
         agent.store_episode(episode)
 
 
@@ -344,38 +389,80 @@ def test_mismatched_tuple_hidden_state_is_rejected():
 def train_masked_cartpole(agent, **options):
     """Train on velocity-masked CartPole-v0 (whole episodes stored, one update per two steps after
     500 steps) until the smoothed return passes 150, for at most 150 episodes."""
-    return train(agent, lambda: MaskVelocity(gym.make("CartPole-v0")), seed=0, episodes=150, solved_reward=150,
-                 warmup_steps=500, store="episode", updates_per_step=0.5, updates_per_episode=0, **options)
+    return train(
+        agent,
+        lambda: MaskVelocity(gym.make("CartPole-v0")),
+        seed=0,
+        episodes=150,
+        solved_reward=150,
+        warmup_steps=500,
+        store="episode",
+        updates_per_step=0.5,
+        updates_per_episode=0,
+        **options,
+    )
 
 
 @pytest.mark.learning
 def test_r2d1_learns_cartpole_without_velocities_where_dqn_cannot():
     wall, cpu = time.time(), time.process_time()
     torch.manual_seed(0)
-    r2d1 = R2D1(GRUQNet(size=32), GRUQNet(size=32), torch.optim.Adam, nn.MSELoss(reduction="none"),
-                batch_size=64, learning_rate=3e-3, epsilon_decay=0.999, update_rate=0.01, replay_size=20000,
-                sequence_length=8, burn_in=4, n_step=3)
+    r2d1 = R2D1(
+        GRUQNet(size=32),
+        GRUQNet(size=32),
+        torch.optim.Adam,
+        nn.MSELoss(reduction="none"),
+        batch_size=64,
+        learning_rate=3e-3,
+        epsilon_decay=0.999,
+        update_rate=0.01,
+        replay_size=20000,
+        sequence_length=8,
+        burn_in=4,
+        n_step=3,
+    )
     result = train_masked_cartpole(r2d1, hidden_key="hidden", initial_hidden=torch.zeros(1, 32))
-    print(f"R2D1 passed a smoothed return of 150 on velocity-masked CartPole-v0 at episode "
-          f"{result.solved_episode} ({time.time() - wall:.1f} s wall, {time.process_time() - cpu:.1f} s CPU)")
-    assert result.solved_episode is not None, "R2D1 did not reach a smoothed return of 150 within 150 episodes"
+    print(
+        f"R2D1 passed a smoothed return of 150 on velocity-masked CartPole-v0 at episode "
+        f"{result.solved_episode} ({time.time() - wall:.1f} s wall, {time.process_time() - cpu:.1f} s CPU)"
+    )
+    assert result.solved_episode is not None, (
+        "R2D1 did not reach a smoothed return of 150 within 150 episodes"
+    )
 
     wall, cpu = time.time(), time.process_time()
     torch.manual_seed(0)
-    dqn = DQN(MLPQNet(), MLPQNet(), torch.optim.Adam, nn.MSELoss(), batch_size=64, learning_rate=3e-3,
-              epsilon_decay=0.999, update_rate=0.01, replay_size=20000, n_step=3)
+    dqn = DQN(
+        MLPQNet(),
+        MLPQNet(),
+        torch.optim.Adam,
+        nn.MSELoss(),
+        batch_size=64,
+        learning_rate=3e-3,
+        epsilon_decay=0.999,
+        update_rate=0.01,
+        replay_size=20000,
+        n_step=3,
+    )
     dqn_result = train_masked_cartpole(dqn)
     dqn_best = max(smoothed_returns(dqn_result.returns))
-    print(f"memoryless DQN on the same observations and budget: best smoothed return {dqn_best:.1f} "
-          f"({time.time() - wall:.1f} s wall, {time.process_time() - cpu:.1f} s CPU)")
+    print(
+        f"memoryless DQN on the same observations and budget: best smoothed return {dqn_best:.1f} "
+        f"({time.time() - wall:.1f} s wall, {time.process_time() - cpu:.1f} s CPU)"
+    )
     assert dqn_result.solved_episode is None and dqn_best < 75.0
 
 
 class MLPQNet(nn.Module):
     def __init__(self, state_dim: int = 2, action_num: int = 2, size: int = 64):
         super().__init__()
-        self.net = nn.Sequential(nn.Linear(state_dim, size), nn.ReLU(), nn.Linear(size, size), nn.ReLU(),
-                                 nn.Linear(size, action_num))
+        self.net = nn.Sequential(
+            nn.Linear(state_dim, size),
+            nn.ReLU(),
+            nn.Linear(size, size),
+            nn.ReLU(),
+            nn.Linear(size, action_num),
+        )
 
     def forward(self, state):
         return self.net(state)
@@ -388,7 +475,9 @@ def test_without_priority_on_store_new_sequences_get_the_largest_priority():
     agent = make(sequence_stride=2)
     positions = agent.replay_buffer.store_episode(random_episode(6))
     weights = agent.replay_buffer.wt_tree.get_leaf_weight(positions)
-    assert weights.tolist() == [1.0, 0.0] * 3  # every start at the empty buffer's default, others never drawn
+    assert (
+        weights.tolist() == [1.0, 0.0] * 3
+    )  # every start at the empty buffer's default, others never drawn
 
 
 def test_priority_on_store_gives_each_new_sequence_the_priority_an_update_would():
@@ -400,8 +489,14 @@ def test_priority_on_store_gives_each_new_sequence_the_priority_an_update_would(
     buffer = agent.replay_buffer
     positions = np.arange(7)  # the first episode fills rows 0..6
     stored = buffer.wt_tree.get_leaf_weight(positions)
-    assert stored[1::2].tolist() == [0.0, 0.0, 0.0]  # rows that start no sequence stay out of sampling
-    assert len(set(stored[0::2].tolist())) == 4  # each start has its own priority, not a shared maximum
+    assert stored[1::2].tolist() == [
+        0.0,
+        0.0,
+        0.0,
+    ]  # rows that start no sequence stay out of sampling
+    assert (
+        len(set(stored[0::2].tolist())) == 4
+    )  # each start has its own priority, not a shared maximum
     # What an update computes for the same sequence (sampled alone), before its optimizer step:
     for row in (0, 2, 4, 6):
         batch = sample_start(agent, row)
@@ -417,6 +512,6 @@ def test_priority_on_store_gives_each_new_sequence_the_priority_an_update_would(
 def test_priority_on_store_keeps_tuple_hidden_states_and_later_episodes_apart():
     agent = make(LSTMQNet, priority_on_store=True)
     fill(agent, episodes=3, tuple_hidden=True)
-    weights = agent.replay_buffer.wt_tree.get_leaf_all_weights()[:agent.replay_buffer.size()]
+    weights = agent.replay_buffer.wt_tree.get_leaf_all_weights()[: agent.replay_buffer.size()]
     assert np.all(weights > 0) and len(set(weights.tolist())) > 3
     assert isinstance(agent.update(), float)

@@ -11,12 +11,20 @@ from .nets import DistQNet, QNet, transition
 
 CONTRACT_CASES = {
     RAINBOW: ContractCase(
-        args=lambda: (DistQNet(atoms=5, hidden=16), DistQNet(atoms=5, hidden=16), torch.optim.Adam, 0.0, 4.0),
+        args=lambda: (
+            DistQNet(atoms=5, hidden=16),
+            DistQNet(atoms=5, hidden=16),
+            torch.optim.Adam,
+            0.0,
+            4.0,
+        ),
         options={"batch_size": 8},
         act=lambda agent, state: agent.act_discrete(state, use_target=True),
         explore=lambda agent, state: agent.act_discrete_with_noise(state),
         state=lambda: {"state": torch.randn(6, 4)},
-        experience=lambda: [transition(torch.randn(4), i % 2, torch.randn(4), 1.0, i == 15) for i in range(16)],
+        experience=lambda: [
+            transition(torch.randn(4), i % 2, torch.randn(4), 1.0, i == 15) for i in range(16)
+        ],
         trains={"update_value": ["qnet"]},
     ),
 }
@@ -25,7 +33,14 @@ CONTRACT_CASES = {
 def make(atoms=5, value_min=0.0, value_max=4.0, **kwargs):
     torch.manual_seed(0)
     kwargs.setdefault("batch_size", 4)
-    return RAINBOW(DistQNet(atoms=atoms), DistQNet(atoms=atoms), torch.optim.Adam, value_min, value_max, **kwargs)
+    return RAINBOW(
+        DistQNet(atoms=atoms),
+        DistQNet(atoms=atoms),
+        torch.optim.Adam,
+        value_min,
+        value_max,
+        **kwargs,
+    )
 
 
 def test_signature_has_no_criterion_and_bad_range_raises():
@@ -53,12 +68,28 @@ def test_non_distributional_network_is_rejected():
 
 def test_store_episode_computes_n_step_values_and_next_states():
     agent = make(discount=0.5, reward_future_steps=3)
-    episode = [transition([float(i)] * 4, 0, [float(i + 1)] * 4, float(i + 1), i == 3) for i in range(4)]
+    episode = [
+        transition([float(i)] * 4, 0, [float(i + 1)] * 4, float(i + 1), i == 3) for i in range(4)
+    ]
     agent.store_episode(episode)
-    size, (next_state, terminal, value, steps) = agent.replay_buffer.sample_batch(
-        10, sample_attrs=["next_state", "terminal", "value", "steps"], additional_concat_attrs=["value", "steps"],
-    ) if False else (4, agent.replay_buffer._gather(
-        torch.arange(4), True, None, ["next_state", "terminal", "value", "steps"], ["value", "steps"]))
+    size, (next_state, terminal, value, steps) = (
+        agent.replay_buffer.sample_batch(
+            10,
+            sample_attrs=["next_state", "terminal", "value", "steps"],
+            additional_concat_attrs=["value", "steps"],
+        )
+        if False
+        else (
+            4,
+            agent.replay_buffer._gather(
+                torch.arange(4),
+                True,
+                None,
+                ["next_state", "terminal", "value", "steps"],
+                ["value", "steps"],
+            ),
+        )
+    )
     # rewards 1, 2, 3, 4; gamma 0.5; n = 3
     assert value.view(-1).tolist() == pytest.approx([1 + 1 + 0.75, 2 + 1.5 + 1, 3 + 2, 4])
     assert steps.view(-1).tolist() == [3, 3, 2, 1]
@@ -77,9 +108,12 @@ def test_store_transition_needs_value():
 
 def test_a_transition_object_gets_the_n_step_count():
     agent = make(reward_future_steps=3)
-    agent.store_transition(Transition(**transition([0.5] * 4, 1, [0.25] * 4, 1.0, False, value=2.5)))
+    agent.store_transition(
+        Transition(**transition([0.5] * 4, 1, [0.25] * 4, 1.0, False, value=2.5))
+    )
     _, (state, value, steps), *_ = agent.replay_buffer.sample_batch(
-        1, sample_attrs=["state", "value", "steps"], additional_concat_attrs=["value", "steps"])
+        1, sample_attrs=["state", "value", "steps"], additional_concat_attrs=["value", "steps"]
+    )
     assert state["state"].tolist() == [[0.5] * 4]
     assert value.view(-1).tolist() == [2.5] and steps.view(-1).tolist() == [3]
 
@@ -113,7 +147,9 @@ def test_terminal_target_collapses_on_value():
 
 def test_update_reduces_cross_entropy_on_a_fixed_batch():
     agent = make(atoms=11, value_min=0.0, value_max=10.0, batch_size=16)
-    agent.store_episode([transition(torch.randn(4), i % 2, torch.randn(4), 1.0, i == 15) for i in range(16)])
+    agent.store_episode(
+        [transition(torch.randn(4), i % 2, torch.randn(4), 1.0, i == 15) for i in range(16)]
+    )
     losses = [agent.update() for _ in range(60)]
     assert losses[-1] < losses[0]
 
@@ -121,13 +157,36 @@ def test_update_reduces_cross_entropy_on_a_fixed_batch():
 @pytest.mark.learning
 def test_rainbow_learns_cartpole():
     torch.manual_seed(0)
-    agent = RAINBOW(DistQNet(), DistQNet(), torch.optim.Adam, 0.0, 100.0, batch_size=64, epsilon_decay=0.999,
-                    update_rate=0.02, replay_size=20000, reward_future_steps=3, learning_rate=3e-3)
+    agent = RAINBOW(
+        DistQNet(),
+        DistQNet(),
+        torch.optim.Adam,
+        0.0,
+        100.0,
+        batch_size=64,
+        epsilon_decay=0.999,
+        update_rate=0.02,
+        replay_size=20000,
+        reward_future_steps=3,
+        learning_rate=3e-3,
+    )
     # n-step values are computed per episode: store whole episodes, one update per step after each
-    result = train(agent, lambda: gym.make("CartPole-v0"), seed=0, episodes=400, solved_reward=150,
-                   solved_repeat=5, warmup_steps=500, store="episode", updates_per_step=1, updates_per_episode=0)
+    result = train(
+        agent,
+        lambda: gym.make("CartPole-v0"),
+        seed=0,
+        episodes=400,
+        solved_reward=150,
+        solved_repeat=5,
+        warmup_steps=500,
+        store="episode",
+        updates_per_step=1,
+        updates_per_episode=0,
+    )
     print(f"RAINBOW solved CartPole-v0 at episode {result.solved_episode} ({result.steps} steps)")
-    assert result.solved_episode is not None, "RAINBOW did not reach a smoothed return of 150 within 400 episodes"
+    assert result.solved_episode is not None, (
+        "RAINBOW did not reach a smoothed return of 150 within 400 episodes"
+    )
 
 
 def test_the_trainer_stores_whole_episodes_for_their_n_step_returns():

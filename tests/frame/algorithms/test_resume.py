@@ -58,25 +58,85 @@ def _adam_mse(reduction: str = "mean"):
 
 
 SPECS: Dict[str, Spec] = {
-    "DQN": Spec(lambda: DQN(QNet(hidden=16), QNet(hidden=16), *_adam_mse(), batch_size=8, replay_size=60),
-                "CartPole-v1"),
-    "DQNPer": Spec(lambda: DQNPer(QNet(hidden=16), QNet(hidden=16), *_adam_mse("none"), batch_size=8,
-                                  replay_size=60), "CartPole-v1"),
-    "RAINBOW": Spec(lambda: RAINBOW(DistQNet(atoms=5, hidden=16), DistQNet(atoms=5, hidden=16), torch.optim.Adam,
-                                    0.0, 20.0, batch_size=8, replay_size=60), "CartPole-v1",
-                    store="episode"),  # its store_transition needs the n-step return ``value``
-    "DDPG": Spec(lambda: DDPG(Actor(), Actor(), Critic(), Critic(), *_adam_mse(), batch_size=8, replay_size=60),
-                 "Pendulum-v1"),
-    "TD3": Spec(lambda: TD3(Actor(), Actor(), Critic(), Critic(), Critic(), Critic(), *_adam_mse(), batch_size=8,
-                            replay_size=60), "Pendulum-v1"),
-    "SAC": Spec(lambda: SAC(TanhGaussianActor(hidden=16), *(QCritic(hidden=16) for _ in range(4)), *_adam_mse(),
-                            batch_size=8, replay_size=60), "Pendulum-v1"),
-    "PPO": Spec(lambda: PPO(CategoricalActor(hidden=16), ValueCritic(hidden=16), *_adam_mse(), batch_size=8),
-                "CartPole-v1"),
-    "A2C": Spec(lambda: A2C(CategoricalActor(hidden=16), ValueCritic(hidden=16), *_adam_mse(), batch_size=8),
-                "CartPole-v1"),
-    "R2D1": Spec(lambda: R2D1(GRUQNet(4, 2, 8), GRUQNet(4, 2, 8), *_adam_mse("none"), batch_size=4,
-                              sequence_length=3, burn_in=2, n_step=2, replay_size=200), "CartPole-v1", hidden=8),
+    "DQN": Spec(
+        lambda: DQN(QNet(hidden=16), QNet(hidden=16), *_adam_mse(), batch_size=8, replay_size=60),
+        "CartPole-v1",
+    ),
+    "DQNPer": Spec(
+        lambda: DQNPer(
+            QNet(hidden=16), QNet(hidden=16), *_adam_mse("none"), batch_size=8, replay_size=60
+        ),
+        "CartPole-v1",
+    ),
+    "RAINBOW": Spec(
+        lambda: RAINBOW(
+            DistQNet(atoms=5, hidden=16),
+            DistQNet(atoms=5, hidden=16),
+            torch.optim.Adam,
+            0.0,
+            20.0,
+            batch_size=8,
+            replay_size=60,
+        ),
+        "CartPole-v1",
+        store="episode",
+    ),  # its store_transition needs the n-step return ``value``
+    "DDPG": Spec(
+        lambda: DDPG(
+            Actor(), Actor(), Critic(), Critic(), *_adam_mse(), batch_size=8, replay_size=60
+        ),
+        "Pendulum-v1",
+    ),
+    "TD3": Spec(
+        lambda: TD3(
+            Actor(),
+            Actor(),
+            Critic(),
+            Critic(),
+            Critic(),
+            Critic(),
+            *_adam_mse(),
+            batch_size=8,
+            replay_size=60,
+        ),
+        "Pendulum-v1",
+    ),
+    "SAC": Spec(
+        lambda: SAC(
+            TanhGaussianActor(hidden=16),
+            *(QCritic(hidden=16) for _ in range(4)),
+            *_adam_mse(),
+            batch_size=8,
+            replay_size=60,
+        ),
+        "Pendulum-v1",
+    ),
+    "PPO": Spec(
+        lambda: PPO(
+            CategoricalActor(hidden=16), ValueCritic(hidden=16), *_adam_mse(), batch_size=8
+        ),
+        "CartPole-v1",
+    ),
+    "A2C": Spec(
+        lambda: A2C(
+            CategoricalActor(hidden=16), ValueCritic(hidden=16), *_adam_mse(), batch_size=8
+        ),
+        "CartPole-v1",
+    ),
+    "R2D1": Spec(
+        lambda: R2D1(
+            GRUQNet(4, 2, 8),
+            GRUQNet(4, 2, 8),
+            *_adam_mse("none"),
+            batch_size=4,
+            sequence_length=3,
+            burn_in=2,
+            n_step=2,
+            replay_size=200,
+        ),
+        "CartPole-v1",
+        hidden=8,
+    ),
 }
 
 
@@ -92,7 +152,9 @@ def _to_env(action: torch.Tensor, discrete: bool) -> Any:
     return int(action.item()) if discrete else action.detach().reshape(-1).numpy()
 
 
-def _episode(agent: Any, spec: Spec, env: gym.Env, index: int, steps: List[int], kill_at: Optional[int]) -> None:
+def _episode(
+    agent: Any, spec: Spec, env: gym.Env, index: int, steps: List[int], kill_at: Optional[int]
+) -> None:
     """Play training episode ``index`` (storing and updating as the algorithm's driver says)."""
     driver, discrete = agent.driver, isinstance(env.action_space, gym.spaces.Discrete)
     store = spec.store or driver.store
@@ -111,8 +173,13 @@ def _episode(agent: Any, spec: Spec, env: gym.Env, index: int, steps: List[int],
         next_state = {"state": torch.tensor(obs, dtype=torch.float32).view(1, -1)}
         if spec.hidden:
             next_state["hidden"] = output[-1]
-        step = {"state": state, "action": {"action": action}, "next_state": next_state, "reward": float(reward),
-                "terminal": bool(terminated)}
+        step = {
+            "state": state,
+            "action": {"action": action},
+            "next_state": next_state,
+            "reward": float(reward),
+            "terminal": bool(terminated),
+        }
         steps[0] += 1
         done = terminated or truncated
         if store == "transition":
@@ -128,7 +195,9 @@ def _episode(agent: Any, spec: Spec, env: gym.Env, index: int, steps: List[int],
             agent.update()
 
 
-def _train(rank: int, name: str, directory: str, kill_at: Optional[int], resume_from: Optional[str]) -> Dict:
+def _train(
+    rank: int, name: str, directory: str, kill_at: Optional[int], resume_from: Optional[str]
+) -> Dict:
     """Train ``name`` to the end (from ``resume_from`` when given); the final networks and the save steps."""
     spec = SPECS[name]
     agent = _build(name)
@@ -141,19 +210,27 @@ def _train(rank: int, name: str, directory: str, kill_at: Optional[int], resume_
     for index in range(first, EPISODES):
         _episode(agent, spec, env, index, steps, kill_at)
         if (index + 1) % SAVE_EVERY == 0:
-            agent.__dict__["_test_steps"] = steps[0]  # the loop's own counter travels with the state
+            agent.__dict__["_test_steps"] = steps[
+                0
+            ]  # the loop's own counter travels with the state
             agent.save_state(os.path.join(directory, f"state_{index + 1}.pt"))
             saved_at.append(steps[0])
     env.close()
-    nets = {net: {k: v.clone() for k, v in getattr(agent, net).state_dict().items()} for net in agent._is_top
-            if isinstance(getattr(agent, net, None), nn.Module)}
+    nets = {
+        net: {k: v.clone() for k, v in getattr(agent, net).state_dict().items()}
+        for net in agent._is_top
+        if isinstance(getattr(agent, net, None), nn.Module)
+    }
     return {"nets": nets, "saved_at": saved_at}
 
 
 def _newest_complete(directory: str) -> str:
     """The newest state file whose manifest was written."""
-    done = [f for f in os.listdir(directory) if f.endswith(".pt") and os.path.exists(os.path.join(directory, f)
-                                                                                      + ".manifest.json")]
+    done = [
+        f
+        for f in os.listdir(directory)
+        if f.endswith(".pt") and os.path.exists(os.path.join(directory, f) + ".manifest.json")
+    ]
     return os.path.join(directory, max(done, key=lambda f: int(f.split("_")[1].split(".")[0])))
 
 
@@ -168,20 +245,27 @@ def test_resume_after_sigkill_is_bit_identical(name, tmp_path):
     kill_at = rng.randint(saves[gap] + 1, saves[gap + 1] - 1)
 
     killed_dir = str(tmp_path / "killed")
-    outcome = run_ranks(_train, 1, args=(name, killed_dir, kill_at, None), timeout=120, allow_exit=[0])[0]
+    outcome = run_ranks(
+        _train, 1, args=(name, killed_dir, kill_at, None), timeout=120, allow_exit=[0]
+    )[0]
     assert getattr(outcome, "exitcode", None) == -signal.SIGKILL
     newest = _newest_complete(killed_dir)
     assert os.path.basename(newest) == f"state_{(gap + 1) * SAVE_EVERY}.pt"
 
     initial = _build(name)
-    assert any(not torch.equal(value, getattr(initial, net).state_dict()[key])
-               for net, params in full["nets"].items() for key, value in params.items()), "nothing was trained"
+    assert any(
+        not torch.equal(value, getattr(initial, net).state_dict()[key])
+        for net, params in full["nets"].items()
+        for key, value in params.items()
+    ), "nothing was trained"
 
     resumed = run_ranks(_train, 1, args=(name, killed_dir, None, newest), timeout=120)[0]
     assert resumed["nets"].keys() == full["nets"].keys()
     for net, params in full["nets"].items():
         for key, value in params.items():
-            assert torch.equal(resumed["nets"][net][key], value), f"{name}: {net}.{key} differs after resuming"
+            assert torch.equal(resumed["nets"][net][key], value), (
+                f"{name}: {net}.{key} differs after resuming"
+            )
 
 
 # -- bad input ------------------------------------------------------------------------------
@@ -189,19 +273,36 @@ def _trained_dqn(hidden: int = 16, **options) -> DQN:
     torch.manual_seed(0)
     agent = DQN(QNet(hidden=hidden), QNet(hidden=hidden), *_adam_mse(), batch_size=4, **options)
     for i in range(12):
-        agent.store_transition({"state": {"state": torch.randn(1, 4)}, "action": {"action": torch.tensor([[i % 2]])},
-                                "next_state": {"state": torch.randn(1, 4)}, "reward": 1.0, "terminal": i == 11})
+        agent.store_transition(
+            {
+                "state": {"state": torch.randn(1, 4)},
+                "action": {"action": torch.tensor([[i % 2]])},
+                "next_state": {"state": torch.randn(1, 4)},
+                "reward": 1.0,
+                "terminal": i == 11,
+            }
+        )
     agent.update()
     return agent
 
 
 def _snapshot(agent: Any) -> Dict[str, Any]:
     """Everything of the agent a resume could change."""
-    nets = {n: [p.clone() for p in getattr(agent, n).state_dict().values()] for n in ("qnet", "qnet_target")}
+    nets = {
+        n: [p.clone() for p in getattr(agent, n).state_dict().values()]
+        for n in ("qnet", "qnet_target")
+    }
     buffer = agent.replay_buffer
-    rows = buffer.sample_batch(buffer.size(), sample_method="all", sample_attrs=["state", "reward"])[1]
-    return {"nets": nets, "optim": repr(agent.qnet_optim.state_dict()), "counter": agent._update_counter,
-            "rows": [r["state"].clone() if isinstance(r, dict) else r.clone() for r in rows], "size": buffer.size()}
+    rows = buffer.sample_batch(
+        buffer.size(), sample_method="all", sample_attrs=["state", "reward"]
+    )[1]
+    return {
+        "nets": nets,
+        "optim": repr(agent.qnet_optim.state_dict()),
+        "counter": agent._update_counter,
+        "rows": [r["state"].clone() if isinstance(r, dict) else r.clone() for r in rows],
+        "size": buffer.size(),
+    }
 
 
 def _assert_unchanged(agent: Any, before: Dict[str, Any]) -> None:
@@ -275,8 +376,11 @@ def test_state_of_another_algorithm_is_refused(tmp_path):
     other.save_state(path)
     agent = _running_agent()
     before = _snapshot(agent)
-    with pytest.raises(RunStateError, match=r"per\.pt.*state of a machin\.frame\.algorithms\.dqn_per\.DQNPer, "
-                                            r"this algorithm is a machin\.frame\.algorithms\.dqn\.DQN"):
+    with pytest.raises(
+        RunStateError,
+        match=r"per\.pt.*state of a machin\.frame\.algorithms\.dqn_per\.DQNPer, "
+        r"this algorithm is a machin\.frame\.algorithms\.dqn\.DQN",
+    ):
         agent.resume(path)
     _assert_unchanged(agent, before)
 
@@ -286,8 +390,11 @@ def test_state_of_another_architecture_is_refused(tmp_path):
     _trained_dqn(hidden=32).save_state(path)
     agent = _running_agent()
     before = _snapshot(agent)
-    with pytest.raises(RunStateError, match=r"wide\.pt.*network 'qnet' has another architecture.*"
-                                            r"net\.0\.weight: saved \[32, 4\] torch\.float32, here \[16, 4\]"):
+    with pytest.raises(
+        RunStateError,
+        match=r"wide\.pt.*network 'qnet' has another architecture.*"
+        r"net\.0\.weight: saved \[32, 4\] torch\.float32, here \[16, 4\]",
+    ):
         agent.resume(path)
     _assert_unchanged(agent, before)
 
@@ -296,14 +403,23 @@ def test_buffer_with_other_columns_is_refused(tmp_path):
     torch.manual_seed(0)
     other = DQN(QNet(hidden=16), QNet(hidden=16), *_adam_mse(), batch_size=4)
     for _i in range(6):
-        other.store_transition({"state": {"state": torch.randn(1, 4)}, "action": {"action": torch.tensor([[1]])},
-                                "next_state": {"state": torch.randn(1, 4)}, "reward": 1.0, "terminal": False,
-                                "weight": 0.5})
+        other.store_transition(
+            {
+                "state": {"state": torch.randn(1, 4)},
+                "action": {"action": torch.tensor([[1]])},
+                "next_state": {"state": torch.randn(1, 4)},
+                "reward": 1.0,
+                "terminal": False,
+                "weight": 0.5,
+            }
+        )
     path = str(tmp_path / "columns.pt")
     other.save_state(path)
     agent = _running_agent()
     before = _snapshot(agent)
-    with pytest.raises(RunStateError, match=r"columns\.pt.*buffer 'replay_buffer'.*other columns.*'weight'"):
+    with pytest.raises(
+        RunStateError, match=r"columns\.pt.*buffer 'replay_buffer'.*other columns.*'weight'"
+    ):
         agent.resume(path)
     _assert_unchanged(agent, before)
 
@@ -312,8 +428,14 @@ def test_buffer_with_other_columns_is_refused(tmp_path):
 def test_schedulers_schedules_and_lazy_counters_come_back(tmp_path):
     def make():
         torch.manual_seed(0)
-        return DQN(QNet(hidden=16), QNet(hidden=16), *_adam_mse(), batch_size=4,
-                   lr_scheduler=torch.optim.lr_scheduler.StepLR, lr_scheduler_args=((2, 0.5),))
+        return DQN(
+            QNet(hidden=16),
+            QNet(hidden=16),
+            *_adam_mse(),
+            batch_size=4,
+            lr_scheduler=torch.optim.lr_scheduler.StepLR,
+            lr_scheduler_args=((2, 0.5),),
+        )
 
     agent = make()
     for _ in range(3):
@@ -335,7 +457,9 @@ def test_schedulers_schedules_and_lazy_counters_come_back(tmp_path):
 def test_ou_noise_continues_where_it_was_saved(tmp_path, monkeypatch):
     from machin.frame.noise import action_space_noise
 
-    monkeypatch.setattr(action_space_noise, "DEFAULT_OU_GEN", None)  # the shared generator is put back after
+    monkeypatch.setattr(
+        action_space_noise, "DEFAULT_OU_GEN", None
+    )  # the shared generator is put back after
     monkeypatch.setattr(action_space_noise, "_shared_ou_kwargs", {})
     torch.manual_seed(0)
     agent = DDPG(Actor(), Actor(), Critic(), Critic(), *_adam_mse(), batch_size=4)

@@ -22,8 +22,12 @@ from .nets import (
 
 CONTRACT_CASES = {
     SAC: ContractCase(
-        args=lambda: (TanhGaussianActor(hidden=16), *(QCritic(hidden=16) for _ in range(4)), torch.optim.Adam,
-                      nn.MSELoss()),
+        args=lambda: (
+            TanhGaussianActor(hidden=16),
+            *(QCritic(hidden=16) for _ in range(4)),
+            torch.optim.Adam,
+            nn.MSELoss(),
+        ),
         options={"batch_size": 8},
         act=lambda agent, state: agent.act(state),
         state=lambda: {"state": torch.randn(6, 3)},
@@ -64,8 +68,10 @@ def make(actor=None, critic_cls=QCritic, action_dim=1, **kwargs):
     torch.manual_seed(0)
     kwargs.setdefault("batch_size", 16)
     actor = actor or TanhGaussianActor(action_dim=action_dim, hidden=16)
-    critics = [critic_cls(action_dim=action_dim, hidden=16) if critic_cls is QCritic else critic_cls()
-               for _ in range(4)]
+    critics = [
+        critic_cls(action_dim=action_dim, hidden=16) if critic_cls is QCritic else critic_cls()
+        for _ in range(4)
+    ]
     return SAC(actor, *critics, torch.optim.Adam, nn.MSELoss(), **kwargs)
 
 
@@ -73,8 +79,15 @@ def fill(agent, n=32, action_dim=1, discrete=False):
     gen = torch.Generator().manual_seed(1)
     for i in range(n):
         action = [[i % 2]] if discrete else torch.rand(1, action_dim, generator=gen) * 4 - 2
-        agent.store_transition(step_dict(torch.randn(3, generator=gen), action, torch.randn(3, generator=gen),
-                                         float(i % 3), i % 8 == 7))
+        agent.store_transition(
+            step_dict(
+                torch.randn(3, generator=gen),
+                action,
+                torch.randn(3, generator=gen),
+                float(i % 3),
+                i % 8 == 7,
+            )
+        )
 
 
 def test_class_attributes_and_targets_start_as_copies():
@@ -119,7 +132,9 @@ def test_targets_move_by_update_rate():
     fill(sac)
     target_before = parameters(sac.critic_target)
     sac.update()
-    for old, new, online in zip(target_before, parameters(sac.critic_target), parameters(sac.critic)):
+    for old, new, online in zip(
+        target_before, parameters(sac.critic_target), parameters(sac.critic)
+    ):
         assert torch.allclose(new, 0.75 * old + 0.25 * online, atol=1e-6)
 
 
@@ -145,7 +160,9 @@ def mean_action(sac, state):
 
 def test_reparameterised_actor_gradient_flows_through_the_critic():
     # Q is best at a = 1; with a negligible alpha the actor can only learn that through Q(s, rsample())
-    sac = make(critic_cls=FixedQ, initial_entropy_alpha=1e-6, actor_learning_rate=0.01, batch_size=32)
+    sac = make(
+        critic_cls=FixedQ, initial_entropy_alpha=1e-6, actor_learning_rate=0.01, batch_size=32
+    )
     fill(sac)
     state = torch.randn(256, 3)
     before = mean_action(sac, state)
@@ -156,8 +173,14 @@ def test_reparameterised_actor_gradient_flows_through_the_critic():
 
 
 def test_discrete_actor_learns_with_score_function_gradient():
-    sac = make(CategoricalActor(state_dim=3), critic_cls=DiscreteQ, target_entropy=0.1,
-               initial_entropy_alpha=0.01, actor_learning_rate=0.02, batch_size=32)
+    sac = make(
+        CategoricalActor(state_dim=3),
+        critic_cls=DiscreteQ,
+        target_entropy=0.1,
+        initial_entropy_alpha=0.01,
+        actor_learning_rate=0.02,
+        batch_size=32,
+    )
     fill(sac, discrete=True)
     state = torch.randn(256, 3)
     before = mean_action(sac, state)  # fraction of action 1, the better one
@@ -169,8 +192,13 @@ def test_discrete_actor_learns_with_score_function_gradient():
 def test_static_hooks():
     action = torch.ones(2, 1)
     assert SAC.action_transform_function(action)["action"] is action
-    target = SAC.reward_function(torch.tensor([[1.0], [1.0]]), 0.5, torch.tensor([[4.0], [4.0]]),
-                                 torch.tensor([[0.0], [1.0]]), {})
+    target = SAC.reward_function(
+        torch.tensor([[1.0], [1.0]]),
+        0.5,
+        torch.tensor([[4.0], [4.0]]),
+        torch.tensor([[0.0], [1.0]]),
+        {},
+    )
     assert target.view(-1).tolist() == [3.0, 1.0]
 
 
@@ -188,7 +216,9 @@ def test_storing_and_empty_update():
 def test_bad_actor_output_and_options():
     sac = make(BareActor(hidden=16))
     fill(sac)
-    with pytest.raises(ValueError, match=r"actor of SAC must return \(action, log_prob, \.\.\.\), got Tensor"):
+    with pytest.raises(
+        ValueError, match=r"actor of SAC must return \(action, log_prob, \.\.\.\), got Tensor"
+    ):
         sac.update()
     with pytest.raises(ValueError, match="initial_entropy_alpha must be positive"):
         make(initial_entropy_alpha=0)
@@ -203,13 +233,18 @@ def test_bad_actor_output_and_options():
 
 
 def test_three_scheduler_slots():
-    sac = make(lr_scheduler=torch.optim.lr_scheduler.LambdaLR,
-               lr_scheduler_args=((lambda e: 0.5,), (lambda e: 0.25,), (lambda e: 0.125,)),
-               actor_learning_rate=1.0, critic_learning_rate=1.0)
+    sac = make(
+        lr_scheduler=torch.optim.lr_scheduler.LambdaLR,
+        lr_scheduler_args=((lambda e: 0.5,), (lambda e: 0.25,), (lambda e: 0.125,)),
+        actor_learning_rate=1.0,
+        critic_learning_rate=1.0,
+    )
     sac.store_episode(episode_steps(16, 3, discrete=False))
     sac.update()  # the optimizers step before their schedulers, the documented order
     sac.update_lr_scheduler()
-    lrs = [opt.param_groups[0]["lr"] for opt in (sac.actor_optim, sac.critic_optim, sac.critic2_optim)]
+    lrs = [
+        opt.param_groups[0]["lr"] for opt in (sac.actor_optim, sac.critic_optim, sac.critic2_optim)
+    ]
     assert lrs == pytest.approx([0.5, 0.25, 0.125])
 
 
@@ -217,11 +252,30 @@ def test_three_scheduler_slots():
 def test_sac_learns_pendulum():
     torch.manual_seed(0)
     critics = [QCritic(hidden=64) for _ in range(4)]
-    agent = SAC(TanhGaussianActor(hidden=64), *critics, torch.optim.Adam, nn.MSELoss(), batch_size=64,
-                actor_learning_rate=0.002, critic_learning_rate=0.002, alpha_learning_rate=0.005,
-                update_rate=0.01)
-    result = train(agent, lambda: gym.make("Pendulum-v1"), seed=0, episodes=60, solved_reward=-400, warmup_steps=300)
-    print(f"SAC reached a smoothed return of -400 on Pendulum-v1 at episode {result.solved_episode} "
-          f"({result.steps} steps)")
-    assert result.solved_episode is not None, "SAC did not reach a smoothed return of -400 within 60 episodes"
+    agent = SAC(
+        TanhGaussianActor(hidden=64),
+        *critics,
+        torch.optim.Adam,
+        nn.MSELoss(),
+        batch_size=64,
+        actor_learning_rate=0.002,
+        critic_learning_rate=0.002,
+        alpha_learning_rate=0.005,
+        update_rate=0.01,
+    )
+    result = train(
+        agent,
+        lambda: gym.make("Pendulum-v1"),
+        seed=0,
+        episodes=60,
+        solved_reward=-400,
+        warmup_steps=300,
+    )
+    print(
+        f"SAC reached a smoothed return of -400 on Pendulum-v1 at episode {result.solved_episode} "
+        f"({result.steps} steps)"
+    )
+    assert result.solved_episode is not None, (
+        "SAC did not reach a smoothed return of -400 within 60 episodes"
+    )
     assert math.isfinite(agent.entropy_alpha)

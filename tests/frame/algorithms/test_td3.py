@@ -29,10 +29,21 @@ from .nets import (
 
 CONTRACT_CASES = {
     TD3: ContractCase(
-        args=lambda: (Actor(), Actor(), Critic(), Critic(), Critic(), Critic(), torch.optim.Adam, nn.MSELoss()),
+        args=lambda: (
+            Actor(),
+            Actor(),
+            Critic(),
+            Critic(),
+            Critic(),
+            Critic(),
+            torch.optim.Adam,
+            nn.MSELoss(),
+        ),
         options={"batch_size": 8, "policy_update_delay": 1},
         act=lambda agent, state: agent.act(state, use_target=True),
-        explore=lambda agent, state: agent.act_with_noise(state, noise_param=(0.0, 0.5), mode="normal"),
+        explore=lambda agent, state: agent.act_with_noise(
+            state, noise_param=(0.0, 0.5), mode="normal"
+        ),
         state=lambda: {"state": torch.randn(5, STATE_DIM)},
         experience=lambda: [random_transition() for _ in range(16)],
         trains={"update_value": ["critic", "critic2"], "update_policy": ["actor"]},
@@ -46,8 +57,17 @@ def make_td3(**kwargs) -> TD3:
     torch.manual_seed(0)
     actor, critic, critic2 = Actor(), Critic(), Critic()
     kwargs.setdefault("batch_size", 8)
-    return TD3(actor, copy.deepcopy(actor), critic, copy.deepcopy(critic), critic2, copy.deepcopy(critic2),
-               torch.optim.Adam, nn.MSELoss(), **kwargs)
+    return TD3(
+        actor,
+        copy.deepcopy(actor),
+        critic,
+        copy.deepcopy(critic),
+        critic2,
+        copy.deepcopy(critic2),
+        torch.optim.Adam,
+        nn.MSELoss(),
+        **kwargs,
+    )
 
 
 class RecordingMSE(nn.MSELoss):
@@ -62,32 +82,66 @@ class RecordingMSE(nn.MSELoss):
 
 def linear_td3(cls=TD3, **kwargs) -> TD3:
     """Critics Q1 = s + 2a and Q2 = 3s + a; one transition s=1, a=0.25, s'=2, r=1 (discount 0.5)."""
-    td3 = cls(LinearActor(0.5), LinearActor(0.0), LinearCritic(1.0, 2.0), LinearCritic(0.0, 0.0),
-              LinearCritic(3.0, 1.0), LinearCritic(0.0, 0.0), torch.optim.SGD, RecordingMSE(),
-              batch_size=1, discount=0.5, **kwargs)
-    td3.store_transition(Transition(
-        state={"state": torch.ones(1, 1)}, action={"action": torch.full((1, 1), 0.25)},
-        next_state={"state": torch.full((1, 1), 2.0)}, reward=1.0, terminal=False))
+    td3 = cls(
+        LinearActor(0.5),
+        LinearActor(0.0),
+        LinearCritic(1.0, 2.0),
+        LinearCritic(0.0, 0.0),
+        LinearCritic(3.0, 1.0),
+        LinearCritic(0.0, 0.0),
+        torch.optim.SGD,
+        RecordingMSE(),
+        batch_size=1,
+        discount=0.5,
+        **kwargs,
+    )
+    td3.store_transition(
+        Transition(
+            state={"state": torch.ones(1, 1)},
+            action={"action": torch.full((1, 1), 0.25)},
+            next_state={"state": torch.full((1, 1), 2.0)},
+            reward=1.0,
+            terminal=False,
+        )
+    )
     return td3
 
 
 def test_class_attributes_include_the_second_critic():
-    assert TD3._is_top == ["actor", "critic", "actor_target", "critic_target", "critic2", "critic2_target"]
+    assert TD3._is_top == [
+        "actor",
+        "critic",
+        "actor_target",
+        "critic_target",
+        "critic2",
+        "critic2_target",
+    ]
     assert TD3.get_restorable() == ["actor_target", "critic_target", "critic2_target"]
 
 
 def test_second_target_is_hard_copied_and_has_its_own_optimizer():
-    td3 = TD3(Actor(), Actor(), Critic(), Critic(), Critic(), Critic(), torch.optim.Adam, nn.MSELoss())
+    td3 = TD3(
+        Actor(), Actor(), Critic(), Critic(), Critic(), Critic(), torch.optim.Adam, nn.MSELoss()
+    )
     assert same(parameters(td3.critic2), parameters(td3.critic2_target))
-    assert {id(p) for p in td3.critic2_optim.param_groups[0]["params"]} == {id(p) for p in td3.critic2.parameters()}
+    assert {id(p) for p in td3.critic2_optim.param_groups[0]["params"]} == {
+        id(p) for p in td3.critic2.parameters()
+    }
 
 
-@pytest.mark.parametrize("option, value, message", [
-    ("policy_update_delay", 0, "policy_update_delay must be a positive integer, got 0"),
-    ("policy_update_delay", 1.5, "policy_update_delay must be a positive integer, got 1.5 of type float"),
-    ("policy_noise", -0.1, "policy_noise must be non-negative, got -0.1"),
-    ("noise_clip", -1.0, "noise_clip must be non-negative, got -1.0"),
-])
+@pytest.mark.parametrize(
+    "option, value, message",
+    [
+        ("policy_update_delay", 0, "policy_update_delay must be a positive integer, got 0"),
+        (
+            "policy_update_delay",
+            1.5,
+            "policy_update_delay must be a positive integer, got 1.5 of type float",
+        ),
+        ("policy_noise", -0.1, "policy_noise must be non-negative, got -0.1"),
+        ("noise_clip", -1.0, "noise_clip must be non-negative, got -1.0"),
+    ],
+)
 def test_bad_options_raise(option, value, message):
     with pytest.raises((ValueError, TypeError), match=message):
         make_td3(**{option: value})
@@ -139,13 +193,26 @@ def test_smoothing_noise_reaches_the_target():
 def test_actor_and_targets_update_only_every_delay_steps(delay):
     td3 = make_td3(policy_update_delay=delay)
     fill(td3)
-    targets = lambda: parameters(td3.actor_target) + parameters(td3.critic_target) + parameters(td3.critic2_target)  # noqa: E731
+
+    def targets():
+        return (
+            parameters(td3.actor_target)
+            + parameters(td3.critic_target)
+            + parameters(td3.critic2_target)
+        )
+
     for step in range(1, 2 * delay + 1):
-        actor, critic, critic2, target = (parameters(td3.actor), parameters(td3.critic),
-                                          parameters(td3.critic2), targets())
+        actor, critic, critic2, target = (
+            parameters(td3.actor),
+            parameters(td3.critic),
+            parameters(td3.critic2),
+            targets(),
+        )
         policy_value, value_loss = td3.update()
         assert type(policy_value) is float and type(value_loss) is float
-        assert not same(critic, parameters(td3.critic)) and not same(critic2, parameters(td3.critic2))
+        assert not same(critic, parameters(td3.critic)) and not same(
+            critic2, parameters(td3.critic2)
+        )
         due = step % delay == 0
         assert same(actor, parameters(td3.actor)) != due
         assert same(target, targets()) != due
@@ -160,8 +227,10 @@ def test_policy_update_delay_one_updates_every_time():
 
 
 def test_three_lr_scheduler_slots():
-    halve = (lambda epoch: 0.5 ** epoch,)
-    td3 = make_td3(lr_scheduler=torch.optim.lr_scheduler.LambdaLR, lr_scheduler_args=(halve, halve, halve))
+    halve = (lambda epoch: 0.5**epoch,)
+    td3 = make_td3(
+        lr_scheduler=torch.optim.lr_scheduler.LambdaLR, lr_scheduler_args=(halve, halve, halve)
+    )
     fill(td3)
     td3.update()
     td3.update()  # the actor steps on the second (delayed) update
@@ -176,18 +245,42 @@ def test_three_lr_scheduler_slots():
 def test_td3_learns_pendulum():
     torch.manual_seed(0)
     actor, actor_target, critic, critic_target = pendulum_nets(hidden=64)
-    td3 = TD3(actor, actor_target, critic, critic_target, Critic(hidden=64), Critic(hidden=64),
-              torch.optim.Adam, nn.MSELoss(), batch_size=64, update_rate=0.02,
-              actor_learning_rate=3e-3, critic_learning_rate=3e-3)
-    result = train(td3, lambda: gym.make("Pendulum-v1"), seed=0, episodes=60, solved_reward=-400,
-                   warmup_steps=500, act_kwargs={"noise_param": (0.0, 0.2), "mode": "normal"})
-    print(f"TD3 Pendulum: smoothed return above -400 at episode {result.solved_episode} ({result.steps} steps)")
-    assert result.solved_episode is not None, "TD3 did not reach a smoothed return of -400 within 60 episodes"
+    td3 = TD3(
+        actor,
+        actor_target,
+        critic,
+        critic_target,
+        Critic(hidden=64),
+        Critic(hidden=64),
+        torch.optim.Adam,
+        nn.MSELoss(),
+        batch_size=64,
+        update_rate=0.02,
+        actor_learning_rate=3e-3,
+        critic_learning_rate=3e-3,
+    )
+    result = train(
+        td3,
+        lambda: gym.make("Pendulum-v1"),
+        seed=0,
+        episodes=60,
+        solved_reward=-400,
+        warmup_steps=500,
+        act_kwargs={"noise_param": (0.0, 0.2), "mode": "normal"},
+    )
+    print(
+        f"TD3 Pendulum: smoothed return above -400 at episode {result.solved_episode} ({result.steps} steps)"
+    )
+    assert result.solved_episode is not None, (
+        "TD3 did not reach a smoothed return of -400 within 60 episodes"
+    )
 
 
 def test_action_range_clamps_exploration_and_smoothed_target_actions():
     td3 = make_td3(action_range=(-0.1, 0.1), policy_noise=5.0, noise_clip=5.0)
-    noisy = td3.act_with_noise({"state": torch.zeros(64, 3)}, noise_param=(0.0, 10.0), mode="normal")
+    noisy = td3.act_with_noise(
+        {"state": torch.zeros(64, 3)}, noise_param=(0.0, 10.0), mode="normal"
+    )
     assert noisy.min().item() == pytest.approx(-0.1) and noisy.max().item() == pytest.approx(0.1)
     fill(td3, 32)
     batch = td3._sample(True)
@@ -198,5 +291,7 @@ def test_action_range_clamps_exploration_and_smoothed_target_actions():
     assert unclamped._target_action(unclamped._sample(True)).abs().max().item() > 0.1
     with pytest.raises(ValueError, match="action_range must have low < high"):
         make_td3(action_range=(1.0, -1.0))
-    with pytest.raises(TypeError, match=r"action_range must be None or a \(low, high\) pair, got 3"):
+    with pytest.raises(
+        TypeError, match=r"action_range must be None or a \(low, high\) pair, got 3"
+    ):
         make_td3(action_range=3)

@@ -14,7 +14,12 @@ from .nets import CategoricalActor, ValueCritic, episode_steps, parameters, same
 
 CONTRACT_CASES = {
     TRPO: ContractCase(
-        args=lambda: (CategoricalActor(hidden=16), ValueCritic(hidden=16), torch.optim.Adam, nn.MSELoss()),
+        args=lambda: (
+            CategoricalActor(hidden=16),
+            ValueCritic(hidden=16),
+            torch.optim.Adam,
+            nn.MSELoss(),
+        ),
         options={"batch_size": 8},
         act=lambda agent, state: agent.act(state),
         state=lambda: {"state": torch.randn(6, 4)},
@@ -36,8 +41,8 @@ def episode(length=60, seed=0):
     # reward the action that matches the sign of the first state feature
     return [
         step_dict(states[i], [[int(states[i, 0] > 0)]], states[i + 1], 1.0, i == length - 1)
-        if i % 2 else
-        step_dict(states[i], [[int(states[i, 0] <= 0)]], states[i + 1], -1.0, i == length - 1)
+        if i % 2
+        else step_dict(states[i], [[int(states[i, 0] <= 0)]], states[i + 1], -1.0, i == length - 1)
         for i in range(length)
     ]
 
@@ -78,10 +83,19 @@ def test_kl_estimate_hessian_is_the_sample_fisher_matrix():
     flat_grad = torch.cat([g.reshape(-1) for g in grad])
     vector = torch.randn(flat_grad.numel())
     hvp = torch.cat([g.reshape(-1) for g in torch.autograd.grad(flat_grad @ vector, params_)])
-    per_sample = torch.stack([
-        torch.cat([g.reshape(-1) for g in torch.autograd.grad(actor(state[i:i + 1], action[i:i + 1])[1].sum(), params_)])
-        for i in range(10)
-    ])
+    per_sample = torch.stack(
+        [
+            torch.cat(
+                [
+                    g.reshape(-1)
+                    for g in torch.autograd.grad(
+                        actor(state[i : i + 1], action[i : i + 1])[1].sum(), params_
+                    )
+                ]
+            )
+            for i in range(10)
+        ]
+    )
     fisher = per_sample.T @ per_sample / 10
     assert torch.allclose(hvp, fisher @ vector, atol=1e-5)
 
@@ -97,8 +111,9 @@ def test_step_respects_kl_bound_and_improves_surrogate(kl_max_delta):
     agent = make(kl_max_delta=kl_max_delta, normalize_advantage=False)
     steps = episode()
     agent.store_episode(steps)
-    _, gae = agent.replay_buffer.sample_batch(0, sample_method="all", sample_attrs=["gae"],
-                                              additional_concat_attrs=["gae"])
+    _, gae = agent.replay_buffer.sample_batch(
+        0, sample_method="all", sample_attrs=["gae"], additional_concat_attrs=["gae"]
+    )
     advantage = gae[0].view(-1, 1)
     before = stored_log_prob(agent, steps)
     agent.update()
@@ -128,7 +143,9 @@ def test_failed_line_search_restores_parameters():
 def test_update_counts_critic_steps_and_clears_the_buffer():
     agent = make(critic_update_times=4)
     critic_steps = [0]
-    agent.critic_optim.register_step_post_hook(lambda *_: critic_steps.__setitem__(0, critic_steps[0] + 1))
+    agent.critic_optim.register_step_post_hook(
+        lambda *_: critic_steps.__setitem__(0, critic_steps[0] + 1)
+    )
     agent.store_episode(episode())
     agent.update(update_value=False)
     assert critic_steps[0] == 0 and agent.replay_buffer.size() == 0
@@ -139,15 +156,20 @@ def test_update_counts_critic_steps_and_clears_the_buffer():
 
 
 def test_one_scheduler_slot_for_the_critic_and_option_errors():
-    agent = make(lr_scheduler=torch.optim.lr_scheduler.LambdaLR, lr_scheduler_args=((lambda e: 0.5,),),
-                 critic_learning_rate=0.1)
+    agent = make(
+        lr_scheduler=torch.optim.lr_scheduler.LambdaLR,
+        lr_scheduler_args=((lambda e: 0.5,),),
+        critic_learning_rate=0.1,
+    )
     agent.store_episode(episode())
     agent.update()  # the optimizers step before their schedulers, the documented order
     agent.update_lr_scheduler()
     assert agent.critic_optim.param_groups[0]["lr"] == pytest.approx(0.05)
     with pytest.raises(ValueError, match=r"one tuple of arguments per optimizer \(1 here\)"):
-        make(lr_scheduler=torch.optim.lr_scheduler.LambdaLR,
-             lr_scheduler_args=((lambda e: 1.0,), (lambda e: 1.0,)))
+        make(
+            lr_scheduler=torch.optim.lr_scheduler.LambdaLR,
+            lr_scheduler_args=((lambda e: 1.0,), (lambda e: 1.0,)),
+        )
     with pytest.raises(ValueError, match="kl_max_delta must be positive, got 0"):
         make(kl_max_delta=0)
     with pytest.raises(ValueError, match="damping must be non-negative, got -1"):
@@ -163,9 +185,22 @@ def test_one_scheduler_slot_for_the_critic_and_option_errors():
 @pytest.mark.learning
 def test_trpo_learns_cartpole():
     torch.manual_seed(0)
-    agent = TRPO(CategoricalActor(), ValueCritic(), torch.optim.Adam, nn.MSELoss(), batch_size=1000,
-                 critic_update_times=20, critic_learning_rate=0.005, gae_lambda=0.95, kl_max_delta=0.02)
+    agent = TRPO(
+        CategoricalActor(),
+        ValueCritic(),
+        torch.optim.Adam,
+        nn.MSELoss(),
+        batch_size=1000,
+        critic_update_times=20,
+        critic_learning_rate=0.005,
+        gae_lambda=0.95,
+        kl_max_delta=0.02,
+    )
     result = train(agent, lambda: gym.make("CartPole-v0"), seed=0, episodes=400, solved_reward=150)
-    print(f"TRPO reached a smoothed return of 150 on CartPole-v0 at episode {result.solved_episode} "
-          f"({result.steps} steps)")
-    assert result.solved_episode is not None, "TRPO did not reach a smoothed return of 150 within 400 episodes"
+    print(
+        f"TRPO reached a smoothed return of 150 on CartPole-v0 at episode {result.solved_episode} "
+        f"({result.steps} steps)"
+    )
+    assert result.solved_episode is not None, (
+        "TRPO did not reach a smoothed return of 150 within 400 episodes"
+    )

@@ -294,7 +294,10 @@ def test_data_parallel_wrapper_uses_the_inner_signature():
     x = torch.ones(1, 3)
     out = safe_call(wrapped, {"some_state": x, "ignored": torch.zeros(1)})
     assert torch.allclose(out, inner.fc(x.to(device)))
-    with pytest.raises(TypeError, match=r"QNet \(in DataParallel\)\.forward requires argument\(s\) \['some_state'\]"):
+    with pytest.raises(
+        TypeError,
+        match=r"QNet \(in DataParallel\)\.forward requires argument\(s\) \['some_state'\]",
+    ):
         safe_call(wrapped, {"state": x})
 
 
@@ -402,11 +405,18 @@ def test_soft_update_pairs_moves_every_target_as_soft_update_does_and_checks_bef
         expected.append(twin_target)
     utils.soft_update_pairs(pairs, 0.25)
     for (_, target), want in zip(pairs, expected):
-        assert all(torch.equal(a, b) for a, b in zip(target.state_dict().values(), want.state_dict().values()))
+        assert all(
+            torch.equal(a, b)
+            for a, b in zip(target.state_dict().values(), want.state_dict().values())
+        )
     before = [p.clone() for _, t in pairs for p in t.parameters()]
     with pytest.raises(ValueError, match="same structure"):
-        utils.soft_update_pairs(pairs + [(nn.Linear(2, 2), nn.Sequential(nn.Linear(2, 2), nn.Linear(2, 2)))], 0.5)
-    assert all(torch.equal(a, b) for a, b in zip(before, [p for _, t in pairs for p in t.parameters()]))
+        utils.soft_update_pairs(
+            pairs + [(nn.Linear(2, 2), nn.Sequential(nn.Linear(2, 2), nn.Linear(2, 2)))], 0.5
+        )
+    assert all(
+        torch.equal(a, b) for a, b in zip(before, [p for _, t in pairs for p in t.parameters()])
+    )
 
 
 def test_soft_update_rejects_different_structures():

@@ -301,7 +301,9 @@ def test_random_unique_from_several_threads_at_once_stays_distinct_and_is_not_pi
     for thread in threads:
         thread.join(timeout=60)
     assert not any(thread.is_alive() for thread in threads) and not failures
-    assert "_unique_scratch" in vars(buffer) and "_unique_scratch" not in vars(pickle.loads(pickle.dumps(buffer)))
+    assert "_unique_scratch" in vars(buffer) and "_unique_scratch" not in vars(
+        pickle.loads(pickle.dumps(buffer))
+    )
 
 
 def test_random_with_replacement_may_repeat():
@@ -608,12 +610,15 @@ def _nan_state(t):
     t.next_state["s"] = torch.full((1, 3), float("nan"))
 
 
-@pytest.mark.parametrize("spoil, message", [
-    (_bad_shape, r"state\['s'\] must have shape"),
-    (_bad_dtype, "dtype torch.float32"),
-    (_missing_key, "keys"),
-    (_nan_state, "must hold finite values"),
-])
+@pytest.mark.parametrize(
+    "spoil, message",
+    [
+        (_bad_shape, r"state\['s'\] must have shape"),
+        (_bad_dtype, "dtype torch.float32"),
+        (_missing_key, "keys"),
+        (_nan_state, "must hold finite values"),
+    ],
+)
 def test_a_long_episode_is_checked_row_by_row_too(spoil, message):
     """Long lists of Transition objects are checked column by column; a bad row still gets its error."""
     buffer = Buffer(100)
@@ -624,7 +629,9 @@ def test_a_long_episode_is_checked_row_by_row_too(spoil, message):
         buffer.extend(episode)
     assert buffer.size() == 1
     episode = [make(i) for i in range(1, 41)]
-    episode[5].state["s"] = torch.nn.Parameter(episode[5].state["s"], requires_grad=False)  # a Tensor subclass
+    episode[5].state["s"] = torch.nn.Parameter(
+        episode[5].state["s"], requires_grad=False
+    )  # a Tensor subclass
     episode[7].reward = 8  # transition 8: an int fits a float column
     buffer.extend(episode)
     assert all_rewards(buffer) == [float(i) for i in range(41)]
@@ -634,7 +641,10 @@ def test_concatenating_a_non_numeric_custom_attribute_names_it():
     buffer = Buffer(10)
     for i in range(3):
         buffer.append(make(i, tag=f"t{i}"))
-    with pytest.raises(ValueError, match="cannot concatenate the custom attribute 'tag' into a tensor: it holds str"):
+    with pytest.raises(
+        ValueError,
+        match="cannot concatenate the custom attribute 'tag' into a tensor: it holds str",
+    ):
         buffer.sample_batch(2, additional_concat_attrs=["tag"])
     _, (tags,) = buffer.sample_batch(3, sample_method="all", sample_attrs=["tag"])
     assert sorted(tags) == ["t0", "t1", "t2"]
@@ -650,7 +660,10 @@ def step(i: int, **custom) -> dict:
     return {
         "state": {"pos": torch.randn(1, 3, generator=g), "img": torch.randn(1, 2, 2, generator=g)},
         "action": {"a": torch.tensor([[i % 5]])},
-        "next_state": {"pos": torch.randn(1, 3, generator=g), "img": torch.randn(1, 2, 2, generator=g)},
+        "next_state": {
+            "pos": torch.randn(1, 3, generator=g),
+            "img": torch.randn(1, 2, 2, generator=g),
+        },
         "reward": float(i) / 3,
         "terminal": i % 7 == 6,
         **custom,
@@ -679,64 +692,107 @@ def assert_same(a, b):
 
 
 def snapshot(buffer: Buffer):
-    return buffer._pos, buffer._size, buffer._capacity, everything(buffer) if buffer.size() else None
+    return (
+        buffer._pos,
+        buffer._size,
+        buffer._capacity,
+        everything(buffer) if buffer.size() else None,
+    )
 
 
 def expected_rows(indexes, **custom):
     """What a buffer holding ``step(i, **custom(i))`` for ``indexes`` returns for ``sample_method="all"``."""
     rows = [step(i) for i in indexes]
-    major = {name: {k: torch.cat([r[name][k] for r in rows]) for k in rows[0][name]}
-             for name in ("state", "action", "next_state")}
+    major = {
+        name: {k: torch.cat([r[name][k] for r in rows]) for k in rows[0][name]}
+        for name in ("state", "action", "next_state")
+    }
     reward = torch.tensor([[r["reward"]] for r in rows])
     terminal = torch.tensor([[r["terminal"]] for r in rows])
-    return (major["state"], major["action"], major["next_state"], reward, terminal,
-            *([custom[name](i) for i in indexes] for name in sorted(custom)))
+    return (
+        major["state"],
+        major["action"],
+        major["next_state"],
+        reward,
+        terminal,
+        *([custom[name](i) for i in indexes] for name in sorted(custom)),
+    )
 
 
-@pytest.mark.parametrize("size", [7, 2000])  # a small ring that wraps; a buffer that grows past 1024 rows
+@pytest.mark.parametrize(
+    "size", [7, 2000]
+)  # a small ring that wraps; a buffer that grows past 1024 rows
 def test_dicts_and_transitions_store_the_same_rows(size):
     def custom(i):
         return {"note": f"n{i}", "count": i, "weight": i / 7}
 
     by_dict, by_transition = Buffer(size), Buffer(size)
     for i in range(1300):
-        assert by_dict.append(step(i, **custom(i))) == by_transition.append(Transition(**step(i, **custom(i))))
+        assert by_dict.append(step(i, **custom(i))) == by_transition.append(
+            Transition(**step(i, **custom(i)))
+        )
     kept = range(1300 - min(size, 1300), 1300)
     wanted = expected_rows(kept, count=lambda i: i, note=lambda i: f"n{i}", weight=lambda i: i / 7)
     assert_same(everything(by_dict), wanted)
     assert_same(everything(by_transition), wanted)
     assert_same(by_dict[3], by_transition[3])
     # an episode of dicts, across the end of the ring, and one longer than the buffer
-    assert by_dict.extend([step(i, **custom(i)) for i in range(2000, 2030)]) == by_transition.extend(
-        [Transition(**step(i, **custom(i))) for i in range(2000, 2030)])
-    assert by_dict.extend([step(i, **custom(i)) for i in range(3000, 3000 + 2 * size)])[-1] == (
-        by_transition.extend([Transition(**step(i, **custom(i))) for i in range(3000, 3000 + 2 * size)])[-1])
+    assert by_dict.extend(
+        [step(i, **custom(i)) for i in range(2000, 2030)]
+    ) == by_transition.extend([Transition(**step(i, **custom(i))) for i in range(2000, 2030)])
+    assert (
+        by_dict.extend([step(i, **custom(i)) for i in range(3000, 3000 + 2 * size)])[-1]
+        == (
+            by_transition.extend(
+                [Transition(**step(i, **custom(i))) for i in range(3000, 3000 + 2 * size)]
+            )[-1]
+        )
+    )
     assert_same(everything(by_dict), everything(by_transition))
-    assert everything(by_dict)[6] == [f"n{i}" for i in range(3000 + size, 3000 + 2 * size)]  # (count, note, weight)
+    assert everything(by_dict)[6] == [
+        f"n{i}" for i in range(3000 + size, 3000 + 2 * size)
+    ]  # (count, note, weight)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_concatenated_samples_of_every_kind_of_column_after_growth(dtype):
     buffer = Buffer(3000)
     for i in range(1500):  # growing past 1024 rows replaces the columns
-        buffer.append(step(i, note=f"n{i}", count=i, weight=i / 7, vec=torch.full((1, 2), float(i))))
+        buffer.append(
+            step(i, note=f"n{i}", count=i, weight=i / 7, vec=torch.full((1, 2), float(i)))
+        )
     index = torch.randint(1500, (40,), generator=torch.Generator().manual_seed(1))
     default = torch.get_default_dtype()
     torch.set_default_dtype(dtype)  # float rewards come back in the default dtype
     try:
         _, (state, action, reward, rest) = buffer.sample_batch(
-            40, sample_method=lambda b, n: (40, index), sample_attrs=["state", "action", "reward", "*"])
+            40,
+            sample_method=lambda b, n: (40, index),
+            sample_attrs=["state", "action", "reward", "*"],
+        )
         _, (count, vec) = buffer.sample_batch(
-            40, sample_method=lambda b, n: (40, index), sample_attrs=["count", "vec"], additional_concat_attrs=["count"])
+            40,
+            sample_method=lambda b, n: (40, index),
+            sample_attrs=["count", "vec"],
+            additional_concat_attrs=["count"],
+        )
     finally:
         torch.set_default_dtype(default)
     rows = index.tolist()
-    assert reward.dtype == dtype and reward.view(-1).tolist() == pytest.approx([i / 3 for i in rows])
-    assert action["a"].dtype == torch.long and action["a"].view(-1).tolist() == [i % 5 for i in rows]
+    assert reward.dtype == dtype and reward.view(-1).tolist() == pytest.approx(
+        [i / 3 for i in rows]
+    )
+    assert action["a"].dtype == torch.long and action["a"].view(-1).tolist() == [
+        i % 5 for i in rows
+    ]
     assert torch.equal(state["img"], torch.cat([step(i)["state"]["img"] for i in rows]))
-    assert set(rest) == {"note", "count", "weight", "vec"} and rest["note"] == [f"n{i}" for i in rows]
+    assert set(rest) == {"note", "count", "weight", "vec"} and rest["note"] == [
+        f"n{i}" for i in rows
+    ]
     assert rest["count"] == rows and rest["weight"] == [i / 7 for i in rows]
-    assert count.tolist() == [[i] for i in rows] and [v.tolist() for v in vec] == [[[float(i)] * 2] for i in rows]
+    assert count.tolist() == [[i] for i in rows] and [v.tolist() for v in vec] == [
+        [[float(i)] * 2] for i in rows
+    ]
 
 
 def test_numpy_scalars_and_tensor_sub_attributes_are_stored_as_their_values():
@@ -745,30 +801,46 @@ def test_numpy_scalars_and_tensor_sub_attributes_are_stored_as_their_values():
         data = step(i)
         data["reward"], data["terminal"] = np.float32(i / 4), np.bool_(i % 2)
         buffer.append(data)
-    _, (reward, terminal) = buffer.sample_batch(-1, sample_method="all", sample_attrs=["reward", "terminal"])
+    _, (reward, terminal) = buffer.sample_batch(
+        -1, sample_method="all", sample_attrs=["reward", "terminal"]
+    )
     assert reward.view(-1).tolist() == [i / 4 for i in range(5, 15)]
-    assert terminal.dtype == torch.bool and terminal.view(-1).tolist() == [bool(i % 2) for i in range(5, 15)]
+    assert terminal.dtype == torch.bool and terminal.view(-1).tolist() == [
+        bool(i % 2) for i in range(5, 15)
+    ]
     tensors = Buffer(10)
     for i in range(15):
         data = step(i)
         data["reward"], data["terminal"] = torch.full((1, 2), i / 4), torch.tensor([[float(i % 2)]])
         tensors.append(data)
-    _, (reward, terminal) = tensors.sample_batch(-1, sample_method="all", sample_attrs=["reward", "terminal"])
+    _, (reward, terminal) = tensors.sample_batch(
+        -1, sample_method="all", sample_attrs=["reward", "terminal"]
+    )
     assert reward.shape == (10, 2) and reward[:, 1].tolist() == [i / 4 for i in range(5, 15)]
     assert terminal.view(-1).tolist() == [float(i % 2) for i in range(5, 15)]
 
 
 def test_values_that_are_converted_store_their_values():
     buffer = Buffer(10)
-    variants = [step(0), {**step(1), "reward": 2}, {**step(2), "terminal": 1}, {**step(3), "terminal": np.bool_(False)},
-                {**step(4), "state": {"pos": torch.ones(1, 3, requires_grad=True), "img": torch.zeros(1, 2, 2)}}]
+    variants = [
+        step(0),
+        {**step(1), "reward": 2},
+        {**step(2), "terminal": 1},
+        {**step(3), "terminal": np.bool_(False)},
+        {
+            **step(4),
+            "state": {"pos": torch.ones(1, 3, requires_grad=True), "img": torch.zeros(1, 2, 2)},
+        },
+    ]
     for data in variants:
         buffer.append(data)
     state, _, _, reward, terminal = everything(buffer)
     assert reward.view(-1).tolist() == pytest.approx([0.0, 2.0, 2 / 3, 1.0, 4 / 3])
     assert terminal.view(-1).tolist() == [False, False, True, False, False]
     assert not state["pos"].requires_grad and state["pos"][4].tolist() == [1.0, 1.0, 1.0]
-    assert not buffer._major["state"]["pos"].tensor.requires_grad  # the storage joined no autograd graph
+    assert not buffer._major["state"][
+        "pos"
+    ].tensor.requires_grad  # the storage joined no autograd graph
 
 
 def assert_stored_through_host_copies(off_host_step):
@@ -804,7 +876,9 @@ def test_tensors_that_numpy_refuses_are_copied_to_the_host(monkeypatch, as_trans
     def remote_step(i):
         data = step(i)
         data = Transition(**data) if as_transition else data
-        values = data.__dict__ if as_transition else data  # a Transition holds copies of its tensors
+        values = (
+            data.__dict__ if as_transition else data
+        )  # a Transition holds copies of its tensors
         kept.extend([values["state"]["pos"], values["action"]["a"]])
         elsewhere.update(map(id, kept[-2:]))
         return data
@@ -824,25 +898,43 @@ def test_cuda_tensors_are_copied_into_the_cpu_columns(as_transition):
     assert_stored_through_host_copies(cuda_step)
 
 
-DICT_ONLY = ("Transition holds batch size 1", "cannot build a Transition from the dictionary",
-             "major attribute 'state' must hold tensors")
+DICT_ONLY = (
+    "Transition holds batch size 1",
+    "cannot build a Transition from the dictionary",
+    "major attribute 'state' must hold tensors",
+)
 
 
-@pytest.mark.parametrize("change, message", [
-    (lambda d: d["state"].update(pos=torch.zeros(1, 4)), r"state\['pos'\] must have shape"),
-    (lambda d: d["state"].update(pos=torch.zeros(2, 3)), "Transition holds batch size 1"),
-    (lambda d: d["action"].update(a=torch.zeros(1, 1)), r"action\['a'\] must have .*dtype torch.int64"),
-    (lambda d: d["state"].pop("img"), r"major attribute 'state' has keys \['pos'\]"),
-    (lambda d: d["state"].update(extra=torch.zeros(1, 1)), r"major attribute 'state' has keys"),
-    (lambda d: d.update(extra=1), "differ from those already stored"),
-    (lambda d: d.update(reward=torch.ones(1, 1)), "attribute 'reward' must be a float scalar, got Tensor"),
-    (lambda d: d.update(terminal=2), "attribute 'terminal' must be a bool or 0/1, got 2"),
-    (lambda d: d.update(reward=NAN), "attribute 'reward' must be a finite number, got nan"),
-    (lambda d: d["next_state"].update(pos=torch.tensor([[0.0, INF, 1.0]])), r"next_state\['pos'\].*finite.*inf"),
-    (lambda d: d["state"]["img"].__setitem__((0, 1, 1), NAN), r"state\['img'\].*finite.*nan"),
-    (lambda d: d.pop("terminal"), "cannot build a Transition from the dictionary"),
-    (lambda d: d["state"].update(pos=[[0.0, 0.0, 0.0]]), "major attribute 'state' must hold tensors"),
-])
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (lambda d: d["state"].update(pos=torch.zeros(1, 4)), r"state\['pos'\] must have shape"),
+        (lambda d: d["state"].update(pos=torch.zeros(2, 3)), "Transition holds batch size 1"),
+        (
+            lambda d: d["action"].update(a=torch.zeros(1, 1)),
+            r"action\['a'\] must have .*dtype torch.int64",
+        ),
+        (lambda d: d["state"].pop("img"), r"major attribute 'state' has keys \['pos'\]"),
+        (lambda d: d["state"].update(extra=torch.zeros(1, 1)), r"major attribute 'state' has keys"),
+        (lambda d: d.update(extra=1), "differ from those already stored"),
+        (
+            lambda d: d.update(reward=torch.ones(1, 1)),
+            "attribute 'reward' must be a float scalar, got Tensor",
+        ),
+        (lambda d: d.update(terminal=2), "attribute 'terminal' must be a bool or 0/1, got 2"),
+        (lambda d: d.update(reward=NAN), "attribute 'reward' must be a finite number, got nan"),
+        (
+            lambda d: d["next_state"].update(pos=torch.tensor([[0.0, INF, 1.0]])),
+            r"next_state\['pos'\].*finite.*inf",
+        ),
+        (lambda d: d["state"]["img"].__setitem__((0, 1, 1), NAN), r"state\['img'\].*finite.*nan"),
+        (lambda d: d.pop("terminal"), "cannot build a Transition from the dictionary"),
+        (
+            lambda d: d["state"].update(pos=[[0.0, 0.0, 0.0]]),
+            "major attribute 'state' must hold tensors",
+        ),
+    ],
+)
 @pytest.mark.parametrize("as_transition", [False, True])
 def test_a_mismatch_gets_the_documented_error_and_changes_nothing(change, message, as_transition):
     buffer = Buffer(6)
@@ -851,9 +943,13 @@ def test_a_mismatch_gets_the_documented_error_and_changes_nothing(change, messag
     before = snapshot(buffer)
     bad = step(99)
     change(bad)
-    if as_transition and message in DICT_ONLY:  # no Transition holds this: building one raises the same
-        with pytest.raises((TypeError, ValueError), match=message.replace("cannot build a Transition from the "
-                                                                           "dictionary", "missing")):
+    if (
+        as_transition and message in DICT_ONLY
+    ):  # no Transition holds this: building one raises the same
+        with pytest.raises(
+            (TypeError, ValueError),
+            match=message.replace("cannot build a Transition from the dictionary", "missing"),
+        ):
             Transition(**bad)
         return
     if as_transition:
@@ -891,7 +987,9 @@ def test_check_finite_is_read_at_every_append():
     buffer.append(nan_state)
     buffer.append({**step(4), "reward": INF})
     assert buffer.size() == 5
-    _, (state, reward) = buffer.sample_batch(-1, sample_method="all", sample_attrs=["state", "reward"])
+    _, (state, reward) = buffer.sample_batch(
+        -1, sample_method="all", sample_attrs=["state", "reward"]
+    )
     assert torch.isnan(state["pos"][3, 0]) and reward[4, 0] == INF
     with pytest.raises(ValueError, match="'terminal' must be a bool or 0/1"):  # checked either way
         buffer.append({**step(5), "terminal": 0.5})
@@ -901,7 +999,9 @@ def test_a_large_but_finite_sum_is_not_rejected():
     buffer = Buffer(10)
     buffer.append(step(0))
     big = step(1)
-    big["state"]["pos"] = torch.full((1, 3), 3e38)  # each finite; their float64 sum too, float32 would overflow
+    big["state"]["pos"] = torch.full(
+        (1, 3), 3e38
+    )  # each finite; their float64 sum too, float32 would overflow
     big["state"]["img"] = torch.full((1, 2, 2), 3e38)
     buffer.append(big)
     assert buffer.size() == 2 and buffer[1].state["img"].max().item() == pytest.approx(3e38)
@@ -912,8 +1012,11 @@ def test_an_int_beyond_int64_is_rejected_and_changes_nothing():
     for i in range(6):
         buffer.append(step(i, count=i))
     before = snapshot(buffer)
-    with pytest.raises(ValueError, match=r"attribute 'count' must fit in a 64-bit integer, got 2\*\*70|got 1180591620717411303424"):
-        buffer.append(step(9, count=2 ** 70))
+    with pytest.raises(
+        ValueError,
+        match=r"attribute 'count' must fit in a 64-bit integer, got 2\*\*70|got 1180591620717411303424",
+    ):
+        buffer.append(step(9, count=2**70))
     assert_same(snapshot(buffer), before)
 
 
@@ -978,7 +1081,9 @@ def test_a_dict_stores_its_own_copy_of_custom_values():
     for i, note in enumerate(notes):
         buffer.append(step(i, note=note, weight=torch.ones(1) * i))
     notes[2]["seen"].append(1)  # the caller changes what it passed ...
-    _, (stored, weight) = buffer.sample_batch(-1, sample_method="all", sample_attrs=["note", "weight"])
+    _, (stored, weight) = buffer.sample_batch(
+        -1, sample_method="all", sample_attrs=["note", "weight"]
+    )
     assert stored == [{"seen": [0]}] * 3  # ... the buffer keeps what was given
     assert [w.tolist() for w in weight] == [[0.0], [1.0], [2.0]]
 
@@ -993,13 +1098,17 @@ def test_after_clear_the_same_layout_reuses_the_columns(as_transition, length):
     buffer = Buffer(200)
     for start in (0, 1000, 2000):  # an on-policy loop: store a rollout, train, clear
         buffer.extend(episode(start))
-        assert_same(everything(buffer), expected_rows(range(start, start + length), value=lambda i: i / 2))
+        assert_same(
+            everything(buffer), expected_rows(range(start, start + length), value=lambda i: i / 2)
+        )
         columns = buffer._major["state"]["pos"].tensor
         buffer.clear()
         assert buffer.size() == 0 and buffer.attribute_names is None
     buffer.extend(episode(3000))
     assert buffer._major["state"]["pos"].tensor is columns  # the same storage, not a new allocation
-    assert_same(everything(buffer), expected_rows(range(3000, 3000 + length), value=lambda i: i / 2))
+    assert_same(
+        everything(buffer), expected_rows(range(3000, 3000 + length), value=lambda i: i / 2)
+    )
 
 
 @pytest.mark.parametrize("length", [1, 3, 100])
@@ -1007,8 +1116,16 @@ def test_after_clear_another_layout_or_a_bad_value_is_handled_as_in_an_empty_buf
     buffer = Buffer(200)
     buffer.extend([Transition(**step(i)) for i in range(length)])
     buffer.clear()
-    other = [{"state": {"x": torch.ones(1, 2)}, "action": {"a": torch.zeros(1, 1)}, "next_state": {"x": torch.ones(1, 2)},
-              "reward": 1.0, "terminal": False} for _ in range(length)]
+    other = [
+        {
+            "state": {"x": torch.ones(1, 2)},
+            "action": {"a": torch.zeros(1, 1)},
+            "next_state": {"x": torch.ones(1, 2)},
+            "reward": 1.0,
+            "terminal": False,
+        }
+        for _ in range(length)
+    ]
     buffer.extend([Transition(**o) for o in other] if length > 2 else other)
     _, (state,) = buffer.sample_batch(-1, sample_method="all", sample_attrs=["state"])
     assert list(state) == ["x"] and state["x"].shape == (length, 2)
@@ -1028,7 +1145,7 @@ def test_prioritized_bad_priority_on_a_full_ring_changes_nothing():
     for i in range(6):
         buffer.append(step(i))
     before, weights = snapshot(buffer), buffer.wt_tree.get_leaf_all_weights()
-    for bad in (NAN, INF, "x", 10 ** 400):
+    for bad in (NAN, INF, "x", 10**400):
         with pytest.raises(ValueError, match="priority must be a finite number"):
             buffer.append(step(9), priority=bad)
     nan_state = step(9)
@@ -1087,5 +1204,10 @@ def test_a_copied_or_pickled_weight_tree_keeps_its_sums_and_maximum_in_step():
         assert clone.get_leaf_weight(3) == 500.0
         assert clone.get_weight_sum() == pytest.approx(clone.get_leaf_all_weights().sum())
         assert clone.get_leaf_max() == 500.0
-        assert clone.find_leaf_index(clone.get_weight_sum() - 0.5) == 99 and clone.find_leaf_index(6.5) == 3
-    assert tree.get_leaf_weight(3) == 3.0 and tree.get_leaf_max() == 99.0  # the original is untouched
+        assert (
+            clone.find_leaf_index(clone.get_weight_sum() - 0.5) == 99
+            and clone.find_leaf_index(6.5) == 3
+        )
+    assert (
+        tree.get_leaf_weight(3) == 3.0 and tree.get_leaf_max() == 99.0
+    )  # the original is untouched

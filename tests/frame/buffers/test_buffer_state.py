@@ -11,8 +11,14 @@ from machin.frame.buffers.buffer_state import BufferStateError
 
 
 def _step(i: int, **custom):
-    return {"state": {"state": torch.full((1, 3), float(i))}, "action": {"action": torch.tensor([[i % 2]])},
-            "next_state": {"state": torch.full((1, 3), i + 1.0)}, "reward": i / 3, "terminal": i % 5 == 0, **custom}
+    return {
+        "state": {"state": torch.full((1, 3), float(i))},
+        "action": {"action": torch.tensor([[i % 2]])},
+        "next_state": {"state": torch.full((1, 3), i + 1.0)},
+        "reward": i / 3,
+        "terminal": i % 5 == 0,
+        **custom,
+    }
 
 
 def _round_trip(state):
@@ -77,14 +83,21 @@ def test_other_columns_are_refused_and_nothing_changes():
         buffer.append(_step(i))
     with pytest.raises(BufferStateError, match="other columns.*'weight'"):
         buffer.load_state_dict(saved.state_dict())
-    assert buffer.size() == 4 and [float(t["state"]["state"][0, 0]) for t in buffer] == [0.0, 1.0, 2.0, 3.0]
+    assert buffer.size() == 4 and [float(t["state"]["state"][0, 0]) for t in buffer] == [
+        0.0,
+        1.0,
+        2.0,
+        3.0,
+    ]
 
 
 def test_other_size_and_class_are_refused():
     state = Buffer(8).state_dict()
     with pytest.raises(BufferStateError, match="buffer_size=8.*buffer_size=9"):
         Buffer(9).load_state_dict(state)
-    with pytest.raises(BufferStateError, match="state is of a Buffer, the buffer is a PrioritizedBuffer"):
+    with pytest.raises(
+        BufferStateError, match="state is of a Buffer, the buffer is a PrioritizedBuffer"
+    ):
         PrioritizedBuffer(8).load_state_dict({**state, "priority": {"tree": {}}})
 
 
@@ -94,7 +107,9 @@ def test_inconsistent_state_is_refused():
         buffer.append(_step(i))
     state = buffer.state_dict()
     state["layout"]["sub"]["reward"]["rows"] = state["layout"]["sub"]["reward"]["rows"][:2]
-    with pytest.raises(BufferStateError, match="column 'reward' holds 2 rows, but the state's size is 3"):
+    with pytest.raises(
+        BufferStateError, match="column 'reward' holds 2 rows, but the state's size is 3"
+    ):
         Buffer(8).load_state_dict(state)
 
 
@@ -119,15 +134,24 @@ def test_a_partly_filled_column_is_saved_without_its_empty_rows_and_shared_where
     column = buffer._major["state"]["weight"].tensor
     assert column.shape[0] == 2048 and buffer.size() == 1025
     state = buffer.state_dict()
-    states, weights = (state["layout"]["major"]["state"][key]["rows"] for key in ("state", "weight"))
-    assert states.untyped_storage().nbytes() == 1025 * 3 * 4  # torch.save writes the filled rows only
+    states, weights = (
+        state["layout"]["major"]["state"][key]["rows"] for key in ("state", "weight")
+    )
+    assert (
+        states.untyped_storage().nbytes() == 1025 * 3 * 4
+    )  # torch.save writes the filled rows only
     assert states.data_ptr() == buffer._major["state"]["state"].tensor.data_ptr()  # not a copy
     assert weights.untyped_storage().nbytes() == 1025 * 2 * weights.element_size()
-    assert (weights.data_ptr() == column.data_ptr()) == (dtype == torch.float32)  # numpy lacks bfloat16: copied
+    assert (weights.data_ptr() == column.data_ptr()) == (
+        dtype == torch.float32
+    )  # numpy lacks bfloat16: copied
     file = io.BytesIO()
     torch.save(state, file)
     assert len(file.getvalue()) < 1025 * (3 + 2 + 3 + 1 + 1 + 1) * 8 + 10_000
     copy = Buffer(10_000)
     copy.load_state_dict(_round_trip(state))
-    assert torch.equal(torch.cat([t["state"]["weight"] for t in copy]), torch.cat([t["state"]["weight"] for t in buffer]))
+    assert torch.equal(
+        torch.cat([t["state"]["weight"] for t in copy]),
+        torch.cat([t["state"]["weight"] for t in buffer]),
+    )
     assert [t["state"]["state"][0, 0].item() for t in copy] == list(range(1025))

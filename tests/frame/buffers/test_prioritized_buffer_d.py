@@ -33,8 +33,10 @@ def _prioritized_checks(rank):
     assert isinstance(buffer, PrioritizedBuffer)
     sent = []  # (member, operation) of every request this process sends over RPC
     remote_call = group.registered_async
-    group.registered_async = lambda key, args=(), **kw: (sent.append((key.split("/")[1], args[0])),
-                                                         remote_call(key, args, **kw))[1]
+    group.registered_async = lambda key, args=(), **kw: (
+        sent.append((key.split("/")[1], args[0])),
+        remote_call(key, args, **kw),
+    )[1]
     group.barrier()
     result = {}
     if rank == 0:
@@ -48,7 +50,10 @@ def _prioritized_checks(rank):
     if rank == 0:
         sent.clear()
         assert buffer.size() == 0 and buffer.all_size() == 8
-        assert sent == [("1", "size"), ("2", "size")]  # its own part is asked in place, not over RPC
+        assert sent == [
+            ("1", "size"),
+            ("2", "size"),
+        ]  # its own part is asked in place, not over RPC
         sent.clear()
         size, (marks,), indexes, is_weights = buffer.sample_batch(16, sample_attrs=["mark"])
         assert size == 16 and len(marks) == 16
@@ -131,8 +136,14 @@ def _four_on_member_1(rank, group_name):
     """A two-member world whose buffer holds four transitions of priority 1 on member 1."""
     world = World(rpc_timeout=30)
     group = world.create_rpc_group(group_name, world.get_members())
-    buffer = DistributedPrioritizedBuffer("per", group, buffer_size=4, epsilon=EPSILON, alpha=ALPHA,
-                                          generator=np.random.default_rng(rank))
+    buffer = DistributedPrioritizedBuffer(
+        "per",
+        group,
+        buffer_size=4,
+        epsilon=EPSILON,
+        alpha=ALPHA,
+        generator=np.random.default_rng(rank),
+    )
     group.barrier()
     if rank == 1:
         for i in range(4):
@@ -164,8 +175,10 @@ def _deferred_checks(rank):
         result["queued_after_block"] = buffer.queued_priority_updates
         # slot 9 does not exist on member 1: the failure is raised where the block ends
         bad = OrderedDict({"1": (np.array([1, 9]), np.array([1, 1]))})
-        with pytest.raises(IndexError, match="index 9 is out of bounds") as failure, \
-                buffer.deferred_priority_updates():
+        with (
+            pytest.raises(IndexError, match="index 9 is out of bounds") as failure,
+            buffer.deferred_priority_updates(),
+        ):
             buffer.update_priority(np.ones(2), bad)
             result["returned_before_the_failure"] = True
         result["remote_traceback"] = type(failure.value.__cause__).__name__
@@ -179,7 +192,9 @@ def test_deferred_priority_updates_are_applied_when_the_block_ends_and_failures_
     assert learner["queued_after_inner_block"] == 4 and learner["queued_after_block"] == 0
     assert learner["returned_before_the_failure"]
     assert learner["remote_traceback"] == "RemoteTraceback"  # raised on member 1, carried back
-    assert worker["leaves"] == pytest.approx([HIGH if i in learner["sampled"] else LOW for i in range(4)])
+    assert worker["leaves"] == pytest.approx(
+        [HIGH if i in learner["sampled"] else LOW for i in range(4)]
+    )
 
 
 def _async_checks(rank):
@@ -210,9 +225,13 @@ def _async_checks(rank):
 def test_async_priority_updates_do_not_wait_and_a_failure_surfaces_on_the_next_call(run_on):
     learner, worker = run_on(_async_checks, 2)
     assert learner["queued_after_update"] == 4 and learner["queued_after_wait"] == 0
-    assert learner["returned_before_the_failure"] and learner["remote_traceback"] == "RemoteTraceback"
+    assert (
+        learner["returned_before_the_failure"] and learner["remote_traceback"] == "RemoteTraceback"
+    )
     assert learner["sample_after_failure"] == 2
-    assert worker["leaves"] == pytest.approx([HIGH if i in learner["sampled"] else LOW for i in range(4)])
+    assert worker["leaves"] == pytest.approx(
+        [HIGH if i in learner["sampled"] else LOW for i in range(4)]
+    )
 
 
 def _batches_checks(rank):
@@ -222,15 +241,20 @@ def _batches_checks(rank):
         buffer.set_async_priority_updates(True)
         sent = []  # (member, operation) of every request sent over RPC
         remote_call = group.registered_async
-        group.registered_async = lambda key, args=(), **kw: (sent.append((key.split("/")[1], args[0])),
-                                                             remote_call(key, args, **kw))[1]
+        group.registered_async = lambda key, args=(), **kw: (
+            sent.append((key.split("/")[1], args[0])),
+            remote_call(key, args, **kw),
+        )[1]
         beta = buffer.curr_beta
         samples = buffer.sample_batches_async(3, 4, sample_attrs=["mark"]).wait()
         result["sizes"] = [size for size, *_ in samples]
         result["rows_match_indexes"] = all(
-            list(indexes) == ["1"] and [m % 100 for m in marks] == indexes["1"][0].tolist()
-            and {m // 100 for m in marks} == {1} and weights.max() == 1.0
-            for _, (marks,), indexes, weights in samples)
+            list(indexes) == ["1"]
+            and [m % 100 for m in marks] == indexes["1"][0].tolist()
+            and {m // 100 for m in marks} == {1}
+            and weights.max() == 1.0
+            for _, (marks,), indexes, weights in samples
+        )
         result["beta_steps"] = round((buffer.curr_beta - beta) / buffer.beta_increment_per_sampling)
         result["first_requests"] = list(sent)
         size, _, indexes, _ = samples[0]
@@ -256,6 +280,11 @@ def test_several_batches_come_in_one_request_which_carries_the_queued_priorities
     assert learner["beta_steps"] == 3  # one step per batch, as three sample_batch calls make
     assert learner["first_requests"] == [("1", "weight"), ("1", "sample")]
     assert learner["queued"] == 4 and learner["queued_after"] == 0
-    assert learner["carrying_requests"] == [("1", "weight"), ("1", "sample")]  # no update request of its own
+    assert learner["carrying_requests"] == [
+        ("1", "weight"),
+        ("1", "sample"),
+    ]  # no update request of its own
     assert learner["next_requests"] == [("1", "sample")]
-    assert worker["leaves"] == pytest.approx([HIGH if i in learner["updated"] else LOW for i in range(4)])
+    assert worker["leaves"] == pytest.approx(
+        [HIGH if i in learner["updated"] else LOW for i in range(4)]
+    )

@@ -10,9 +10,15 @@ def episode(length, first=0.0, terminal=True, hidden_size=2, rewards=None):
     rewards = rewards or [float(i + 1) for i in range(length)]
     return [
         {
-            "state": {"state": torch.tensor([[first + i]]), "hidden": torch.full((1, hidden_size), first + i)},
+            "state": {
+                "state": torch.tensor([[first + i]]),
+                "hidden": torch.full((1, hidden_size), first + i),
+            },
             "action": {"action": torch.tensor([[i % 2]])},
-            "next_state": {"state": torch.tensor([[first + i + 1]]), "hidden": torch.zeros(1, hidden_size)},
+            "next_state": {
+                "state": torch.tensor([[first + i + 1]]),
+                "hidden": torch.zeros(1, hidden_size),
+            },
             "reward": rewards[i],
             "terminal": terminal and i == length - 1,
         }
@@ -36,7 +42,12 @@ def sample_starts(buffer, rows):
 def test_is_a_prioritized_buffer_with_the_sequence_options():
     buffer = make()
     assert isinstance(buffer, PrioritizedBuffer)
-    assert (buffer.sequence_length, buffer.burn_in, buffer.n_step, buffer.discount) == (3, 2, 2, 0.5)
+    assert (buffer.sequence_length, buffer.burn_in, buffer.n_step, buffer.discount) == (
+        3,
+        2,
+        2,
+        0.5,
+    )
     assert buffer.window == 2 + 3 + 2
     assert buffer.sample_sequences(4) is None
 
@@ -205,21 +216,26 @@ def test_bad_episodes_are_rejected_before_anything_is_stored():
         buffer.store_episode(episode(5))
     steps = episode(2)
     steps[1]["episode_step"] = 3
-    with pytest.raises(ValueError, match=r"step 1 uses the reserved attribute name\(s\) \['episode_step'\]"):
+    with pytest.raises(
+        ValueError, match=r"step 1 uses the reserved attribute name\(s\) \['episode_step'\]"
+    ):
         buffer.store_episode(steps)
     with pytest.raises(TypeError, match="transition must be a Transition or a dict, got str"):
         buffer.store_episode(["step"])
     assert buffer.size() == 0
 
 
-@pytest.mark.parametrize("option, value, message", [
-    ("sequence_length", 0, "sequence_length must be a positive integer, got 0"),
-    ("burn_in", -1, "burn_in must be a non-negative integer, got -1"),
-    ("n_step", 1.5, "n_step must be a positive integer, got 1.5"),
-    ("sequence_stride", 0, "sequence_stride must be a positive integer, got 0"),
-    ("discount", 1.5, r"discount must be in \[0, 1\], got 1.5"),
-    ("priority_eta", -0.1, r"priority_eta must be in \[0, 1\], got -0.1"),
-])
+@pytest.mark.parametrize(
+    "option, value, message",
+    [
+        ("sequence_length", 0, "sequence_length must be a positive integer, got 0"),
+        ("burn_in", -1, "burn_in must be a non-negative integer, got -1"),
+        ("n_step", 1.5, "n_step must be a positive integer, got 1.5"),
+        ("sequence_stride", 0, "sequence_stride must be a positive integer, got 0"),
+        ("discount", 1.5, r"discount must be in \[0, 1\], got 1.5"),
+        ("priority_eta", -0.1, r"priority_eta must be in \[0, 1\], got -0.1"),
+    ],
+)
 def test_bad_options_are_rejected(option, value, message):
     with pytest.raises(ValueError, match=message):
         make(**{option: value})

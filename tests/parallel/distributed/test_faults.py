@@ -34,15 +34,21 @@ def _flat(net):
 
 def _transition(rank, i):
     generator = torch.Generator().manual_seed(rank * 100003 + i)
-    return {"state": {"state": torch.randn(1, 4, generator=generator)}, "action": {"action": torch.tensor([[i % 2]])},
-            "next_state": {"state": torch.randn(1, 4, generator=generator)}, "reward": float(i % 3),
-            "terminal": i % 10 == 9}
+    return {
+        "state": {"state": torch.randn(1, 4, generator=generator)},
+        "action": {"action": torch.tensor([[i % 2]])},
+        "next_state": {"state": torch.randn(1, 4, generator=generator)},
+        "reward": float(i % 3),
+        "terminal": i % 10 == 9,
+    }
 
 
 def _learn(apex, control, directory, kill, target):
     checkpoint = LearnerCheckpoint(apex, directory, every=CHECKPOINT_EVERY)
     updates = checkpoint.resume() or 0
-    step = apex.qnet_optim.state_dict()["state"].get(0, {}).get("step")  # Adam's step count (updated in place)
+    step = (
+        apex.qnet_optim.state_dict()["state"].get(0, {}).get("step")
+    )  # Adam's step count (updated in place)
     resumed = (updates, _flat(apex.qnet).clone(), None if step is None else int(step))
     control.set_updates(updates)
     started = False
@@ -79,8 +85,15 @@ def _run(rank, directory, kill, target):
     world = World(rpc_timeout=20)
     roles = Roles.from_world()
     torch.manual_seed(0)
-    apex = DQNApex.from_roles(roles, QNet(4, 2, 8), QNet(4, 2, 8), torch.optim.Adam, nn.MSELoss(reduction="none"),
-                              batch_size=8, replay_size=200)
+    apex = DQNApex.from_roles(
+        roles,
+        QNet(4, 2, 8),
+        QNet(4, 2, 8),
+        torch.optim.Adam,
+        nn.MSELoss(reduction="none"),
+        batch_size=8,
+        replay_size=200,
+    )
     messages, updates_seen = [], []
 
     def log(message):  # what the process says, with the learner's update count at that moment
@@ -108,14 +121,19 @@ def test_a_killed_sampler_is_reported_and_the_others_train_on(tmp_path):
     assert learner["updates"] == 200 and learner["status"].gone == (3,)
     assert learner["status"].reason == "200 updates made"
     (message,) = learner["messages"]
-    assert message.startswith("sampler 2 (rank 3) on node 0 (host ") and "left the run (no answer: " in message
+    assert (
+        message.startswith("sampler 2 (rank 3) on node 0 (host ")
+        and "left the run (no answer: " in message
+    )
     assert message.endswith("going on with learners [0] and samplers [1, 2]")
     assert learner["updates_seen"][0] < 200  # the learner went on updating after the loss
     assert set(learner["sampled_from"]) >= {"1", "2"}
     for rank in (1, 2):
         assert results[rank]["status"].stop and results[rank]["status"].gone == (3,)
-        assert results[rank]["messages"] == [f"sampler {rank - 1} (rank {rank}): sampler 2 (rank 3) has left the "
-                                             f"run; going on without it"]
+        assert results[rank]["messages"] == [
+            f"sampler {rank - 1} (rank {rank}): sampler 2 (rank 3) has left the "
+            f"run; going on without it"
+        ]
 
 
 def test_samplers_stop_when_the_learner_dies_and_the_run_resumes_from_its_checkpoint(tmp_path):
@@ -123,13 +141,18 @@ def test_samplers_stop_when_the_learner_dies_and_the_run_resumes_from_its_checkp
     assert results[0] == Exited(-signal.SIGKILL)
     for rank in (1, 2):
         message = results[rank]["lost"]
-        assert message.startswith(f"sampler {rank - 1} (rank {rank}) on node 0 lost the coordinating learner 0 "
-                                  f"(rank 0), process '0' (")
+        assert message.startswith(
+            f"sampler {rank - 1} (rank {rank}) on node 0 lost the coordinating learner 0 "
+            f"(rank 0), process '0' ("
+        )
         assert "so this process stops. Restart the run" in message
     newest = (KILL_LEARNER_AT // CHECKPOINT_EVERY) * CHECKPOINT_EVERY
     assert sorted(p.name for p in tmp_path.glob("learner_state_*.pt")) == [
-        f"learner_state_{v}.pt" for v in range(CHECKPOINT_EVERY, newest + 1, CHECKPOINT_EVERY)]
-    saved = torch.load(tmp_path / f"learner_state_{newest}.pt", weights_only=True)["networks"]["qnet"]
+        f"learner_state_{v}.pt" for v in range(CHECKPOINT_EVERY, newest + 1, CHECKPOINT_EVERY)
+    ]
+    saved = torch.load(tmp_path / f"learner_state_{newest}.pt", weights_only=True)["networks"][
+        "qnet"
+    ]
 
     results = run_ranks(_run, 3, args=(str(tmp_path), None, newest + 20), timeout=90)
     updates, qnet, adam_step = results[0]["resumed"]

@@ -88,7 +88,9 @@ def test_a_deadline_fails_a_call_that_does_not_answer():
     pending = ray_transport._Pending("the call on member 'x'", 0.05)
     future = pending.future
     ray_transport._DEADLINES.add(0.05, pending.expire)
-    with pytest.raises(TimeoutError, match="the call on member 'x' did not answer within 0.05 seconds"):
+    with pytest.raises(
+        TimeoutError, match="the call on member 'x' did not answer within 0.05 seconds"
+    ):
         future.wait()
     pending.settle(True, 1)  # a reply after the timeout changes nothing
     assert future.done() and pending.future is None

@@ -288,7 +288,9 @@ class _Pending:
     def expire(self) -> None:
         """Fail the future with a timeout, unless it was settled already."""
         if self.future is not None:
-            self.settle(False, TimeoutError(f"{self._what} did not answer within {self._timeout} seconds"))
+            self.settle(
+                False, TimeoutError(f"{self._what} did not answer within {self._timeout} seconds")
+            )
 
     def on_ready(self, done: Any) -> None:
         try:
