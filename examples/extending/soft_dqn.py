@@ -49,10 +49,15 @@ class QNet(nn.Module):
 
 
 def main() -> None:
+    import argparse
+
     import gymnasium as gym
 
     from machin.frame.trainer import Trainer
 
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--episodes", type=int, default=300, help="training episodes at most")
+    episodes = parser.parse_args().episodes
     torch.manual_seed(0)
     soft_dqn = SoftDQN(
         QNet(),
@@ -65,11 +70,11 @@ def main() -> None:
         replay_size=20000,
     )
     env = gym.make("CartPole-v1", max_episode_steps=200)
-    result = Trainer(soft_dqn, env, solved_reward=190, seed=0).run(episodes=300)
+    result = Trainer(soft_dqn, env, solved_reward=190, seed=0).run(episodes=episodes)
     print(
         f"solved at episode {result.solved_episode}"
         if result.solved_episode
-        else "not solved in 300 episodes"
+        else f"not solved in {episodes} episodes"
     )
 
 

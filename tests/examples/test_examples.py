@@ -34,6 +34,7 @@ TRAINING_DIRS = {
     "unleash_distributed_power",
     "recurrent_networks",
     "trainer",
+    "extending",
 }
 # Directories whose scripts write a learning-curve PNG into the working directory by default.
 CURVE_DIRS = {"framework_examples", "your_first_program", "unleash_distributed_power"}
