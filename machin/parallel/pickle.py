@@ -193,7 +193,15 @@ def dumps(obj: Any, recurse: bool = False, copy_tensor: bool = True) -> bytes:
         The pickled bytes; read them back with :func:`loads` (or ``dill.loads``).
     """
     buffer = io.BytesIO()
-    Pickler(buffer, recurse=recurse, copy_tensor=copy_tensor).dump(obj)
+    try:
+        Pickler(buffer, recurse=recurse, copy_tensor=copy_tensor).dump(obj)
+    except RecursionError:
+        if not recurse:
+            raise
+        # dill's search of the globals a function refers to (dill.detect.globalvars) never ends
+        # when two functions of a script call each other: save the functions with their module's
+        # globals instead, as without ``recurse``.
+        return dumps(obj, recurse=False, copy_tensor=copy_tensor)
     return buffer.getvalue()
 
 

@@ -143,3 +143,38 @@ def test_class_whose_package_hides_its_submodule_is_pickled_by_reference(monkeyp
     data = dumps(Hidden)
     assert b"machin_test_pkg.hidden" in data and loads(data) is Hidden
     assert loads(dumps(torch.optim.Adam)) is torch.optim.Adam
+
+
+_SCRIPT = """
+import sys
+sys.path.insert(0, {root!r})
+from machin.parallel.pickle import dumps, loads
+
+def even(n):
+    return True if n == 0 else odd(n - 1)
+
+def odd(n):
+    return False if n == 0 else even(n - 1)
+
+def main(rank):
+    return even(rank)
+
+if __name__ == "__main__":
+    copy = loads(dumps(main, recurse=True))
+    print(copy(4), copy(3))
+"""
+
+
+def test_functions_of_a_script_that_call_each_other_are_dumped(tmp_path):
+    # dill's globals search with recurse=True never ends on them (RecursionError)
+    import pathlib
+    import subprocess
+
+    root = str(pathlib.Path(machin_pickle.__file__).resolve().parents[2])
+    script = tmp_path / "mutual.py"
+    script.write_text(_SCRIPT.format(root=root))
+    done = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["True", "False"]
