@@ -4,7 +4,8 @@
 and the worker disconnects when the module ends, so that the ranks of the following
 tests are forked again, which is much faster than the fork server a Ray-connected
 process must use; see ``tests/multiprocess.py``) starts a head and a worker node with
-:class:`ray.cluster_utils.Cluster`, every process bound to 127.0.0.1, no dashboard,
+:class:`ray.cluster_utils.Cluster`, every process bound to 127.0.0.1 and listening on
+ports of a block below the kernel's ephemeral range (see ``_port_block``), no dashboard,
 no usage statistics and small CPU and memory claims, connects the test process to
 it and checks with ``ray.nodes()`` that every node has address 127.0.0.1. At the
 end of the module it disconnects, shuts the cluster down and checks with psutil
@@ -20,13 +21,12 @@ import functools
 import os
 import time
 from multiprocessing import forkserver
-from typing import Any, Callable, List, Sequence
+from typing import Any, Callable, List, Sequence, Tuple
 
 import psutil
 import pytest
 import torch
 
-from machin.parallel.distributed.launcher import free_port
 from tests.multiprocess import keep_processes
 
 __all__ = ["ray_cluster", "run_on", "run_ray_ranks", "RAY_TIMEOUT"]
@@ -94,29 +94,69 @@ def run_ray_ranks(
     )
 
 
-def _node_args() -> dict:
-    """Arguments of one node. Its agents' ports are given: the raylet then uses them
-    instead of waiting (a short, fixed time) for the agents to report theirs, which
-    they can miss on a loaded machine."""
-    ports = {
-        name: free_port()
-        for name in (
-            "metrics_agent_port",
-            "metrics_export_port",
-            "dashboard_agent_listen_port",
-            "runtime_env_agent_port",
-        )
-    }
-    return {**_NODE, **ports}
+#: First port of the blocks the test clusters' nodes take their ports from (see _node_args).
+_PORT_BASE = 20000
+_PORTS_PER_NODE = 1000
+_PORT_NAMES = (
+    "node_manager_port",
+    "object_manager_port",
+    "metrics_agent_port",
+    "metrics_export_port",
+    "dashboard_agent_listen_port",
+    "runtime_env_agent_port",
+)
+
+
+def _ephemeral_range() -> Tuple[int, int]:
+    """The ports the kernel hands out to a socket bound to port 0 (first, last)."""
+    with open("/proc/sys/net/ipv4/ip_local_port_range") as ranges:
+        low, high = (int(n) for n in ranges.read().split())
+    return low, high
+
+
+def _port_block(node: int) -> int:
+    """First port of the block of ``node`` (0: head, 1: worker) of this test worker's cluster.
+
+    Every port a node's processes listen on for long comes from its block, below the
+    range the kernel hands out for port 0. :class:`ray.cluster_utils.Cluster` lets its
+    workers take any free port, so a killed rank actor's port went back to the kernel
+    while the raylet and the GCS still retried their gRPC connections to it, once a
+    second for minutes; when a torch RPC rank of the other test worker then got that port
+    for its TensorPipe listener, the HTTP/2 greeting it received made it abort
+    (``std::bad_alloc``, exit -6).
+    """
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
+    index = int(worker[2:]) if worker[2:].isdigit() else 0
+    first = _PORT_BASE + (2 * index + node) * _PORTS_PER_NODE
+    ephemeral = _ephemeral_range()[0]
+    assert first + _PORTS_PER_NODE <= ephemeral, (
+        f"the ports of the test cluster ({first}...) reach the ephemeral range ({ephemeral}...)"
+    )
+    return first
+
+
+def _node_args(node: int) -> dict:
+    """Arguments of one node: its ports, all from its own block (see ``_port_block``).
+
+    Giving the agents' ports has a second use: the raylet then uses them instead of
+    waiting (a short, fixed time) for the agents to report theirs, which they can miss on
+    a loaded machine.
+    """
+    first = _port_block(node)
+    ports = {name: first + offset for offset, name in enumerate(_PORT_NAMES)}
+    if node == 0:
+        ports["gcs_server_port"] = first + len(_PORT_NAMES)
+    workers = {"min_worker_port": first + 10, "max_worker_port": first + _PORTS_PER_NODE - 1}
+    return {**_NODE, **ports, **workers}
 
 
 def _start_cluster() -> Any:
     from ray.cluster_utils import Cluster
 
     cluster = Cluster(
-        initialize_head=True, head_node_args={**_node_args(), "include_dashboard": False}
+        initialize_head=True, head_node_args={**_node_args(0), "include_dashboard": False}
     )
-    cluster.add_node(**_node_args())
+    cluster.add_node(**_node_args(1))
     return cluster
 
 
@@ -152,6 +192,18 @@ def _ray_processes() -> List[psutil.Process]:
     return found
 
 
+def _ephemeral_listeners(processes: List[psutil.Process]) -> List[str]:
+    """The listening sockets of ``processes`` in the kernel's ephemeral range (see _port_block)."""
+    low, high = _ephemeral_range()
+    found = []
+    for process in processes:
+        with contextlib.suppress(psutil.Error):
+            for conn in process.net_connections(kind="tcp"):
+                if conn.status == psutil.CONN_LISTEN and low <= conn.laddr.port <= high:
+                    found.append(f"{process.name()}:{conn.laddr.port}")
+    return found
+
+
 def _kill_ray_processes() -> List[int]:
     left = _ray_processes()
     for process in left:
@@ -177,6 +229,8 @@ def ray_cluster():
         nodes = [n for n in ray.nodes() if n["Alive"]]
         addresses = sorted(n["NodeManagerAddress"] for n in nodes)
         assert addresses == ["127.0.0.1", "127.0.0.1"], f"nodes bound elsewhere: {addresses}"
+        ephemeral = _ephemeral_listeners(_ray_processes())
+        assert not ephemeral, f"Ray processes listen on ports the kernel hands out: {ephemeral}"
         yield {"address": cluster.address, "start_seconds": time.monotonic() - began}
     finally:
         # Listed while they are descendants of this process: workers whose raylet has
