@@ -1,6 +1,6 @@
 """Suite-wide settings: one torch thread per worker (xdist runs two), headless rendering;
-shared fixtures (among them the Ray cluster of tests/ray_cluster.py, one per test module
-that needs it)."""
+shared fixtures (among them the Ray cluster of tests/ray_cluster.py, one per test worker,
+started when a module first needs it)."""
 
 import logging
 import os
@@ -13,7 +13,7 @@ import torch  # noqa: E402
 
 torch.set_num_threads(1)
 
-from tests.ray_cluster import ray_cluster, run_on  # noqa: E402, F401 (fixtures; sets Ray's 127.0.0.1-only variables)
+from tests.ray_cluster import _worker_cluster, ray_cluster, run_on  # noqa: E402, F401 (fixtures; sets Ray's 127.0.0.1-only variables)
 
 
 @pytest.fixture

@@ -1,15 +1,16 @@
 """Harness of the tests on the Ray transport: a real two-node cluster on this machine.
 
-``ray_cluster`` (a module-scoped fixture: a test module's Ray tests share one cluster,
-and the worker disconnects when the module ends, so that the ranks of the following
+``ray_cluster`` (a module-scoped fixture: the test worker starts one cluster, when a
+module first needs it, and keeps it for the session; the worker connects for each module's
+Ray tests and disconnects when the module ends, so that the ranks of the following
 tests are forked again, which is much faster than the fork server a Ray-connected
 process must use; see ``tests/multiprocess.py``) starts a head and a worker node with
 :class:`ray.cluster_utils.Cluster`, every process bound to 127.0.0.1 and listening on
 ports of a block below the kernel's ephemeral range (see ``_port_block``), no dashboard,
 no usage statistics and small CPU and memory claims, connects the test process to
 it and checks with ``ray.nodes()`` that every node has address 127.0.0.1. At the
-end of the module it disconnects, shuts the cluster down and checks with psutil
-that no Ray process (gcs_server, raylet, workers) is left.
+end of the session it shuts the cluster down and checks with psutil that no Ray
+process (gcs_server, raylet, workers) is left.
 
 ``run_ray_ranks(target, world_size)`` is ``run_ranks`` for the Ray transport: one
 actor per rank through :func:`~machin.parallel.distributed.ray_launcher.launch_ray`,
@@ -213,38 +214,84 @@ def _kill_ray_processes() -> List[int]:
     return [p.pid for p in left]
 
 
-@pytest.fixture(scope="module")
-def ray_cluster():
-    """A two-node Ray cluster on 127.0.0.1, connected; yields its address and start-up seconds."""
-    ray = pytest.importorskip("ray")
-    from ray._private import ray_constants
+class _WorkerCluster:
+    """The two-node cluster of one test worker: started when a module first needs it, kept
+    until the end of the session (a start costs 12-28 s), restarted if a module left it
+    without its two nodes."""
 
-    assert not ray_constants.ENABLE_RAY_CLUSTER, "ray was imported before tests.ray_cluster"
-    began = time.monotonic()
-    cluster = _start_or_fail()
-    kept = keep_processes(p.pid for p in psutil.Process().children(recursive=True))
-    try:
-        ray.init(address=cluster.address, logging_level="ERROR")
-        cluster.wait_for_nodes(timeout=60)
-        nodes = [n for n in ray.nodes() if n["Alive"]]
-        addresses = sorted(n["NodeManagerAddress"] for n in nodes)
-        assert addresses == ["127.0.0.1", "127.0.0.1"], f"nodes bound elsewhere: {addresses}"
+    def __init__(self) -> None:
+        self.cluster: Any = None
+        self._kept: Any = None
+
+    def start(self) -> Any:
+        self.cluster = _start_or_fail()
+        self._kept = keep_processes(p.pid for p in psutil.Process().children(recursive=True))
         ephemeral = _ephemeral_listeners(_ray_processes())
         assert not ephemeral, f"Ray processes listen on ports the kernel hands out: {ephemeral}"
-        yield {"address": cluster.address, "start_seconds": time.monotonic() - began}
-    finally:
+        return self.cluster
+
+    def shutdown(self) -> None:
+        """Shut the cluster down; fail if any Ray process outlives it."""
+        if self.cluster is None:
+            return
         # Listed while they are descendants of this process: workers whose raylet has
         # gone are adopted by init, out of reach of a search among our children.
         ours = _ray_processes()
-        ray.shutdown()
-        cluster.shutdown()
-        kept.release()
+        self.cluster.shutdown()
+        self.cluster = None
+        self._kept.release()
         _, alive = psutil.wait_procs(ours, timeout=15)
         left = [p.pid for p in alive] + _kill_ray_processes()
-        for process in alive:
-            with contextlib.suppress(psutil.Error):
-                process.kill()
         assert not left, f"Ray processes left after the cluster's shutdown: {left}"
+
+
+def _alive_node_addresses(ray: Any) -> List[str]:
+    return sorted(n["NodeManagerAddress"] for n in ray.nodes() if n["Alive"])
+
+
+def _connect(ray: Any, cluster: Any) -> List[str]:
+    ray.init(address=cluster.address, logging_level="ERROR")
+    cluster.wait_for_nodes(timeout=60)
+    return _alive_node_addresses(ray)
+
+
+@pytest.fixture(scope="session")
+def _worker_cluster():
+    """This test worker's cluster (see ``_WorkerCluster``), shut down and checked at the end."""
+    pytest.importorskip("ray")
+    from ray._private import ray_constants
+
+    assert not ray_constants.ENABLE_RAY_CLUSTER, "ray was imported before tests.ray_cluster"
+    holder = _WorkerCluster()
+    yield holder
+    holder.shutdown()
+
+
+@pytest.fixture(scope="module")
+def ray_cluster(_worker_cluster):
+    """The test worker's two-node Ray cluster on 127.0.0.1, connected for the module's tests.
+
+    Yields its address and the seconds its start (or this connection) took. The test process
+    disconnects at the end of the module: a process connected to Ray must start its ranks
+    with the fork server (see ``tests/multiprocess.py``), a disconnected one forks them.
+    """
+    import ray
+
+    began = time.monotonic()
+    cluster = _worker_cluster.cluster or _worker_cluster.start()
+    try:
+        addresses = _connect(ray, cluster)
+        if len(addresses) != 2:  # a module before this one left it broken: start it again
+            ray.shutdown()
+            _worker_cluster.shutdown()
+            addresses = _connect(ray, _worker_cluster.start())
+        assert addresses == ["127.0.0.1", "127.0.0.1"], f"nodes bound elsewhere: {addresses}"
+        yield {
+            "address": _worker_cluster.cluster.address,
+            "start_seconds": time.monotonic() - began,
+        }
+    finally:
+        ray.shutdown()
 
 
 @pytest.fixture(params=["rpc", "ray"])

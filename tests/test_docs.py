@@ -1,4 +1,10 @@
-"""The Sphinx documentation builds with warnings treated as errors."""
+"""The Sphinx documentation builds with warnings treated as errors.
+
+The check runs Sphinx's ``dummy`` builder: it reads every page, runs autodoc over the
+package and resolves every cross-reference (where the warnings come from) but writes no
+HTML, which took 30 s more of the suite's two cores for nothing the check looks at.
+``python -m sphinx -b html docs docs/_build/html`` builds the site itself.
+"""
 
 import subprocess
 import sys
@@ -15,16 +21,15 @@ def test_docs_build_without_warnings(tmp_path):
             "sphinx",
             "-W",
             "--keep-going",
-            "-q",
             "-b",
-            "html",
+            "dummy",
             str(ROOT / "docs"),
-            str(tmp_path / "html"),
+            str(tmp_path / "out"),
         ],
         capture_output=True,
         text=True,
         timeout=300,
     )
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    assert (tmp_path / "html" / "index.html").exists()
-    assert (tmp_path / "html" / "algorithms_dqn.html").exists()
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output[-6000:]
+    assert "build succeeded" in output, output[-3000:]

@@ -253,8 +253,9 @@ def _waits_forever_on_rank_1(rank):
 @pytest.mark.multiprocess
 @pytest.mark.timeout(300)
 def test_a_rank_still_running_at_the_timeout_has_its_stacks_printed(ray_cluster, capfd):
+    # (rank 0 returns at once, but on a busy machine its actor may still be starting at the timeout)
     with pytest.raises(
-        LaunchError, match=r"ranks \[1\] were still running and were killed when the 20 s"
+        LaunchError, match=r"ranks \[(0, )?1\] were still running and were killed when the 20 s"
     ):
         launch_ray(_waits_forever_on_rank_1, 2, timeout=20)
     printed = capfd.readouterr().err
