@@ -7,7 +7,8 @@ smoothed return exceeds -200.
 
 Options: ``--episodes N`` (cap), ``--seed S``, ``--plot PATH`` (learning-curve PNG,
 default ``sac_curve.png``, ``""`` for none) and ``--gif [PATH]`` (one episode of the
-trained policy's mean action, default ``sac_episode.gif``).
+trained policy's most likely action, ``sac.act(..., deterministic=True)``, default
+``sac_episode.gif``).
 """
 
 import torch
@@ -23,7 +24,9 @@ class Actor(nn.Module):
     """Gaussian policy squashed by tanh into the action range, drawn with ``rsample``.
 
     Returns ``(action, log_prob, entropy)``; the log-probability accounts for the
-    squashing, so actions are never clamped.
+    squashing, so actions are never clamped. With ``deterministic=True`` (what
+    ``SAC.act(..., deterministic=True)`` passes) the action is the squashed mean, the
+    policy's most likely action.
     """
 
     def __init__(self, state_dim=3, action_dim=1, hidden=64):
@@ -34,14 +37,14 @@ class Actor(nn.Module):
         self.mu = nn.Linear(hidden, action_dim)
         self.log_sigma = nn.Linear(hidden, action_dim)
 
-    def forward(self, state, action=None):
+    def forward(self, state, action=None, deterministic=False):
         h = self.body(state)
-        dist = Normal(self.mu(h), self.log_sigma(h).clamp(-10, 2).exp())
-        raw = (
-            dist.rsample()
-            if action is None
-            else torch.atanh((action / ACTION_RANGE).clamp(-0.999, 0.999))
-        )
+        mu = self.mu(h)
+        dist = Normal(mu, self.log_sigma(h).clamp(-10, 2).exp())
+        if action is not None:
+            raw = torch.atanh((action / ACTION_RANGE).clamp(-0.999, 0.999))
+        else:
+            raw = mu if deterministic else dist.rsample()
         squashed = torch.tanh(raw)
         log_prob = dist.log_prob(raw) - torch.log(ACTION_RANGE * (1 - squashed.pow(2)) + 1e-6)
         return squashed * ACTION_RANGE, log_prob.sum(dim=1, keepdim=True), dist.entropy()
@@ -64,11 +67,6 @@ class Critic(nn.Module):
         return self.net(torch.cat([state, action], dim=1))
 
 
-def mean_action(agent, state):
-    """The squashed mean of the agent's policy, without sampling (for the recorded episode)."""
-    return torch.tanh(agent.actor.mu(agent.actor.body(state))) * ACTION_RANGE
-
-
 if __name__ == "__main__":
     args = parse_args(__doc__)
     torch.manual_seed(args.seed)
@@ -87,7 +85,8 @@ if __name__ == "__main__":
         update_rate=0.01,
         replay_size=100000,
     )
-    # The training loop of ddpg.py, exploring with the sampled policy and recording the mean action.
+    # The training loop of ddpg.py, exploring with the sampled policy and recording the most
+    # likely action.
     run(
         sac,
         episodes=args.episodes,
@@ -96,6 +95,6 @@ if __name__ == "__main__":
         gif=args.gif,
         name="SAC",
         explore=lambda agent, state: agent.act({"state": state})[0],
-        greedy=mean_action,
+        greedy=lambda agent, state: agent.act({"state": state}, deterministic=True)[0],
         extra=lambda agent: f"alpha {agent.entropy_alpha:.3f}  ",
     )

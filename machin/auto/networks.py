@@ -3,6 +3,11 @@
 Each is a multilayer perceptron over a flat observation (``state``, shape ``[B, state_dim]``)
 with ``hidden`` units in each of ``layers`` hidden layers (ReLU), and takes only JSON
 arguments, so a config can name it by its class path. Action bounds are lists of numbers.
+
+The stochastic actors take ``deterministic``: with ``deterministic=True`` they return their
+most likely action (the argmax, the mean, the squashed mean) in their usual output, as
+``act(state, deterministic=True)`` of SAC and the A2C family asks
+(:class:`~machin.frame.algorithms.policy.StochasticActing`).
 """
 
 from __future__ import annotations
@@ -152,11 +157,18 @@ class CategoricalActor(nn.Module):
         self.net = mlp(state_dim, action_num, hidden, layers)
 
     def forward(
-        self, state: torch.Tensor, action: Optional[torch.Tensor] = None
+        self,
+        state: torch.Tensor,
+        action: Optional[torch.Tensor] = None,
+        deterministic: bool = False,
     ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Sample an action for ``state``, or score the given ``action``."""
-        dist = Categorical(logits=self.net(state))
-        action = dist.sample().view(-1, 1) if action is None else action
+        """Sample an action for ``state`` (``deterministic``: the most probable one), or score
+        the given ``action``."""
+        logits = self.net(state)
+        dist = Categorical(logits=logits)
+        if action is None:
+            action = logits.argmax(dim=1) if deterministic else dist.sample()
+            action = action.view(-1, 1)
         return action, dist.log_prob(action.view(-1)), dist.entropy()
 
 
@@ -185,12 +197,17 @@ class GaussianActor(nn.Module):
         self.log_std = nn.Parameter(torch.full((1, action_dim), float(initial_log_std)))
 
     def forward(
-        self, state: torch.Tensor, action: Optional[torch.Tensor] = None
+        self,
+        state: torch.Tensor,
+        action: Optional[torch.Tensor] = None,
+        deterministic: bool = False,
     ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Sample an action for ``state``, or score the given ``action``."""
+        """Sample an action for ``state`` (``deterministic``: the mean), or score the given
+        ``action``."""
         mean = self.net(state)
         dist = Normal(mean, self.log_std.clamp(-20, 2).exp().expand_as(mean))
-        action = dist.sample() if action is None else action
+        if action is None:
+            action = mean if deterministic else dist.sample()
         return (
             action,
             dist.log_prob(action).sum(dim=1, keepdim=True),
@@ -226,13 +243,18 @@ class SquashedGaussianActor(nn.Module):
         self.bounds = _Bounds(low, high)
 
     def forward(
-        self, state: torch.Tensor, action: Optional[torch.Tensor] = None
+        self,
+        state: torch.Tensor,
+        action: Optional[torch.Tensor] = None,
+        deterministic: bool = False,
     ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Sample an action for ``state``, or score the given ``action``."""
+        """Sample an action for ``state`` (``deterministic``: the squashed mean), or score the
+        given ``action``."""
         features = torch.relu(self.body(state)) if not isinstance(self.body, nn.Identity) else state
-        dist = Normal(self.mean(features), self.log_std(features).clamp(-20, 2).exp())
+        mean = self.mean(features)
+        dist = Normal(mean, self.log_std(features).clamp(-20, 2).exp())
         if action is None:
-            raw = dist.rsample()
+            raw = mean if deterministic else dist.rsample()
         else:
             unit = (action - self.bounds.centre) / self.bounds.half_width
             raw = torch.atanh(unit.clamp(-0.999, 0.999))

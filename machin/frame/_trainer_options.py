@@ -63,6 +63,16 @@ def _driver(
     return driver or Driver("", {}, "", "")
 
 
+def greedy_evaluation(framework: Any, eval_act_method: str) -> Dict[str, Any]:
+    """The evaluation act keywords when none are given: ``{"deterministic": True}`` for a
+    stochastic-policy algorithm evaluated with ``act`` whose actor takes ``deterministic``
+    (its most likely action), else none (the policy is sampled, as in training)."""
+    can = getattr(framework, "can_act_deterministically", None)
+    if eval_act_method == "act" and callable(can) and can():
+        return {"deterministic": True}
+    return {}
+
+
 def acting_options(
     framework: Any,
     act_method: Optional[str],
@@ -76,18 +86,22 @@ def acting_options(
 ) -> Acting:
     """The act methods, their keyword arguments and the store mode, defaults from the family's driver.
 
-    A given ``act_method`` drops the family's ``act_kwargs``. The recurrent options are
-    checked here too, as they change how every act call is made.
+    A given ``act_method`` drops the family's ``act_kwargs``; without ``eval_act_kwargs``,
+    evaluation is greedy where it can be (:func:`greedy_evaluation`). The recurrent options
+    are checked here too, as they change how every act call is made.
     """
     driver = _driver(framework, act_method, eval_act_method, store, hidden_key)
     check_hidden_options(hidden_key, initial_hidden, None, state_key)
     if act_kwargs is None:
         act_kwargs = driver.act_kwargs if act_method is None else {}
+    eval_act_method = eval_act_method or driver.eval_act_method
+    if eval_act_kwargs is None:
+        eval_act_kwargs = greedy_evaluation(framework, eval_act_method)
     acting = Acting(
         act_method or driver.act_method,
         dict(act_kwargs),
-        eval_act_method or driver.eval_act_method,
-        dict(eval_act_kwargs or {}),
+        eval_act_method,
+        dict(eval_act_kwargs),
         store or driver.store,
     )
     for name, method in (

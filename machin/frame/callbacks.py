@@ -42,9 +42,10 @@ import csv
 import glob
 import itertools
 import os
+import sys
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Union
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, TextIO, Union
 
 import numpy as np
 
@@ -475,33 +476,57 @@ def _cut_event_files(directory: str, sizes: Dict[str, int]) -> None:
 
 
 class ProgressBar(Callback):
-    """A tqdm bar counting episodes (steps when the run has a step limit) with the smoothed return.
+    """Shows the run's progress: episodes (steps when the run has a step limit), the smoothed
+    return and, once there is one, the best evaluation so far.
 
-    It also shows the best evaluation so far, once there is one.
+    On a terminal it is a tqdm bar. A stream that is not a terminal (a log file, a pipe,
+    a captured stream) gets no bar, whose ``\\r`` updates would pile up into one long
+    line: it gets a plain line at most every ``interval`` seconds, and the last episode's
+    line when the run ends.
+
+    Args:
+        stream: Where to write; ``None``: ``sys.stderr`` as it is when each run starts.
+        interval: Seconds between two plain lines on a stream that is not a terminal
+            (0: a line after every episode).
+
+    Raises:
+        ValueError: When ``interval`` is not a number ``>= 0``.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, stream: Optional[TextIO] = None, interval: float = 30.0) -> None:
+        if isinstance(interval, bool) or not isinstance(interval, (int, float)) or interval < 0:
+            raise ValueError(f"interval must be a number >= 0 (seconds), got {interval!r}")
+        self.stream = stream
+        self.interval = float(interval)
         self._bar: Any = None
+        self._plain: Optional[TextIO] = None  # the stream of plain lines, during a run
+        self._started = self._written = 0.0
+        self._pending: Optional[str] = None  # the newest line not written yet
 
     def on_training_start(self, trainer: Trainer) -> None:
+        stream = self.stream if self.stream is not None else sys.stderr
+        if not _is_terminal(stream):
+            self._plain, self._pending = stream, None
+            self._started = self._written = time.monotonic()
+            return
         from tqdm import tqdm
 
         if trainer.step_limit is not None:
-            self._bar = tqdm(
-                total=trainer.step_limit,
-                initial=min(trainer.steps, trainer.step_limit),
-                unit="step",
-                dynamic_ncols=True,
+            total, initial, unit = (
+                trainer.step_limit,
+                min(trainer.steps, trainer.step_limit),
+                "step",
             )
         else:
-            self._bar = tqdm(
-                total=trainer.episode_limit,
-                initial=trainer.result.episodes,
-                unit="episode",
-                dynamic_ncols=True,
-            )
+            total, initial, unit = trainer.episode_limit, trainer.result.episodes, "episode"
+        self._bar = tqdm(total=total, initial=initial, unit=unit, dynamic_ncols=True, file=stream)
 
     def on_episode_end(self, trainer: Trainer, episode: EpisodeEnd) -> Optional[bool]:
+        if self._plain is not None:
+            self._pending = self._line(trainer, episode)
+            if time.monotonic() - self._written >= self.interval:
+                self._write_pending()
+            return None
         shown = {"smoothed": f"{episode.smoothed:.1f}"}
         if trainer.result.eval_returns:
             shown["best_eval"] = f"{trainer.result.best_eval_return:.1f}"
@@ -511,9 +536,45 @@ class ProgressBar(Callback):
         return None
 
     def on_training_end(self, trainer: Trainer, completed: bool) -> None:
+        if self._plain is not None:
+            self._write_pending()
+            self._plain = None
         if self._bar is not None:
             self._bar.close()
             self._bar = None
+
+    def _line(self, trainer: Trainer, episode: EpisodeEnd) -> str:
+        """One plain progress line: episodes and steps (of their limits, as the bar counts
+        them), the smoothed return, the best evaluation, the seconds since the start."""
+
+        def count(name: str, value: int, limit: Optional[int]) -> str:
+            return f"{name} {value}" if limit is None else f"{name} {min(value, limit)}/{limit}"
+
+        parts = [
+            count("episode", episode.episode, trainer.episode_limit),
+            count("steps", episode.steps, trainer.step_limit),
+            f"smoothed={episode.smoothed:.1f}",
+        ]
+        if trainer.result.eval_returns:
+            parts.append(f"best_eval={trainer.result.best_eval_return:.1f}")
+        parts.append(f"{time.monotonic() - self._started:.0f} s")
+        return "  ".join(parts)
+
+    def _write_pending(self) -> None:
+        if self._pending is not None:
+            self._plain.write(self._pending + "\n")
+            self._plain.flush()
+            self._pending = None
+        self._written = time.monotonic()
+
+
+def _is_terminal(stream: Any) -> bool:
+    """Whether ``stream`` is an open terminal (a closed or unusual stream counts as not)."""
+    isatty = getattr(stream, "isatty", None)
+    try:
+        return bool(isatty()) if callable(isatty) else False
+    except (ValueError, OSError):
+        return False
 
 
 class LearningCurve(Callback):

@@ -427,7 +427,11 @@ class VecSampler:
             ``"act"``, ``"act_discrete"``, ``"act_discrete_with_noise"``,
             ``"act_with_noise"``.
         act_kwargs: Extra keyword arguments of every act call, e.g.
-            ``{"noise_param": (0.0, 0.2), "mode": "normal"}`` for ``act_with_noise``.
+            ``{"noise_param": (0.0, 0.2), "mode": "normal"}`` for ``act_with_noise``, or
+            ``{"deterministic": True}`` with ``act_method="act"`` of SAC or the A2C family
+            for the policy's most likely actions (playing a trained agent; its actor must
+            take ``deterministic``, see
+            :class:`~machin.frame.algorithms.policy.StochasticActing`).
         state_key: Key of the observation in the state dictionaries (the name of the
             network's ``forward`` argument).
         action_key: Key of the action in the stored action dictionaries.

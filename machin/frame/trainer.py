@@ -6,15 +6,22 @@ hand-written loop, as in the tutorials, keeps working next to it. How it acts an
 stores is the ``driver`` (a :class:`~machin.frame.algorithms.base.Driver`) that the
 algorithm's class declares or inherits from its family, and every entry can be overridden:
 
-=========================  ===========================  ==================  ===========  =======================
-family                     explores with                evaluates with      stores       updates
-=========================  ===========================  ==================  ===========  =======================
-DQN, DQNPer, RAINBOW       ``act_discrete_with_noise``  ``act_discrete``    transitions  per step, after warm-up
-DDPG, DDPGPer, HDDPG, TD3  ``act_with_noise`` (normal)  ``act``             transitions  per step, after warm-up
-SAC                        ``act``                      ``act``             transitions  per step, after warm-up
-A2C, PPO, TRPO             ``act``                      ``act``             episodes     once per episode
-R2D1                       ``act_discrete_with_noise``  ``act_discrete``    episodes     once per episode
-=========================  ===========================  ==================  ===========  =======================
+=========================  ===========================  ===========================  ===========  =======================
+family                     explores with                evaluates with               stores       updates
+=========================  ===========================  ===========================  ===========  =======================
+DQN, DQNPer, RAINBOW       ``act_discrete_with_noise``  ``act_discrete``             transitions  per step, after warm-up
+DDPG, DDPGPer, HDDPG, TD3  ``act_with_noise`` (normal)  ``act``                      transitions  per step, after warm-up
+SAC                        ``act``                      ``act`` (greedy, see below)  transitions  per step, after warm-up
+A2C, PPO, TRPO             ``act``                      ``act`` (greedy, see below)  episodes     once per episode
+R2D1                       ``act_discrete_with_noise``  ``act_discrete``             episodes     once per episode
+=========================  ===========================  ===========================  ===========  =======================
+
+The stochastic-policy algorithms (SAC and the A2C family) are evaluated with their most
+likely action, ``act(state, deterministic=True)``, when their actor's ``forward`` takes a
+``deterministic`` argument (see
+:class:`~machin.frame.algorithms.policy.StochasticActing`); with an actor that does not,
+evaluation samples from the policy as training does. ``eval_act_kwargs`` overrides this
+(``{}``: always sample).
 
 R2D1 also needs ``hidden_key`` and ``initial_hidden``: the trainer then feeds the
 network's hidden state back at every step, in training and in evaluation.
@@ -52,6 +59,7 @@ from __future__ import annotations
 
 import math
 import os
+import warnings
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple, Union
 
@@ -105,7 +113,7 @@ from .sampler import VecSampler, replay_problem
 
 __all__ = ["Trainer", "TrainResult"]
 
-EnvSource = Union[gym.Env, Callable[[], gym.Env]]
+EnvSource = Union[gym.Env, Callable[[], gym.Env], str]
 EnvGroup = Union[ParallelWrapperDummy, ParallelWrapperSubProc, VectorEnv]
 _ENV_GROUPS = (ParallelWrapperDummy, ParallelWrapperSubProc, VectorEnv)
 
@@ -172,20 +180,25 @@ class Trainer:
         framework: The algorithm (an instance of the DQN, DDPG, SAC, A2C or R2D1 families, or
             any object with the same methods when ``act_method``, ``eval_act_method`` and
             ``store`` are all given).
-        env: A gymnasium environment or a function making one (called once); or a
+        env: A gymnasium environment, a function making one (called once) or a registered
+            gymnasium id such as ``"CartPole-v1"`` (made with ``gymnasium.make``); or a
             group of environments (:class:`~machin.env.wrappers.openai_gym.ParallelWrapperDummy`,
             :class:`~machin.env.wrappers.openai_gym.ParallelWrapperSubProc` or a
             gymnasium ``VectorEnv``), stepped together by a
             :class:`~machin.frame.sampler.VecSampler`; the trainer does not close a group.
-        eval_env: Environment for evaluation or a function making one. ``None``: call
-            ``env`` again when it is a function, else evaluate on ``env`` itself (an
+        eval_env: Environment for evaluation, a function making one or a gymnasium id.
+            ``None``: call ``env`` again when it is a function (make it again when it is an
+            id), else evaluate on ``env`` itself (an
             evaluation never interrupts a training episode). A group of environments
             is never used for evaluation: give ``eval_env`` or set ``eval_interval=0``.
         act_method: Name of the exploring act method (default from the class's ``driver``).
         act_kwargs: Keyword arguments of every exploring act call (default: the family's
             when ``act_method`` is not given, else none).
         eval_act_method: Name of the act method used in evaluation.
-        eval_act_kwargs: Keyword arguments of every evaluation act call.
+        eval_act_kwargs: Keyword arguments of every evaluation act call. Default
+            ``{"deterministic": True}`` for a stochastic-policy algorithm (SAC, the A2C
+            family) evaluated with ``act`` whose actor's ``forward`` takes ``deterministic``,
+            else none.
         store: ``"transition"`` (``store_transition`` after every step) or ``"episode"``
             (``store_episode`` after each episode, every step carrying ``truncated``).
         updates_per_step: ``update()`` calls per environment step once ``warmup_steps``
@@ -246,9 +259,11 @@ class Trainer:
             ``None`` writes nothing.
         tensorboard: Write TensorBoard scalars into the run directory.
         gif_env: An environment made with ``render_mode="rgb_array"`` (or a function
-            making one): at the end of :meth:`run` one evaluation episode is played on it
+            making one, or a gymnasium id, made with that render mode): at the end of :meth:`run` one evaluation episode is played on it
             and written as ``episode.gif``. Needs ``log_dir``.
-        progress: Show a tqdm progress bar with the smoothed return.
+        progress: Show a tqdm progress bar with the smoothed return (on a standard error
+            that is not a terminal, plain lines instead: see
+            :class:`~machin.frame.callbacks.ProgressBar`).
         hidden_key: For recurrent networks: name of the hidden-state argument. Every
             act call then also gets ``{hidden_key: hidden}``; the new hidden state is
             the last element of the act output; each stored step holds the given one in
@@ -292,10 +307,11 @@ class Trainer:
 
     Raises:
         TypeError: If the framework has no defaults and a method is not given, an
-            environment is neither a ``gym.Env`` nor callable, the action space needs
+            environment is neither a ``gym.Env``, nor callable, nor an id, the action space needs
             an ``action_to_env``, or a part is not a callback.
-        ValueError: If an option is out of range, a named method does not exist or the
-            recurrent options do not go together.
+        ValueError: If an option is out of range, a named method does not exist, the
+            recurrent options do not go together or gymnasium cannot make an environment id
+            (the message names the id).
     """
 
     def __init__(
@@ -513,9 +529,14 @@ class Trainer:
     def _make(self, name: str, source: EnvSource) -> gym.Env:
         if isinstance(source, gym.Env):
             return source
+        if isinstance(source, str):
+            env = _make_by_id(name, source)
+            self._owned.append(env)
+            return env
         if not callable(source):
             raise TypeError(
-                f"{name} must be a gymnasium.Env or a function making one, got {type(source).__name__}"
+                f"{name} must be a gymnasium.Env, a function making one or a gymnasium id, "
+                f"got {type(source).__name__}"
             )
         env = source()
         if not isinstance(env, gym.Env):
@@ -1013,7 +1034,9 @@ class Trainer:
         has learned. With ``steps`` and a framework that has a ``set_progress(progress)``
         method, ``set_progress(min(1, steps_done / steps))`` is called at the start and
         after every training step (of the whole group), before the updates and
-        evaluations that follow the step.
+        evaluations that follow the step. Without ``steps`` the progress is unknown: options
+        given a schedule stay where they are, and such a run starts with a ``UserWarning``
+        that names them.
 
         With ``resume=True``, the run continues from the newest complete save of the
         trainer's :class:`~machin.frame.run_checkpoint.RunCheckpoint` (``save_every``)
@@ -1046,6 +1069,8 @@ class Trainer:
             if value is not None:
                 check_number(name, value, minimum=1, integer=True)
         self._reset_run_state(episodes, steps)
+        if steps is None:
+            _warn_fixed_schedules(self.framework)
         parts = (
             self.evaluator,
             self.checkpointer,
@@ -1211,6 +1236,21 @@ class Trainer:
         self._step_done(transitions)
 
 
+def _warn_fixed_schedules(framework: Any) -> None:
+    """Warn that the scheduled options of ``framework`` cannot move in a run without ``steps``."""
+    scheduled = sorted(getattr(framework, "scheduled_options", None) or ())
+    if not scheduled:
+        return
+    values = ", ".join(f"{name}={getattr(framework, name)!r}" for name in scheduled)
+    warnings.warn(
+        f"{type(framework).__name__}'s scheduled option(s) {scheduled} follow the training "
+        f"progress steps_done / steps, and this run has no steps limit: they stay at {values} "
+        f"for the whole run. Give run(steps=N) (episodes may be given too) to move them",
+        UserWarning,
+        stacklevel=3,
+    )
+
+
 def _class_name(obj: Any) -> str:
     return f"{type(obj).__module__}.{type(obj).__qualname__}"
 
@@ -1237,6 +1277,18 @@ def _update_names(count: int) -> Tuple[str, ...]:
     if count == 2:
         return ("policy_value", "value_loss")
     return tuple(f"update_{i}" for i in range(count))
+
+
+def _make_by_id(name: str, env_id: str) -> gym.Env:
+    """``gymnasium.make(env_id)`` (``gif_env`` with ``render_mode="rgb_array"``); a ``ValueError``
+    naming the option and the id when gymnasium cannot make it."""
+    kwargs = {"render_mode": "rgb_array"} if name == "gif_env" else {}
+    try:
+        return gym.make(env_id, **kwargs)
+    except gym.error.Error as error:
+        raise ValueError(
+            f"{name} {env_id!r}: gymnasium cannot make this environment id ({error})"
+        ) from error
 
 
 def _default_obs_to_state(obs: Any) -> torch.Tensor:

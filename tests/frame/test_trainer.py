@@ -722,9 +722,9 @@ def test_environments_made_by_the_trainer_are_closed_and_given_ones_are_not():
             "gif_env must be made with render_mode='rgb_array', got render_mode=None",
         ),
         (
-            {"eval_env": "CartPole-v0"},
+            {"eval_env": 3},  # an id is made with gymnasium.make (see test_newcomer.py)
             TypeError,
-            "eval_env must be a gymnasium.Env or a function making one, got str",
+            "eval_env must be a gymnasium.Env, a function making one or a gymnasium id, got int",
         ),
         (
             {"eval_env": lambda: 3},

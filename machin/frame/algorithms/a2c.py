@@ -37,7 +37,12 @@ from .options import (
     probability,
     real,
 )
-from .policy import PolicyBatch, _take, split_actor_output  # noqa: F401 (_take: its old import path)
+from .policy import (  # noqa: F401 (_take: its old import path)
+    PolicyBatch,
+    StochasticActing,
+    _take,
+    split_actor_output,
+)
 from .utils import as_column, safe_call
 
 # PolicyBatch, split_actor_output and returns_and_advantages live in .policy and
@@ -70,14 +75,16 @@ def _with_custom(transition: Union[TransitionBase, Dict[str, Any]], values: Dict
     )
 
 
-class A2C(BufferOptions, ActorCriticOptions, TorchFramework):
+class A2C(StochasticActing, BufferOptions, ActorCriticOptions, TorchFramework):
     """Advantage actor-critic with generalized advantage estimation.
 
     The actor is called as ``actor(<state keys>, action=None)`` and returns
     ``(action, log_prob, entropy, *extras)``: the action it sampled (or, when an
     ``action`` is passed in, that action unchanged), its log-probability
     (differentiable, shape ``[B]`` or ``[B, 1]``) and the entropy of the
-    distribution (only needed when ``entropy_weight`` is set). The critic is called
+    distribution (only needed when ``entropy_weight`` is set). An actor that also takes
+    ``deterministic`` gives :meth:`act` its most likely action (see
+    :class:`~machin.frame.algorithms.policy.StochasticActing`). The critic is called
     as ``critic(<state keys>)`` and returns ``value[B, 1]`` (extras are ignored).
 
     Each :meth:`update` minimises, for the actor,
@@ -176,15 +183,22 @@ class A2C(BufferOptions, ActorCriticOptions, TorchFramework):
 
     # -- acting -----------------------------------------------------------------------
     @ignores_extra_args
-    def act(self, state: Dict[str, Any]) -> Any:
-        """Sample an action: the actor's output ``(action, log_prob, entropy, *extras)`` as is.
+    def act(self, state: Dict[str, Any], *, deterministic: bool = False) -> Any:
+        """The actor's output ``(action, log_prob, entropy, *extras)`` as is: a sampled action,
+        or with ``deterministic=True`` the most likely one.
 
         Args:
             state: State dict ``{key: [B, ...]}`` whose keys name the actor's ``forward`` arguments.
+            deterministic: Call the actor with the extra input ``deterministic=True``, for its
+                most likely action (see :class:`~machin.frame.algorithms.policy.StochasticActing`).
+
+        Raises:
+            TypeError: With ``deterministic=True``, when the actor's ``forward`` takes no
+                ``deterministic`` argument.
         """
         self._check_state(state)
         with torch.no_grad():
-            return safe_call(self.actor, state)
+            return self._actor_output(state, deterministic)
 
     def _eval_act(self, state: Dict[str, Any], action: Dict[str, Any]) -> Any:
         """Actor output for given actions (the actor must return them unchanged), with gradient."""

@@ -171,15 +171,17 @@ class A3C(A2C):
         self.grad_server[1].pull(self.critic)
 
     @ignores_extra_args
-    def act(self, state: Dict[str, Any]) -> Any:
-        """Sample an action (pulling the newest actor first when syncing).
+    def act(self, state: Dict[str, Any], *, deterministic: bool = False) -> Any:
+        """As :meth:`A2C.act <machin.frame.algorithms.a2c.A2C.act>`, pulling the newest actor
+        first when syncing.
 
         Args:
             state: State dict ``{key: [B, ...]}`` for the actor.
+            deterministic: Ask the actor for its most likely action.
         """
         if self.is_syncing:
             self.grad_server[0].pull(self.actor)
-        return super().act(state)
+        return super().act(state, deterministic=deterministic)
 
     def criticize(self, state: Dict[str, Any]) -> Any:
         """State values ``[B, 1]`` (pulling the newest critic first when syncing).

@@ -277,6 +277,11 @@ class TorchFramework(metaclass=FrameworkType):
                 for group in optimizer.param_groups:
                     group["lr"] = value
 
+    @property
+    def scheduled_options(self) -> List[str]:
+        """Names of the options given a schedule, which :meth:`set_progress` moves."""
+        return list(self._schedules)
+
     def set_progress(self, progress: float) -> None:
         """Move every scheduled option to its value at ``progress`` (0: start, 1: end of training).
 

@@ -160,14 +160,16 @@ class IMPALA(OneLearningRate, LearnerPipeline, SharedNetworkSync, A2C):
 
     # -- syncing ------------------------------------------------------------------------
     @ignores_extra_args
-    def act(self, state: Dict[str, Any]) -> Any:
+    def act(self, state: Dict[str, Any], *, deterministic: bool = False) -> Any:
         """The actor's output ``(action, log_prob, ...)`` (pulling the newest actor first when syncing).
 
         Args:
             state: State dict ``{key: [B, ...]}`` for the actor.
+            deterministic: Ask the actor for its most likely action (see
+                :meth:`A2C.act <machin.frame.algorithms.a2c.A2C.act>`).
         """
         self._maybe_sync()
-        return super().act(state)
+        return super().act(state, deterministic=deterministic)
 
     # -- storing ------------------------------------------------------------------------
     def store_transition(self, transition: Any) -> None:

@@ -2,7 +2,8 @@
 
 * :func:`split_actor_output`: checks what a stochastic actor returns,
   ``(action, log_prob, <entropy>, ...)``;
-* :class:`PolicyBatch`: the samples of one on-policy training step.
+* :class:`PolicyBatch`: the samples of one on-policy training step;
+* :class:`StochasticActing`: sampled or most likely actions, ``act(state, deterministic=...)``.
 
 The discounted returns and advantages these algorithms train on are computed by
 :func:`machin.frame.returns.returns_and_advantages`; :func:`~machin.frame.algorithms.utils.as_column`
@@ -15,8 +16,11 @@ from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Tuple
 
 import torch
+from torch import nn
 
-__all__ = ["split_actor_output", "PolicyBatch"]
+from .utils import forward_takes, safe_call
+
+__all__ = ["split_actor_output", "PolicyBatch", "StochasticActing"]
 
 
 def split_actor_output(output: Any, owner: str, need_entropy: bool = False) -> Tuple[Any, ...]:
@@ -90,3 +94,45 @@ class PolicyBatch:
             _take(self.advantage, index, index_list),
             old,
         )
+
+
+class StochasticActing:
+    """Acting with a stochastic policy ``self.actor``: a sampled action, or the most likely one.
+
+    With ``deterministic=True`` the actor is called through
+    :func:`~machin.frame.algorithms.utils.safe_call` with the extra input
+    ``deterministic=True``, and it returns its most likely action (the mean of a
+    Gaussian, ``tanh(mean)`` of a squashed one, the argmax of a categorical one) in its
+    usual output format, ``(action, log_prob, ...)``. The actor's ``forward`` therefore
+    needs a ``deterministic`` parameter (or ``**kwargs``); without one, the call raises a
+    ``TypeError`` that says what to add (``safe_call`` would otherwise drop the key and
+    sample).
+    """
+
+    actor: nn.Module
+
+    def can_act_deterministically(self) -> bool:
+        """Whether the actor's ``forward`` takes ``deterministic`` (by that name or ``**kwargs``);
+        ``False`` while there is no actor."""
+        actor = getattr(self, "actor", None)
+        return actor is not None and forward_takes(actor, "deterministic")
+
+    def _actor_output(self, state: Dict[str, Any], deterministic: bool) -> Any:
+        """The actor's output for ``state``: sampled, or with ``deterministic=True`` passed to it."""
+        if not isinstance(deterministic, bool):
+            raise TypeError(
+                f"deterministic must be True or False, got {deterministic!r} of type "
+                f"{type(deterministic).__name__}"
+            )
+        if not deterministic:
+            return safe_call(self.actor, state)
+        if not self.can_act_deterministically():
+            actor = type(self.actor).__name__
+            raise TypeError(
+                f"{type(self).__name__}.act(state, deterministic=True) calls the actor with "
+                f"deterministic=True, but the forward of the actor {actor} has no 'deterministic' "
+                f"parameter (nor **kwargs): add one, e.g. "
+                f"forward(self, state, action=None, deterministic=False), and when it is True return "
+                f"the most likely action (the mean, tanh(mean) or argmax) in the usual output"
+            )
+        return safe_call(self.actor, state, {"deterministic": True})

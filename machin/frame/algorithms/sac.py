@@ -13,7 +13,7 @@ from .base import Driver, TorchFramework, UpdateResult, split_output
 from .compiled import compilable
 from .critics import SoftTargets, critic_action_input, value_column
 from .options import ActorCriticOptions, Option, non_negative, optional, positive
-from .policy import split_actor_output
+from .policy import StochasticActing, split_actor_output
 from .replay import ReplayMixin, SampledBatch
 from .utils import as_column, hard_update, safe_call
 
@@ -26,13 +26,15 @@ def _number(name: str, value: Any) -> float:
     return float(value)
 
 
-class SAC(ReplayMixin, SoftTargets, ActorCriticOptions, TorchFramework):
+class SAC(StochasticActing, ReplayMixin, SoftTargets, ActorCriticOptions, TorchFramework):
     """Soft actor-critic (off-policy, maximum entropy) with a learned temperature alpha.
 
     The actor is called as ``actor(<state keys>, action=None)`` and returns
     ``(action, log_prob, *extras)`` (an entropy output in third place is accepted
     and ignored: the entropy enters through ``log_prob``). Log-probabilities may
-    have shape ``[B]`` or ``[B, 1]``. Each critic is called as
+    have shape ``[B]`` or ``[B, 1]``. An actor that also takes ``deterministic`` gives
+    :meth:`act` its most likely action (see
+    :class:`~machin.frame.algorithms.policy.StochasticActing`). Each critic is called as
     ``critic(<state keys>, action=...)`` (the dict from
     :meth:`action_transform_function`) and returns ``q_value[B, 1]``.
 
@@ -148,15 +150,22 @@ class SAC(ReplayMixin, SoftTargets, ActorCriticOptions, TorchFramework):
 
     # -- acting -----------------------------------------------------------------------
     @ignores_extra_args
-    def act(self, state: Dict[str, Any]) -> Any:
-        """Sample an action: the actor's output ``(action, log_prob, ...)`` as is.
+    def act(self, state: Dict[str, Any], *, deterministic: bool = False) -> Any:
+        """The actor's output ``(action, log_prob, ...)`` as is: a sampled action, or with
+        ``deterministic=True`` the most likely one (e.g. ``tanh(mean)``).
 
         Args:
             state: State dict ``{key: [B, ...]}`` for the actor.
+            deterministic: Call the actor with the extra input ``deterministic=True``, for its
+                most likely action (see :class:`~machin.frame.algorithms.policy.StochasticActing`).
+
+        Raises:
+            TypeError: With ``deterministic=True``, when the actor's ``forward`` takes no
+                ``deterministic`` argument.
         """
         self._check_state(state)
         with torch.no_grad():
-            output = safe_call(self.actor, state)
+            output = self._actor_output(state, deterministic)
         self._resolve_target_entropy(split_actor_output(output, "SAC")[0])
         return output
 

@@ -25,6 +25,7 @@ from ...utils.torch_internals import (
 
 __all__ = [
     "safe_call",
+    "forward_takes",
     "safe_return",
     "determine_device",
     "MissingArgumentError",
@@ -317,6 +318,22 @@ class SharedNetworkSync:
             loaded instead).
         """
         return self.model_server[0].push(getattr(self, self._shared_network))
+
+
+def forward_takes(model: nn.Module, name: str) -> bool:
+    """Whether :func:`safe_call` would pass a key ``name`` to ``model``.
+
+    That is, whether ``model``'s ``forward`` has an argument called ``name`` or takes
+    ``**kwargs`` (read from the same cached signature as :func:`safe_call`).
+
+    Args:
+        model: The network.
+        name: The argument name.
+    """
+    signature = _signatures.get(model)
+    if signature is None:
+        signature = _signatures[model] = _read_signature(model)
+    return signature.accepts_any or name in signature.names
 
 
 def safe_call(
