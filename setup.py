@@ -46,6 +46,15 @@ setup(
         "test": ["pytest>=8.0", "pytest-timeout>=2.3", "pytest-xdist>=3.5"],
         # the Ray transport of machin.parallel.distributed (World(transport="ray"), launch_ray)
         "ray": ["ray>=2.40"],
+        # the hyperparameter search of the launcher (python -m machin.auto tune)
+        "tune": ["optuna>=3.0"],
+        # exporting policies to ONNX (python -m machin.auto export --format onnx) and running them
+        "export": ["onnx>=1.17", "onnxscript>=0.6", "onnxruntime>=1.20"],
+        # the Trainer's experiment trackers (machin.frame.trackers); MLflow's local store is an
+        # SQLite file, which needs sqlalchemy and alembic besides mlflow-skinny
+        "mlflow": ["mlflow-skinny>=3.0", "sqlalchemy>=2.0", "alembic>=1.10"],
+        # wandb.init(reinit="create_new") needs 0.19.10
+        "wandb": ["wandb>=0.19.10"],
         # building the documentation in docs/
         "docs": ["sphinx>=8.0", "furo>=2024.8"],
     },

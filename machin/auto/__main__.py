@@ -1,4 +1,4 @@
-"""``python -m machin.auto``: generate a config, train from it, play the result."""
+"""``python -m machin.auto``: generate a config, train from it, play, tune or export the result."""
 
 from __future__ import annotations
 
@@ -10,7 +10,9 @@ from typing import List, Optional
 from machin.frame.algorithms.config import ConfigError
 
 from . import config as auto_config
+from . import export as exporting
 from . import launcher
+from . import tune as tuning
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -55,7 +57,35 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="play the best evaluated networks (checkpoints/) instead of the final ones",
     )
+    _add_tune(commands)
+    _add_export(commands)
     return parser
+
+
+def _add_tune(commands: argparse._SubParsersAction) -> None:
+    tune = commands.add_parser(
+        "tune", help="search hyperparameters with Optuna (pip install machin[tune])"
+    )
+    tune.add_argument("config", help="a config file; its 'tune' key is the search space")
+    tune.add_argument("--trials", type=int, default=20, help="trials to run (default 20)")
+    tune.add_argument(
+        "--steps", type=int, default=None, help="max_steps of each trial (default: the config's)"
+    )
+    tune.add_argument(
+        "--seed", type=int, default=None, help="seed of the trials (default: the config's)"
+    )
+    tune.add_argument(
+        "--out", default="tune", help="folder for best.json and the trials table (default: tune)"
+    )
+    tune.add_argument(
+        "--storage",
+        default=None,
+        help="Optuna storage URL that keeps the study, e.g. sqlite:///study.db "
+        "(default: in memory); a study of the same name there is resumed",
+    )
+    tune.add_argument(
+        "--study-name", default=None, help="name of the study (default: <frame>_<env>)"
+    )
 
 
 def _generate(args: argparse.Namespace) -> None:
@@ -83,13 +113,62 @@ def _enjoy(args: argparse.Namespace) -> None:
         print(f"wrote {args.gif}")
 
 
+def _tune(args: argparse.Namespace) -> None:
+    try:
+        tuning.require_optuna()
+    except ImportError as error:  # reported like a config error: one line, exit status 2
+        raise ConfigError(str(error)) from error
+    found = tuning.tune(
+        auto_config.load(args.config),
+        args.trials,
+        args.out,
+        steps=args.steps,
+        seed=args.seed,
+        storage=args.storage,
+        study_name=args.study_name,
+    )
+    print(f"best trial {found.best_trial}: return {found.best_value:.2f} with {found.best_params}")
+    print(f"wrote {found.paths['best']} and {found.paths['csv']}")
+
+
+def _add_export(commands: argparse._SubParsersAction) -> None:
+    export = commands.add_parser(
+        "export", help="write the trained policy alone, for deployment (ONNX, TorchScript, .pt2)"
+    )
+    export.add_argument("run_dir", help="a run directory written by train")
+    export.add_argument("--format", required=True, help=f"one of {', '.join(exporting.FORMATS)}")
+    export.add_argument(
+        "-o",
+        "--output",
+        default=None,
+        help="file to write (default: policy.onnx, policy.torchscript.pt or policy.pt2 in RUN_DIR)",
+    )
+    export.add_argument(
+        "--best",
+        action="store_true",
+        help="export the best evaluated networks (checkpoints/) instead of the final ones",
+    )
+
+
+def _export(args: argparse.Namespace) -> None:
+    checkpoint = "checkpoints" if args.best else launcher.FINAL_DIR
+    path = exporting.export_policy(args.run_dir, args.format, args.output, checkpoint)
+    print(f"wrote {path}")
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     """Run the command line ``argv`` (default: ``sys.argv[1:]``); returns the exit status."""
     args = _parser().parse_args(argv)
     if args.command == "list":
         print("\n".join(auto_config.SUPPORTED))
         return 0
-    handlers = {"generate": _generate, "train": _train, "enjoy": _enjoy}
+    handlers = {
+        "generate": _generate,
+        "train": _train,
+        "enjoy": _enjoy,
+        "tune": _tune,
+        "export": _export,
+    }
     try:
         handlers[args.command](args)
     except ConfigError as error:

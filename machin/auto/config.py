@@ -15,6 +15,12 @@ A launcher config is a dict (a JSON or YAML file) with these keys:
     Seed of :func:`machin.utils.seed` and of the trainer (``None``: not seeded).
 ``root_dir``
     Folder in which ``train`` makes a run directory when none is given.
+``trackers``
+    Experiment trackers that ``train`` also logs to, a list of :data:`TRACKERS` names
+    (:mod:`machin.frame.trackers`; optional, default none).
+``tune``
+    The search space of ``python -m machin.auto tune`` (:mod:`machin.auto.tune`; optional,
+    ignored by ``train``).
 """
 
 from __future__ import annotations
@@ -68,7 +74,11 @@ TOP_KEYS = (
     "max_steps",
     "seed",
     "root_dir",
+    "trackers",
+    "tune",
 )
+#: Experiment trackers a config may name in ``trackers``.
+TRACKERS = ("mlflow", "wandb")
 
 DISCRETE_ONLY = ("DQN", "DQNPer", "RAINBOW")
 BOX_ONLY = ("DDPG", "DDPGPer", "HDDPG", "TD3", "SAC")
@@ -236,7 +246,7 @@ def validate(config: Any) -> Dict[str, Any]:
             raise ConfigError(f"the config lacks the key {key!r}")
     algorithm_class(config["frame"])
     _check_type(config, "env", str)
-    for key in ("env_kwargs", "trainer_config"):
+    for key in ("env_kwargs", "trainer_config", "tune"):
         _check_type(config, key, dict, optional=True)
     for key in ("max_episodes", "max_steps", "seed"):
         _check_type(config, key, int, optional=True)
@@ -250,7 +260,26 @@ def validate(config: Any) -> Dict[str, Any]:
         raise ConfigError(
             f"unknown key trainer_config.{unknown[0]}; a config may set {list(TRAINER_KEYS)}"
         )
+    _check_trackers(config.get("trackers"))
     return config
+
+
+def _check_trackers(trackers: Any) -> None:
+    """``trackers`` is ``None`` or a list of names of :data:`TRACKERS`, none twice."""
+    if trackers is None:
+        return
+    if not isinstance(trackers, list):
+        raise ConfigError(
+            f"trackers must be a list of tracker names, got {trackers!r} of type "
+            f"{type(trackers).__name__}"
+        )
+    for name in trackers:
+        if name not in TRACKERS:
+            raise ConfigError(
+                f"trackers: unknown tracker {name!r}; the known trackers are {list(TRACKERS)}"
+            )
+    if len(set(trackers)) != len(trackers):
+        raise ConfigError(f"trackers: a tracker is named twice in {trackers!r}")
 
 
 def _check_type(config: Dict[str, Any], key: str, kind: type, optional: bool = False) -> None:

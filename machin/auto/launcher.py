@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -44,6 +45,32 @@ def _make_trainer(framework: Any, config: Dict[str, Any], options: Dict[str, Any
         raise ConfigError(f"trainer_config refused by Trainer: {error}") from error
 
 
+def tracker_loggers(config: Dict[str, Any], run_dir: str) -> List[Any]:
+    """A logger (:mod:`machin.frame.trackers`) for every tracker the config's ``trackers`` names.
+
+    Each logs into the run directory (MLflow's local store ``mlruns/``, W&B's offline
+    ``wandb/``), in an experiment (project) named ``<frame>_<env>``, a run named as the run
+    directory and the whole config, flattened, as the run's parameters.
+
+    Raises:
+        ConfigError: If a tracker's package is not installed (the message says how to
+            install it).
+    """
+    from machin.frame.trackers import MLflowLogger, WandbLogger, flat_params
+
+    name = re.sub(r"[/\\#?%:]", "_", f"{config['frame']}_{config['env']}")
+    run_name = os.path.basename(os.path.abspath(run_dir))
+    params = flat_params(config)
+    makers = {
+        "mlflow": lambda: MLflowLogger(experiment=name, run_name=run_name, params=params),
+        "wandb": lambda: WandbLogger(project=name, run_name=run_name, params=params),
+    }
+    try:
+        return [makers[tracker]() for tracker in config.get("trackers") or []]
+    except ImportError as error:
+        raise ConfigError(f"trackers: {error}") from error
+
+
 def run_directory(config: Dict[str, Any], log_dir: Optional[str] = None) -> str:
     """``log_dir``, or a new ``<root_dir>/<frame>_<env>_<time>`` folder named from ``config``;
     created if missing."""
@@ -63,7 +90,8 @@ def train(
     The run directory gets ``config.json`` (the config as run), the trainer's files
     (``progress.csv``, ``tensorboard/``, ``checkpoints/`` with the best evaluated networks,
     ``learning_curve.png``), ``final/`` with the networks at the end and ``result.json``
-    with a summary of the run.
+    with a summary of the run; with ``trackers`` in the config, the trackers' files too
+    (:func:`tracker_loggers`).
 
     Args:
         config: A launcher config.
@@ -80,8 +108,12 @@ def train(
     framework = build_framework(config)
     run_dir = run_directory(config, log_dir)
     auto_config.save(config, os.path.join(run_dir, CONFIG_FILE))
-    options = auto_config.trainer_options(config)
-    with _make_trainer(framework, config, {**options, "log_dir": run_dir}) as trainer:
+    options = {
+        **auto_config.trainer_options(config),
+        "log_dir": run_dir,
+        "callbacks": tracker_loggers(config, run_dir),
+    }
+    with _make_trainer(framework, config, options) as trainer:
         result = trainer.run(
             episodes=config.get("max_episodes"), steps=config.get("max_steps"), resume=resume
         )
@@ -101,15 +133,30 @@ def train(
 
 def load_run(run_dir: str, checkpoint: str = FINAL_DIR) -> Tuple[Dict[str, Any], Any]:
     """The config of the run directory ``run_dir`` and its algorithm with the networks of ``checkpoint``
-    (``"final"``, or ``"checkpoints"`` for the best evaluated ones)."""
+    (``"final"``, or ``"checkpoints"`` for the best evaluated ones); ``enjoy`` and ``export``
+    load runs with it.
+
+    Raises:
+        ConfigError: When ``run_dir`` has no config, no ``checkpoint`` folder, or networks
+            that do not load.
+    """
     path = os.path.join(run_dir, CONFIG_FILE)
     if not os.path.isfile(path):
         raise ConfigError(
             f"RUN_DIR: {run_dir!r} holds no {CONFIG_FILE} (is it a run directory of train?)"
         )
+    model_dir = os.path.join(run_dir, checkpoint)
+    if not os.path.isdir(model_dir):
+        raise ConfigError(
+            f"RUN_DIR: {run_dir!r} has no saved networks: no folder {checkpoint!r} in it "
+            f"(train writes {FINAL_DIR!r} at the end of a run)"
+        )
     config = auto_config.load(path)
     framework = build_framework(config)
-    framework.load(os.path.join(run_dir, checkpoint))
+    try:
+        framework.load(model_dir)
+    except RuntimeError as error:
+        raise ConfigError(f"RUN_DIR: the networks in {model_dir!r} do not load: {error}") from error
     return config, framework
 
 

@@ -50,6 +50,7 @@ __all__ = [
     "forward_pre_hooks",
     "shared_by_descriptor",
     "share_by_filename",
+    "distribution_checks_off",
 ]
 
 #: The installed torch version, comparable with strings (``TORCH_VERSION >= "2.4"``).
@@ -403,3 +404,30 @@ def share_by_filename(storage: Any) -> tuple:
     manager, handle, size = share()
     incref()
     return manager, handle, size
+
+
+# -- distributions -----------------------------------------------------------------------------
+@contextlib.contextmanager
+def distribution_checks_off() -> Iterator[None]:
+    """Make ``torch.distributions`` objects without their argument checks inside this block,
+    then restore the default that was set before.
+
+    Tracing a network that builds a distribution (``torch.export``, ``torch.jit.trace``)
+    needs it: the checks branch on the values of tensors. The switch is public
+    (``Distribution.set_default_validate_args``); reading the default it sets is not.
+    Private: ``torch.distributions.Distribution._validate_args``.
+
+    Raises:
+        TorchInternalsError: Where that attribute is missing.
+    """
+    distribution = torch.distributions.Distribution
+    previous = getattr(distribution, "_validate_args", None)
+    if not isinstance(previous, bool):
+        raise _missing(
+            "torch.distributions.Distribution._validate_args (the default of the argument checks)"
+        )
+    distribution.set_default_validate_args(False)
+    try:
+        yield
+    finally:
+        distribution.set_default_validate_args(previous)

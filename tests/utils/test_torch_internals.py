@@ -286,6 +286,26 @@ def test_a_storage_shared_by_file_name_is_rebuilt_from_its_handle():
     assert torch.equal(torch.tensor([], dtype=torch.float32).set_(rebuilt), torch.arange(4.0))
 
 
+def test_distribution_checks_off_skips_the_checks_and_restores_the_default():
+    def invalid():
+        return torch.distributions.Normal(torch.tensor(0.0), torch.tensor(-1.0))
+
+    distribution = torch.distributions.Distribution
+    before = distribution._validate_args  # torch.compile's first use turns the checks off
+    distribution.set_default_validate_args(True)
+    try:
+        with ti.distribution_checks_off():
+            assert invalid().scale.item() == -1.0
+        with pytest.raises(ValueError, match="scale"):
+            invalid()  # checked again
+        distribution.set_default_validate_args(False)
+        with ti.distribution_checks_off():
+            pass
+        assert invalid().scale.item() == -1.0  # a default of False stays False
+    finally:
+        distribution.set_default_validate_args(before)
+
+
 # -- nothing else in machin reaches into torch privates -----------------------------------------
 #: Private names of torch objects that machin reads (through torch_internals only).
 _PRIVATE_NAMES = {
@@ -305,6 +325,7 @@ _PRIVATE_NAMES = {
     "_NormBase",
     "_foreach_lerp_",
     "_profiler_enabled",
+    "_validate_args",
 }
 
 
