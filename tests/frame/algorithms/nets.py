@@ -484,3 +484,38 @@ def episode_steps(
             )
         )
     return steps
+
+
+# -- quantile networks (QR-DQN, IQN) ----------------------------------------------------------
+class QuantileQNet(nn.Module):
+    """QR-DQN network: ``quantiles[B, action_num, quantile_num]``."""
+
+    def __init__(
+        self, state_dim: int = 4, action_num: int = 2, quantiles: int = 8, hidden: int = 32
+    ):
+        super().__init__()
+        self.action_num, self.quantiles = action_num, quantiles
+        self.net = mlp(state_dim, action_num * quantiles, hidden)
+
+    def forward(self, state):
+        return self.net(state).view(-1, self.action_num, self.quantiles)
+
+
+class ImplicitQuantileNet(nn.Module):
+    """IQN network: state features times a cosine embedding of ``tau[B, N]`` -> ``[B, action_num, N]``."""
+
+    def __init__(
+        self, state_dim: int = 4, action_num: int = 2, hidden: int = 32, cosines: int = 16
+    ):
+        super().__init__()
+        self.body = nn.Sequential(nn.Linear(state_dim, hidden), nn.ReLU())
+        self.embed = nn.Sequential(nn.Linear(cosines, hidden), nn.ReLU())
+        self.head = nn.Sequential(
+            nn.Linear(hidden, hidden), nn.ReLU(), nn.Linear(hidden, action_num)
+        )
+        self.register_buffer("frequencies", torch.arange(cosines) * torch.pi)
+
+    def forward(self, state, tau):
+        features = self.body(state).unsqueeze(1)  # [B, 1, H]
+        cosine = torch.cos(tau.unsqueeze(-1) * self.frequencies)  # [B, N, C]
+        return self.head(features * self.embed(cosine)).transpose(1, 2)  # [B, A, N]
