@@ -90,7 +90,11 @@ class GreedyPolicy(nn.Module):
             self.register_buffer("high", torch.as_tensor(action_space.high, dtype=dtype)[None])
 
     def forward(self, observation: torch.Tensor) -> torch.Tensor:
-        """The greedy action for a batch of observations."""
+        """The greedy action for a batch of observations.
+
+        Args:
+            observation: Observations ``[B, *shape]``, as the environment gives them, batched.
+        """
         output = self.network(**{self.state_key: observation}, **self.call_kwargs)
         action = output[0] if isinstance(output, (tuple, list)) else output
         if self.greedy == "argmax":

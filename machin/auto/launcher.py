@@ -52,6 +52,10 @@ def tracker_loggers(config: Dict[str, Any], run_dir: str) -> List[Any]:
     ``wandb/``), in an experiment (project) named ``<frame>_<env>``, a run named as the run
     directory and the whole config, flattened, as the run's parameters.
 
+    Args:
+        config: The launcher config.
+        run_dir: The run directory the trackers write into.
+
     Raises:
         ConfigError: If a tracker's package is not installed (the message says how to
             install it).

@@ -72,7 +72,12 @@ def require(module: str, extra: str) -> Any:
 
 
 def flat_params(params: Dict[str, Any], prefix: str = "") -> Dict[str, Any]:
-    """``params`` with nested dicts flattened into dotted keys (``{"a": {"b": 1}}`` -> ``{"a.b": 1}``)."""
+    """``params`` with nested dicts flattened into dotted keys (``{"a": {"b": 1}}`` -> ``{"a.b": 1}``).
+
+    Args:
+        params: The (nested) parameters.
+        prefix: Put before every key (``"a."`` for the entries of ``a``).
+    """
     flat: Dict[str, Any] = {}
     for key, value in params.items():
         name = f"{prefix}{key}"
@@ -84,7 +89,11 @@ def flat_params(params: Dict[str, Any], prefix: str = "") -> Dict[str, Any]:
 
 
 def algorithm_params(framework: Any) -> Dict[str, Any]:
-    """The algorithm's class name and the value of each of its declared options."""
+    """The algorithm's class name and the value of each of its declared options.
+
+    Args:
+        framework: The algorithm.
+    """
     from .algorithms.options import option_specs
 
     params: Dict[str, Any] = {"algorithm": type(framework).__name__}
@@ -219,7 +228,11 @@ class MLflowLogger(TrackerLogger):
         self.client: Any = None
 
     def store_directory(self, trainer: Trainer) -> str:
-        """The folder of the default local store: ``<log_dir>/mlruns`` (``./mlruns`` without ``log_dir``)."""
+        """The folder of the default local store: ``<log_dir>/mlruns`` (``./mlruns`` without ``log_dir``).
+
+        Args:
+            trainer: The trainer whose run directory holds the store.
+        """
         return os.path.abspath(os.path.join(_directory(trainer) or os.curdir, "mlruns"))
 
     def uri(self, trainer: Trainer) -> str:
