@@ -20,6 +20,8 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
+from tests.script_runner import run_python_script
+
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES_DIR = ROOT / "examples"
 EXAMPLES = sorted(
@@ -50,11 +52,18 @@ def in_dirs(path: Path, names: set) -> bool:
 
 
 def run_script(
-    script: Path, args, cwd: Path, env=None, expect_success=True, timeout=HARD_TIMEOUT
+    script: Path,
+    args,
+    cwd: Path,
+    env=None,
+    expect_success=True,
+    timeout=HARD_TIMEOUT,
+    fresh_interpreter=False,
 ) -> subprocess.CompletedProcess:
+    """Run ``script args`` in ``cwd``: in a child of the fork server of ``tests.script_runner``
+    (no new interpreter to start), or with ``fresh_interpreter`` as a new ``python`` process."""
     # One thread per script: the suite already keeps the cores busy.
     env = {
-        **os.environ,
         "PYTHONPATH": str(ROOT),
         "MPLBACKEND": "Agg",
         "SDL_VIDEODRIVER": "dummy",
@@ -62,14 +71,17 @@ def run_script(
         "MKL_NUM_THREADS": "1",
         **(env or {}),
     }
-    result = subprocess.run(
-        [sys.executable, str(script), *args],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
+    if fresh_interpreter:
+        result = subprocess.run(
+            [sys.executable, str(script), *args],
+            cwd=cwd,
+            env={**os.environ, **env},
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+    else:
+        result = run_python_script(script, args, cwd, env=env, timeout=timeout)
     if expect_success:
         assert result.returncode == 0, (
             f"{script.name} {' '.join(args)} failed:\n{result.stdout[-2000:]}\n{result.stderr[-4000:]}"
@@ -171,14 +183,8 @@ def test_recurrent_tutorial_plays_an_atari_game_from_ram(name, tmp_path):
 
 
 def test_recurrent_tutorial_explains_a_bad_environment_name(tmp_path):
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "MPLBACKEND": "Agg"}
-    result = subprocess.run(
-        [sys.executable, str(RECURRENT / "dqn.py"), "--env", "Pong", "--episodes", "1"],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=HARD_TIMEOUT,
+    result = run_script(
+        RECURRENT / "dqn.py", ["--env", "Pong", "--episodes", "1"], tmp_path, expect_success=False
     )
     assert result.returncode != 0
     assert (
@@ -275,6 +281,7 @@ def test_apex_tutorial_runs_on_a_ray_cluster(ray_cluster, tmp_path):
         tmp_path,
         env={"RAY_DEDUP_LOGS": "0"},
         timeout=RAY_RUN_TIMEOUT,
+        fresh_interpreter=True,  # a Ray driver of its own, started as a user starts it
     )
     # Ray forwards the actors' output, each line prefixed by "(RankActor pid=...)". The learner
     # prints its summary before it waits for the end of the run, so the line has time to arrive.
