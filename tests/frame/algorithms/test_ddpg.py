@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import copy
 
-import gymnasium as gym
 import pytest
 import torch
 from torch import nn
@@ -13,7 +12,7 @@ from machin.frame.algorithms.ddpg import DDPG
 from machin.frame.transition import Transition
 
 from .contract import ContractCase
-from .loops import train
+from .loops import learns_pendulum
 from .nets import (
     ACTION_RANGE,
     STATE_DIM,
@@ -442,21 +441,7 @@ def test_ddpg_learns_pendulum():
         actor_learning_rate=1e-3,
         critic_learning_rate=1e-3,
     )
-    result = train(
-        ddpg,
-        lambda: gym.make("Pendulum-v1"),
-        seed=0,
-        episodes=60,
-        solved_reward=-400,
-        warmup_steps=500,
-        act_kwargs={"noise_param": (0.0, 0.2), "mode": "normal"},
-    )
-    print(
-        f"DDPG Pendulum: smoothed return above -400 at episode {result.solved_episode} ({result.steps} steps)"
-    )
-    assert result.solved_episode is not None, (
-        "DDPG did not reach a smoothed return of -400 within 60 episodes"
-    )
+    learns_pendulum(ddpg, "DDPG")
 
 
 def test_n_step_episodes_bootstrap_with_discount_to_the_power_of_steps():

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import copy
 
-import gymnasium as gym
 import numpy as np
 import pytest
 import torch
@@ -15,7 +14,7 @@ from machin.frame.buffers import Buffer, PrioritizedBuffer
 from machin.frame.transition import Transition
 
 from .contract import ContractCase
-from .loops import train
+from .loops import learns_pendulum
 from .nets import (
     STATE_DIM,
     Actor,
@@ -177,18 +176,4 @@ def test_ddpg_per_learns_pendulum():
         actor_learning_rate=1e-3,
         critic_learning_rate=1e-3,
     )
-    result = train(
-        per,
-        lambda: gym.make("Pendulum-v1"),
-        seed=0,
-        episodes=60,
-        solved_reward=-400,
-        warmup_steps=500,
-        act_kwargs={"noise_param": (0.0, 0.2), "mode": "normal"},
-    )
-    print(
-        f"DDPGPer Pendulum: smoothed return above -400 at episode {result.solved_episode} ({result.steps} steps)"
-    )
-    assert result.solved_episode is not None, (
-        "DDPGPer did not reach a smoothed return of -400 within 60 episodes"
-    )
+    learns_pendulum(per, "DDPGPer")

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import copy
 
-import gymnasium as gym
 import pytest
 import torch
 from torch import nn
@@ -14,7 +13,7 @@ from machin.frame.algorithms.hddpg import HDDPG
 from machin.frame.transition import Transition
 
 from .contract import ContractCase
-from .loops import train
+from .loops import learns_pendulum
 from .nets import (
     STATE_DIM,
     Actor,
@@ -176,18 +175,4 @@ def test_hddpg_learns_pendulum():
         q_increase_rate=1.0,
         q_decrease_rate=0.5,
     )
-    result = train(
-        hddpg,
-        lambda: gym.make("Pendulum-v1"),
-        seed=0,
-        episodes=60,
-        solved_reward=-400,
-        warmup_steps=500,
-        act_kwargs={"noise_param": (0.0, 0.2), "mode": "normal"},
-    )
-    print(
-        f"HDDPG Pendulum: smoothed return above -400 at episode {result.solved_episode} ({result.steps} steps)"
-    )
-    assert result.solved_episode is not None, (
-        "HDDPG did not reach a smoothed return of -400 within 60 episodes"
-    )
+    learns_pendulum(hddpg, "HDDPG")

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import copy
 
-import gymnasium as gym
 import pytest
 import torch
 from torch import nn
@@ -13,7 +12,7 @@ from machin.frame.algorithms.td3 import TD3
 from machin.frame.transition import Transition
 
 from .contract import ContractCase
-from .loops import train
+from .loops import learns_pendulum
 from .nets import (
     STATE_DIM,
     Actor,
@@ -259,21 +258,7 @@ def test_td3_learns_pendulum():
         actor_learning_rate=3e-3,
         critic_learning_rate=3e-3,
     )
-    result = train(
-        td3,
-        lambda: gym.make("Pendulum-v1"),
-        seed=0,
-        episodes=60,
-        solved_reward=-400,
-        warmup_steps=500,
-        act_kwargs={"noise_param": (0.0, 0.2), "mode": "normal"},
-    )
-    print(
-        f"TD3 Pendulum: smoothed return above -400 at episode {result.solved_episode} ({result.steps} steps)"
-    )
-    assert result.solved_episode is not None, (
-        "TD3 did not reach a smoothed return of -400 within 60 episodes"
-    )
+    learns_pendulum(td3, "TD3")
 
 
 def test_action_range_clamps_exploration_and_smoothed_target_actions():
