@@ -30,6 +30,7 @@ __all__ = ["run_python_script"]
 #: What the fork server imports once (used only if this is the first use of the server).
 _PRELOAD = [
     "torch",
+    "torch._dynamo",  # imported by the first optimizer a process builds: 2 s of CPU
     "gymnasium",
     "matplotlib.pyplot",
     "machin.frame.algorithms",
