@@ -3,6 +3,7 @@
 from .buffer import Buffer
 from .buffer_d import DistributedBuffer
 from .episode_buffer_d import EpisodeDistributedBuffer
+from .her import HindsightReplay
 from .prioritized_buffer import PrioritizedBuffer, WeightTree
 from .prioritized_buffer_d import DistributedPrioritizedBuffer
 from .sequence_buffer import SequenceBatch, SequenceBuffer
@@ -18,4 +19,5 @@ __all__ = [
     "SequenceBuffer",
     "SequenceBatch",
     "SHMBuffer",
+    "HindsightReplay",
 ]
