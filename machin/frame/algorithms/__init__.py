@@ -29,6 +29,7 @@ _CLASS_TO_MODULE = {
     "IMPALA": "impala",
     "ARS": "ars",
     "MADDPG": "maddpg",
+    "GAIL": "gail",
     "RunStateError": "run_state",
 }
 
