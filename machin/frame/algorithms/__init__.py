@@ -15,6 +15,8 @@ _CLASS_TO_MODULE = {
     "QRDQN": "qrdqn",
     "IQN": "iqn",
     "R2D1": "r2d1",
+    "RecurrentSAC": "recurrent_ac",
+    "RecurrentTD3": "recurrent_ac",
     "DDPG": "ddpg",
     "DDPGPer": "ddpg_per",
     "HDDPG": "hddpg",
