@@ -55,6 +55,7 @@ setup(
         "mlflow": ["mlflow-skinny>=3.0", "sqlalchemy>=2.0", "alembic>=1.10"],
         # wandb.init(reinit="create_new") needs 0.19.10
         "wandb": ["wandb>=0.19.10"],
+        "offline": ["minari[hdf5]>=0.5"],  # Minari datasets (machin.frame.offline.load_minari)
         # building the documentation in docs/
         "docs": ["sphinx>=8.0", "furo>=2024.8"],
     },

@@ -21,6 +21,8 @@ _CLASS_TO_MODULE = {
     "DDPGPer": "ddpg_per",
     "HDDPG": "hddpg",
     "TD3": "td3",
+    "TD3BC": "td3_bc",
+    "BC": "bc",
     "A2C": "a2c",
     "A3C": "a3c",
     "PPO": "ppo",
@@ -32,6 +34,9 @@ _CLASS_TO_MODULE = {
     "ARS": "ars",
     "MADDPG": "maddpg",
     "GAIL": "gail",
+    "CQLSAC": "cql",
+    "DiscreteCQL": "cql",
+    "IQL": "iql",
     "RunStateError": "run_state",
 }
 

@@ -27,7 +27,7 @@ from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Seque
 import numpy as np
 import torch
 
-from ...utils.compat import ignores_extra_args
+from ...utils.compat import drop_extra_args, ignores_extra_args
 from ..transition import (
     Scalar,
     Transition,
@@ -514,6 +514,59 @@ def _value_test(col: _Column, read: int) -> int:
     return 2 if not col.row_shape else 3
 
 
+def _block_length(columns: Any) -> int:
+    """The number of rows of the block given to :meth:`Buffer.extend_columns` (the same in every column)."""
+    if not isinstance(columns, Mapping):
+        raise TypeError(
+            f"columns must be a mapping of attribute names to column values, got "
+            f"{type(columns).__name__}"
+        )
+    lengths = {}
+    for name, value in columns.items():
+        if isinstance(value, Mapping):
+            for key, rows in value.items():
+                if not isinstance(rows, torch.Tensor) or rows.dim() == 0:
+                    raise ValueError(
+                        f"attribute {name}[{key!r}] must be a tensor of rows [n, ...], got "
+                        f"{type(rows).__name__}"
+                    )
+                lengths[f"{name}[{key!r}]"] = rows.shape[0]
+        else:
+            lengths[name] = len(value)
+    if len(set(lengths.values())) > 1:
+        raise ValueError(
+            f"every column of a block must have the same number of rows, got {lengths}"
+        )
+    return next(iter(lengths.values()), 0)
+
+
+def _block_row(columns: Mapping[str, Any], i: int) -> Dict[str, Any]:
+    """Row ``i`` of a block as a transition dict (``[1, ...]`` tensors and Python scalars)."""
+    row = {}
+    for name, value in columns.items():
+        if isinstance(value, Mapping):
+            row[name] = {key: rows[i : i + 1] for key, rows in value.items()}
+        elif isinstance(value, (torch.Tensor, np.ndarray)):
+            item = value[i]
+            count = item.numel() if isinstance(item, torch.Tensor) else np.size(item)
+            row[name] = item.reshape(-1)[0].item() if count == 1 else item
+        else:
+            row[name] = value[i]
+    return row
+
+
+def _check_finite_rows(label: str, block: torch.Tensor, n: int) -> None:
+    """Raise naming the first row of ``block`` (``n`` rows) that holds a NaN or an infinity."""
+    if not block.is_floating_point() or bool(torch.isfinite(block).all()):
+        return
+    bad = ~torch.isfinite(block.reshape(n, -1))
+    row = int(bad.any(dim=1).nonzero()[0, 0])
+    value = block.reshape(n, -1)[row][bad[row]][0].item()
+    raise ValueError(
+        f"{label} must hold finite values, got {value} in transition {row} {_CHECK_HINT}"
+    )
+
+
 class Buffer:
     """A ring buffer of transitions stored column by column.
 
@@ -970,12 +1023,7 @@ class Buffer:
         rows = rows[-self.buffer_size :]
         n, layout = len(rows), self._layout
         by_column = dict(zip(layout.columns, zip(*rows))) if rows[0] else {}
-        counters = (self._pos, self._size, self._capacity)
-        # Columns are only replaced (never changed in place) when they grow or are widened.
-        saved = [
-            (col, col.tensor, col.kind, col.values, None if col.values is None else len(col.values))
-            for col in layout.columns
-        ]
+        saved = self._save_columns()
         try:
             for col in dict.fromkeys(widen):
                 col.promote(by_column[col])
@@ -984,14 +1032,31 @@ class Buffer:
             positions, start = self._reserve(n)
             self._write_blocks(by_column, start, n)
         except BaseException:
-            self._pos, self._size, self._capacity = counters
-            for col, tensor, kind, values, length in saved:
-                col.tensor, col.kind, col.values, col.view = tensor, kind, values, None
-                if values is not None:
-                    del values[length:]
-            self._layout = self._layout_of(self._major, self._sub, self._custom)
+            self._restore_columns(saved)
             raise
         return positions
+
+    def _save_columns(self) -> Tuple[Tuple[int, int, int], List[tuple]]:
+        """What :meth:`_restore_columns` needs to undo a store: the counters and every column's storage.
+
+        Columns are only replaced (never changed in place) when they grow or are widened,
+        and list columns only grow at their end, so keeping the references is enough.
+        """
+        saved = [
+            (col, col.tensor, col.kind, col.values, None if col.values is None else len(col.values))
+            for col in self._layout.columns
+        ]
+        return (self._pos, self._size, self._capacity), saved
+
+    def _restore_columns(self, saved: Tuple[Tuple[int, int, int], List[tuple]]) -> None:
+        """Put the counters and columns back as :meth:`_save_columns` found them."""
+        counters, columns = saved
+        self._pos, self._size, self._capacity = counters
+        for col, tensor, kind, values, length in columns:
+            col.tensor, col.kind, col.values, col.view = tensor, kind, values, None
+            if values is not None:
+                del values[length:]
+        self._layout = self._layout_of(self._major, self._sub, self._custom)
 
     def _write_blocks(self, by_column: Dict[_Column, Sequence[Any]], start: int, n: int) -> None:
         """Write ``n`` rows of every column from storage row ``start`` on (wrapping around the ring)."""
@@ -1007,23 +1072,57 @@ class Buffer:
 
     def _reserve(self, n: int) -> Tuple[List[int], int]:
         """Make room for ``n`` new rows; return their storage positions and the first one."""
-        if self._size + n > self._capacity and self._capacity < self.buffer_size:
-            new_cap = min(self.buffer_size, max(2 * self._capacity, self._size + n))
-            for col in self._columns():
-                col.grow(new_cap, self._size)
-            self._capacity = new_cap
-            self._layout.drop_views()  # the columns were replaced
-            # Before the first wrap-around, rows are filled in order from 0.
-            self._pos = self._size
-        cap, start = self._capacity, self._pos
+        start = self._make_room(n)
+        cap = self._capacity
         positions = (
             list(range(start, start + n))
             if start + n <= cap
             else [(start + i) % cap for i in range(n)]
         )
+        return positions, start
+
+    def _make_room(self, n: int) -> int:
+        """Count ``n`` new rows as stored (growing the columns first if needed); the storage row of the first."""
+        if self._size + n > self._capacity and self._capacity < self.buffer_size:
+            self._grow(min(self.buffer_size, max(2 * self._capacity, self._size + n)))
+        cap, start = self._capacity, self._pos
         self._pos = (start + n) % cap
         self._size = min(self._size + n, cap)
-        return positions, start
+        return start
+
+    def _grow(self, capacity: int) -> None:
+        """Reallocate every column with ``capacity`` rows (more than now, at most ``buffer_size``)."""
+        for col in self._columns():
+            col.grow(capacity, self._size)
+        self._capacity = capacity
+        self._layout.drop_views()  # the columns were replaced
+        # Before the first wrap-around, rows are filled in order from 0.
+        self._pos = self._size
+
+    def reserve(self, count: int) -> None:
+        """Allocate the columns for ``count`` more transitions now (``buffer_size`` at most in all).
+
+        Storing grows the columns geometrically, copying them at each step; a caller that
+        knows how much is coming (a dataset loader) allocates once instead. Changes
+        nothing when the room is there already.
+
+        Args:
+            count: How many transitions will be stored after those held now.
+
+        Raises:
+            ValueError: When ``count`` is not a non-negative integer, or the buffer holds no
+                layout yet (store the first transition, or block, first).
+        """
+        if isinstance(count, bool) or not isinstance(count, (int, np.integer)) or count < 0:
+            raise ValueError(f"count must be a non-negative integer, got {count!r}")
+        if self._layout is None:
+            raise ValueError(
+                "reserve needs the columns: store a first transition (or block of them) before "
+                "reserving room for more"
+            )
+        wanted = min(self.buffer_size, self._size + int(count))
+        if wanted > self._capacity:
+            self._grow(wanted)
 
     def append(
         self,
@@ -1091,6 +1190,192 @@ class Buffer:
                 self._forget_layout()  # nothing was stored: do not keep the rejected layout either
             raise
 
+    def extend_columns(
+        self,
+        columns: Mapping[str, Any],
+        required_attrs: Iterable[str] = DEFAULT_REQUIRED_ATTRS,
+    ) -> int:
+        """Store a block of transitions given column by column: one checked write per column.
+
+        ``columns`` maps every attribute of the stored transitions (for an empty buffer,
+        those of a :class:`Transition`) to the values of all ``n`` transitions:
+
+        * a major attribute (``state``, ``action``, ``next_state``): a dict
+          ``{key: tensor[n, ...]}`` whose rows are what each transition's ``[1, ...]``
+          tensor would be (the same dtype);
+        * a sub attribute (``reward``, ``terminal``) or a numeric custom attribute: ``n``
+          numbers, as a tensor or numpy array of shape ``[n]`` or ``[n, 1]``, or a list;
+        * any other custom attribute: a list of ``n`` values.
+
+        The checks are those of :meth:`extend`: the same attributes, keys, row shapes and
+        dtypes as stored, finite floating values of the major and sub attributes (with
+        ``check_finite``), terminal flags 0/1. Every column is checked before any is
+        written, so a rejected block leaves the buffer as it was. As with :meth:`extend`,
+        a block longer than ``buffer_size`` keeps its newest rows. Buffer classes that
+        store through their own :meth:`extend` (priorities, locks) do not take blocks.
+
+        Args:
+            columns: The values of every attribute, as described above.
+            required_attrs: Attributes the block must have.
+
+        Returns:
+            The number of transitions given.
+
+        Raises:
+            ValueError: Naming the attribute (and the transition) that does not fit.
+            TypeError: When ``columns`` is not a mapping, or the buffer class overrides
+                :meth:`extend`.
+        """
+        if type(self).extend is not Buffer.extend:
+            raise TypeError(
+                f"{type(self).__name__} stores through its own extend(), which extend_columns "
+                f"would bypass; store transitions with extend() instead"
+            )
+        n = _block_length(columns)
+        if n == 0:
+            return 0
+        required_attrs = tuple(required_attrs)
+        started, saved = self._layout is None, None
+        try:
+            if started:
+                self._start_layout(_block_row(columns, 0), required_attrs)
+            self._check_block_names(columns, required_attrs)
+            saved = self._save_columns()
+            self._write_columns(self._column_blocks(columns, n), n)
+        except BaseException:
+            if started:
+                self._forget_layout()
+            elif saved is not None:
+                self._restore_columns(saved)
+            raise
+        return n
+
+    def _check_block_names(
+        self, columns: Mapping[str, Any], required_attrs: Tuple[str, ...]
+    ) -> None:
+        """Raise unless the block of :meth:`extend_columns` has the stored attributes and keys."""
+        missing = [name for name in required_attrs if name not in columns]
+        if missing:
+            raise ValueError(
+                f"Transition object missing attributes: the block is missing required "
+                f"attribute(s) {missing}; it has {list(columns)}"
+            )
+        if set(columns) != self._layout.keys:
+            raise ValueError(
+                f"Transition object has different attributes: the block has {sorted(columns)}, "
+                f"the stored transitions have {sorted(self._keys)}"
+            )
+        for name, cols in self._major.items():
+            group = columns[name]
+            if not isinstance(group, Mapping):
+                raise ValueError(
+                    f"major attribute {name!r} must be a dict {{key: tensor[n, ...]}}, got "
+                    f"{type(group).__name__}"
+                )
+            if set(group) != set(cols):
+                raise ValueError(
+                    f"major attribute {name!r} has keys {sorted(group)}, but the stored "
+                    f"transitions have keys {sorted(cols)}"
+                )
+
+    def _keep_oldest(self, size: int) -> None:
+        """Forget every row after the oldest ``size`` of a buffer whose ring never wrapped around.
+
+        Undoes stores that came after those rows (a dataset loader that failed half way,
+        see :mod:`machin.frame.offline.datasets`); ``0`` also forgets the layout.
+        """
+        if size == 0:
+            self._forget_layout()
+            return
+        self._size = size
+        self._pos = size % self._capacity
+
+    def _column_blocks(self, columns: Mapping[str, Any], n: int) -> List[Tuple[_Column, Any]]:
+        """``(column, rows to write)`` for every column, each checked (scalar columns widened as needed)."""
+        pairs = [
+            (col, columns[name][key])
+            for name, cols in self._major.items()
+            for key, col in cols.items()
+        ]
+        pairs += [(col, columns[name]) for name, col in {**self._sub, **self._custom}.items()]
+        blocks, kinds = [], [(col.kind, col.values is None) for col, _ in pairs]
+        for col, value in pairs:
+            if col.kind is None and col.values is None:
+                blocks.append((col, self._tensor_block(col, value, n)))
+            else:
+                blocks.append((col, self._scalar_block(col, value, n)))
+        if kinds != [(col.kind, col.values is None) for col, _ in pairs]:
+            self._layout = self._layout_of(self._major, self._sub, self._custom)  # a column widened
+        return blocks
+
+    def _tensor_block(self, col: _Column, value: Any, n: int) -> torch.Tensor:
+        """The checked ``[n, ...]`` rows of a tensor column."""
+        if (
+            not isinstance(value, torch.Tensor)
+            or value.dim() == 0
+            or value.shape[0] != n
+            or tuple(value.shape[1:]) != col.row_shape
+            or value.dtype != col.tensor.dtype
+        ):
+            got = (
+                f"shape {list(value.shape)} and dtype {value.dtype}"
+                if isinstance(value, torch.Tensor)
+                else type(value).__name__
+            )
+            raise ValueError(
+                f"{col.label} must be a tensor of {n} rows of shape {list(col.row_shape)} "
+                f"and dtype {col.tensor.dtype}, got {got}"
+            )
+        if col.role == _FINITE and self.check_finite:
+            _check_finite_rows(col.label, value, n)
+        return value.detach()
+
+    def _scalar_block(self, col: _Column, value: Any, n: int) -> Any:
+        """The checked rows of a scalar (or list) column: a ``[n, 1]`` tensor, or a list."""
+        if isinstance(value, (list, tuple)):  # Python values: read as extend() reads them
+            if col.role != _UNCHECKED and _widest_kind(value) is None:
+                bad = next(v for v in value if _scalar_kind(v) is None)
+                raise ValueError(col.misfit(bad))
+            col.promote(value)
+            if col.values is not None:
+                return [_own_copy(v) for v in value]
+            value = torch.tensor(value, dtype=col.tensor.dtype)
+        elif col.values is not None:
+            raise ValueError(f"{col.label} holds Python objects: give a list of {n} values")
+        block = torch.as_tensor(value)
+        if tuple(block.shape) not in ((n,), (n, 1)) or block.is_complex():
+            raise ValueError(
+                f"{col.label} must be {n} real numbers (shape [{n}] or [{n}, 1]), got "
+                f"shape {list(block.shape)} and dtype {block.dtype}"
+            )
+        block = block.reshape(n, 1)
+        if col.role == _TERMINAL:
+            binary = (block == 0) | (block == 1)
+            if not bool(binary.all()):
+                row = int((~binary).nonzero()[0, 0])
+                raise ValueError(f"{_terminal_problem(block[row, 0].item())} in transition {row}")
+        elif col.role == _FINITE and self.check_finite:
+            _check_finite_rows(col.label, block, n)
+        kind = bool if block.dtype == torch.bool else float if block.is_floating_point() else int
+        if _KIND_RANK[kind] > _KIND_RANK[col.kind]:
+            col.promote([kind(0)])
+        return block.to(col.tensor.dtype)
+
+    def _write_columns(self, blocks: List[Tuple[_Column, Any]], n: int) -> None:
+        """Write checked blocks of ``n`` rows (the newest ``buffer_size`` of them) after the stored rows."""
+        if n > self.buffer_size:
+            blocks = [(col, block[n - self.buffer_size :]) for col, block in blocks]
+            n = self.buffer_size
+        start = self._make_room(n)
+        cap, end = self._capacity, start + n
+        for col, block in blocks:
+            target = col.values if col.values is not None else col.tensor
+            if end <= cap:
+                target[start:end] = block
+            else:
+                target[start:] = block[: cap - start]
+                target[: end - cap] = block[cap - start :]
+
     def _start_layout(self, first: Any, required_attrs: Tuple[str, ...]) -> None:
         """Give an empty buffer the layout of its ``first`` transition.
 
@@ -1110,6 +1395,8 @@ class Buffer:
 
     # -- sampling -------------------------------------------------------------------
     def _randint(self, high: int, n: int) -> torch.Tensor:
+        if self.generator is None:  # (torch parses a generator keyword, even None, at a cost)
+            return torch.randint(high, (n,))
         return torch.randint(high, (n,), generator=self.generator)
 
     @staticmethod
@@ -1159,9 +1446,10 @@ class Buffer:
             buffer: The buffer to sample from.
             batch_size: Number of positions.
         """
-        if buffer.size() == 0 or batch_size <= 0:
+        size = buffer.size()
+        if size == 0 or batch_size <= 0:
             return 0, torch.empty(0, dtype=torch.long)
-        return batch_size, buffer._randint(buffer.size(), batch_size)
+        return batch_size, buffer._randint(size, batch_size)
 
     @staticmethod
     def sample_method_all(buffer: Buffer, _batch_size: int) -> Tuple[int, torch.Tensor]:
@@ -1196,7 +1484,6 @@ class Buffer:
             f"sample_method must be a string or a callable, got {type(sample_method).__name__}"
         )
 
-    @ignores_extra_args
     def sample_batch(
         self,
         batch_size: int,
@@ -1205,6 +1492,8 @@ class Buffer:
         sample_method: Union[str, Callable[[Buffer, int], Tuple[int, Any]]] = "random_unique",
         sample_attrs: Optional[List[str]] = None,
         additional_concat_attrs: Optional[List[str]] = None,
+        *_: Any,
+        **__: Any,
     ) -> Tuple[int, Optional[Tuple[Any, ...]]]:
         """Sample a batch of transitions.
 
@@ -1236,6 +1525,10 @@ class Buffer:
                 method name.
             ValueError: When a callable returns positions out of range.
         """
+        # The extras are taken in the signature (as ``ignores_extra_args`` would, without its
+        # wrapper's call on every sample) and dropped with the same warning.
+        if _ or __:
+            drop_extra_args(f"{type(self).__name__}.sample_batch", _, __, 0, _SAMPLE_BATCH_KEYWORDS)
         method = self._sample_method(sample_method)
         if self._size == 0:
             return 0, None
@@ -1449,6 +1742,17 @@ class Buffer:
         return tuple(result)
 
 
+# The keywords of Buffer.sample_batch (for the hint of its warning about ignored ones).
+_SAMPLE_BATCH_KEYWORDS = frozenset(
+    (
+        "batch_size",
+        "concatenate",
+        "device",
+        "sample_method",
+        "sample_attrs",
+        "additional_concat_attrs",
+    )
+)
 # Functions whose positions sample_batch trusts (static methods read through an instance are these functions).
 _BUILT_IN_METHODS = frozenset(
     (Buffer.sample_method_random_unique, Buffer.sample_method_random, Buffer.sample_method_all)
