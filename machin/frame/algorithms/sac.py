@@ -118,23 +118,25 @@ class SAC(StochasticActing, ReplayMixin, SoftTargets, ActorCriticOptions, TorchF
             critic_target=(critic, critic_target), critic2_target=(critic2, critic2_target)
         )
         self.criterion = criterion
-
-        self.actor = actor
         self.critic, self.critic_target = critic, critic_target
         self.critic2, self.critic2_target = critic2, critic2_target
         hard_update(self.critic_target, self.critic)
         hard_update(self.critic2_target, self.critic2)
-        first = next(
-            iter(actor.parameters()), None
-        )  # alpha lives beside the actor (no copies per step)
+        self.critic_optim = self._make_optimizer(optimizer, critic, self.critic_learning_rate)
+        self.critic2_optim = self._make_optimizer(optimizer, critic2, self.critic_learning_rate)
+        self._set_up_actor_and_buffer(actor, optimizer)
+
+    def _set_up_actor_and_buffer(self, actor: nn.Module, optimizer: Callable) -> None:
+        """The actor, ``log(alpha)`` beside it, their optimizers and the replay buffer
+        (what every member of the SAC family builds the same way)."""
+        self.actor = actor
+        first = next(iter(actor.parameters()), None)  # alpha lives beside the actor
         self.log_alpha = torch.tensor(
             math.log(self.initial_entropy_alpha),
             requires_grad=True,
             device=None if first is None else first.device,
         )
         self.actor_optim = self._make_optimizer(optimizer, actor, self.actor_learning_rate)
-        self.critic_optim = self._make_optimizer(optimizer, critic, self.critic_learning_rate)
-        self.critic2_optim = self._make_optimizer(optimizer, critic2, self.critic_learning_rate)
         self.alpha_optim = self._make_optimizer(
             optimizer, [self.log_alpha], self.alpha_learning_rate
         )
@@ -166,7 +168,7 @@ class SAC(StochasticActing, ReplayMixin, SoftTargets, ActorCriticOptions, TorchF
         self._check_state(state)
         with torch.no_grad():
             output = self._actor_output(state, deterministic)
-        self._resolve_target_entropy(split_actor_output(output, "SAC")[0])
+        self._resolve_target_entropy(split_actor_output(output, type(self).__name__)[0])
         return output
 
     def _resolve_target_entropy(self, action: torch.Tensor) -> None:
@@ -182,7 +184,7 @@ class SAC(StochasticActing, ReplayMixin, SoftTargets, ActorCriticOptions, TorchF
 
     def _sample_action(self, state: Dict[str, Any], size: int) -> Tuple[torch.Tensor, torch.Tensor]:
         """Draw ``(action, log_prob[B, 1])`` from the actor, with gradient."""
-        action, log_prob, _ = split_actor_output(safe_call(self.actor, state), "SAC")
+        action, log_prob, _ = split_actor_output(safe_call(self.actor, state), type(self).__name__)
         self._resolve_target_entropy(action)
         return action, as_column(log_prob, size, "the actor's log_prob output")
 
@@ -238,6 +240,27 @@ class SAC(StochasticActing, ReplayMixin, SoftTargets, ActorCriticOptions, TorchF
     action_transform_function = staticmethod(critic_action_input)
 
     # -- update -----------------------------------------------------------------------
+    def _soft_bellman(
+        self,
+        batch: SampledBatch,
+        next_q: torch.Tensor,
+        next_log_prob: torch.Tensor,
+        alpha: torch.Tensor,
+    ) -> torch.Tensor:
+        """``reward_function(reward, discount, next_q - alpha * log_prob(a'|s'), terminal, others)``.
+
+        ``next_q`` is ``[B, 1]`` (or ``[B, K]`` target atoms, as TQC's): the result has its shape.
+        """
+        next_value = next_q - alpha.to(next_q.device) * next_log_prob.to(next_q.device)
+        device = next_value.device
+        return self.reward_function(
+            batch.reward.to(device),
+            self._discount(batch, device),
+            next_value,
+            batch.terminal.to(device),
+            batch.others,
+        )
+
     def _bellman_target(self, batch: SampledBatch, alpha: torch.Tensor) -> torch.Tensor:
         """Soft Bellman target ``[B, 1]`` (no gradient; traced into the compiled critic step)."""
         with torch.no_grad():
@@ -248,15 +271,7 @@ class SAC(StochasticActing, ReplayMixin, SoftTargets, ActorCriticOptions, TorchF
                 self.action_transform_function(next_action, batch.next_state, batch.others),
                 batch.size,
             )
-            next_value = next_q - alpha.to(next_q.device) * next_log_prob.to(next_q.device)
-            device = next_value.device
-            return self.reward_function(
-                batch.reward.to(device),
-                self._discount(batch, device),
-                next_value,
-                batch.terminal.to(device),
-                batch.others,
-            )
+            return self._soft_bellman(batch, next_q, next_log_prob, alpha)
 
     @compilable(("critic", "critic2"), after="_after_value_loss")
     def _critic_losses(self, batch: SampledBatch, alpha: torch.Tensor) -> List[torch.Tensor]:
@@ -273,12 +288,8 @@ class SAC(StochasticActing, ReplayMixin, SoftTargets, ActorCriticOptions, TorchF
         self, batch: SampledBatch, action: torch.Tensor, log_prob: torch.Tensor, alpha: torch.Tensor
     ) -> Tuple[torch.Tensor, torch.Tensor]:
         """``(actor loss, policy value)``: reparameterised, or score-function for non-differentiable actions."""
-        q = self._min_q(
-            (self.critic, self.critic2),
-            batch.state,
-            self.action_transform_function(action, batch.state, batch.others),
-            batch.size,
-        )
+        critic_action = self.action_transform_function(action, batch.state, batch.others)
+        q = self._policy_q(batch.state, critic_action, batch.size)
         soft_q = q - alpha.to(q.device) * log_prob.to(q.device)
         if action.requires_grad:
             loss = -soft_q.mean()
@@ -286,6 +297,10 @@ class SAC(StochasticActing, ReplayMixin, SoftTargets, ActorCriticOptions, TorchF
             weight = soft_q.detach()
             loss = -(log_prob.to(q.device) * (weight - weight.mean())).mean()
         return loss, soft_q.detach().mean()
+
+    def _policy_q(self, state: Dict[str, Any], action: Dict[str, Any], size: int) -> torch.Tensor:
+        """The value ``[B, 1]`` of ``action`` that the actor ascends: ``min(Q1, Q2)``."""
+        return self._min_q((self.critic, self.critic2), state, action, size)
 
     @compilable(lambda self: (self.actor, [self.log_alpha]))
     def _actor_and_alpha_losses(
@@ -296,6 +311,22 @@ class SAC(StochasticActing, ReplayMixin, SoftTargets, ActorCriticOptions, TorchF
         actor_loss, policy_value = self._actor_loss(batch, action, log_prob, alpha)
         entropy_gap = (log_prob.detach() + self.target_entropy).mean().to(self.log_alpha.device)
         return [actor_loss, -self.log_alpha * entropy_gap], policy_value
+
+    def _policy_step(
+        self, batch: SampledBatch, alpha: torch.Tensor, update_policy: bool, update_alpha: bool
+    ) -> Tuple[bool, float]:
+        """Step the actor, then alpha (as asked) on fresh actions for ``batch.state``.
+
+        Returns ``(whether no step was skipped for a non-finite loss, policy value)``.
+        """
+        (actor_loss, alpha_loss), policy_value = self._actor_and_alpha_losses(batch, alpha)
+        taken = True
+        if update_policy:
+            self._maybe_visualize(actor_loss, "actor")
+            taken = self._optimize(actor_loss, self.actor_optim, self.actor, self.gradient_max)
+        if update_alpha and taken:
+            taken = self._optimize(alpha_loss, self.alpha_optim, [self.log_alpha])
+        return taken, float(policy_value)
 
     def _online_target_pairs(self) -> List[Tuple[nn.Module, nn.Module]]:
         """``(online, target)`` for both critics (SAC's actor has no target)."""
@@ -346,15 +377,11 @@ class SAC(StochasticActing, ReplayMixin, SoftTargets, ActorCriticOptions, TorchF
                 self._maybe_visualize(loss, name)
                 taken = taken and self._optimize(loss, optim, critic, self.gradient_max)
 
-        (actor_loss, alpha_loss), policy_value = self._actor_and_alpha_losses(batch, alpha)
-        if update_policy and taken:
-            self._maybe_visualize(actor_loss, "actor")
-            taken = self._optimize(actor_loss, self.actor_optim, self.actor, self.gradient_max)
-
-        if update_entropy_alpha and taken:
-            taken = self._optimize(alpha_loss, self.alpha_optim, [self.log_alpha])
-
+        policy_taken, policy_value = self._policy_step(
+            batch, alpha, update_policy and taken, update_entropy_alpha and taken
+        )
+        taken = taken and policy_taken
         if update_target and taken:
             self._update_targets()
         self._set_mode(False, *networks)
-        return UpdateResult(float(policy_value), sum(loss.item() for loss in critic_losses) / 2)
+        return UpdateResult(policy_value, sum(loss.item() for loss in critic_losses) / 2)

@@ -57,27 +57,44 @@ def train(
 PENDULUM_RULE = {"smoothing": 0.5, "solved_repeat": 2}
 
 
+#: Gaussian exploration noise of the deterministic-policy agents (DDPG, TD3, ...) on Pendulum.
+PENDULUM_NOISE = {"noise_param": (0.0, 0.2), "mode": "normal"}
+
+
 def learns_pendulum(
-    agent: Any, name: str, threshold: float = -400, episodes: int = 60
+    agent: Any,
+    name: str,
+    threshold: float = -400,
+    episodes: int = 60,
+    warmup_steps: int = 500,
+    act_kwargs: Optional[Dict[str, Any]] = PENDULUM_NOISE,
 ) -> TrainResult:
-    """Train a deterministic-policy ``agent`` on Pendulum-v1 (seed 0, Gaussian action noise of
-    0.2, 500 warm-up steps) and assert that it meets ``PENDULUM_RULE`` within ``episodes``."""
+    """Train ``agent`` on Pendulum-v1 (seed 0, an update per step after ``warmup_steps``) and
+    assert that it meets ``PENDULUM_RULE`` within ``episodes``; print when it did.
+
+    ``act_kwargs`` are those of the exploring act call (``None``: the family's default, e.g.
+    a stochastic policy's own sampling).
+    """
+    start = time.process_time()
+    options = {} if act_kwargs is None else {"act_kwargs": act_kwargs}
     result = train(
         agent,
         lambda: gym.make("Pendulum-v1"),
         seed=0,
         episodes=episodes,
         solved_reward=threshold,
-        warmup_steps=500,
-        act_kwargs={"noise_param": (0.0, 0.2), "mode": "normal"},
+        warmup_steps=warmup_steps,
+        **options,
         **PENDULUM_RULE,
     )
     print(
-        f"{name} Pendulum: smoothed return above {threshold} at episode "
-        f"{result.solved_episode} ({result.steps} steps)"
+        f"{name} Pendulum: smoothed return above {threshold} from episode "
+        f"{result.solved_episode} ({result.steps} steps, {time.process_time() - start:.1f} s CPU)"
     )
     assert result.solved_episode is not None, (
-        f"{name} did not reach a smoothed return of {threshold} within {episodes} episodes"
+        f"{name} did not keep a smoothed return above {threshold} for "
+        f"{PENDULUM_RULE['solved_repeat']} episodes within {episodes}; "
+        f"returns {[round(r) for r in result.returns]}"
     )
     return result
 

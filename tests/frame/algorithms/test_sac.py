@@ -1,6 +1,3 @@
-import math
-
-import gymnasium as gym
 import pytest
 import torch
 from torch import nn
@@ -9,7 +6,6 @@ from machin.frame.algorithms import SAC
 from machin.frame.algorithms.sac import SAC as SACFromModule
 
 from .contract import ContractCase
-from .loops import train
 from .nets import (
     CategoricalActor,
     QCritic,
@@ -19,6 +15,7 @@ from .nets import (
     same,
     step_dict,
 )
+from .sac_family import learn_pendulum
 
 CONTRACT_CASES = {
     SAC: ContractCase(
@@ -263,19 +260,4 @@ def test_sac_learns_pendulum():
         alpha_learning_rate=0.005,
         update_rate=0.01,
     )
-    result = train(
-        agent,
-        lambda: gym.make("Pendulum-v1"),
-        seed=0,
-        episodes=60,
-        solved_reward=-400,
-        warmup_steps=300,
-    )
-    print(
-        f"SAC reached a smoothed return of -400 on Pendulum-v1 at episode {result.solved_episode} "
-        f"({result.steps} steps)"
-    )
-    assert result.solved_episode is not None, (
-        "SAC did not reach a smoothed return of -400 within 60 episodes"
-    )
-    assert math.isfinite(agent.entropy_alpha)
+    learn_pendulum(agent, "SAC", episodes=60)
