@@ -150,6 +150,9 @@ def ddpg_floor(nets, data, twin=False, delay=1):
             step(-critics[0](s, actor(s)).mean(), a_opt, only_stepped=True)
             for target, online in zip([actor_t, *critics_t], [actor, *critics]):
                 lerp(target, online)
+        else:  # the same work as the library's: every update reports Q(s, mu(s)), stepped or not
+            with torch.no_grad():
+                critics[0](s, actor(s)).mean()
 
     return update
 

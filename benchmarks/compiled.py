@@ -16,6 +16,7 @@ until no new graph is compiled.
 from __future__ import annotations
 
 import copy
+import os
 import time
 
 import torch
@@ -292,6 +293,7 @@ def main(device: str = "cpu", *options: str) -> None:
     """Every compiled update against its eager floor, networks on ``device``.
 
     ``options`` are names of inductor options switched on for every compile, e.g. ``cpp_wrapper``.
+    The environment variable ``MACHIN_BENCH_ROWS`` (e.g. ``td3,ddpg``) runs only those rows.
     """
     setup_torch()
     if options:
@@ -300,11 +302,15 @@ def main(device: str = "cpu", *options: str) -> None:
     ac_updates.DEVICE = torch.device(device)
     mse = nn.MSELoss(reduction="sum")
     data = ac_updates.replay_data(N)
-    bench_dqn(mse)
-    bench_ddpg(data, mse)
-    bench_td3(data, mse)
-    bench_sac(data, mse)
-    bench_ppo()
+    benches = {
+        "dqn": lambda: bench_dqn(mse),
+        "ddpg": lambda: bench_ddpg(data, mse),
+        "td3": lambda: bench_td3(data, mse),
+        "sac": lambda: bench_sac(data, mse),
+        "ppo": bench_ppo,
+    }
+    for name in os.environ.get("MACHIN_BENCH_ROWS", ",".join(benches)).split(","):
+        benches[name]()
 
 
 if __name__ == "__main__":
