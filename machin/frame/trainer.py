@@ -6,15 +6,18 @@ hand-written loop, as in the tutorials, keeps working next to it. How it acts an
 stores is the ``driver`` (a :class:`~machin.frame.algorithms.base.Driver`) that the
 algorithm's class declares or inherits from its family, and every entry can be overridden:
 
-=========================  ===========================  ===========================  ===========  =======================
-family                     explores with                evaluates with               stores       updates
-=========================  ===========================  ===========================  ===========  =======================
-DQN, DQNPer, RAINBOW       ``act_discrete_with_noise``  ``act_discrete``             transitions  per step, after warm-up
-DDPG, DDPGPer, HDDPG, TD3  ``act_with_noise`` (normal)  ``act``                      transitions  per step, after warm-up
-SAC                        ``act``                      ``act`` (greedy, see below)  transitions  per step, after warm-up
-A2C, PPO, TRPO             ``act``                      ``act`` (greedy, see below)  episodes     once per episode
-R2D1                       ``act_discrete_with_noise``  ``act_discrete``             episodes     once per episode
-=========================  ===========================  ===========================  ===========  =======================
+==================================================  ===========================  ===========================  ===========  =======================
+family                                              explores with                evaluates with               stores       updates
+==================================================  ===========================  ===========================  ===========  =======================
+DQN, DQNPer, RAINBOW, C51, QRDQN, IQN, DiscreteCQL  ``act_discrete_with_noise``  ``act_discrete``             transitions  per step, after warm-up
+DDPG, DDPGPer, HDDPG, TD3                           ``act_with_noise`` (normal)  ``act``                      transitions  per step, after warm-up
+SAC, TQC, CrossQ, REDQ, DroQ, CQLSAC, IQL           ``act``                      ``act`` (greedy, see below)  transitions  per step, after warm-up
+A2C, PPO, TRPO, GAIL                                ``act``                      ``act`` (greedy, see below)  episodes     once per episode
+R2D1                                                ``act_discrete_with_noise``  ``act_discrete``             episodes     once per episode
+RecurrentSAC, RecurrentTD3                          ``act`` (TD3: with noise)    ``act``                      episodes     once per episode
+==================================================  ===========================  ===========================  ===========  =======================
+
+BC and TD3BC learn from a dataset only and have no driver (see :doc:`/offline`).
 
 The stochastic-policy algorithms (SAC and the A2C family) are evaluated with their most
 likely action, ``act(state, deterministic=True)``, when their actor's ``forward`` takes a
