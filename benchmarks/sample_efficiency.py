@@ -18,7 +18,7 @@ line per seed is printed as it finishes; ``--json PATH`` also writes every evalu
 
 Run it by name (it takes minutes; ``python -m benchmarks`` skips it)::
 
-    python -m benchmarks sample_efficiency              # all tasks, 3 seeds
+    python -m benchmarks sample_efficiency              # issue #25's four tasks, 3 seeds
     python -m benchmarks.sample_efficiency --tasks dqn ppo sac td3 --seeds 5 --workers 16
     python -m benchmarks.sample_efficiency --steps-scale 0.05 --seeds 1   # smoke test
 
@@ -88,6 +88,43 @@ plays uniformly random actions. The trainer does the same with ``warmup_steps`` 
 act method of its own: PPO's most probable action (argmax of the logits) and SAC's mean
 action ``tanh(mu)``. DQN is evaluated with ``act_discrete`` and TD3 with ``act``.
 
+Issue #45 adds three algorithms that sb3-contrib also has, run the same way and compared
+with it side by side (``--library both`` runs each seed in machin, then in
+Stable-Baselines3 / sb3-contrib, and ends with the comparison table)::
+
+    python -m benchmarks.sample_efficiency --tasks qrdqn tqc crossq --seeds 5 --library both \
+        --workers 1 --stop-at-threshold --json runs.json
+
+QR-DQN, CartPole-v1 (the zoo's qrdqn.yml): DQN's settings above, 10 quantiles per action
+    (the network returns ``quantiles[B, 2, 10]``), the quantile Huber loss (kappa 1), no
+    gradient clipping (the zoo sets no ``max_grad_norm``, sb3-contrib's default is
+    none), target ``max_a`` of the target network's mean (``mode="fixed_target"``),
+    copied after every burst of 128 updates as for DQN.
+TQC, Pendulum-v1 (the zoo's tqc.yml has only a Pendulum-v0 entry, used here without its
+    gSDE exploration, which machin does not have; both sides explore with the plain
+    squashed Gaussian): 20k steps, Adam lr 1e-3 (actor, critics, temperature), MLP 64-64
+    ReLU for the actor and each critic, train_freq 64 with 64 updates, and sb3-contrib's
+    defaults: 2 critics of 25 quantiles, the 2 highest per critic dropped from the pooled
+    target, batch 256, buffer 1e6, learning_starts 100, gamma 0.99, tau 0.005, entropy
+    "auto" (initial alpha 1, target entropy -1).
+CrossQ, Pendulum-v1 (the zoo's crossq.yml): 20k steps, policy_delay 2, MLP 256-256 for
+    the actor and each of the 2 critics, and sb3-contrib's defaults: Adam lr 1e-3 with
+    betas (0.5, 0.999) (in machin also for the temperature, which sb3-contrib steps with
+    the default betas), batch 256, buffer 1e6, learning_starts 100, one update per step,
+    entropy "auto". The networks normalise as sb3-contrib's: a normalisation layer before
+    every linear layer of a critic (and one after the actor's last hidden layer), momentum
+    0.01, eps 1e-3. sb3-contrib's ``BatchRenorm1d`` behaves as batch normalisation for its
+    first 100k steps (its warm-up), longer than these runs, so the machin networks use
+    ``nn.BatchNorm1d`` (which normalises with the biased batch variance, ``BatchRenorm1d``
+    with the unbiased one: a factor 511/512 on a batch of 512).
+
+``--stop-at-threshold`` ends a run at its first evaluation that reaches the threshold (its
+steps to threshold are then known; its final return is that evaluation). Every run also
+reports the CPU time of its evaluations apart, and the table shows the *training* CPU per
+environment step: (process CPU time - evaluation CPU time) / steps taken, which leaves out
+the greedy episodes (on CartPole, a good policy's 5 evaluation episodes are 2,500 steps
+per 1000 training steps).
+
 Choices not fixed by the issue: 5 evaluation episodes each time, reset with the same
 seeds at every evaluation (the trainer's ``seed + 10**6 + j``; ``--eval-starts fresh``
 gives every evaluation new starting states instead, as an evaluation environment that
@@ -121,7 +158,7 @@ from torch import nn
 from torch.distributions import Categorical, Normal
 
 from machin.env.wrappers.openai_gym import ParallelWrapperDummy
-from machin.frame.algorithms import DQN, PPO, SAC, TD3
+from machin.frame.algorithms import DQN, PPO, QRDQN, SAC, TD3, TQC, CrossQ
 from machin.frame.trainer import Trainer
 from machin.utils.schedules import LinearSchedule
 from machin.utils.seeding import seed as seed_everything
@@ -138,6 +175,8 @@ _FRESH_STARTS = False
 _FINAL_EPISODES = 0
 # ``--dqn-mode``: the DQN task's target rule; "fixed_target" is SB3's, "double" machin's default.
 _DQN_MODE = "fixed_target"
+# ``--stop-at-threshold``: the return that ends a run at the evaluation reaching it (None: never).
+_STOP_AT: Optional[float] = None
 SKIP_MESSAGE = "sample_efficiency: skipped (run by name: python -m benchmarks sample_efficiency)"
 
 
@@ -148,7 +187,7 @@ class Task:
     env_id: str
     steps: int  # the zoo's n_timesteps
     threshold: float  # greedy return counted as "reached"
-    target: int  # issue #25: median steps to the threshold at most this
+    target: Optional[int]  # issue #25: median steps to the threshold at most this (None: none set)
     zoo_final: str  # the zoo's published final return
     sb3_steps: str  # steps to the threshold measured for Stable-Baselines3 (issue #25)
 
@@ -158,7 +197,15 @@ TASKS: Dict[str, Task] = {
     "ppo": Task("CartPole-v1", 100_000, 475.0, 22_000, "500 @100k", "22,000"),
     "sac": Task("Pendulum-v1", 20_000, -200.0, 3_000, "~-150 @20k", "= machin"),
     "td3": Task("Pendulum-v1", 20_000, -200.0, 14_000, "~-150 @20k", "= machin"),
+    # issue #45: compared with sb3-contrib (--library both), no target of their own
+    "qrdqn": Task("CartPole-v1", 50_000, 475.0, None, "-", "--library sb3"),
+    "tqc": Task("Pendulum-v1", 20_000, -200.0, None, "-", "--library sb3"),
+    "crossq": Task("Pendulum-v1", 20_000, -200.0, None, "-", "--library sb3"),
 }
+# the tasks run when none are named: issue #25's
+DEFAULT_TASKS = ("dqn", "ppo", "sac", "td3")
+# the order in which run() starts the tasks: the longest runs first
+_DURATION_ORDER = ("sac", "crossq", "td3", "tqc", "dqn", "qrdqn", "ppo")
 
 
 # -- networks ------------------------------------------------------------------------
@@ -216,15 +263,52 @@ class ValueNet(nn.Module):
         return self.net(state)
 
 
-class SquashedGaussianActor(nn.Module):
-    """SB3's SAC actor: MLP 256-256 ReLU, mean and clamped log-std, tanh-squashed sample."""
+class QuantileNet(nn.Module):
+    """sb3-contrib's QR-DQN network: MLP 256-256 ReLU to ``quantiles`` values per action, ``[B, A, N]``."""
 
-    def __init__(self, obs_dim: int, action_dim: int):
+    def __init__(self, obs_dim: int, actions: int, quantiles: int):
         super().__init__()
-        self.body = _mlp([obs_dim, 256, 256], nn.ReLU)
-        self.body.append(nn.ReLU())
-        self.mu = nn.Linear(256, action_dim)
-        self.log_std = nn.Linear(256, action_dim)
+        self.shape = (actions, quantiles)
+        self.net = _mlp([obs_dim, 256, 256, actions * quantiles], nn.ReLU)
+
+    def forward(self, state):
+        return self.net(state).view(-1, *self.shape)
+
+
+def _normalised_mlp(sizes: Sequence[int]) -> nn.Sequential:
+    """sb3-contrib's CrossQ layers: a normalisation before every linear layer, ReLU between them."""
+    layers: List[nn.Module] = []
+    for i, (inp, out) in enumerate(zip(sizes[:-1], sizes[1:])):
+        layers += [nn.BatchNorm1d(inp, eps=1e-3, momentum=0.01), nn.Linear(inp, out)]
+        if i < len(sizes) - 2:
+            layers.append(nn.ReLU())
+    return nn.Sequential(*layers)
+
+
+class SquashedGaussianActor(nn.Module):
+    """SB3's SAC actor: MLP ReLU (256-256 by default), mean and clamped log-std, tanh-squashed sample.
+
+    ``normalised=True``: sb3-contrib's CrossQ actor, a normalisation layer before each
+    linear layer of the body and after its last hidden layer.
+    """
+
+    def __init__(
+        self,
+        obs_dim: int,
+        action_dim: int,
+        hidden: Sequence[int] = (256, 256),
+        normalised: bool = False,
+    ):
+        super().__init__()
+        if normalised:
+            self.body = _normalised_mlp([obs_dim, *hidden])
+            self.body.append(nn.ReLU())
+            self.body.append(nn.BatchNorm1d(hidden[-1], eps=1e-3, momentum=0.01))
+        else:
+            self.body = _mlp([obs_dim, *hidden], nn.ReLU)
+            self.body.append(nn.ReLU())
+        self.mu = nn.Linear(hidden[-1], action_dim)
+        self.log_std = nn.Linear(hidden[-1], action_dim)
 
     def forward(self, state):
         hidden = self.body(state)
@@ -249,9 +333,20 @@ class DeterministicActor(nn.Module):
 
 
 class QCritic(nn.Module):
-    def __init__(self, obs_dim: int, action_dim: int, hidden: Sequence[int]):
+    """``Q(s, a)``: MLP ReLU on ``[s, a]`` to ``outputs`` values (TQC's quantiles; sb3-contrib's
+    CrossQ critic with ``normalised=True``)."""
+
+    def __init__(
+        self,
+        obs_dim: int,
+        action_dim: int,
+        hidden: Sequence[int],
+        outputs: int = 1,
+        normalised: bool = False,
+    ):
         super().__init__()
-        self.net = _mlp([obs_dim + action_dim, *hidden, 1], nn.ReLU)
+        sizes = [obs_dim + action_dim, *hidden, outputs]
+        self.net = _normalised_mlp(sizes) if normalised else _mlp(sizes, nn.ReLU)
 
     def forward(self, state, action):
         return self.net(torch.cat([state, action], dim=1))
@@ -271,6 +366,14 @@ class BenchPPO(_ActGreedy, PPO):
 
 
 class BenchSAC(_ActGreedy, SAC):
+    pass
+
+
+class BenchTQC(_ActGreedy, TQC):
+    pass
+
+
+class BenchCrossQ(_ActGreedy, CrossQ):
     pass
 
 
@@ -308,16 +411,23 @@ def _eval_seed(seed: int, evaluation: int, episode: int) -> int:
 
 
 class _Trainer(Trainer):
-    """The trainer, its evaluation episodes reset with :func:`_eval_seed`."""
+    """The trainer, its evaluation episodes reset with :func:`_eval_seed`, the CPU time of its
+    evaluations summed in ``eval_cpu``; it halts at an evaluation reaching ``_STOP_AT``."""
 
     evaluations = 0
     final = False
+    eval_cpu = 0.0
 
     def evaluate(self, episodes: Optional[int] = None) -> float:
         self.evaluations += 1
-        return super().evaluate(episodes)
+        started = time.process_time()
+        mean = super().evaluate(episodes)
+        self.eval_cpu += time.process_time() - started
+        if _STOP_AT is not None and not self.final and mean >= _STOP_AT:
+            self.halt()
+        return mean
 
-    def _eval_seed(self, index: int) -> Optional[int]:
+    def evaluation_seed(self, index: int) -> Optional[int]:
         if self.seed is None:
             return None
         return (
@@ -334,6 +444,7 @@ class _Trainer(Trainer):
             if _FINAL_EPISODES:
                 self.final = True
                 result.final_eval = self.evaluate(_FINAL_EPISODES)
+        result.eval_cpu = self.eval_cpu
         return result
 
 
@@ -487,30 +598,131 @@ def _train_td3(task: Task, steps: int, seed: int, eval_episodes: int) -> Any:
     return trainer.train(steps)
 
 
-_TRAIN = {"dqn": _train_dqn, "ppo": _train_ppo, "sac": _train_sac, "td3": _train_td3}
+def _train_qrdqn(task: Task, steps: int, seed: int, eval_episodes: int) -> Any:
+    qrdqn = QRDQN(
+        QuantileNet(4, 2, 10),
+        QuantileNet(4, 2, 10),
+        torch.optim.Adam,
+        mode="fixed_target",
+        update_rate=None,
+        update_steps=128,
+        learning_rate=2.3e-3,
+        batch_size=64,
+        replay_size=100_000,
+        discount=0.99,
+        kappa=1.0,
+        epsilon=LinearSchedule(1.0, 0.04, 0.16),
+    )
+    trainer = _Trainer(
+        qrdqn,
+        _make(task.env_id),
+        eval_env=_make(task.env_id),
+        act_method="act_discrete_with_noise",
+        eval_act_method="act_discrete",
+        train_freq=256,
+        gradient_steps=128,
+        warmup_steps=1000,
+        random_steps=1000,
+        eval_every_steps=EVAL_EVERY,
+        eval_episodes=eval_episodes,
+        seed=seed,
+        progress=False,
+    )
+    return trainer.train(steps)
+
+
+def _soft_actor_critic_trainer(
+    framework: Any, task: Task, seed: int, eval_episodes: int, train_freq: int
+) -> _Trainer:
+    """The trainer of the SAC-like tasks: actions in [-1, 1], 100 random steps, ``train_freq``
+    steps between bursts of as many updates."""
+    return _Trainer(
+        framework,
+        _make(task.env_id),
+        eval_env=_make(task.env_id),
+        act_method="act",
+        eval_act_method="act_greedy",
+        action_to_env=_unscaler(task.env_id),
+        train_freq=train_freq,
+        gradient_steps=train_freq,
+        warmup_steps=100,
+        random_steps=100,
+        random_action=_uniform_unit_action,
+        eval_every_steps=EVAL_EVERY,
+        eval_episodes=eval_episodes,
+        seed=seed,
+        progress=False,
+    )
+
+
+def _train_tqc(task: Task, steps: int, seed: int, eval_episodes: int) -> Any:
+    hidden = (64, 64)
+    tqc = BenchTQC(
+        SquashedGaussianActor(3, 1, hidden),
+        [QCritic(3, 1, hidden, outputs=25) for _ in range(2)],
+        [QCritic(3, 1, hidden, outputs=25) for _ in range(2)],
+        torch.optim.Adam,
+        actor_learning_rate=1e-3,
+        critic_learning_rate=1e-3,
+        alpha_learning_rate=1e-3,
+        batch_size=256,
+        replay_size=1_000_000,
+        discount=0.99,
+        update_rate=0.005,
+        initial_entropy_alpha=1.0,
+        target_entropy=-1.0,
+        top_quantiles_to_drop_per_net=2,
+        kappa=1.0,
+    )
+    return _soft_actor_critic_trainer(tqc, task, seed, eval_episodes, train_freq=64).train(steps)
+
+
+def _train_crossq(task: Task, steps: int, seed: int, eval_episodes: int) -> Any:
+    hidden = (256, 256)
+    # evaluation mode (running statistics) for acting until the first update, as SB3 acts:
+    # CrossQ switches the modes only inside update(), and one state is no batch to normalise
+    actor = SquashedGaussianActor(3, 1, hidden, normalised=True).eval()
+    crossq = BenchCrossQ(
+        actor,
+        [QCritic(3, 1, hidden, normalised=True) for _ in range(2)],
+        functools.partial(torch.optim.Adam, betas=(0.5, 0.999)),
+        nn.MSELoss(),
+        actor_learning_rate=1e-3,
+        critic_learning_rate=1e-3,
+        alpha_learning_rate=1e-3,
+        batch_size=256,
+        replay_size=1_000_000,
+        discount=0.99,
+        initial_entropy_alpha=1.0,
+        target_entropy=-1.0,
+        policy_update_delay=2,
+    )
+    return _soft_actor_critic_trainer(crossq, task, seed, eval_episodes, train_freq=1).train(steps)
+
+
+_TRAIN = {
+    "dqn": _train_dqn,
+    "ppo": _train_ppo,
+    "sac": _train_sac,
+    "td3": _train_td3,
+    "qrdqn": _train_qrdqn,
+    "tqc": _train_tqc,
+    "crossq": _train_crossq,
+}
 
 
 # -- the same runs with Stable-Baselines3 (``--library sb3``) ----------------------------
-def _train_sb3(name: str, task: Task, steps: int, seed: int, eval_episodes: int) -> Any:
-    """Train ``name`` with Stable-Baselines3 and the zoo's settings, evaluated like the machin runs.
+def _sb3_classic(name: str, task: Task, seed: int) -> Any:
+    """The Stable-Baselines3 model of task ``name`` (dqn, ppo, sac, td3) with the zoo's settings."""
+    from stable_baselines3 import DQN as SB3DQN
+    from stable_baselines3 import PPO as SB3PPO
+    from stable_baselines3 import SAC as SB3SAC
+    from stable_baselines3 import TD3 as SB3TD3
+    from stable_baselines3.common.env_util import make_vec_env
+    from stable_baselines3.common.noise import NormalActionNoise
 
-    Evaluations: ``eval_episodes`` greedy (``deterministic=True``) episodes every ``EVAL_EVERY`` steps,
-    reset with the seeds the trainer uses (``seed + 10**6 + j``).
-    """
-    try:
-        from stable_baselines3 import DQN as SB3DQN
-        from stable_baselines3 import PPO as SB3PPO
-        from stable_baselines3 import SAC as SB3SAC
-        from stable_baselines3 import TD3 as SB3TD3
-        from stable_baselines3.common.callbacks import BaseCallback
-        from stable_baselines3.common.env_util import make_vec_env
-        from stable_baselines3.common.noise import NormalActionNoise
-    except ImportError as error:
-        raise SystemExit(
-            "--library sb3 needs stable-baselines3 importable (pip install stable-baselines3)"
-        ) from error
     if name == "dqn":
-        model = SB3DQN(
+        return SB3DQN(
             "MlpPolicy",
             task.env_id,
             learning_rate=2.3e-3,
@@ -527,8 +739,8 @@ def _train_sb3(name: str, task: Task, steps: int, seed: int, eval_episodes: int)
             seed=seed,
             device="cpu",
         )
-    elif name == "ppo":
-        model = SB3PPO(
+    if name == "ppo":
+        return SB3PPO(
             "MlpPolicy",
             make_vec_env(task.env_id, n_envs=8, seed=seed),
             n_steps=32,
@@ -542,66 +754,155 @@ def _train_sb3(name: str, task: Task, steps: int, seed: int, eval_episodes: int)
             seed=seed,
             device="cpu",
         )
-    elif name == "sac":  # the zoo sets only the learning rate; the rest are SB3's defaults
-        model = SB3SAC("MlpPolicy", task.env_id, learning_rate=1e-3, seed=seed, device="cpu")
-    else:
-        model = SB3TD3(
+    if name == "sac":  # the zoo sets only the learning rate; the rest are SB3's defaults
+        return SB3SAC("MlpPolicy", task.env_id, learning_rate=1e-3, seed=seed, device="cpu")
+    return SB3TD3(
+        "MlpPolicy",
+        task.env_id,
+        gamma=0.98,
+        buffer_size=200_000,
+        learning_starts=10_000,
+        action_noise=NormalActionNoise(np.zeros(1), np.full(1, 0.1)),
+        gradient_steps=1,
+        train_freq=1,
+        learning_rate=1e-3,
+        policy_kwargs={"net_arch": [400, 300]},
+        seed=seed,
+        device="cpu",
+    )
+
+
+def _sb3_contrib(name: str, task: Task, seed: int) -> Any:
+    """The sb3-contrib model of task ``name`` (qrdqn, tqc, crossq) with the zoo's settings."""
+    from sb3_contrib import QRDQN as SB3QRDQN
+    from sb3_contrib import TQC as SB3TQC
+    from sb3_contrib import CrossQ as SB3CrossQ
+
+    if name == "qrdqn":
+        return SB3QRDQN(
             "MlpPolicy",
             task.env_id,
-            gamma=0.98,
-            buffer_size=200_000,
-            learning_starts=10_000,
-            action_noise=NormalActionNoise(np.zeros(1), np.full(1, 0.1)),
-            gradient_steps=1,
-            train_freq=1,
-            learning_rate=1e-3,
-            policy_kwargs={"net_arch": [400, 300]},
+            learning_rate=2.3e-3,
+            batch_size=64,
+            buffer_size=100_000,
+            learning_starts=1000,
+            gamma=0.99,
+            target_update_interval=10,
+            train_freq=256,
+            gradient_steps=128,
+            exploration_fraction=0.16,
+            exploration_final_eps=0.04,
+            policy_kwargs={"net_arch": [256, 256], "n_quantiles": 10},
             seed=seed,
             device="cpu",
         )
+    if name == "tqc":  # the zoo's Pendulum-v0 entry without gSDE; the rest are the defaults
+        return SB3TQC(
+            "MlpPolicy",
+            task.env_id,
+            learning_rate=1e-3,
+            train_freq=64,
+            gradient_steps=64,
+            policy_kwargs={"net_arch": [64, 64]},
+            seed=seed,
+            device="cpu",
+        )
+    return SB3CrossQ(
+        "MlpPolicy",
+        task.env_id,
+        policy_delay=2,
+        policy_kwargs={"net_arch": [256, 256]},
+        seed=seed,
+        device="cpu",
+    )
+
+
+def _import_sb3(name: str) -> None:
+    """Import the package that task ``name`` needs in SB3 (so that no run's CPU time counts the
+    import); a clear exit where it is missing."""
+    package = "sb3-contrib" if name in ("qrdqn", "tqc", "crossq") else "stable-baselines3"
+    try:
+        if package == "sb3-contrib":
+            import sb3_contrib  # noqa: F401
+        else:
+            import stable_baselines3  # noqa: F401
+    except ImportError as error:
+        raise SystemExit(
+            f"--library sb3 with task {name!r} needs {package} importable "
+            f"(pip install {package}; it is not a dependency of machin): {error}"
+        ) from error
+
+
+def _sb3_model(name: str, task: Task, seed: int) -> Any:
+    """Task ``name``'s model in Stable-Baselines3 or sb3-contrib."""
+    if name in ("qrdqn", "tqc", "crossq"):
+        return _sb3_contrib(name, task, seed)
+    return _sb3_classic(name, task, seed)
+
+
+def _sb3_greedy_return(model: Any, env: gym.Env, seed: int, discrete: bool) -> float:
+    """Return of one greedy (``deterministic=True``) episode of ``model`` on ``env`` reset with ``seed``."""
+    obs, _ = env.reset(seed=seed)
+    total, done = 0.0, False
+    while not done:
+        action, _ = model.predict(obs, deterministic=True)
+        obs, reward, terminated, truncated, _ = env.step(int(action) if discrete else action)
+        total, done = total + float(reward), terminated or truncated
+    return total
+
+
+def _sb3_evaluator(model: Any, env_id: str, seed: int, eval_episodes: int) -> Any:
+    """The callback that evaluates ``model`` as the trainer does; its ``curve`` collects the results."""
+    from stable_baselines3.common.callbacks import BaseCallback
+
     discrete = isinstance(model.action_space, gym.spaces.Discrete)
-    eval_env = gym.make(task.env_id)
     curve = types.SimpleNamespace(eval_steps=[], eval_returns=[], steps=0, evaluations=0)
+    curve.eval_cpu, curve.env, curve.discrete = 0.0, gym.make(env_id), discrete
 
     class Evaluate(BaseCallback):
         def _on_step(self) -> bool:
             now = self.model.num_timesteps
-            if now // EVAL_EVERY > (now - self.training_env.num_envs) // EVAL_EVERY:
-                returns = []
-                curve.evaluations += 1
-                for j in range(eval_episodes):
-                    obs, _ = eval_env.reset(seed=_eval_seed(seed, curve.evaluations, j))
-                    total, done = 0.0, False
-                    while not done:
-                        action, _ = self.model.predict(obs, deterministic=True)
-                        obs, reward, terminated, truncated, _ = eval_env.step(
-                            int(action) if discrete else action
-                        )
-                        total, done = total + float(reward), terminated or truncated
-                    returns.append(total)
-                curve.eval_steps.append(now // EVAL_EVERY * EVAL_EVERY)
-                curve.eval_returns.append(
-                    (None, statistics.mean(returns))
-                )  # as the trainer: (episode, mean)
-            return True
+            if now // EVAL_EVERY <= (now - self.training_env.num_envs) // EVAL_EVERY:
+                return True
+            started = time.process_time()
+            curve.evaluations += 1
+            mean = statistics.mean(
+                _sb3_greedy_return(
+                    self.model, curve.env, _eval_seed(seed, curve.evaluations, j), discrete
+                )
+                for j in range(eval_episodes)
+            )
+            curve.eval_steps.append(now // EVAL_EVERY * EVAL_EVERY)
+            curve.eval_returns.append((None, mean))  # as the trainer: (episode, mean)
+            curve.eval_cpu += time.process_time() - started
+            return _STOP_AT is None or mean < _STOP_AT
 
-    model.learn(steps, callback=Evaluate())
+    callback = Evaluate()
+    callback.curve = curve
+    return callback
+
+
+def _train_sb3(name: str, task: Task, steps: int, seed: int, eval_episodes: int) -> Any:
+    """Train ``name`` with Stable-Baselines3 (sb3-contrib for QR-DQN, TQC and CrossQ) and the
+    zoo's settings, evaluated like the machin runs.
+
+    Evaluations: ``eval_episodes`` greedy (``deterministic=True``) episodes every ``EVAL_EVERY`` steps,
+    reset with the seeds the trainer uses (``seed + 10**6 + j``).
+    """
+    model = _sb3_model(name, task, seed)
+    callback = _sb3_evaluator(model, task.env_id, seed, eval_episodes)
+    curve = callback.curve
+    model.learn(steps, callback=callback)
     curve.steps = model.num_timesteps
     curve.final_eval = None
     if _FINAL_EPISODES:
-        returns = []
-        for j in range(_FINAL_EPISODES):
-            obs, _ = eval_env.reset(seed=seed + 2 * 10**6 + j)
-            total, done = 0.0, False
-            while not done:
-                action, _ = model.predict(obs, deterministic=True)
-                obs, reward, terminated, truncated, _ = eval_env.step(
-                    int(action) if discrete else action
-                )
-                total, done = total + float(reward), terminated or truncated
-            returns.append(total)
-        curve.final_eval = statistics.mean(returns)
-    eval_env.close()
+        started = time.process_time()
+        curve.final_eval = statistics.mean(
+            _sb3_greedy_return(model, curve.env, seed + 2 * 10**6 + j, curve.discrete)
+            for j in range(_FINAL_EPISODES)
+        )
+        curve.eval_cpu += time.process_time() - started
+    curve.env.close()
     return curve
 
 
@@ -614,22 +915,37 @@ def run_seed(
     eval_starts: str = "same",
     final_episodes: int = 0,
     dqn_mode: str = "fixed_target",
+    stop_at_threshold: bool = False,
 ) -> Dict[str, Any]:
     """Train task ``name`` with seed ``seed``; return its evaluations and summary (a JSON-able dict).
 
-    ``library="sb3"`` trains it with Stable-Baselines3 instead. ``eval_starts="fresh"`` resets
-    every evaluation's episodes with seeds of its own (see ``_FRESH_STARTS``); ``final_episodes``
-    adds a final evaluation of that many episodes (``final_eval``, see ``_FINAL_EPISODES``);
-    ``dqn_mode`` is the machin DQN's ``mode`` (see ``_DQN_MODE``).
+    ``library="sb3"`` trains it with Stable-Baselines3 (sb3-contrib for QR-DQN, TQC and
+    CrossQ) instead. ``eval_starts="fresh"`` resets every evaluation's episodes with seeds of
+    its own (see ``_FRESH_STARTS``); ``final_episodes`` adds a final evaluation of that many
+    episodes (``final_eval``, see ``_FINAL_EPISODES``); ``dqn_mode`` is the machin DQN's
+    ``mode`` (see ``_DQN_MODE``); ``stop_at_threshold`` ends the run at the first evaluation
+    that reaches the task's threshold.
 
     Keys: ``task``, ``library``, ``seed``, ``budget``, ``steps_taken``, ``eval_steps``, ``eval_returns``,
-    ``steps_to_threshold`` (``None``: never reached), ``final_return`` (the evaluation at the
-    budget; ``None`` when there was none), ``cpu_seconds`` and ``wall_seconds``.
+    ``steps_to_threshold`` (``None``: never reached), ``final_return`` (the last evaluation at
+    or before the budget; ``None`` when there was none), ``cpu_seconds`` (the process's CPU
+    time), ``eval_cpu_seconds`` (the part spent in evaluations), ``train_cpu_ms_per_step``
+    (the rest per training step taken), ``wall_seconds`` and ``stopped_at_threshold``.
+
+    Raises:
+        ValueError: When ``name`` or ``library`` is not known.
     """
-    global _FRESH_STARTS, _FINAL_EPISODES, _DQN_MODE
-    _FRESH_STARTS, _FINAL_EPISODES, _DQN_MODE = eval_starts == "fresh", final_episodes, dqn_mode
+    global _FRESH_STARTS, _FINAL_EPISODES, _DQN_MODE, _STOP_AT
+    if name not in TASKS:
+        raise ValueError(f"name must be one of {sorted(TASKS)}, got {name!r}")
+    if library not in ("machin", "sb3"):
+        raise ValueError(f"library must be 'machin' or 'sb3', got {library!r}")
     task = TASKS[name]
+    _FRESH_STARTS, _FINAL_EPISODES, _DQN_MODE = eval_starts == "fresh", final_episodes, dqn_mode
+    _STOP_AT = task.threshold if stop_at_threshold else None
     budget = max(1, int(round(task.steps * steps_scale)))
+    if library == "sb3":
+        _import_sb3(name)
     torch.set_num_threads(1)
     seed_everything(seed)
     cpu, wall = time.process_time(), time.perf_counter()
@@ -654,8 +970,11 @@ def run_seed(
         "final_return": curve[-1][1] if curve else None,
         "final_eval": getattr(result, "final_eval", None),
         "cpu_seconds": cpu,
+        "eval_cpu_seconds": result.eval_cpu,
+        "train_cpu_ms_per_step": 1000 * (cpu - result.eval_cpu) / max(1, result.steps),
         "wall_seconds": wall,
         "final_episodes": final_episodes,
+        "stopped_at_threshold": stop_at_threshold,
     }
 
 
@@ -668,42 +987,59 @@ def _steps_text(value: Optional[float]) -> str:
     return "-" if value is None or math.isinf(value) else f"{value:,.0f}"
 
 
+def _summary_row(name: str, mine: List[Dict[str, Any]]) -> Dict[str, Any]:
+    """The row of task ``name`` from its runs ``mine`` (one library, sorted by seed)."""
+    task = TASKS[name]
+    steps = [
+        math.inf if r["steps_to_threshold"] is None else float(r["steps_to_threshold"])
+        for r in mine
+    ]
+    finals = [r["final_return"] for r in mine if r["final_return"] is not None]
+    evals = [r["final_eval"] for r in mine if r.get("final_eval") is not None]
+    per_step = [r["train_cpu_ms_per_step"] for r in mine if "train_cpu_ms_per_step" in r]
+    median_steps = statistics.median(steps)
+    reached = not math.isinf(median_steps)
+    return {
+        "task": name,
+        "library": mine[0].get("library", "machin"),
+        "env": task.env_id,
+        "seeds": len(mine),
+        "budget": mine[0]["budget"],
+        "threshold": task.threshold,
+        "median_steps": median_steps if reached else None,
+        "steps": [None if math.isinf(s) else s for s in steps],
+        "target": task.target,
+        "meets_target": None if task.target is None else reached and median_steps <= task.target,
+        "final_median": statistics.median(finals) if finals else None,
+        "final_eval_median": statistics.median(evals) if evals else None,
+        "final_episodes": mine[0].get("final_episodes", 0),
+        "zoo_final": task.zoo_final,
+        "sb3_steps": task.sb3_steps,
+        "cpu_seconds": sum(r["cpu_seconds"] for r in mine),
+        "train_cpu_ms_per_step": statistics.median(per_step) if per_step else None,
+        "stopped_at_threshold": any(r.get("stopped_at_threshold") for r in mine),
+    }
+
+
 def summarize(runs: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
-    """One row per task: medians over its seeds, the comparison figures, CPU seconds (summed over seeds)."""
+    """One row per task and library: medians over its seeds, the comparison figures, CPU
+    seconds (summed over seeds) and the median training CPU per step."""
     rows = []
     for name in TASKS:
-        mine = sorted((r for r in runs if r["task"] == name), key=lambda r: r["seed"])
-        if not mine:
-            continue
-        task = TASKS[name]
-        steps = [
-            math.inf if r["steps_to_threshold"] is None else float(r["steps_to_threshold"])
-            for r in mine
-        ]
-        finals = [r["final_return"] for r in mine if r["final_return"] is not None]
-        evals = [r["final_eval"] for r in mine if r.get("final_eval") is not None]
-        final_episodes = mine[0].get("final_episodes", 0)
-        median_steps = statistics.median(steps)
-        rows.append(
-            {
-                "task": name,
-                "env": task.env_id,
-                "seeds": len(mine),
-                "budget": mine[0]["budget"],
-                "threshold": task.threshold,
-                "median_steps": None if math.isinf(median_steps) else median_steps,
-                "steps": [None if math.isinf(s) else s for s in steps],
-                "target": task.target,
-                "meets_target": not math.isinf(median_steps) and median_steps <= task.target,
-                "final_median": statistics.median(finals) if finals else None,
-                "final_eval_median": statistics.median(evals) if evals else None,
-                "final_episodes": final_episodes,
-                "zoo_final": task.zoo_final,
-                "sb3_steps": task.sb3_steps,
-                "cpu_seconds": sum(r["cpu_seconds"] for r in mine),
-            }
-        )
+        for library in ("machin", "sb3"):
+            mine = sorted(
+                (r for r in runs if r["task"] == name and r.get("library", "machin") == library),
+                key=lambda r: r["seed"],
+            )
+            if mine:
+                rows.append(_summary_row(name, mine))
     return rows
+
+
+def _target_text(row: Dict[str, Any]) -> str:
+    if row["target"] is None:
+        return "-"
+    return f"<= {row['target']:,} {'ok' if row['meets_target'] else 'MISSED'}"
 
 
 def print_table(rows: List[Dict[str, Any]]) -> None:
@@ -718,26 +1054,30 @@ def print_table(rows: List[Dict[str, Any]]) -> None:
         "zoo final",
         "SB3 steps",
         "CPU s (per seed)",
+        "train CPU ms/step",
     ]
     table = [header]
     for row in rows:
         per_seed = ", ".join(_steps_text(s) for s in row["steps"])
-        verdict = "ok" if row["meets_target"] else "MISSED"
         final = "-" if row["final_median"] is None else f"{row['final_median']:.1f}"
         if row["final_eval_median"] is not None:
             final += f" ({row['final_episodes']} episodes: {row['final_eval_median']:.1f})"
+        if row["stopped_at_threshold"]:
+            final += " (stopped at thr)"
+        per_step = row.get("train_cpu_ms_per_step")
         table.append(
             [
-                row["task"],
+                row["task"] + ("" if row.get("library", "machin") == "machin" else " (SB3)"),
                 f"{row['env']} ({row['threshold']:g})",
                 str(row["seeds"]),
                 f"{row['budget']:,}",
                 f"{_steps_text(row['median_steps'])} ({per_seed})",
-                f"<= {row['target']:,} {verdict}",
+                _target_text(row),
                 final,
                 row["zoo_final"],
                 row["sb3_steps"],
                 f"{row['cpu_seconds']:.0f} ({row['cpu_seconds'] / row['seeds']:.0f})",
+                "-" if per_step is None else f"{per_step:.2f}",
             ]
         )
     widths = [max(len(line[i]) for line in table) for i in range(len(header))]
@@ -747,6 +1087,88 @@ def print_table(rows: List[Dict[str, Any]]) -> None:
         )
         if i == 0:
             print("  ".join("-" * width for width in widths), flush=True)
+
+
+def _ratio(mine: Optional[float], theirs: Optional[float]) -> Optional[float]:
+    return None if mine is None or theirs is None or theirs == 0 else mine / theirs
+
+
+def comparison(rows: List[Dict[str, Any]]) -> List[str]:
+    """Markdown lines comparing machin with Stable-Baselines3 / sb3-contrib, task by task (tasks
+    run in both): median steps to the threshold, the median training CPU per step, their
+    ratios, and issue #45's target (machin within 1.1x of the steps, at most 1.0x the CPU per step).
+    """
+    lines = [
+        "| task | seeds | machin median steps (per seed) | SB3 median steps (per seed) | steps ratio "
+        "| machin train CPU ms/step | SB3 train CPU ms/step | CPU ratio | target met |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    by_key = {(row["task"], row.get("library", "machin")): row for row in rows}
+    for name in TASKS:
+        mine, theirs = by_key.get((name, "machin")), by_key.get((name, "sb3"))
+        if mine is None or theirs is None:
+            continue
+        steps = _ratio(mine["median_steps"], theirs["median_steps"])
+        cpu = _ratio(mine["train_cpu_ms_per_step"], theirs["train_cpu_ms_per_step"])
+        if steps is None:  # a side that never reached the threshold in the median
+            met = "yes" if mine["median_steps"] is not None else "no"
+        else:
+            met = "yes" if steps <= 1.1 else "no"
+        met += ", " + ("yes" if cpu is not None and cpu <= 1.0 else "no")
+        cells = [
+            f"{name}, {mine['env']} ({mine['threshold']:g})",
+            f"{mine['seeds']} / {theirs['seeds']}",
+            *(
+                f"{_steps_text(row['median_steps'])} ({', '.join(_steps_text(s) for s in row['steps'])})"
+                for row in (mine, theirs)
+            ),
+            "-" if steps is None else f"{steps:.2f}",
+            *(
+                "-"
+                if row["train_cpu_ms_per_step"] is None
+                else f"{row['train_cpu_ms_per_step']:.2f}"
+                for row in (mine, theirs)
+            ),
+            "-" if cpu is None else f"{cpu:.2f}",
+            met,
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines if len(lines) > 2 else []
+
+
+def _jobs(tasks: Sequence[str], seeds: int, library: str, options: tuple) -> List[tuple]:
+    """The ``run_seed`` argument tuples: per task and seed, machin's run before SB3's for ``"both"``;
+    the longest tasks first, so that the last worker to finish does not start late."""
+    libraries = ("machin", "sb3") if library == "both" else (library,)
+    steps_scale, eval_episodes, eval_starts, final_episodes, dqn_mode, stop = options
+    jobs = [
+        (name, seed, steps_scale, eval_episodes, lib, eval_starts, final_episodes, dqn_mode, stop)
+        for name in tasks
+        for seed in range(seeds)
+        for lib in libraries
+    ]
+    jobs.sort(key=lambda job: _DURATION_ORDER.index(job[0]))
+    return jobs
+
+
+def _report(result: Dict[str, Any]) -> None:
+    """Print the line of one finished run."""
+    final = "-" if result["final_return"] is None else f"{result['final_return']:.1f}"
+    library = "" if result["library"] == "machin" else " (SB3)"
+    print(
+        f"  {result['task']}{library} seed {result['seed']}: steps to threshold "
+        f"{_steps_text(result['steps_to_threshold'])}, final {final}, "
+        f"{result['cpu_seconds']:.0f} CPU s ({result['eval_cpu_seconds']:.0f} evaluating, "
+        f"{result['train_cpu_ms_per_step']:.2f} ms per training step), "
+        f"{result['wall_seconds']:.0f} s",
+        flush=True,
+    )
+
+
+def _write_json(path: Optional[str], runs: List[Dict[str, Any]]) -> None:
+    if path:
+        with open(path, "w") as handle:
+            json.dump({"rows": summarize(runs), "runs": runs}, handle, indent=1)
 
 
 def run(
@@ -760,51 +1182,46 @@ def run(
     eval_starts: str = "same",
     final_episodes: int = 0,
     dqn_mode: str = "fixed_target",
+    stop_at_threshold: bool = False,
 ) -> List[Dict[str, Any]]:
-    """Run every (task, seed), ``workers`` at a time; print one line per run and the table."""
-    jobs = [
-        (name, seed, steps_scale, eval_episodes, library, eval_starts, final_episodes, dqn_mode)
-        for name in tasks
-        for seed in range(seeds)
-    ]
-    # the longest runs first, so that the last worker to finish does not start late
-    jobs.sort(key=lambda job: {"sac": 0, "td3": 1, "dqn": 2, "ppo": 3}[job[0]])
+    """Run every (task, seed) (in both libraries for ``library="both"``), ``workers`` at a time;
+    print one line per run, the table and, with both libraries, the comparison. ``json_path``
+    is rewritten after every run, so an interrupted benchmark keeps the runs it finished."""
+    options = (steps_scale, eval_episodes, eval_starts, final_episodes, dqn_mode, stop_at_threshold)
+    jobs = _jobs(tasks, seeds, library, options)
     workers = min(len(jobs), workers or os.cpu_count() or 1)
     print(
         f"{library}: {len(jobs)} runs ({', '.join(tasks)} x {seeds} seeds), {workers} worker process(es), "
         f"one torch thread each, budgets x{steps_scale:g}, evaluation starts: {eval_starts}"
-        + (f", DQN mode {dqn_mode}" if "dqn" in tasks and library == "machin" else ""),
+        + (f", DQN mode {dqn_mode}" if "dqn" in tasks and library != "sb3" else "")
+        + (", each run stops at its threshold" if stop_at_threshold else ""),
         flush=True,
     )
     started, runs = time.perf_counter(), []
-
-    def report(result: Dict[str, Any]) -> None:
-        runs.append(result)
-        final = "-" if result["final_return"] is None else f"{result['final_return']:.1f}"
-        print(
-            f"  {result['task']} seed {result['seed']}: steps to threshold "
-            f"{_steps_text(result['steps_to_threshold'])}, final {final}, "
-            f"{result['cpu_seconds']:.0f} CPU s, {result['wall_seconds']:.0f} s",
-            flush=True,
-        )
-
     if workers == 1:
-        for job in jobs:
-            report(_run_job(job))
+        results = map(_run_job, jobs)
     else:
-        with multiprocessing.get_context("spawn").Pool(workers, maxtasksperchild=1) as pool:
-            for result in pool.imap_unordered(_run_job, jobs):
-                report(result)
+        pool = multiprocessing.get_context("spawn").Pool(workers, maxtasksperchild=1)
+        results = pool.imap_unordered(_run_job, jobs)
+    try:
+        for result in results:
+            runs.append(result)
+            _report(result)
+            _write_json(json_path, runs)
+    finally:
+        if workers > 1:
+            pool.terminate()
+            pool.join()
     rows = summarize(runs)
     print_table(rows)
+    for line in comparison(rows):
+        print(line, flush=True)
     print(
-        f"total wall time {time.perf_counter() - started:.0f} s; 'final' is the greedy return at the budget; "
-        f"steps '-': threshold not reached",
+        f"total wall time {time.perf_counter() - started:.0f} s; 'final' is the last greedy return at "
+        f"or before the budget; steps '-': threshold not reached",
         flush=True,
     )
     if json_path:
-        with open(json_path, "w") as handle:
-            json.dump({"rows": rows, "runs": runs}, handle, indent=1)
         print(f"wrote {json_path}", flush=True)
     return rows
 
@@ -821,7 +1238,13 @@ def main(argv: Optional[List[str]] = None) -> Optional[List[Dict[str, Any]]]:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--tasks", nargs="+", choices=list(TASKS), default=list(TASKS))
+    parser.add_argument(
+        "--tasks",
+        nargs="+",
+        choices=list(TASKS),
+        default=list(DEFAULT_TASKS),
+        help=f"default: {' '.join(DEFAULT_TASKS)} (issue #25's)",
+    )
     parser.add_argument("--seeds", type=int, default=3, help="seeds 0 .. n-1 per task (default 3)")
     parser.add_argument(
         "--workers",
@@ -843,10 +1266,16 @@ def main(argv: Optional[List[str]] = None) -> Optional[List[Dict[str, Any]]]:
     )
     parser.add_argument(
         "--library",
-        choices=["machin", "sb3"],
+        choices=["machin", "sb3", "both"],
         default="machin",
-        help="train with machin (default) or with Stable-Baselines3 "
-        "(which must be importable) under the same settings and evaluations",
+        help="train with machin (default), with Stable-Baselines3 (sb3-contrib for qrdqn, tqc "
+        "and crossq; it must be importable) under the same settings and evaluations, or "
+        "with both, each seed in machin and then in SB3, followed by the comparison table",
+    )
+    parser.add_argument(
+        "--stop-at-threshold",
+        action="store_true",
+        help="end each run at its first evaluation that reaches the threshold",
     )
     parser.add_argument(
         "--eval-starts",
@@ -885,6 +1314,7 @@ def main(argv: Optional[List[str]] = None) -> Optional[List[Dict[str, Any]]]:
         args.eval_starts,
         args.final_episodes,
         args.dqn_mode,
+        args.stop_at_threshold,
     )
 
 

@@ -5,8 +5,10 @@ harness (the zoo's settings written as machin code, the trainer options it uses,
 evaluation protocol and the report) working as the library changes.
 """
 
+import dataclasses
 import json
 import sys
+import types
 
 import pytest
 import torch
@@ -103,6 +105,125 @@ def test_the_command_line_writes_the_table_and_the_json(tmp_path, capsys):
     assert [r["seed"] for r in saved["runs"]] == [0, 1] and saved["rows"][0]["task"] == "dqn"
     with pytest.raises(SystemExit):
         sample_efficiency.main(["--final-episodes", "-1"])
+
+
+@pytest.mark.parametrize("task, scale", [("qrdqn", 0.022), ("tqc", 0.0075), ("crossq", 0.0075)])
+def test_the_sb3_contrib_tasks_train_evaluate_and_count_their_cpu(task, scale, monkeypatch):
+    monkeypatch.setattr(sample_efficiency, "EVAL_EVERY", 100)  # evaluations within a tiny budget
+    run = sample_efficiency.run_seed(task, 0, steps_scale=scale, eval_episodes=1)
+    budget = round(sample_efficiency.TASKS[task].steps * scale)  # 128 / 128 / 100 updates
+    assert run["library"] == "machin" and run["steps_taken"] >= budget
+    assert run["eval_steps"] == list(range(100, budget + 1, 100))
+    assert len(run["eval_returns"]) == len(run["eval_steps"]) and run["final_return"] is not None
+    assert 0 < run["eval_cpu_seconds"] < run["cpu_seconds"]
+    expected = 1000 * (run["cpu_seconds"] - run["eval_cpu_seconds"]) / run["steps_taken"]
+    assert run["train_cpu_ms_per_step"] == pytest.approx(expected)
+
+
+@pytest.mark.parametrize("task", ["qrdqn", "tqc"])
+def test_a_run_stops_at_the_evaluation_that_reaches_the_threshold(task, monkeypatch):
+    monkeypatch.setattr(sample_efficiency, "EVAL_EVERY", 100)
+    reachable = dataclasses.replace(sample_efficiency.TASKS[task], threshold=-1e9)
+    monkeypatch.setitem(sample_efficiency.TASKS, task, reachable)
+    run = sample_efficiency.run_seed(
+        task, 0, steps_scale=0.05, eval_episodes=1, stop_at_threshold=True
+    )
+    assert run["steps_to_threshold"] == 100 and run["steps_taken"] == 100
+    assert run["eval_steps"] == [100] and run["stopped_at_threshold"]
+
+
+def test_without_the_option_a_run_goes_on_past_the_threshold(monkeypatch):
+    monkeypatch.setattr(sample_efficiency, "EVAL_EVERY", 100)
+    reachable = dataclasses.replace(sample_efficiency.TASKS["qrdqn"], threshold=-1e9)
+    monkeypatch.setitem(sample_efficiency.TASKS, "qrdqn", reachable)
+    run = sample_efficiency.run_seed("qrdqn", 0, steps_scale=0.006, eval_episodes=1)
+    assert run["steps_to_threshold"] == 100 and run["steps_taken"] >= 300
+    assert run["eval_steps"] == [100, 200, 300] and not run["stopped_at_threshold"]
+
+
+def test_the_machin_trainer_resets_evaluations_with_the_benchmarks_seeds():
+    seed_of = sample_efficiency._Trainer.evaluation_seed
+    fresh = sample_efficiency._FRESH_STARTS
+    try:
+        sample_efficiency._FRESH_STARTS = True
+        trainer = types.SimpleNamespace(seed=3, final=False, evaluations=2)
+        assert seed_of(trainer, 1) == 3 + 10**6 + 1 + 2000
+        trainer.final = True  # the final evaluation: starts no evaluation used
+        assert seed_of(trainer, 1) == 3 + 2 * 10**6 + 1
+        assert seed_of(types.SimpleNamespace(seed=None), 1) is None
+    finally:
+        sample_efficiency._FRESH_STARTS = fresh
+
+
+def test_both_libraries_alternate_seed_by_seed_and_a_bad_name_is_refused():
+    options = (1.0, 5, "same", 0, "fixed_target", True)
+    jobs = sample_efficiency._jobs(["qrdqn", "crossq"], 2, "both", options)
+    assert [(job[0], job[1], job[4]) for job in jobs] == [
+        ("crossq", 0, "machin"),
+        ("crossq", 0, "sb3"),
+        ("crossq", 1, "machin"),
+        ("crossq", 1, "sb3"),
+        ("qrdqn", 0, "machin"),
+        ("qrdqn", 0, "sb3"),
+        ("qrdqn", 1, "machin"),
+        ("qrdqn", 1, "sb3"),
+    ]
+    assert all(job[-1] is True for job in jobs)  # stop_at_threshold reaches run_seed
+    with pytest.raises(ValueError, match="library must be 'machin' or 'sb3', got 'sb4'"):
+        sample_efficiency.run_seed("qrdqn", 0, library="sb4")
+    with pytest.raises(ValueError, match="name must be one of .*got 'iqn'"):
+        sample_efficiency.run_seed("iqn", 0)
+
+
+def test_without_sb3_contrib_its_tasks_say_what_to_install(monkeypatch):
+    monkeypatch.setitem(sys.modules, "sb3_contrib", None)  # as if not installed: import raises
+    with pytest.raises(SystemExit, match="task 'tqc' needs sb3-contrib importable"):
+        sample_efficiency.run_seed("tqc", 0, library="sb3")
+
+
+def _fake_run(task, library, seed, steps, ms_per_step):
+    return {
+        "task": task,
+        "library": library,
+        "seed": seed,
+        "budget": 50_000,
+        "steps_to_threshold": steps,
+        "final_return": 500.0,
+        "cpu_seconds": 10.0,
+        "train_cpu_ms_per_step": ms_per_step,
+    }
+
+
+def test_the_comparison_gives_the_ratios_and_the_target_of_issue_45():
+    runs = [
+        _fake_run("qrdqn", "machin", 0, 20_000, 1.0),
+        _fake_run("qrdqn", "machin", 1, 30_000, 1.2),
+        _fake_run("qrdqn", "machin", 2, None, 1.1),
+        _fake_run("qrdqn", "sb3", 0, 10_000, 2.0),
+        _fake_run("qrdqn", "sb3", 1, 25_000, 2.2),
+        _fake_run("qrdqn", "sb3", 2, 40_000, 2.4),
+        _fake_run("tqc", "machin", 0, 3_000, 3.0),
+        _fake_run("tqc", "sb3", 0, 3_000, 2.0),
+        _fake_run("crossq", "machin", 0, 3_000, 3.0),  # no SB3 run: no comparison
+    ]
+    rows = sample_efficiency.summarize(runs)
+    assert [(r["task"], r["library"]) for r in rows] == [
+        ("qrdqn", "machin"),
+        ("qrdqn", "sb3"),
+        ("tqc", "machin"),
+        ("tqc", "sb3"),
+        ("crossq", "machin"),
+    ]
+    assert rows[0]["median_steps"] == 30_000 and rows[0]["steps"] == [20_000, 30_000, None]
+    assert rows[0]["train_cpu_ms_per_step"] == 1.1 and rows[0]["meets_target"] is None
+    lines = sample_efficiency.comparison(rows)
+    assert len(lines) == 4
+    assert lines[2] == (
+        "| qrdqn, CartPole-v1 (475) | 3 / 3 | 30,000 (20,000, 30,000, -) | "
+        "25,000 (10,000, 25,000, 40,000) | 1.20 | 1.10 | 2.20 | 0.50 | no, yes |"
+    )
+    assert lines[3].endswith("| 1.00 | 3.00 | 2.00 | 1.50 | yes, no |")
+    assert sample_efficiency.comparison(rows[:1]) == []
 
 
 def test_the_versus_benchmark_without_stable_baselines3_says_so_and_stops(monkeypatch, capsys):
