@@ -20,9 +20,10 @@ with a hard timeout. Inside the actors ``World()`` uses the Ray transport.
 import contextlib
 import functools
 import os
+import re
 import time
 from multiprocessing import forkserver
-from typing import Any, Callable, List, Sequence, Tuple
+from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 import psutil
 import pytest
@@ -30,7 +31,14 @@ import torch
 
 from tests.multiprocess import keep_processes
 
-__all__ = ["ray_cluster", "run_on", "run_ray_ranks", "RAY_TIMEOUT"]
+__all__ = [
+    "ray_cluster",
+    "run_on",
+    "run_ray_ranks",
+    "in_ray_group",
+    "stop_after_the_ray_group",
+    "RAY_TIMEOUT",
+]
 
 #: Hard limit of one run on the cluster, in seconds.
 RAY_TIMEOUT = 120.0
@@ -255,6 +263,30 @@ def _connect(ray: Any, cluster: Any) -> List[str]:
     return _alive_node_addresses(ray)
 
 
+#: The cluster of this test process (one per xdist worker).
+_HOLDER = _WorkerCluster()
+_RAY_IN_ID = re.compile(r"(?<![a-z])ray(?![a-z])")
+
+
+def in_ray_group(nodeid: str) -> bool:
+    """Whether a test id names ray as a word (``test_ray_faults.py``, ``[ray]``,
+    ``..._on_a_ray_cluster``): such tests run together on one xdist worker."""
+    return bool(_RAY_IN_ID.search(nodeid.lower()))
+
+
+def stop_after_the_ray_group(item: pytest.Item, nextitem: Optional[pytest.Item]) -> None:
+    """Under xdist, stop the cluster once this worker has run the Ray group (which it runs as
+    one unit, see ``tests/conftest.py``): idle, the cluster costs a tenth of a core."""
+    if not os.environ.get("PYTEST_XDIST_WORKER") or _HOLDER.cluster is None:
+        return
+    if nextitem is not None and in_ray_group(nextitem.nodeid):
+        return
+    import ray
+
+    ray.shutdown()  # a module-scoped connection whose module goes on without Ray
+    _HOLDER.shutdown()
+
+
 @pytest.fixture(scope="session")
 def _worker_cluster():
     """This test worker's cluster (see ``_WorkerCluster``), shut down and checked at the end."""
@@ -262,9 +294,8 @@ def _worker_cluster():
     from ray._private import ray_constants
 
     assert not ray_constants.ENABLE_RAY_CLUSTER, "ray was imported before tests.ray_cluster"
-    holder = _WorkerCluster()
-    yield holder
-    holder.shutdown()
+    yield _HOLDER
+    _HOLDER.shutdown()
 
 
 @pytest.fixture(scope="module")
