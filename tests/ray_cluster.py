@@ -21,6 +21,7 @@ import contextlib
 import functools
 import os
 import re
+import signal
 import time
 from multiprocessing import forkserver
 from typing import Any, Callable, List, Optional, Sequence, Tuple
@@ -265,6 +266,17 @@ def _connect(ray: Any, cluster: Any) -> List[str]:
 
 #: The cluster of this test process (one per xdist worker).
 _HOLDER = _WorkerCluster()
+#: SIGTERM's handler before ``ray.init``, which installs its own (``sys.exit``) and never puts
+#: the old one back: processes this test process forks later (a ``Pool``'s workers) would
+#: inherit it, and a terminated pool worker then runs its exit handlers instead of dying.
+_SIGTERM_BEFORE_RAY = signal.getsignal(signal.SIGTERM)
+
+
+def _disconnect(ray: Any) -> None:
+    ray.shutdown()
+    signal.signal(signal.SIGTERM, _SIGTERM_BEFORE_RAY)
+
+
 _RAY_IN_ID = re.compile(r"(?<![a-z])ray(?![a-z])")
 
 
@@ -283,7 +295,7 @@ def stop_after_the_ray_group(item: pytest.Item, nextitem: Optional[pytest.Item])
         return
     import ray
 
-    ray.shutdown()  # a module-scoped connection whose module goes on without Ray
+    _disconnect(ray)  # a module-scoped connection whose module goes on without Ray
     _HOLDER.shutdown()
 
 
@@ -313,7 +325,7 @@ def ray_cluster(_worker_cluster):
     try:
         addresses = _connect(ray, cluster)
         if len(addresses) != 2:  # a module before this one left it broken: start it again
-            ray.shutdown()
+            _disconnect(ray)
             _worker_cluster.shutdown()
             addresses = _connect(ray, _worker_cluster.start())
         assert addresses == ["127.0.0.1", "127.0.0.1"], f"nodes bound elsewhere: {addresses}"
@@ -322,7 +334,7 @@ def ray_cluster(_worker_cluster):
             "start_seconds": time.monotonic() - began,
         }
     finally:
-        ray.shutdown()
+        _disconnect(ray)
 
 
 @pytest.fixture(params=["rpc", "ray"])
