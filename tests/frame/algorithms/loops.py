@@ -69,11 +69,12 @@ def learns_pendulum(
     warmup_steps: int = 500,
     act_kwargs: Optional[Dict[str, Any]] = PENDULUM_NOISE,
 ) -> TrainResult:
-    """Train ``agent`` on Pendulum-v1 (seed 0, an update per step after ``warmup_steps``) and
-    assert that it meets ``PENDULUM_RULE`` within ``episodes``; print when it did.
+    """Train ``agent`` on Pendulum-v1 (seed 0, an update per step after ``warmup_steps``) until
+    it meets ``PENDULUM_RULE`` or has played ``episodes``; print when it met the rule.
 
     ``act_kwargs`` are those of the exploring act call (``None``: the family's default, e.g.
-    a stochastic policy's own sampling).
+    a stochastic policy's own sampling). The caller asserts on ``solved_episode``
+    (:func:`pendulum_failure` words the message).
     """
     start = time.process_time()
     options = {} if act_kwargs is None else {"act_kwargs": act_kwargs}
@@ -91,12 +92,16 @@ def learns_pendulum(
         f"{name} Pendulum: smoothed return above {threshold} from episode "
         f"{result.solved_episode} ({result.steps} steps, {time.process_time() - start:.1f} s CPU)"
     )
-    assert result.solved_episode is not None, (
+    return result
+
+
+def pendulum_failure(name: str, result: TrainResult, threshold: float = -400) -> str:
+    """The message of a Pendulum learning test whose run did not meet ``PENDULUM_RULE``."""
+    return (
         f"{name} did not keep a smoothed return above {threshold} for "
-        f"{PENDULUM_RULE['solved_repeat']} episodes within {episodes}; "
+        f"{PENDULUM_RULE['solved_repeat']} episodes within {len(result.returns)}; "
         f"returns {[round(r) for r in result.returns]}"
     )
-    return result
 
 
 def smoothed_returns(returns: Sequence[float], smoothing: float = 0.9) -> List[float]:

@@ -4,22 +4,23 @@ episodes in a row), the agent sampling its own actions."""
 
 from __future__ import annotations
 
-import math
 from typing import Any
+
+from machin.frame.trainer import TrainResult
 
 from .loops import PENDULUM_RULE, learns_pendulum
 
 WARMUP_STEPS = 300
 
 
-def learn_pendulum(agent: Any, name: str, episodes: int, warmup_steps: int = WARMUP_STEPS) -> int:
-    """Train a SAC-family ``agent`` on Pendulum-v1 (seed 0) until ``PENDULUM_RULE`` holds, sampling
-    its own actions; the episode it held at. Its temperature must stay finite."""
-    result = learns_pendulum(
+def learn_pendulum(
+    agent: Any, name: str, episodes: int, warmup_steps: int = WARMUP_STEPS
+) -> TrainResult:
+    """Train a SAC-family ``agent`` on Pendulum-v1 (seed 0) sampling its own actions, until
+    ``PENDULUM_RULE`` holds or ``episodes`` are played (see ``loops.learns_pendulum``)."""
+    return learns_pendulum(
         agent, name, episodes=episodes, warmup_steps=warmup_steps, act_kwargs=None
     )
-    assert math.isfinite(agent.entropy_alpha)
-    return result.solved_episode
 
 
 __all__ = ["PENDULUM_RULE", "learn_pendulum"]

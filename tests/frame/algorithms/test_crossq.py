@@ -11,6 +11,7 @@ from machin.frame.algorithms.crossq import CrossQ as CrossQFromModule
 from machin.utils.compat import ExtraArgumentsWarning
 
 from .contract import ContractCase
+from .loops import pendulum_failure
 from .nets import TanhGaussianActor, episode_steps, parameters, same
 from .sac_family import learn_pendulum
 
@@ -177,4 +178,6 @@ def test_crossq_learns_pendulum():
         critic_learning_rate=0.002,
         alpha_learning_rate=0.005,
     )  # the policy steps after every third critic step (the default, as in the paper)
-    learn_pendulum(agent, "CrossQ", episodes=20)
+    result = learn_pendulum(agent, "CrossQ", episodes=20)
+    assert result.solved_episode is not None, pendulum_failure("CrossQ", result)
+    assert math.isfinite(agent.entropy_alpha)

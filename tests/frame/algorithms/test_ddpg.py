@@ -12,7 +12,7 @@ from machin.frame.algorithms.ddpg import DDPG
 from machin.frame.transition import Transition
 
 from .contract import ContractCase
-from .loops import learns_pendulum
+from .loops import learns_pendulum, pendulum_failure
 from .nets import (
     ACTION_RANGE,
     STATE_DIM,
@@ -441,7 +441,8 @@ def test_ddpg_learns_pendulum():
         actor_learning_rate=1e-3,
         critic_learning_rate=1e-3,
     )
-    learns_pendulum(ddpg, "DDPG")
+    result = learns_pendulum(ddpg, "DDPG")
+    assert result.solved_episode is not None, pendulum_failure("DDPG", result)
 
 
 def test_n_step_episodes_bootstrap_with_discount_to_the_power_of_steps():

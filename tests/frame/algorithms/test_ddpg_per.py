@@ -14,7 +14,7 @@ from machin.frame.buffers import Buffer, PrioritizedBuffer
 from machin.frame.transition import Transition
 
 from .contract import ContractCase
-from .loops import learns_pendulum
+from .loops import learns_pendulum, pendulum_failure
 from .nets import (
     STATE_DIM,
     Actor,
@@ -176,4 +176,5 @@ def test_ddpg_per_learns_pendulum():
         actor_learning_rate=1e-3,
         critic_learning_rate=1e-3,
     )
-    learns_pendulum(per, "DDPGPer")
+    result = learns_pendulum(per, "DDPGPer")
+    assert result.solved_episode is not None, pendulum_failure("DDPGPer", result)

@@ -13,7 +13,7 @@ from machin.frame.algorithms.hddpg import HDDPG
 from machin.frame.transition import Transition
 
 from .contract import ContractCase
-from .loops import learns_pendulum
+from .loops import learns_pendulum, pendulum_failure
 from .nets import (
     STATE_DIM,
     Actor,
@@ -175,4 +175,5 @@ def test_hddpg_learns_pendulum():
         q_increase_rate=1.0,
         q_decrease_rate=0.5,
     )
-    learns_pendulum(hddpg, "HDDPG")
+    result = learns_pendulum(hddpg, "HDDPG")
+    assert result.solved_episode is not None, pendulum_failure("HDDPG", result)

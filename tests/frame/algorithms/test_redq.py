@@ -1,3 +1,4 @@
+import math
 import warnings
 
 import pytest
@@ -9,6 +10,7 @@ from machin.frame.algorithms.redq import REDQ as REDQFromModule
 from machin.frame.algorithms.replay import SampledBatch
 
 from .contract import ContractCase
+from .loops import pendulum_failure
 from .nets import QCritic, TanhGaussianActor, episode_steps, parameters, same
 from .sac_family import learn_pendulum
 
@@ -263,4 +265,6 @@ def test_redq_learns_pendulum():
         alpha_learning_rate=0.005,
         update_rate=0.02,
     )
-    learn_pendulum(agent, "REDQ", episodes=12)
+    result = learn_pendulum(agent, "REDQ", episodes=12)
+    assert result.solved_episode is not None, pendulum_failure("REDQ", result)
+    assert math.isfinite(agent.entropy_alpha)

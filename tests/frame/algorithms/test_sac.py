@@ -1,3 +1,5 @@
+import math
+
 import pytest
 import torch
 from torch import nn
@@ -6,6 +8,7 @@ from machin.frame.algorithms import SAC
 from machin.frame.algorithms.sac import SAC as SACFromModule
 
 from .contract import ContractCase
+from .loops import pendulum_failure
 from .nets import (
     CategoricalActor,
     QCritic,
@@ -260,4 +263,6 @@ def test_sac_learns_pendulum():
         alpha_learning_rate=0.005,
         update_rate=0.01,
     )
-    learn_pendulum(agent, "SAC", episodes=60)
+    result = learn_pendulum(agent, "SAC", episodes=60)
+    assert result.solved_episode is not None, pendulum_failure("SAC", result)
+    assert math.isfinite(agent.entropy_alpha)

@@ -12,7 +12,7 @@ from machin.frame.algorithms.td3 import TD3
 from machin.frame.transition import Transition
 
 from .contract import ContractCase
-from .loops import learns_pendulum
+from .loops import learns_pendulum, pendulum_failure
 from .nets import (
     STATE_DIM,
     Actor,
@@ -258,7 +258,8 @@ def test_td3_learns_pendulum():
         actor_learning_rate=3e-3,
         critic_learning_rate=3e-3,
     )
-    learns_pendulum(td3, "TD3")
+    result = learns_pendulum(td3, "TD3")
+    assert result.solved_episode is not None, pendulum_failure("TD3", result)
 
 
 def test_action_range_clamps_exploration_and_smoothed_target_actions():

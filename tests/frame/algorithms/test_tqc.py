@@ -1,3 +1,5 @@
+import math
+
 import pytest
 import torch
 from torch import nn
@@ -7,6 +9,7 @@ from machin.frame.algorithms.replay import SampledBatch
 from machin.frame.algorithms.tqc import TQC as TQCFromModule
 
 from .contract import ContractCase
+from .loops import pendulum_failure
 from .nets import TanhGaussianActor, episode_steps, mlp, parameters, same
 from .sac_family import learn_pendulum
 
@@ -230,4 +233,6 @@ def test_tqc_learns_pendulum():
         alpha_learning_rate=0.005,
         update_rate=0.02,
     )
-    learn_pendulum(agent, "TQC", episodes=15, warmup_steps=200)
+    result = learn_pendulum(agent, "TQC", episodes=15, warmup_steps=200)
+    assert result.solved_episode is not None, pendulum_failure("TQC", result)
+    assert math.isfinite(agent.entropy_alpha)
