@@ -7,7 +7,9 @@
 * :func:`restore_online`: copy loaded target networks back into their online networks
   (soft updates of several pairs are :func:`~machin.frame.algorithms.utils.soft_update_pairs`);
 * :class:`SoftTargets`: the ``update_rate`` option with the target update and the restore
-  after loading, for an algorithm that names its ``(online, target)`` pairs.
+  after loading, for an algorithm that names its ``(online, target)`` pairs;
+* :class:`TwinCritics`: :class:`SoftTargets` for two critics ``critic`` and ``critic2``,
+  each with its target and optimizer (SAC and IQL).
 """
 
 from __future__ import annotations
@@ -21,7 +23,14 @@ from .base import split_output
 from .options import SoftTargetOptions
 from .utils import as_column, hard_update, soft_update_pairs
 
-__all__ = ["CriticSet", "critic_action_input", "value_column", "restore_online", "SoftTargets"]
+__all__ = [
+    "CriticSet",
+    "critic_action_input",
+    "value_column",
+    "restore_online",
+    "SoftTargets",
+    "TwinCritics",
+]
 
 
 class CriticSet(NamedTuple):
@@ -88,3 +97,45 @@ class SoftTargets(SoftTargetOptions):
 
     def _post_load(self) -> None:
         restore_online(self._online_target_pairs())
+
+
+class TwinCritics(SoftTargets):
+    """Two critics, ``critic`` and ``critic2``, each with its target and its own optimizer,
+    and the ``criterion`` they learn with (SAC and IQL build them the same way).
+
+    The host class is a ``TorchFramework`` with the ``critic_learning_rate`` option; its
+    constructor calls :meth:`_set_up_twin_critics`.
+    """
+
+    def _set_up_twin_critics(
+        self,
+        critic: nn.Module,
+        critic_target: nn.Module,
+        critic2: nn.Module,
+        critic2_target: nn.Module,
+        optimizer: Any,
+        criterion: Any,
+    ) -> None:
+        """Check and keep ``criterion`` and both critics with their targets (each target
+        hard-copied from its critic now), and make each critic's optimizer.
+
+        Raises:
+            TypeError: When ``criterion`` is not callable.
+            NetworkMismatchError: (a ``ValueError``) When a target differs from its critic
+                in parameter names or shapes.
+        """
+        self._check_criterion(criterion)
+        self._check_same_structure(
+            critic_target=(critic, critic_target), critic2_target=(critic2, critic2_target)
+        )
+        self.criterion = criterion
+        self.critic, self.critic_target = critic, critic_target
+        self.critic2, self.critic2_target = critic2, critic2_target
+        hard_update(self.critic_target, self.critic)
+        hard_update(self.critic2_target, self.critic2)
+        self.critic_optim = self._make_optimizer(optimizer, critic, self.critic_learning_rate)
+        self.critic2_optim = self._make_optimizer(optimizer, critic2, self.critic_learning_rate)
+
+    def _online_target_pairs(self) -> List[Tuple[nn.Module, nn.Module]]:
+        """``(online, target)`` for both critics."""
+        return [(self.critic, self.critic_target), (self.critic2, self.critic2_target)]

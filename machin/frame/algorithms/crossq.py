@@ -65,6 +65,10 @@ class CrossQ(EnsembleSAC):
     in SAC. The paper uses Adam with ``betas=(0.5, 0.999)``: pass
     ``functools.partial(torch.optim.Adam, betas=(0.5, 0.999))`` as ``optimizer``.
 
+    Acting (:meth:`act`, sampled or with ``deterministic=True``) calls the actor in
+    evaluation mode, as SAC does: its normalisation layers use their running statistics,
+    so a single state can be acted on and acting changes no statistics.
+
     There are no target networks: ``CrossQ._is_top == ["actor", "critics"]``, both are
     saved, ``update_rate`` is not an option and ``update(update_target=...)`` has nothing
     to update. Each critic needs the states and actions as tensors (or per-sample lists)
@@ -110,8 +114,10 @@ class CrossQ(EnsembleSAC):
     def _actor_and_alpha_losses(
         self, batch: SampledBatch, alpha: torch.Tensor
     ) -> Tuple[List[torch.Tensor], torch.Tensor]:
-        # The actor learns in training mode from the critics' running statistics.
-        self._set_mode(True, self.actor)
+        # The actor learns in training mode from the critics' running statistics. Computed
+        # without gradient (the policy value reported before the first policy step), nothing
+        # learns: the actor then uses its running statistics and leaves them unchanged.
+        self._set_mode(torch.is_grad_enabled(), self.actor)
         self._set_mode(False, *self.critics)
         return super()._actor_and_alpha_losses(batch, alpha)
 

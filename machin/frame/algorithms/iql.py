@@ -18,11 +18,11 @@ from torch import nn
 from ...utils.compat import ignores_extra_args
 from .base import Driver, TorchFramework, UpdateResult
 from .compiled import compilable
-from .critics import SoftTargets, value_column
+from .critics import TwinCritics, value_column
 from .options import ActorCriticOptions, Option, non_negative, positive
 from .policy import StochasticActing, split_actor_output
 from .replay import ReplayMixin, SampledBatch
-from .utils import as_column, hard_update, safe_call
+from .utils import as_column, safe_call
 
 __all__ = ["expectile_loss", "advantage_weights", "IQL"]
 
@@ -65,7 +65,7 @@ def _open_unit_interval(name: str, value: Any) -> Any:
     return value
 
 
-class IQL(StochasticActing, ReplayMixin, SoftTargets, ActorCriticOptions, TorchFramework):
+class IQL(StochasticActing, ReplayMixin, TwinCritics, ActorCriticOptions, TorchFramework):
     """Implicit Q-learning: expectile value learning and advantage-weighted policy extraction.
 
     The actor is called as ``actor(<state keys>, action=None)`` and returns ``(action,
@@ -147,28 +147,16 @@ class IQL(StochasticActing, ReplayMixin, SoftTargets, ActorCriticOptions, TorchF
         **options: Any,
     ):
         super().__init__(*_, **options)
-        self._check_criterion(criterion)
-        self._check_same_structure(
-            critic_target=(critic, critic_target), critic2_target=(critic2, critic2_target)
+        self._set_up_twin_critics(
+            critic, critic_target, critic2, critic2_target, optimizer, criterion
         )
-        self.criterion = criterion
         self.actor, self.value_net = actor, value_net
-        self.critic, self.critic_target = critic, critic_target
-        self.critic2, self.critic2_target = critic2, critic2_target
-        hard_update(self.critic_target, self.critic)
-        hard_update(self.critic2_target, self.critic2)
         self.actor_optim = self._make_optimizer(optimizer, actor, self.actor_learning_rate)
-        self.critic_optim = self._make_optimizer(optimizer, critic, self.critic_learning_rate)
-        self.critic2_optim = self._make_optimizer(optimizer, critic2, self.critic_learning_rate)
         self.value_optim = self._make_optimizer(optimizer, value_net, self.value_learning_rate)
         self.replay_buffer = self._make_buffer(self._default_buffer)
 
     def _optimizers(self):
         return [self.actor_optim, self.critic_optim, self.critic2_optim, self.value_optim]
-
-    def _online_target_pairs(self) -> List[Tuple[nn.Module, nn.Module]]:
-        """``(online, target)`` for both critics."""
-        return [(self.critic, self.critic_target), (self.critic2, self.critic2_target)]
 
     # -- acting -----------------------------------------------------------------------
     @ignores_extra_args

@@ -11,11 +11,11 @@ from torch import nn
 from ...utils.compat import ignores_extra_args
 from .base import Driver, TorchFramework, UpdateResult, split_output
 from .compiled import compilable
-from .critics import SoftTargets, critic_action_input, value_column
+from .critics import TwinCritics, critic_action_input, value_column
 from .options import ActorCriticOptions, Option, non_negative, optional, positive
 from .policy import StochasticActing, split_actor_output
 from .replay import ReplayMixin, SampledBatch
-from .utils import as_column, hard_update, safe_call
+from .utils import as_column, safe_call
 
 __all__ = ["SAC"]
 
@@ -26,7 +26,7 @@ def _number(name: str, value: Any) -> float:
     return float(value)
 
 
-class SAC(StochasticActing, ReplayMixin, SoftTargets, ActorCriticOptions, TorchFramework):
+class SAC(StochasticActing, ReplayMixin, TwinCritics, ActorCriticOptions, TorchFramework):
     """Soft actor-critic (off-policy, maximum entropy) with a learned temperature alpha.
 
     The actor is called as ``actor(<state keys>, action=None)`` and returns
@@ -113,17 +113,9 @@ class SAC(StochasticActing, ReplayMixin, SoftTargets, ActorCriticOptions, TorchF
         **options: Any,
     ):
         super().__init__(*_, **options)
-        self._check_criterion(criterion)
-        self._check_same_structure(
-            critic_target=(critic, critic_target), critic2_target=(critic2, critic2_target)
+        self._set_up_twin_critics(
+            critic, critic_target, critic2, critic2_target, optimizer, criterion
         )
-        self.criterion = criterion
-        self.critic, self.critic_target = critic, critic_target
-        self.critic2, self.critic2_target = critic2, critic2_target
-        hard_update(self.critic_target, self.critic)
-        hard_update(self.critic2_target, self.critic2)
-        self.critic_optim = self._make_optimizer(optimizer, critic, self.critic_learning_rate)
-        self.critic2_optim = self._make_optimizer(optimizer, critic2, self.critic_learning_rate)
         self._set_up_actor_and_buffer(actor, optimizer)
 
     def _set_up_actor_and_buffer(self, actor: nn.Module, optimizer: Callable) -> None:
@@ -156,6 +148,10 @@ class SAC(StochasticActing, ReplayMixin, SoftTargets, ActorCriticOptions, TorchF
         """The actor's output ``(action, log_prob, ...)`` as is: a sampled action, or with
         ``deterministic=True`` the most likely one (e.g. ``tanh(mean)``).
 
+        The actor acts in evaluation mode (switched to it here when it has layers that
+        depend on the mode): batch normalisation uses its running statistics and leaves
+        them unchanged, dropout is off. :meth:`update` trains it in training mode.
+
         Args:
             state: State dict ``{key: [B, ...]}`` for the actor.
             deterministic: Call the actor with the extra input ``deterministic=True``, for its
@@ -166,6 +162,7 @@ class SAC(StochasticActing, ReplayMixin, SoftTargets, ActorCriticOptions, TorchF
                 ``deterministic`` argument.
         """
         self._check_state(state)
+        self._set_mode(False, self.actor)
         with torch.no_grad():
             output = self._actor_output(state, deterministic)
         self._resolve_target_entropy(split_actor_output(output, type(self).__name__)[0])
@@ -327,10 +324,6 @@ class SAC(StochasticActing, ReplayMixin, SoftTargets, ActorCriticOptions, TorchF
         if update_alpha and taken:
             taken = self._optimize(alpha_loss, self.alpha_optim, [self.log_alpha])
         return taken, float(policy_value)
-
-    def _online_target_pairs(self) -> List[Tuple[nn.Module, nn.Module]]:
-        """``(online, target)`` for both critics (SAC's actor has no target)."""
-        return [(self.critic, self.critic_target), (self.critic2, self.critic2_target)]
 
     @ignores_extra_args
     def update(

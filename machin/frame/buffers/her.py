@@ -28,6 +28,8 @@ from ..transition import TransitionBase
 __all__ = ["HindsightReplay"]
 
 STRATEGIES = ("future", "final", "episode")
+#: The attribute of an algorithm that holds the generator of the HindsightReplay attached to it.
+ATTACHED_GENERATOR = "hindsight_generator"
 TERMINALS = ("keep", "never")
 
 
@@ -108,7 +110,8 @@ class HindsightReplay:
         info_key: Custom attribute of the transitions that holds the environment's info
             dict, handed to ``compute_reward``; transitions without it give ``{}``.
         generator: ``torch.Generator`` (on the CPU) the goals are drawn with, for
-            repeatable runs; the global torch generator otherwise.
+            repeatable runs; the global torch generator otherwise. It is saved and
+            resumed with the algorithm it stores into (see :meth:`attach`).
 
     Raises:
         ValueError: For an unknown ``strategy`` or ``terminal``, or a negative ``k``.
@@ -147,6 +150,39 @@ class HindsightReplay:
         self.desired_goal = desired_goal
         self.info_key = info_key
         self.generator = generator
+
+    def attach(self, framework: Any) -> None:
+        """Make ``generator`` part of ``framework``'s run state, so that a resumed run
+        draws the goals the interrupted run would have drawn.
+
+        :meth:`~machin.frame.algorithms.base.TorchFramework.save_state` saves every
+        ``torch.Generator`` among the algorithm's attributes and
+        :meth:`~machin.frame.algorithms.base.TorchFramework.resume` restores it: the
+        generator is kept as ``framework.hindsight_generator``. :meth:`store_episode`
+        attaches by itself; in the resumed process, attach the new ``HindsightReplay``
+        (built as before) before calling ``framework.resume``, which needs the attribute
+        to restore the saved generator into. Without a generator of its own, the goals
+        come from the global torch generator, which ``save_state`` saves anyway, and
+        nothing is attached.
+
+        Args:
+            framework: The algorithm the relabelled episodes are stored into.
+
+        Raises:
+            ValueError: When ``framework.hindsight_generator`` already holds something
+                other than this object's generator (another ``HindsightReplay``'s).
+        """
+        if self.generator is None:
+            return
+        current = getattr(framework, ATTACHED_GENERATOR, None)
+        if current is not None and current is not self.generator:
+            raise ValueError(
+                f"{type(framework).__name__}.{ATTACHED_GENERATOR} already holds "
+                f"{type(current).__name__} {current!r}, not this HindsightReplay's generator: "
+                f"one algorithm saves the generator of one HindsightReplay; share it, or give the "
+                f"others generator=None (the global torch generator, saved with every run state)"
+            )
+        setattr(framework, ATTACHED_GENERATOR, self.generator)
 
     @property
     def copies(self) -> int:
@@ -226,6 +262,9 @@ class HindsightReplay:
     ) -> int:
         """Store ``episode`` and its relabelled copies through ``framework.store_episode``, in one write.
 
+        ``generator`` is :meth:`attach`-ed to ``framework`` first, so that the algorithm's
+        ``save_state`` saves it.
+
         Args:
             framework: A replay-based algorithm (DQN, DDPG, TD3, SAC, ...) with ``n_step=1``.
             episode: The finished episode, see :meth:`relabel`.
@@ -236,7 +275,7 @@ class HindsightReplay:
         Raises:
             ValueError: When ``framework`` learns from n-step returns (a relabelled copy
                 is a one-step transition: the steps around it were not relabelled with
-                its goal), or as :meth:`relabel` does.
+                its goal), as :meth:`attach` does, or as :meth:`relabel` does.
         """
         n_step = getattr(framework, "n_step", 1)
         if n_step != 1:
@@ -244,6 +283,7 @@ class HindsightReplay:
                 f"HindsightReplay stores one-step transitions, but {type(framework).__name__} has "
                 f"n_step={n_step!r}: use n_step=1 with hindsight relabelling"
             )
+        self.attach(framework)
         transitions = self.relabel(episode)
         framework.store_episode(transitions)
         return len(transitions)

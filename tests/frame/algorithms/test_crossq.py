@@ -55,6 +55,20 @@ class ModeActor(TanhGaussianActor):
         return super().forward(state, action)
 
 
+class BNActor(TanhGaussianActor):
+    """A squashed Gaussian policy on batch-normalised states, with a greedy (mean) action."""
+
+    def __init__(self):
+        super().__init__(hidden=16)
+        self.body = nn.Sequential(nn.BatchNorm1d(3), nn.Linear(3, 16), nn.ReLU())
+
+    def forward(self, state, action=None, deterministic=False):
+        if not deterministic:
+            return super().forward(state, action)
+        mean = torch.tanh(self.mu(self.body(state))) * self.action_range
+        return mean, torch.zeros(state.shape[0], 1)
+
+
 CONTRACT_CASES = {
     CrossQ: ContractCase(
         args=lambda: (
@@ -121,6 +135,26 @@ def test_critics_see_the_joined_batch_in_training_mode_and_the_actor_loss_in_eva
         assert torch.allclose(norm.running_mean, 0.1 * joint.mean(dim=0), atol=1e-6)
         assert torch.allclose(norm.running_var, 0.9 + 0.1 * joint.var(dim=0), atol=1e-5)
     assert not crossq.actor.training and not any(c.training for c in crossq.critics)
+
+
+def test_acting_uses_the_running_statistics_of_the_actor():
+    crossq = make(BNActor())  # the first policy step comes with the third critic step
+    norm = crossq.actor.body[0]
+    states = torch.randn(4, 3) * 5 + 3
+    for _ in range(2):  # fresh, then after the actor was put into training mode by hand
+        action, log_prob, *_ = crossq.act({"state": states[:1]})  # one state: no batch statistics
+        assert action.shape == (1, 1) and log_prob.shape == (1, 1)
+        greedy, _ = crossq.act({"state": states}, deterministic=True)
+        alone, _ = crossq.act({"state": states[2:3]}, deterministic=True)
+        assert torch.allclose(alone, greedy[2:3], atol=1e-6)  # a row's action ignores the others
+        assert not crossq.actor.training
+        assert norm.num_batches_tracked.item() == 0
+        assert torch.equal(norm.running_mean, torch.zeros(3))
+        crossq.actor.train()
+    crossq.store_episode(episode_steps(16, 3, discrete=False))
+    for tracked in (0, 0, 1):  # the policy value reported before it moves no statistics
+        assert math.isfinite(crossq.update()[0])
+        assert norm.num_batches_tracked.item() == tracked and not crossq.actor.training
 
 
 def test_policy_steps_are_delayed():

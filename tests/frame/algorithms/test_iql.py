@@ -4,7 +4,9 @@ import pytest
 import torch
 from torch import nn
 
-from machin.frame.algorithms import IQL
+from machin.frame.algorithms import IQL, SAC
+from machin.frame.algorithms.base import NetworkMismatchError
+from machin.frame.algorithms.critics import TwinCritics
 from machin.frame.algorithms.iql import IQL as IQLFromModule
 from machin.frame.algorithms.iql import advantage_weights, expectile_loss
 from machin.frame.algorithms.replay import SampledBatch
@@ -101,6 +103,30 @@ def test_class_attributes_defaults_and_targets_start_as_copies():
     assert same(parameters(agent.critic), parameters(agent.critic_target))
     assert same(parameters(agent.critic2), parameters(agent.critic2_target))
     assert len(agent._optimizers()) == 4
+
+
+def test_sac_and_iql_set_up_their_twin_critics_in_one_place(monkeypatch):
+    calls = []
+    shared = TwinCritics._set_up_twin_critics
+
+    def recording(self, *args):
+        calls.append(type(self).__name__)
+        shared(self, *args)
+
+    monkeypatch.setattr(TwinCritics, "_set_up_twin_critics", recording)
+    iql = make()
+    sac = SAC(*networks()[:5], torch.optim.Adam, nn.MSELoss(), batch_size=8)
+    assert calls == ["IQL", "SAC"]
+    for agent in (iql, sac):
+        assert agent._online_target_pairs() == [
+            (agent.critic, agent.critic_target),
+            (agent.critic2, agent.critic2_target),
+        ]
+    smaller = [QCritic(hidden=16) for _ in range(3)] + [QCritic(hidden=8)]
+    with pytest.raises(NetworkMismatchError, match="critic2_target must have the architecture"):
+        make(critics=smaller)
+    with pytest.raises(TypeError, match="criterion must be a loss callable.*got 'mse'"):
+        IQL(*networks(), torch.optim.Adam, "mse")
 
 
 def test_value_loss_is_the_expectile_loss_of_the_smaller_target_q():

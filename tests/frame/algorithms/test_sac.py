@@ -110,6 +110,16 @@ def test_act_returns_actor_outputs_and_sets_default_target_entropy():
     assert make(target_entropy=0.5).target_entropy == 0.5
 
 
+def test_the_actor_acts_in_evaluation_mode():
+    actor = TanhGaussianActor(hidden=16)
+    actor.body = nn.Sequential(nn.BatchNorm1d(3), nn.Linear(3, 16), nn.ReLU())
+    sac = make(actor)
+    assert actor.training  # a fresh network is in training mode
+    action, log_prob, _ = sac.act({"state": torch.randn(1, 3)})  # one state: no batch statistics
+    assert action.shape == (1, 1) and log_prob.shape == (1, 1)
+    assert not actor.training and actor.body[0].num_batches_tracked.item() == 0
+
+
 def test_discrete_actions_need_an_explicit_target_entropy():
     sac = make(CategoricalActor(state_dim=3), critic_cls=DiscreteQ)
     with pytest.raises(ValueError, match="target_entropy cannot be derived from discrete actions"):

@@ -9,6 +9,7 @@ import torch
 from torch import nn
 
 from machin.frame.algorithms import DDPG, DQN, SAC, TD3
+from machin.frame.algorithms.run_state import RunStateError
 from machin.frame.buffers import Buffer, HindsightReplay
 from machin.frame.transition import Transition
 
@@ -335,6 +336,44 @@ def test_store_and_update_with_each_algorithm(algorithm):
     losses = agent.update()
     losses = losses if isinstance(losses, tuple) else (losses,)
     assert all(np.isfinite(float(loss)) for loss in losses)
+
+
+# -- resuming -------------------------------------------------------------------------------
+def test_the_generator_is_saved_and_resumed_with_the_algorithm(tmp_path):
+    def build():
+        torch.manual_seed(0)
+        agent, her = goal_dqn(), seeded("future", k=4)
+        her.attach(agent)
+        return agent, her
+
+    def next_goals(her):
+        return [desired(copy) for copy in her.relabel(episode(6))[6:]]
+
+    agent, her = build()
+    her.store_episode(agent, episode(5))  # 20 goals drawn before the save
+    path = str(tmp_path / "state.pt")
+    agent.save_state(path)
+    expected = next_goals(her)
+    assert next_goals(build()[1]) != expected  # a fresh generator draws other goals
+    resumed, her_resumed = build()
+    resumed.resume(path)
+    assert next_goals(her_resumed) == expected
+    with pytest.raises(
+        RunStateError, match=r"generators \['hindsight_generator'\], this algorithm has \[\]"
+    ):
+        goal_dqn().resume(path)  # a resume without the attached HindsightReplay is refused
+
+
+def test_store_episode_attaches_the_generator():
+    agent, her = goal_dqn(), seeded("final")
+    her.store_episode(agent, episode(2))
+    assert agent.hindsight_generator is her.generator
+    her.attach(agent)  # attaching the same generator again changes nothing
+    with pytest.raises(ValueError, match="DQN.hindsight_generator already holds Generator"):
+        seeded("final", seed=4).attach(agent)
+    unseeded = goal_dqn()
+    HindsightReplay(distance_reward, "final").store_episode(unseeded, episode(2))
+    assert not hasattr(unseeded, "hindsight_generator")  # the global generator is saved anyway
 
 
 # -- learning: the bit-flipping task ------------------------------------------------------
