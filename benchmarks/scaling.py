@@ -31,7 +31,10 @@ the transports, the local Ray instance this benchmark starts runs its workers at
 
 Every process runs torch with one thread. On a machine with fewer cores than processes
 the samplers and the learner share them, so the table shows the shape of the curve; the
-figure needs at least n + 1 free cores.
+figure needs at least n + 1 free cores. ``--learner-core C`` gives the learner core ``C``
+to itself (every thread of its process, and of the local reference's) and the samplers
+the other cores: on a small machine this tells whether the learner keeps its local speed
+when it is not also waiting for a core.
 
 This benchmark takes minutes, so ``python -m benchmarks`` skips it; run it by name::
 
@@ -42,6 +45,7 @@ This benchmark takes minutes, so ``python -m benchmarks`` skips it; run it by na
 from __future__ import annotations
 
 import argparse
+import contextlib
 import inspect
 import os
 import random
@@ -202,10 +206,28 @@ def _learn(
     }
 
 
-def _rank(rank: int, algorithm: str, seconds: float, warmup: float) -> Optional[Dict[str, float]]:
+def _pin(cores: Sequence[int]) -> None:
+    """Let every thread of this process run only on ``cores`` (threads started later inherit it)."""
+    for thread in os.listdir("/proc/self/task"):
+        with contextlib.suppress(ProcessLookupError):  # the thread may have ended meanwhile
+            os.sched_setaffinity(int(thread), set(cores))
+
+
+def _pin_role(is_learner: bool, learner_core: Optional[int]) -> None:
+    """The learner on ``learner_core`` alone, every other rank on the remaining cores."""
+    if learner_core is None:
+        return
+    others = sorted(os.sched_getaffinity(0) - {learner_core}) or [learner_core]
+    _pin([learner_core] if is_learner else others)
+
+
+def _rank(
+    rank: int, algorithm: str, seconds: float, warmup: float, learner_core: Optional[int] = None
+) -> Optional[Dict[str, float]]:
     torch.set_num_threads(1)
     world = World(rpc_timeout=60)
     roles = Roles.from_world()
+    _pin_role(roles.is_learner, learner_core)
     torch.manual_seed(0)
     agent = _build(algorithm, roles)
     agent.set_sync(False)
@@ -256,8 +278,11 @@ def measure(
     seconds: float,
     backend: str = "rpc",
     warmup: float = WARMUP_SECONDS,
+    learner_core: Optional[int] = None,
 ) -> Dict[str, float]:
     """Run one learner and ``samplers`` samplers; returns the learner's rates over ``seconds`` after ``warmup``.
+
+    ``learner_core``: the core the learner has to itself (``None``: no pinning).
 
     Raises:
         ValueError: For an unknown ``backend``.
@@ -265,7 +290,10 @@ def measure(
     """
     run_world = _launcher(backend)
     return run_world(
-        _rank, samplers + 1, args=(algorithm, seconds, warmup), timeout=seconds + warmup + 180
+        _rank,
+        samplers + 1,
+        args=(algorithm, seconds, warmup, learner_core),
+        timeout=seconds + warmup + 180,
     )[0]
 
 
@@ -340,10 +368,16 @@ def _local_agent(algorithm: str):
     return agent
 
 
-def local_updates(algorithm: str, seconds: float) -> Dict[str, float]:
-    """Updates per second (and CPU ms per update) of the same update in this one process."""
+def local_updates(
+    algorithm: str, seconds: float, learner_core: Optional[int] = None
+) -> Dict[str, float]:
+    """Updates per second (and CPU ms per update) of the same update in this one process
+    (on ``learner_core`` alone, when given)."""
     threads = torch.get_num_threads()
+    cores = os.sched_getaffinity(0)
     torch.set_num_threads(1)
+    if learner_core is not None:
+        _pin([learner_core])
     try:
         torch.manual_seed(0)
         agent = _local_agent(algorithm)
@@ -362,6 +396,8 @@ def local_updates(algorithm: str, seconds: float) -> Dict[str, float]:
         }
     finally:
         torch.set_num_threads(threads)
+        if learner_core is not None:
+            _pin(cores)
 
 
 def _row(
@@ -401,6 +437,7 @@ def run(
     algorithms: Sequence[str] = ("apex", "impala"),
     backend: str = "rpc",
     local_seconds: Optional[float] = None,
+    learner_core: Optional[int] = None,
 ) -> List[Dict[str, Any]]:
     """Measure every combination and print the table; returns its rows.
 
@@ -410,11 +447,22 @@ def run(
         algorithms: ``"apex"`` and/or ``"impala"``.
         backend: ``"rpc"`` or ``"ray"`` (see :func:`measure`).
         local_seconds: Seconds of each local reference (default ``seconds``).
+        learner_core: The core the learner and the local reference have to themselves
+            (``None``: no pinning).
+
+    Raises:
+        ValueError: For an unknown ``backend``, or a ``learner_core`` this process may not use.
     """
     _launcher(backend)  # fail before anything runs
+    if learner_core is not None and learner_core not in os.sched_getaffinity(0):
+        raise ValueError(
+            f"learner_core must be one of the cores this process may use "
+            f"{sorted(os.sched_getaffinity(0))}, got {learner_core}"
+        )
     print(
         f"scaling on {os.cpu_count()} CPU core(s), backend {backend}, one learner, {seconds:g} s measured "
-        f"after {WARMUP_SECONDS:g} s of warm-up; local reference measured before each row",
+        f"after {WARMUP_SECONDS:g} s of warm-up; local reference measured before each row"
+        + ("" if learner_core is None else f"; learner alone on core {learner_core}"),
         flush=True,
     )
     print(HEADER, flush=True)
@@ -422,8 +470,9 @@ def run(
     for algorithm in algorithms:
         base = None
         for n in samplers:
-            local = local_updates(algorithm, seconds if local_seconds is None else local_seconds)
-            rates = measure(algorithm, n, seconds, backend)
+            local_time = seconds if local_seconds is None else local_seconds
+            local = local_updates(algorithm, local_time, learner_core)
+            rates = measure(algorithm, n, seconds, backend, learner_core=learner_core)
             if base is None:
                 base = rates["steps_per_s"] / n
             rows.append(_row(algorithm, n, rates, local, base))
@@ -455,8 +504,16 @@ def main(argv: Optional[List[str]] = None) -> Optional[List[Dict[str, Any]]]:
         default="rpc",
         help="transport of the world: torch RPC (default) or Ray actors",
     )
+    parser.add_argument(
+        "--learner-core",
+        type=int,
+        default=None,
+        help="give the learner (and the local reference) this core alone, the samplers the others",
+    )
     args = parser.parse_args(argv)
-    return run(args.samplers, args.seconds, args.algorithms, args.backend)
+    return run(
+        args.samplers, args.seconds, args.algorithms, args.backend, learner_core=args.learner_core
+    )
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ evaluation protocol and the report) working as the library changes.
 
 import dataclasses
 import json
+import os
 import sys
 import types
 
@@ -391,3 +392,27 @@ def test_scaling_measures_a_learner_with_one_sampler():
     assert (
         rates["updates_per_s"] > 0 and rates["steps_per_s"] > 0 and rates["cpu_ms_per_update"] > 0
     )
+
+
+def test_scaling_learner_core_pins_the_local_reference_and_puts_the_cores_back():
+    from benchmarks import scaling
+
+    cores = os.sched_getaffinity(0)
+    core = min(cores)
+    seen = []
+    scaling._pin_role(False, None)  # no pinning asked: nothing changes
+    assert os.sched_getaffinity(0) == cores
+    original = scaling._local_agent
+
+    def spy(algorithm):
+        seen.append(os.sched_getaffinity(0))
+        return original(algorithm)
+
+    scaling._local_agent = spy
+    try:
+        scaling.local_updates("apex", 0.05, learner_core=core)
+    finally:
+        scaling._local_agent = original
+    assert seen == [{core}] and os.sched_getaffinity(0) == cores
+    with pytest.raises(ValueError, match=r"learner_core must be one of the cores .* got 4096"):
+        scaling.run(samplers=(1,), seconds=0.1, learner_core=4096)
