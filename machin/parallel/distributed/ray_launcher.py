@@ -19,18 +19,45 @@ so a script's ``main(rank)`` runs unchanged under both launchers::
     launch_ray(main, 3, address="10.0.0.1:6379")  # an existing cluster
 """
 
+import io
 import os
+import signal
 import sys
+import threading
 import time
 import uuid
-from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
-from ..pickle import dumps, loads
+from ..pickle import Pickler, dumps, loads
 from .launcher import Exited, _results
 from .transport import ENV_VARIABLE
 from .transport.ray import RankActor, actor_name, require_ray
 
 __all__ = ["launch_ray"]
+
+
+class _Connection:
+    """This process's connection to Ray, made by :func:`launch_ray` (or found made).
+
+    ``ray.init`` installs its own SIGTERM handler (``sys.exit``) in the calling process and
+    ``ray.shutdown`` leaves it there; a process that forks workers afterwards (a ``Pool``)
+    would hand it to them, and ``terminate()`` would then run their exit handlers instead
+    of ending them. :meth:`close` disconnects, if this call connected, and puts the
+    handler of before back.
+    """
+
+    def __init__(self, ray: Any, address: Optional[str], world_size: int):
+        self.ray = ray
+        main = threading.current_thread() is threading.main_thread()
+        self.sigterm = signal.getsignal(signal.SIGTERM) if main else None
+        self.started = _connect(ray, address, world_size)
+
+    def close(self) -> None:
+        if not self.started:
+            return
+        self.ray.shutdown()
+        if self.sigterm is not None and signal.getsignal(signal.SIGTERM) is not self.sigterm:
+            signal.signal(signal.SIGTERM, self.sigterm)
 
 
 def _connect(ray: Any, address: Optional[str], world_size: int) -> bool:
@@ -85,13 +112,35 @@ def _start_actors(
     return actors
 
 
+def _payload(target: Callable[..., Any]) -> Tuple[bytes, Optional[str]]:
+    """The dill payload of ``target``, and the script the ranks must load as their ``__main__``
+    before reading it (``None``: none is needed).
+
+    A function of the caller's script travels by value with the globals it uses
+    (dill's ``recurse``). When functions of the script call each other, dill's search
+    of those globals never ends; the payload then refers to the globals of ``__main__``
+    as the receiving process has them, so a rank first loads the caller's script as its
+    ``__main__`` (as multiprocessing's spawn start does: its top-level code runs, its
+    ``if __name__ == "__main__":`` block does not).
+    """
+    buffer = io.BytesIO()
+    try:
+        Pickler(buffer, recurse=True, copy_tensor=True).dump(target)
+        return buffer.getvalue(), None
+    except RecursionError:
+        script = getattr(sys.modules.get("__main__"), "__file__", None)
+        main = os.path.abspath(script) if script and script.endswith(".py") else None
+        return dumps(target), main
+
+
 class _Ranks:
     """The actors of a run, and how ``target`` is run (again) in them.
 
     Args:
         ray: The ray module.
         actors: The actors, by rank.
-        payload: The dill-pickled target.
+        payload: The dill-pickled target, and the script to load as ``__main__`` first
+            (see :func:`_payload`).
         args: Further arguments of the target.
         max_restarts: Rank -> how many times its actor may be restarted.
         deadline: ``time.monotonic()`` limit of the run, or ``None``.
@@ -101,7 +150,7 @@ class _Ranks:
         self,
         ray: Any,
         actors: List[Any],
-        payload: bytes,
+        payload: Tuple[bytes, Optional[str]],
         args: tuple,
         max_restarts: Dict[int, int],
         deadline: Optional[float],
@@ -118,7 +167,7 @@ class _Ranks:
     def run(self, rank: int) -> Any:
         """Start ``target(rank, *args)`` in the actor of ``rank``; a reference to its report."""
         restarts = self.restarts.get(rank, 0)
-        return self.actors[rank].run.remote(self.payload, self.args, restarts)
+        return self.actors[rank].run.remote(*self.payload, self.args, restarts)
 
     def rerun(self, rank: int) -> Optional[Any]:
         """Run the target again in the restarted actor of ``rank``; ``None`` if it was not restarted.
@@ -287,7 +336,7 @@ def launch_ray(
     if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
         raise ValueError(f"world_size must be a positive int, got {world_size!r}")
     restarts = _restarts(restart, max_restarts, world_size)
-    started = _connect(ray, address, world_size)
+    connection = _Connection(ray, address, world_size)
     deadline = None if timeout is None else time.monotonic() + timeout
     options = {
         "max_concurrency": max_concurrency,
@@ -299,12 +348,11 @@ def launch_ray(
     try:
         namespace = f"machin-{uuid.uuid4().hex[:12]}"
         actors = _start_actors(ray, world_size, namespace, options, restarts)
-        ranks = _Ranks(ray, actors, dumps(target, recurse=True), tuple(args), restarts, deadline)
+        ranks = _Ranks(ray, actors, _payload(target), tuple(args), restarts, deadline)
         outcome = _collect(ray, ranks, deadline, set(allow_exit), failure_grace)
         _print_stacks(ray, actors, outcome[2])
     finally:
         for actor in actors:
             ray.kill(actor, no_restart=True)
-        if started:
-            ray.shutdown()
+        connection.close()
     return _results(outcome, world_size, timeout)

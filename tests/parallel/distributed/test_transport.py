@@ -126,3 +126,90 @@ def test_only_the_rpc_transport_imports_torch_rpc():
         if pattern.search(path.read_text())
     )
     assert users == ["parallel/distributed/transport/rpc.py"]
+
+
+def test_a_launch_that_connected_puts_back_the_sigterm_handler_it_found():
+    import signal
+
+    from machin.parallel.distributed import ray_launcher
+
+    class FakeRay:
+        """Connects the way ray.init does: a SIGTERM handler of its own, left after shutdown."""
+
+        def __init__(self, initialized=False):
+            self.initialized, self.shut = initialized, False
+
+        def is_initialized(self):
+            return self.initialized
+
+        def init(self, **_):
+            self.initialized = True
+            signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
+
+        def shutdown(self):
+            self.shut = True
+
+    before = signal.getsignal(signal.SIGTERM)
+    try:
+        fake = FakeRay()
+        connection = ray_launcher._Connection(fake, None, 2)
+        assert connection.started and signal.getsignal(signal.SIGTERM) is not before
+        connection.close()
+        assert fake.shut and signal.getsignal(signal.SIGTERM) is before
+        connected = FakeRay(initialized=True)  # somebody else's connection: left alone
+        ray_launcher._Connection(connected, None, 2).close()
+        assert not connected.shut
+    finally:
+        signal.signal(signal.SIGTERM, before)
+
+
+SCRIPT_WITH_MUTUAL_CALLS = """
+import torch
+
+from machin.parallel.distributed.ray_launcher import _payload
+
+
+def even(n):
+    return torch.ones(1) if n == 0 else odd(n - 1)
+
+
+def odd(n):
+    return torch.zeros(1) if n == 0 else even(n - 1)
+
+
+def main(rank):
+    return float(even(rank))
+
+
+if __name__ == "__main__":
+    PAYLOAD = _payload(main)
+"""
+
+
+def test_a_launch_target_whose_script_functions_call_each_other_runs_in_a_rank(tmp_path):
+    """dill cannot gather the globals of such functions; the payload then refers to those of
+    __main__, and a rank loads the script as its __main__ before reading it."""
+    import runpy
+
+    from machin.parallel.distributed.transport.ray import load_target
+    from machin.parallel.pickle import loads
+
+    script = tmp_path / "mutual.py"
+    script.write_text(SCRIPT_WITH_MUTUAL_CALLS)
+    payload, main_script = runpy.run_path(str(script), run_name="__main__")["PAYLOAD"]
+    assert main_script == str(script)
+    with pytest.raises(NameError):  # read without the script: this process's __main__ lacks them
+        loads(payload)(2)
+    saved = {name: sys.modules.get(name) for name in ("__main__", "__mp_main__")}
+    try:
+        target = load_target(payload, main_script, 0)
+        assert (target(2), target(3)) == (1.0, 0.0)
+        assert sys.modules["__main__"].__file__ == main_script
+    finally:
+        for name, module in saved.items():
+            if module is None:
+                sys.modules.pop(name, None)
+            else:
+                sys.modules[name] = module
+    with pytest.raises(FileNotFoundError, match="rank 3 must load the launching script .*/gone.py"):
+        load_target(payload, str(tmp_path / "gone.py"), 3)

@@ -24,6 +24,7 @@ died before that group formed takes its place in it as if nothing happened.)
 
 import heapq
 import itertools
+import multiprocessing.spawn
 import os
 import sys
 import threading
@@ -160,18 +161,26 @@ class RankActor:
         os.environ.update(env)
         _HOST = RankHost(rank, world_size, namespace)
 
-    def run(self, payload: bytes, args: Tuple[Any, ...], restarts: int = 0) -> bytes:
+    def run(
+        self,
+        payload: bytes,
+        main_script: Optional[str],
+        args: Tuple[Any, ...],
+        restarts: int = 0,
+    ) -> bytes:
         """Run ``target(rank, *args)`` (``payload`` is the dill-pickled target).
 
-        ``restarts``: how many times Ray has restarted this actor (a ``World``
-        started by a restarted actor rejoins the run).
+        ``main_script``: the caller's script, to load as this process's ``__main__``
+        before reading ``payload`` (see :func:`load_target`). ``restarts``: how many
+        times Ray has restarted this actor (a ``World`` started by a restarted actor
+        rejoins the run).
 
         Returns:
             The dill-pickled ``(True, result)`` or ``(False, exception with traceback)``.
         """
         _HOST.restarts = restarts
         _HOST.runs += 1
-        return rank_outcome(loads(payload), _HOST.rank, args)
+        return rank_outcome(load_target(payload, main_script, _HOST.rank), _HOST.rank, args)
 
     def serve(
         self, func: Callable, args: Tuple[Any, ...], kwargs: Dict[str, Any], returns_future: bool
@@ -218,6 +227,29 @@ class RankActor:
     def await_stop(self, timeout: float) -> bool:
         """Whether the world of this rank began to stop within ``timeout`` seconds."""
         return _HOST.stopping.wait(timeout if timeout > 0 else None)
+
+
+def load_target(payload: bytes, main_script: Optional[str], rank: int) -> Callable:
+    """The target function of a launch, read from its dill ``payload``.
+
+    With ``main_script`` (a payload that refers to the globals of ``__main__``), the
+    script is loaded as this process's ``__main__`` first, once, as multiprocessing's
+    spawn start does.
+
+    Raises:
+        FileNotFoundError: When ``main_script`` is not on this rank's node.
+    """
+    current = getattr(sys.modules.get("__main__"), "__file__", None)
+    if main_script is not None and current != main_script:
+        if not os.path.isfile(main_script):
+            raise FileNotFoundError(
+                f"rank {rank} must load the launching script {main_script} as its __main__ "
+                f"(functions of the script that call each other travel with its globals by "
+                f"reference), but this node has no such file: copy the script to the same "
+                f"path on every node, or move those functions into an importable module"
+            )
+        multiprocessing.spawn.import_main_path(main_script)
+    return loads(payload)
 
 
 class _Deadlines:
