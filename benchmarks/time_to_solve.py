@@ -33,11 +33,17 @@ Libraries (``--libraries``):
   :class:`~machin.frame.trainer.Trainer` (bursts of ``gradient_steps`` updates every
   ``train_freq`` steps, PPO's rollouts over a ``ParallelWrapperDummy`` group) and
   ``framework.compile()``.
-* ``sb3``: Stable-Baselines3 (``sb3-contrib`` installs with it).
-* ``tianshou``, ``torchrl``, ``cleanrl``: named in the table; their runners are not written
-  yet (a dash with the reason). CleanRL is no package for this Python: its newest release on
-  PyPI, 1.2.0, requires Python < 3.11 (pip falls back to 0.4.8 of 2021, built on ``gym``), so
-  it is to run as adapters over plain torch written from its published scripts.
+* ``sb3``: Stable-Baselines3 (``sb3-contrib`` installs with it): ``model.learn`` with a
+  callback (benchmarks/time_to_solve_sb3.py).
+* ``tianshou``: Tianshou 2's ``DQN``, ``PPO``, ``SAC``, ``TD3`` driven by its own trainer, the
+  evaluation in the trainer's ``training_fn`` hook (benchmarks/time_to_solve_tianshou.py).
+* ``cleanrl``: CleanRL is no package for this Python (its newest release on PyPI, 1.2.0,
+  requires Python < 3.11; pip falls back to 0.4.8 of 2021, built on ``gym``), so its
+  ``dqn.py``, ``ppo.py``, ``sac_continuous_action.py`` and ``td3_continuous_action.py`` of 1.2.0
+  run as adapters over plain torch and gymnasium (benchmarks/time_to_solve_cleanrl.py).
+* ``torchrl``: named in the table with the reason it cannot run (``CANNOT_RUN``).
+
+A library that lacks an algorithm gets a dash in that row.
 
 Peers are never dependencies of machin. ``--install`` makes one virtual environment per peer
 under ``~/.cache/machin-bench/<peer>`` (``--cache``) that sees the project's packages through
@@ -55,6 +61,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import importlib
 import json
 import math
 import os
@@ -74,10 +81,12 @@ import numpy as np
 import torch
 
 __all__ = [
+    "CANNOT_RUN",
     "SKIP_MESSAGE",
     "TASKS",
     "LIBRARIES",
     "Evaluation",
+    "missing_reason",
     "run_one",
     "run_all",
     "table",
@@ -224,11 +233,23 @@ PEER_PACKAGES = {
     "tianshou": ["tianshou"],
     "torchrl": ["torchrl"],
 }
-#: the peers whose runners are not written yet, and why (the table shows a dash)
-NOT_WRITTEN = {
-    "tianshou": "runner not written yet (issue #47, first part)",
-    "torchrl": "runner not written yet (issue #47, first part)",
-    "cleanrl": "adapters not written yet (PyPI's cleanrl 1.2.0 needs Python < 3.11; 0.4.8 uses gym)",
+#: the peers that cannot run here, and why (a dash in the table and a note under it)
+CANNOT_RUN = {
+    "torchrl": (
+        "TorchRL has no release whose compiled extension torchrl._torchrl loads with torch "
+        "2.13.0: 0.14.1, 0.14.0, 0.13.3, 0.12.0, 0.11.1 and 0.10.1 install and import, and "
+        "each extension fails with an undefined symbol (built against an older torch)"
+    ),
+}
+#: the package a peer's runner imports (its import time is not counted in a run)
+_PEER_PACKAGES = {"sb3": "stable_baselines3", "tianshou": "tianshou"}
+#: the module of each library's runners (``RUNNERS``: (library, algorithm) -> train function)
+_RUNNER_MODULES = {
+    "machin-loop": "time_to_solve_machin",
+    "machin-fast": "time_to_solve_machin",
+    "sb3": "time_to_solve_sb3",
+    "tianshou": "time_to_solve_tianshou",
+    "cleanrl": "time_to_solve_cleanrl",
 }
 
 
@@ -341,14 +362,27 @@ def _scaled_env_actions(action_space: gym.spaces.Box) -> Callable[[Any], np.ndar
 def _runner(
     library: str, algorithm: str
 ) -> Callable[[Task, int, Evaluation, Dict[str, Any]], None]:
-    """The function that trains ``algorithm`` with ``library`` (peers imported only now)."""
-    if library in NOT_WRITTEN:
-        raise NotImplementedError(f"library {library!r}: {NOT_WRITTEN[library]}")
-    if library == "sb3":
-        from . import time_to_solve_sb3 as module
-    else:
-        from . import time_to_solve_machin as module
+    """The function that trains ``algorithm`` with ``library`` (a peer is imported only when
+    the function runs).
+
+    Raises:
+        NotImplementedError: When ``library`` cannot run here or lacks ``algorithm``.
+    """
+    reason = missing_reason(library, algorithm)
+    if reason is not None:
+        raise NotImplementedError(f"library {library!r}: {reason}")
+    module = importlib.import_module(f".{_RUNNER_MODULES[library]}", __package__)
     return module.RUNNERS[(library, algorithm)]
+
+
+def missing_reason(library: str, algorithm: str) -> Optional[str]:
+    """Why ``library`` has no run of ``algorithm`` (``None`` when it has one)."""
+    if library in CANNOT_RUN:
+        return CANNOT_RUN[library]
+    module = importlib.import_module(f".{_RUNNER_MODULES[library]}", __package__)
+    if (library, algorithm) not in module.RUNNERS:
+        return f"no {algorithm.upper()} in {library}"
+    return None
 
 
 def library_version(library: str) -> str:
@@ -357,6 +391,10 @@ def library_version(library: str) -> str:
         import machin
 
         return getattr(machin, "__version__", "?")
+    if library == "cleanrl":
+        from .time_to_solve_cleanrl import SCRIPTS_VERSION
+
+        return f"{SCRIPTS_VERSION} (scripts adapted)"
     from importlib.metadata import version
 
     package = {"sb3": "stable-baselines3"}.get(library, library)
@@ -375,9 +413,12 @@ def run_one(
 
     ``budget`` replaces the task's step budget (tiny runs for tests); ``compile=False`` leaves
     out ``machin-fast``'s ``compile()`` (whose first updates take tens of seconds to compile).
+    The library is imported before the clocks start; building the agent is counted (Tianshou
+    compiles its numba return functions there, as ``machin-fast`` counts its ``compile()``).
 
     Raises:
         ValueError: When ``task_name`` or ``library`` is not known.
+        NotImplementedError: When ``library`` cannot run here or lacks the task's algorithm.
     """
     if task_name not in TASKS:
         raise ValueError(f"task_name must be one of {sorted(TASKS)}, got {task_name!r}")
@@ -394,6 +435,8 @@ def run_one(
             task.settings,
         )
     train = _runner(library, task.algorithm)
+    if library in _PEER_PACKAGES:  # imported before the clocks start, as machin is
+        importlib.import_module(_PEER_PACKAGES[library])
     torch.set_num_threads(1)
     torch.manual_seed(seed)
     np.random.seed(seed)
@@ -559,9 +602,12 @@ def table(
 ) -> str:
     """The Markdown table of ``records``: one row per (task, library), median (range) over seeds.
 
-    ``reasons`` names why a library without records did not run (default: ``NOT_WRITTEN``).
+    A library without records gets a row of dashes with its reason: ``reasons[library]``, or
+    for a library that cannot run here (``CANNOT_RUN``) a pointer to a note under the table
+    that gives the reason, or the algorithm it lacks.
     """
-    reasons = dict(NOT_WRITTEN, **(reasons or {}))
+    reasons = dict(reasons or {})
+    libraries, notes = list(libraries), []
     lines = [
         "| task | library | solved | wall s to threshold | steps to threshold | CPU s to threshold | final return (median) | runs | notes |",
         "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
@@ -572,8 +618,16 @@ def table(
                 (r for r in records if r["task"] == task and r["library"] == library),
                 key=lambda r: r["seed"],
             )
-            lines.append(_row(task, library, runs, reasons.get(library)))
-    return "\n".join(lines)
+            reason = reasons.get(library)
+            if reason is None and library in CANNOT_RUN:
+                reason = "cannot run here (note below)"
+            elif reason is None and task in TASKS:
+                reason = missing_reason(library, TASKS[task].algorithm)
+            lines.append(_row(task, library, runs, reason))
+    for library in libraries:
+        if library in CANNOT_RUN and library not in reasons:
+            notes.append(f"- {library} did not run: {CANNOT_RUN[library]}")
+    return "\n".join(lines + ([""] + notes if notes else []))
 
 
 # -- installing the peers -----------------------------------------------------------------
@@ -684,7 +738,7 @@ def main(argv: Optional[List[str]] = None) -> Optional[List[Dict[str, Any]]]:
             }
             for t in args.tasks
             for lib in args.libraries
-            if lib not in NOT_WRITTEN
+            if missing_reason(lib, TASKS[t].algorithm) is None
             for s in range(args.seeds)
         ]
         report = functools.partial(_print_record, path=args.json)

@@ -1,11 +1,15 @@
-"""The machinery of benchmarks/time_to_solve.py on tiny budgets, machin only (no peer installed)."""
+"""The machinery of benchmarks/time_to_solve.py on tiny budgets: machin's runners, CleanRL's
+adapters (torch and gymnasium only), Tianshou's settings; Tianshou's runner where Tianshou is
+installed here or as a peer (``--install``)."""
 
 import dataclasses
 import os
 import sys
 
 import gymnasium as gym
+import numpy as np
 import pytest
+import torch
 
 from benchmarks import time_to_solve as tts
 
@@ -39,7 +43,7 @@ def test_table_rows_medians_and_a_dash_for_a_library_that_did_not_run():
         _record("machin-loop", 2, None, None, final=200.0),
         _record("sb3", 0, None, None, error="timeout after 5 s", final=None, version=None),
     ]
-    text = tts.table(records, ["machin-loop", "sb3", "tianshou"], ["dqn-cartpole"])
+    text = tts.table(records, ["machin-loop", "sb3", "torchrl"], ["dqn-cartpole"])
     lines = text.splitlines()
     assert lines[0].startswith("| task | library | solved | wall s to threshold |")
     assert lines[2] == (
@@ -48,9 +52,9 @@ def test_table_rows_medians_and_a_dash_for_a_library_that_did_not_run():
     )
     assert lines[3] == "| dqn-cartpole | sb3  | 0/1 | - | - | - | - | 0 | timeout after 5 s |"
     assert lines[4] == (
-        "| dqn-cartpole | tianshou | - | - | - | - | - | - | "
-        "runner not written yet (issue #47, first part) |"
+        "| dqn-cartpole | torchrl | - | - | - | - | - | - | cannot run here (note below) |"
     )
+    assert lines[5:] == ["", f"- torchrl did not run: {tts.CANNOT_RUN['torchrl']}"]
 
 
 def test_table_names_the_reason_given_for_a_missing_peer():
@@ -110,7 +114,7 @@ def test_run_one_rejects_unknown_names():
         tts.run_one("nope", "machin-loop", 0)
     with pytest.raises(ValueError, match="library must be one of .* got 'rllib'"):
         tts.run_one("dqn-cartpole", "rllib", 0)
-    with pytest.raises(NotImplementedError, match="library 'torchrl': runner not written"):
+    with pytest.raises(NotImplementedError, match="library 'torchrl': TorchRL "):
         tts.run_one("dqn-cartpole", "torchrl", 0, budget=10)
 
 
@@ -186,3 +190,201 @@ def test_python_m_benchmarks_skips_it_unless_named(monkeypatch, capsys):
     monkeypatch.setattr(sys, "argv", ["benchmarks"])
     assert tts.main() is None
     assert tts.SKIP_MESSAGE in capsys.readouterr().out
+
+
+# -- a library lacking an algorithm ------------------------------------------------------------
+def test_a_library_lacking_an_algorithm_gets_a_dash_and_no_run(monkeypatch):
+    from benchmarks import time_to_solve_tianshou as tianshou
+
+    runners = {k: v for k, v in tianshou.RUNNERS.items() if k != ("tianshou", "sac")}
+    monkeypatch.setattr(tianshou, "RUNNERS", runners)
+    assert tts.missing_reason("tianshou", "sac") == "no SAC in tianshou"
+    assert tts.missing_reason("tianshou", "td3") is None
+    row = tts.table([], ["tianshou"], ["sac-pendulum"]).splitlines()[2]
+    assert row == "| sac-pendulum | tianshou | - | - | - | - | - | - | no SAC in tianshou |"
+    with pytest.raises(NotImplementedError, match="library 'tianshou': no SAC in tianshou"):
+        tts.run_one("sac-pendulum", "tianshou", 0, budget=10)
+
+
+def test_main_starts_no_run_for_a_library_that_cannot_run(monkeypatch, capsys):
+    started = []
+    monkeypatch.setattr(tts, "run_all", lambda specs, *a, **k: started.extend(specs) or [])
+    tts.main(["--tasks", "dqn-cartpole", "--libraries", "torchrl", "cleanrl", "--seeds", "2"])
+    assert [(s["library"], s["seed"]) for s in started] == [("cleanrl", 0), ("cleanrl", 1)]
+    out = capsys.readouterr().out
+    assert "| dqn-cartpole | torchrl | - |" in out and "- torchrl did not run: TorchRL" in out
+
+
+# -- Tianshou: the settings it is given (plain Python, no Tianshou needed) ---------------------------
+def test_tianshou_settings_follow_sb3s_semantics():
+    from benchmarks import time_to_solve_tianshou as tianshou
+
+    dqn = tts.TASKS["dqn-cartpole"]
+    assert tianshou.prefill_steps(dqn) == 1024  # learning_starts 1000 up to whole chunks of 256
+    assert tianshou.target_period(dqn.settings) == 128  # one copy before each burst of 128
+    assert tianshou.target_period(dict(dqn.settings, target_update_interval=600)) == 3 * 128
+    assert tianshou.epsilon(dqn.settings, 0, 50_000) == 1.0
+    assert tianshou.epsilon(dqn.settings, 4000, 50_000) == pytest.approx(1 - 0.96 * 0.5)
+    assert tianshou.epsilon(dqn.settings, 9000, 50_000) == 0.04
+    assert tianshou.update_calls(dqn) == 192 * 128  # (50,000 - 1,024) / 256 chunks, rounded up
+    assert tianshou.update_calls(tts.TASKS["ppo-cartpole"]) == 391  # 100,000 / 256 rollouts
+    td3 = dataclasses.replace(tts.TASKS["td3-pendulum"], budget=300)
+    assert tianshou.prefill_steps(td3) == 300  # never more than the budget
+    assert tianshou.update_calls(td3) == 1
+
+
+def _tianshou():
+    """Tianshou, imported; these tests are skipped only where it is not installed."""
+    return pytest.importorskip(
+        "tianshou",
+        reason="Tianshou is not installed in this environment (a peer, outside the project): "
+        "run these tests with ~/.cache/machin-bench/tianshou/bin/python -m pytest "
+        "(python -m benchmarks.time_to_solve --install --libraries tianshou makes it)",
+    )
+
+
+def test_tianshou_runs_sac_through_its_trainer_on_a_tiny_budget():
+    _tianshou()
+    record = tts.run_one("sac-pendulum", "tianshou", 0, eval_episodes=1, budget=150)
+    assert record["error"] is None
+    assert record["version"].startswith("2.")
+    assert record["eval_steps"] == [150]  # 100 random steps, then 50 steps of 1 update each
+    assert record["steps_taken"] == 150
+    assert -2000 < record["final_return"] < 0
+
+
+def test_tianshou_ppo_evaluates_from_the_trainers_hook_and_after_the_last_rollout():
+    _tianshou()
+    record = tts.run_one("ppo-cartpole", "tianshou", 1, eval_episodes=1, budget=2048)
+    assert record["eval_steps"] == [1024, 2048]  # the rollout that crossed 1,000; the last one
+    assert record["steps_to_threshold"] is None
+    assert 8 <= record["final_return"] < 475
+
+
+def test_tianshou_stops_its_trainer_at_the_threshold(monkeypatch):
+    _tianshou()
+    task = dataclasses.replace(tts.TASKS["ppo-cartpole"], threshold=-1.0)
+    monkeypatch.setitem(tts.TASKS, "ppo-cartpole", task)
+    record = tts.run_one("ppo-cartpole", "tianshou", 1, eval_episodes=1, budget=4096)
+    assert record["steps_to_threshold"] == 1024  # the first evaluation; no rollout after it
+    assert record["eval_steps"] == [1024] and record["steps_taken"] == 1024
+
+
+def test_tianshou_dqn_fills_its_buffer_at_random_then_trains_in_bursts():
+    _tianshou()
+    record = tts.run_one("dqn-cartpole", "tianshou", 0, eval_episodes=1, budget=1280)
+    assert record["eval_steps"] == [1000, 1280]  # in the random steps; after one burst
+    assert 8 <= record["final_return"] < 475
+
+
+# -- CleanRL's adapters (torch and gymnasium only) ---------------------------------------------------
+def test_cleanrl_replay_buffer_wraps_and_samples_only_what_it_holds():
+    from benchmarks.time_to_solve_cleanrl import ReplayBuffer
+
+    buffer = ReplayBuffer(3, (2,), (), np.int64)
+    for i in range(2):
+        buffer.add([i, i], [i + 1, i + 1], i, float(i), i == 1)
+    assert len(buffer) == 2
+    obs, actions, next_obs, rewards, dones = buffer.sample(50)
+    assert set(actions.tolist()) == {0, 1}
+    assert torch.equal(next_obs[:, 0], obs[:, 0] + 1) and torch.equal(dones, rewards)
+    for i in range(2, 5):
+        buffer.add([i, i], [i, i], i, 0.0, False)
+    assert len(buffer) == 3 and sorted(buffer.actions.tolist()) == [2, 3, 4]
+
+
+def test_cleanrl_linear_schedule_is_the_scripts():
+    from benchmarks.time_to_solve_cleanrl import linear_schedule
+
+    assert linear_schedule(1.0, 0.05, 100, 0) == 1.0
+    assert linear_schedule(1.0, 0.05, 100, 50) == pytest.approx(0.525)
+    assert linear_schedule(1.0, 0.05, 100, 500) == 0.05
+
+
+def test_cleanrl_dqn_update_fits_its_target_and_leaves_the_target_network():
+    from benchmarks import time_to_solve_cleanrl as cleanrl
+
+    torch.manual_seed(0)
+    q = cleanrl._mlp([4, 16, 2])
+    target = cleanrl.copy.deepcopy(q)
+    before = [p.clone() for p in target.parameters()]
+    optimizer = torch.optim.Adam(q.parameters(), lr=1e-2)
+    batch = (
+        torch.randn(32, 4),
+        torch.randint(2, (32,)),
+        torch.randn(32, 4),
+        torch.ones(32),
+        torch.ones(32),
+    )
+    losses = [float(cleanrl.dqn_update(q, target, optimizer, batch, 0.99)) for _ in range(50)]
+    assert losses[-1] < 0.05 * losses[0]  # every transition ends: the target is the reward, 1
+    assert all(torch.equal(a, b) for a, b in zip(before, target.parameters()))
+
+
+def test_cleanrl_td3_updates_the_actor_every_second_update_and_sac_tunes_alpha():
+    from benchmarks import time_to_solve_cleanrl as cleanrl
+
+    torch.manual_seed(0)
+    space = gym.spaces.Box(-2.0, 2.0, (1,))
+    batch = (
+        torch.randn(16, 3),
+        torch.rand(16, 1) * 4 - 2,
+        torch.randn(16, 3),
+        torch.randn(16),
+        torch.zeros(16),
+    )
+    td3 = cleanrl.td3_parts(3, space, (16, 16), 1e-3)
+    actor = [p.clone() for p in td3.actor.parameters()]
+    cleanrl.td3_update(td3, batch, 0.99, 0.005)
+    assert all(torch.equal(a, b) for a, b in zip(actor, td3.actor.parameters()))
+    cleanrl.td3_update(td3, batch, 0.99, 0.005)
+    assert not all(torch.equal(a, b) for a, b in zip(actor, td3.actor.parameters()))
+    assert float(td3.actor(torch.randn(64, 3)).detach().abs().max()) <= 2.0  # scaled to the bounds
+    sac = cleanrl.sac_parts(3, space, (16, 16), 1e-3)
+    cleanrl.sac_update(sac, batch, 0.99, 0.005)
+    assert sac.alpha != 1.0 and sac.alpha == pytest.approx(float(sac.log_alpha.detach().exp()))
+
+
+_SMALL = dict(net_arch=(32, 32), batch_size=32)
+
+
+@pytest.mark.parametrize(
+    "task_name, changes, budget, every, eval_steps",
+    [
+        (
+            "dqn-cartpole",
+            dict(_SMALL, learning_starts=100, train_freq=50, gradient_steps=4),
+            300,
+            100,
+            [100, 200, 300],
+        ),
+        ("ppo-cartpole", {}, 512, 256, [256, 512]),
+        ("sac-pendulum", _SMALL, 300, 300, [300]),
+        ("td3-pendulum", dict(_SMALL, learning_starts=100), 300, 300, [300]),
+    ],
+)
+def test_cleanrl_adapters_run_on_a_tiny_budget(
+    monkeypatch, task_name, changes, budget, every, eval_steps
+):
+    task = tts.TASKS[task_name]
+    settings = dict(task.settings, **changes)
+    monkeypatch.setitem(
+        tts.TASKS, task_name, dataclasses.replace(task, settings=settings, eval_every=every)
+    )
+    record = tts.run_one(task_name, "cleanrl", 0, eval_episodes=1, budget=budget)
+    assert record["version"] == "1.2.0 (scripts adapted)"
+    assert record["eval_steps"] == eval_steps and record["steps_taken"] == budget
+    assert record["steps_to_threshold"] is None
+    assert (
+        task.threshold > record["final_return"] > (8 if task.algorithm in ("dqn", "ppo") else -2000)
+    )
+
+
+def test_cleanrl_stops_at_the_first_evaluation_reaching_the_threshold(monkeypatch):
+    settings = dict(tts.TASKS["sac-pendulum"].settings, **_SMALL)
+    task = dataclasses.replace(
+        tts.TASKS["sac-pendulum"], threshold=-1e9, eval_every=150, settings=settings
+    )
+    monkeypatch.setitem(tts.TASKS, "sac-pendulum", task)
+    record = tts.run_one("sac-pendulum", "cleanrl", 0, eval_episodes=1, budget=600)
+    assert record["steps_to_threshold"] == 150 and record["eval_steps"] == [150]
