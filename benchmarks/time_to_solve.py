@@ -41,7 +41,11 @@ Libraries (``--libraries``):
   requires Python < 3.11; pip falls back to 0.4.8 of 2021, built on ``gym``), so its
   ``dqn.py``, ``ppo.py``, ``sac_continuous_action.py`` and ``td3_continuous_action.py`` of 1.2.0
   run as adapters over plain torch and gymnasium (benchmarks/time_to_solve_cleanrl.py).
-* ``torchrl``: named in the table with the reason it cannot run (``CANNOT_RUN``).
+* ``torchrl``: TorchRL 0.14.1 (tensordict 0.14.3), the newest release that runs with torch
+  2.13: its compiled extension ``torchrl._torchrl`` loads with no release (0.10.1 to 0.14.1,
+  built against an older torch), which leaves out prioritized replay only; DQN, PPO, SAC and
+  TD3 run on its pure-Python collector, uniform replay buffers and losses
+  (benchmarks/time_to_solve_torchrl.py). The table says so in a note under it (``NOTES``).
 
 A library that lacks an algorithm gets a dash in that row.
 
@@ -49,7 +53,8 @@ Peers are never dependencies of machin. ``--install`` makes one virtual environm
 under ``~/.cache/machin-bench/<peer>`` (``--cache``) that sees the project's packages through
 a ``.pth`` file and installs the peer's current release with ``torch`` pinned to the
 project's version, so that pip picks the newest release that runs with it (or fails, which
-the table reports). A peer run uses that environment's Python. Commands::
+the table reports); TorchRL is pinned to 0.14.1 and its tensordict (``PEER_PACKAGES``). A peer
+run uses that environment's Python. Commands::
 
     python -m benchmarks.time_to_solve --install --libraries sb3
     python -m benchmarks.time_to_solve --tasks dqn-cartpole ppo-cartpole --seeds 5 \\
@@ -82,6 +87,7 @@ import torch
 
 __all__ = [
     "CANNOT_RUN",
+    "NOTES",
     "SKIP_MESSAGE",
     "TASKS",
     "LIBRARIES",
@@ -231,18 +237,23 @@ LIBRARIES: Dict[str, Optional[str]] = {
 PEER_PACKAGES = {
     "sb3": ["stable-baselines3", "sb3-contrib"],
     "tianshou": ["tianshou"],
-    "torchrl": ["torchrl"],
+    # the newest release that runs with torch 2.13 (see NOTES), and its tensordict
+    "torchrl": ["torchrl==0.14.1", "tensordict==0.14.3"],
 }
 #: the peers that cannot run here, and why (a dash in the table and a note under it)
-CANNOT_RUN = {
+CANNOT_RUN: Dict[str, str] = {}
+#: what the table says under it about a library that runs with limits
+NOTES = {
     "torchrl": (
-        "TorchRL has no release whose compiled extension torchrl._torchrl loads with torch "
-        "2.13.0: 0.14.1, 0.14.0, 0.13.3, 0.12.0, 0.11.1 and 0.10.1 install and import, and "
-        "each extension fails with an undefined symbol (built against an older torch)"
+        "TorchRL runs at 0.14.1, the newest release: no release's compiled extension "
+        "torchrl._torchrl loads with torch 2.13.0 (0.10.1 to 0.14.1 fail with undefined "
+        "symbols, built against an older torch), which leaves out prioritized replay (its "
+        "segment trees); the tasks use uniform replay, which with the collector, the losses "
+        "and GymEnv is pure Python"
     ),
 }
 #: the package a peer's runner imports (its import time is not counted in a run)
-_PEER_PACKAGES = {"sb3": "stable_baselines3", "tianshou": "tianshou"}
+_PEER_PACKAGES = {"sb3": "stable_baselines3", "tianshou": "tianshou", "torchrl": "torchrl"}
 #: the module of each library's runners (``RUNNERS``: (library, algorithm) -> train function)
 _RUNNER_MODULES = {
     "machin-loop": "time_to_solve_machin",
@@ -250,6 +261,7 @@ _RUNNER_MODULES = {
     "sb3": "time_to_solve_sb3",
     "tianshou": "time_to_solve_tianshou",
     "cleanrl": "time_to_solve_cleanrl",
+    "torchrl": "time_to_solve_torchrl",
 }
 
 
@@ -604,7 +616,8 @@ def table(
 
     A library without records gets a row of dashes with its reason: ``reasons[library]``, or
     for a library that cannot run here (``CANNOT_RUN``) a pointer to a note under the table
-    that gives the reason, or the algorithm it lacks.
+    that gives the reason, or the algorithm it lacks. A library with a note (``NOTES``) gets
+    it under the table.
     """
     reasons = dict(reasons or {})
     libraries, notes = list(libraries), []
@@ -627,13 +640,16 @@ def table(
     for library in libraries:
         if library in CANNOT_RUN and library not in reasons:
             notes.append(f"- {library} did not run: {CANNOT_RUN[library]}")
+        elif library in NOTES:
+            notes.append(f"- {library}: {NOTES[library]}")
     return "\n".join(lines + ([""] + notes if notes else []))
 
 
 # -- installing the peers -----------------------------------------------------------------
 def install_peer(peer: str, cache: Path) -> str:
     """Make ``cache/peer``: a venv that sees this environment's packages, the peer installed with
-    torch pinned to this one's version. Returns pip's last line (``Successfully ...`` or the error)."""
+    torch pinned to this one's version. Returns pip's last line that is not a warning
+    (``Successfully ...`` or the error)."""
     import site
     import venv
 
@@ -658,8 +674,9 @@ def install_peer(peer: str, cache: Path) -> str:
     ]
     done = subprocess.run(command, capture_output=True, text=True)
     (target / "pip.log").write_text(done.stdout + done.stderr)
-    lines = (done.stdout + done.stderr).strip().splitlines() or [f"exit {done.returncode}"]
-    return lines[-1]
+    lines = (done.stdout + done.stderr).strip().splitlines()
+    said = [line for line in lines if not line.startswith("WARNING:")]  # e.g. an index unreachable
+    return (said or lines or [f"exit {done.returncode}"])[-1]
 
 
 # -- the command line ---------------------------------------------------------------------

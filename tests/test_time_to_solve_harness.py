@@ -1,6 +1,6 @@
 """The machinery of benchmarks/time_to_solve.py on tiny budgets: machin's runners, CleanRL's
-adapters (torch and gymnasium only), Tianshou's settings; Tianshou's runner where Tianshou is
-installed here or as a peer (``--install``)."""
+adapters (torch and gymnasium only), Tianshou's and TorchRL's settings; Tianshou's and TorchRL's
+runners where they are installed here or as peers (``--install``)."""
 
 import dataclasses
 import os
@@ -36,7 +36,8 @@ def test_median_range_counts_unsolved_as_never():
     assert tts.median_range([]) == "-"
 
 
-def test_table_rows_medians_and_a_dash_for_a_library_that_did_not_run():
+def test_table_rows_medians_and_a_dash_for_a_library_that_did_not_run(monkeypatch):
+    monkeypatch.setitem(tts.CANNOT_RUN, "torchrl", "no wheel for this torch")
     records = [
         _record("machin-loop", 0, 2000, 10.0),
         _record("machin-loop", 1, 4000, 30.0, final=480.0),
@@ -54,7 +55,20 @@ def test_table_rows_medians_and_a_dash_for_a_library_that_did_not_run():
     assert lines[4] == (
         "| dqn-cartpole | torchrl | - | - | - | - | - | - | cannot run here (note below) |"
     )
-    assert lines[5:] == ["", f"- torchrl did not run: {tts.CANNOT_RUN['torchrl']}"]
+    assert lines[5:] == ["", "- torchrl did not run: no wheel for this torch"]
+
+
+def test_table_notes_what_torchrl_leaves_out_without_its_compiled_extension():
+    text = tts.table(
+        [_record("torchrl", 0, 3000, 20.0, version="0.14.1")], ["torchrl"], ["dqn-cartpole"]
+    )
+    lines = text.splitlines()
+    assert lines[2].startswith("| dqn-cartpole | torchrl 0.14.1 | 1/1 | 20.0 (20.0 to 20.0) |")
+    assert lines[3] == ""
+    assert lines[4] == f"- torchrl: {tts.NOTES['torchrl']}"
+    assert "torch 2.13.0" in lines[4] and "prioritized replay" in lines[4]
+    assert "torchrl" not in tts.CANNOT_RUN
+    assert [tts.missing_reason("torchrl", a) for a in ("dqn", "ppo", "sac", "td3")] == [None] * 4
 
 
 def test_table_names_the_reason_given_for_a_missing_peer():
@@ -109,13 +123,14 @@ def test_evaluation_plays_greedy_episodes_from_the_fixed_seeds():
     assert evaluation.returns == [sum(expected) / 2]
 
 
-def test_run_one_rejects_unknown_names():
+def test_run_one_rejects_unknown_names(monkeypatch):
     with pytest.raises(ValueError, match="task_name must be one of .* got 'nope'"):
         tts.run_one("nope", "machin-loop", 0)
     with pytest.raises(ValueError, match="library must be one of .* got 'rllib'"):
         tts.run_one("dqn-cartpole", "rllib", 0)
-    with pytest.raises(NotImplementedError, match="library 'torchrl': TorchRL "):
-        tts.run_one("dqn-cartpole", "torchrl", 0, budget=10)
+    monkeypatch.setitem(tts.CANNOT_RUN, "sb3", "SB3 has no wheel here")
+    with pytest.raises(NotImplementedError, match="library 'sb3': SB3 has no wheel here"):
+        tts.run_one("dqn-cartpole", "sb3", 0, budget=10)
 
 
 def test_machin_loop_stops_at_the_first_evaluation_reaching_the_threshold(monkeypatch):
@@ -207,6 +222,7 @@ def test_a_library_lacking_an_algorithm_gets_a_dash_and_no_run(monkeypatch):
 
 
 def test_main_starts_no_run_for_a_library_that_cannot_run(monkeypatch, capsys):
+    monkeypatch.setitem(tts.CANNOT_RUN, "torchrl", "TorchRL has no wheel here")
     started = []
     monkeypatch.setattr(tts, "run_all", lambda specs, *a, **k: started.extend(specs) or [])
     tts.main(["--tasks", "dqn-cartpole", "--libraries", "torchrl", "cleanrl", "--seeds", "2"])
@@ -277,6 +293,110 @@ def test_tianshou_dqn_fills_its_buffer_at_random_then_trains_in_bursts():
     assert 8 <= record["final_return"] < 475
 
 
+# -- TorchRL: the settings it is given (plain Python, no TorchRL needed) ----------------------------
+def test_torchrl_settings_follow_sb3s_semantics():
+    from benchmarks import time_to_solve_torchrl as torchrl
+
+    assert torchrl.action_scale(gym.spaces.Box(-2.0, 2.0, (1,))) == 2.0  # Pendulum
+    assert torchrl.action_scale(gym.spaces.Box(-1.0, 1.0, (2,))) == 1.0  # LunarLanderContinuous
+    uneven = gym.spaces.Box(np.float32([-1, -2]), np.float32([1, 2]))
+    with pytest.raises(ValueError, match="space must have one width in every dimension, got Box"):
+        torchrl.action_scale(uneven)
+    lunar = tts.TASKS["sac-lunarlandercont"]
+    assert torchrl.lr_at(lunar, 0) == 7.3e-4
+    assert torchrl.lr_at(lunar, 250_000) == pytest.approx(3.65e-4)
+    assert torchrl.lr_at(lunar, 600_000) == 0.0  # never below zero past the budget
+    assert torchrl.lr_at(tts.TASKS["sac-pendulum"], 10_000) == 1e-3  # a constant rate
+    assert torchrl.train_start(tts.TASKS["dqn-cartpole"]) == 1024  # whole batches of 256
+    assert torchrl.train_start(tts.TASKS["sac-pendulum"]) == 100
+    assert torchrl.train_start(dataclasses.replace(tts.TASKS["td3-pendulum"], budget=300)) == 300
+
+
+def test_install_pins_torchrl_and_tensordict_with_the_projects_torch(monkeypatch, tmp_path):
+    commands = []
+
+    def fake_run(command, **kwargs):
+        commands.append(command)
+        said = "Successfully installed torchrl\n"
+        return tts.subprocess.CompletedProcess(command, 0, said, "WARNING: index ignored\n")
+
+    monkeypatch.setattr(tts.subprocess, "run", fake_run)
+    assert tts.install_peer("torchrl", tmp_path) == "Successfully installed torchrl"
+    assert commands[0][-2:] == ["torchrl==0.14.1", "tensordict==0.14.3"]
+    assert commands[0][commands[0].index("--python") + 1] == str(tmp_path / "torchrl/bin/python")
+    pinned = (tmp_path / "torchrl" / "constraints.txt").read_text()
+    assert pinned == f"torch=={torch.__version__.split('+')[0]}\n"
+
+
+def _torchrl():
+    """TorchRL, imported; these tests are skipped only where it is not installed."""
+    return pytest.importorskip(
+        "torchrl",
+        reason="TorchRL is not installed in this environment (a peer, outside the project): "
+        "run these tests with ~/.cache/machin-bench/torchrl/bin/python -m pytest "
+        "(python -m benchmarks.time_to_solve --install --libraries torchrl makes it)",
+    )
+
+
+def _small(monkeypatch, task_name, **changes):
+    """Replace ``task_name``'s settings by cheaper ones for a test."""
+    task = tts.TASKS[task_name]
+    settings = dict(task.settings, **changes)
+    monkeypatch.setitem(tts.TASKS, task_name, dataclasses.replace(task, settings=settings))
+
+
+def test_torchrl_dqn_plays_random_batches_then_trains_in_bursts(monkeypatch):
+    _torchrl()
+    _small(monkeypatch, "dqn-cartpole", **_SMALL)
+    record = tts.run_one("dqn-cartpole", "torchrl", 0, eval_episodes=1, budget=1280)
+    assert record["error"] is None and record["version"] == "0.14.1"
+    assert record["eval_steps"] == [1024, 1280]  # in the random batches; after one burst
+    assert 8 <= record["final_return"] < 475
+
+
+def test_torchrl_ppo_evaluates_after_the_rollout_that_crosses_a_point():
+    _torchrl()
+    record = tts.run_one("ppo-cartpole", "torchrl", 1, eval_episodes=1, budget=2048)
+    assert record["eval_steps"] == [1024, 2048]  # rollouts of 8 x 32 steps
+    assert record["steps_to_threshold"] is None and record["steps_taken"] == 2048
+    assert 8 <= record["final_return"] < 475
+
+
+def test_torchrl_stops_at_the_first_evaluation_reaching_the_threshold(monkeypatch):
+    _torchrl()
+    task = dataclasses.replace(tts.TASKS["ppo-cartpole"], threshold=-1.0)
+    monkeypatch.setitem(tts.TASKS, "ppo-cartpole", task)
+    record = tts.run_one("ppo-cartpole", "torchrl", 1, eval_episodes=1, budget=4096)
+    assert record["steps_to_threshold"] == 1024  # the first evaluation; no rollout after it
+    assert record["eval_steps"] == [1024] and record["steps_taken"] == 1024
+
+
+@pytest.mark.parametrize("task_name", ["sac-pendulum", "td3-pendulum"])
+def test_torchrl_sac_and_td3_run_on_a_tiny_budget(monkeypatch, task_name):
+    _torchrl()
+    _small(monkeypatch, task_name, learning_starts=100, **_SMALL)
+    record = tts.run_one(task_name, "torchrl", 0, eval_episodes=1, budget=300)
+    assert record["eval_steps"] == [300] and record["steps_taken"] == 300
+    assert record["steps_to_threshold"] is None
+    assert -2000 < record["final_return"] < -200  # actions inside the bounds, not solved
+
+
+def test_torchrl_td3_noise_is_sb3s_in_the_environments_units():
+    _torchrl()
+    from benchmarks import time_to_solve_torchrl as torchrl
+
+    task = tts.TASKS["td3-pendulum"]
+    env = torchrl._env(task, 0)
+    agent = torchrl._TD3(task, env.action_spec_unbatched)
+    assert agent.loss.policy_noise == pytest.approx(0.4)  # 0.2 x half of Pendulum's [-2, 2]
+    assert agent.loss.noise_clip == pytest.approx(1.0)
+    assert float(agent.explore[1].std) == pytest.approx(0.2)  # noise_std 0.1 x 2
+    env.close()
+
+
+_SMALL = dict(net_arch=(32, 32), batch_size=32)
+
+
 # -- CleanRL's adapters (torch and gymnasium only) ---------------------------------------------------
 def test_cleanrl_replay_buffer_wraps_and_samples_only_what_it_holds():
     from benchmarks.time_to_solve_cleanrl import ReplayBuffer
@@ -343,9 +463,6 @@ def test_cleanrl_td3_updates_the_actor_every_second_update_and_sac_tunes_alpha()
     sac = cleanrl.sac_parts(3, space, (16, 16), 1e-3)
     cleanrl.sac_update(sac, batch, 0.99, 0.005)
     assert sac.alpha != 1.0 and sac.alpha == pytest.approx(float(sac.log_alpha.detach().exp()))
-
-
-_SMALL = dict(net_arch=(32, 32), batch_size=32)
 
 
 @pytest.mark.parametrize(
