@@ -131,7 +131,7 @@ def test_an_env_class_defined_in_the_users_script_works_in_workers(tmp_path, con
         [sys.executable, str(script)],
         capture_output=True,
         text=True,
-        timeout=50,
+        timeout=180,  # spawned workers import torch: tens of seconds on a busy machine
         env=env,
         cwd=str(tmp_path),
     )
