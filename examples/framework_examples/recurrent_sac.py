@@ -4,7 +4,9 @@ The agent sees only ``cos(angle)`` and ``sin(angle)``, so a memoryless policy ca
 tell which way the pendulum swings; the GRUs of the actor and the critics infer the
 velocity from the history. The actor's hidden state at each step is stored with the
 step (RecurrentSAC adds the critics' when the episode is stored), and every replayed
-sequence starts from the stored states, after a burn-in.
+sequence starts from the stored states, after a burn-in. The networks run over whole
+windows (``unroll="sequence"``): ``nn.GRU`` takes ``[B, T, ...]`` inputs and returns
+its state after every step.
 
 One update per two environment steps after a warm-up; one line per episode with the
 smoothed return. Solved once the smoothed return exceeds -300. Options: ``--episodes N``
@@ -39,42 +41,55 @@ class HideVelocity(gym.ObservationWrapper):
         return observation[:2]
 
 
-class Actor(nn.Module):
-    """One step of a tanh-squashed Gaussian policy over a GRU cell.
+def head(size: int, outputs: int) -> nn.Module:
+    """Two layers from the GRU's state to ``outputs`` values."""
+    return nn.Sequential(nn.Linear(size, size), nn.ReLU(), nn.Linear(size, outputs))
 
-    ``forward(state[B, 2], hidden[B, 32] or None) -> (action[B, 1], log_prob[B, 1], new_hidden)``;
-    with ``deterministic=True`` the action is the squashed mean.
+
+def run_gru(gru: nn.GRU, inputs, hidden):
+    """The GRU's states after every step ``[B, T, H]``, from ``hidden[B, H]`` (``None``: zeros)."""
+    states, _ = gru(inputs, None if hidden is None else hidden.unsqueeze(0).contiguous())
+    return states
+
+
+class Actor(nn.Module):
+    """A tanh-squashed Gaussian policy over a GRU, run over windows (``unroll="sequence"``).
+
+    ``forward(state[B, T, 2], hidden[B, 32] or None) -> (action[B, T, 1], log_prob[B, T, 1],
+    hidden states after every step[B, T, 32])``; with ``deterministic=True`` the action is
+    the squashed mean. RecurrentSAC calls it with ``T = 1`` to act.
     """
 
     def __init__(self, state_dim: int = 2, action_dim: int = 1, size: int = HIDDEN):
         super().__init__()
         self.fc = nn.Linear(state_dim, size)
-        self.gru = nn.GRUCell(size, size)
-        self.mu = nn.Linear(size, action_dim)
-        self.log_sigma = nn.Linear(size, action_dim)
+        self.gru = nn.GRU(size, size, batch_first=True)
+        self.mu = head(size, action_dim)
+        self.log_sigma = head(size, action_dim)
 
     def forward(self, state, hidden=None, deterministic=False):
-        hidden = self.gru(torch.relu(self.fc(state)), hidden)
-        mu = self.mu(hidden)
-        dist = Normal(mu, self.log_sigma(hidden).clamp(-10, 2).exp())
+        states = run_gru(self.gru, torch.relu(self.fc(state)), hidden)
+        mu = self.mu(states)
+        dist = Normal(mu, self.log_sigma(states).clamp(-5, 2).exp())
         raw = mu if deterministic else dist.rsample()
         squashed = torch.tanh(raw)
         log_prob = dist.log_prob(raw) - torch.log(ACTION_RANGE * (1 - squashed.pow(2)) + 1e-6)
-        return squashed * ACTION_RANGE, log_prob.sum(dim=1, keepdim=True), hidden
+        return squashed * ACTION_RANGE, log_prob.sum(dim=-1, keepdim=True), states
 
 
 class Critic(nn.Module):
-    """One step of a recurrent Q network: ``(q[B, 1], new_hidden[B, 32])``."""
+    """A recurrent Q network over windows: ``(q[B, T, 1], hidden states[B, T, 32])``."""
 
     def __init__(self, state_dim: int = 2, action_dim: int = 1, size: int = HIDDEN):
         super().__init__()
         self.fc = nn.Linear(state_dim + action_dim, size)
-        self.gru = nn.GRUCell(size, size)
-        self.head = nn.Linear(size, 1)
+        self.gru = nn.GRU(size, size, batch_first=True)
+        self.head = head(size, 1)
 
     def forward(self, state, action, hidden=None):
-        hidden = self.gru(torch.relu(self.fc(torch.cat([state, action], dim=1))), hidden)
-        return self.head(hidden), hidden
+        inputs = torch.relu(self.fc(torch.cat([state, action], dim=-1)))
+        states = run_gru(self.gru, inputs, hidden)
+        return self.head(states), states
 
 
 def main():
@@ -85,10 +100,11 @@ def main():
         *(Critic() for _ in range(4)),
         torch.optim.Adam,
         nn.MSELoss(),
-        batch_size=32,
-        actor_learning_rate=2e-3,
-        critic_learning_rate=2e-3,
-        alpha_learning_rate=2e-3,
+        unroll="sequence",  # one call per window part instead of one per time step
+        batch_size=16,
+        actor_learning_rate=3e-3,
+        critic_learning_rate=3e-3,
+        alpha_learning_rate=5e-3,
         update_rate=0.01,
         replay_size=100000,
         sequence_length=8,

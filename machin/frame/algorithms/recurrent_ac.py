@@ -22,7 +22,7 @@ from ..buffers import Buffer, SequenceBatch, SequenceBuffer
 from ..transition import Transition, as_transition
 from .base import Driver
 from .critics import value_column
-from .options import BufferOptions, Option, non_negative_int, optional, positive_int
+from .options import BufferOptions, Option, non_negative_int, one_of, optional, positive_int
 from .policy import split_actor_output
 from .r2d1 import R2D1
 from .sac import SAC
@@ -50,6 +50,58 @@ def _at(values: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
     return values.gather(1, index.expand(-1, -1, *values.shape[2:])).flatten(0, 1)
 
 
+def _take(values: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """``values[b, index[b, j]]`` for a ``[B, W, ...]`` tensor and ``[B, L]`` positions, as ``[B, L, ...]``."""
+    return _at(values, index).view(*index.shape, *values.shape[2:])
+
+
+def _with_time(values: Dict[str, Any]) -> Dict[str, Any]:
+    """``values`` with a time dimension of one step: ``[B, ...]`` tensors become ``[B, 1, ...]``."""
+    return {k: v.unsqueeze(1) if isinstance(v, torch.Tensor) else v for k, v in values.items()}
+
+
+def _first_step(value: Any) -> Any:
+    """The first step ``[B, ...]`` of the ``[B, T, ...]`` tensors in a network output."""
+    if isinstance(value, torch.Tensor):
+        return value[:, 0]
+    if isinstance(value, tuple):
+        return tuple(_first_step(part) for part in value)
+    return value
+
+
+def _stack_time(steps: List[Dict[str, Any]]) -> Dict[str, torch.Tensor]:
+    """Per-step dicts of ``[1, ...]`` tensors as one dict of ``[1, T, ...]`` tensors."""
+    return {k: torch.stack([torch.as_tensor(step[k]) for step in steps], dim=1) for k in steps[0]}
+
+
+def _has_time(value: Any, size: int, steps: int) -> bool:
+    """Whether ``value`` is a ``[size, steps, ...]`` tensor."""
+    return isinstance(value, torch.Tensor) and value.dim() >= 2 and value.shape[:2] == (size, steps)
+
+
+def _shapes(value: Any) -> Any:
+    """The shapes in a network output, for error messages (type names for what is no tensor)."""
+    if isinstance(value, torch.Tensor):
+        return list(value.shape)
+    if isinstance(value, tuple):
+        return [_shapes(part) for part in value]
+    return type(value).__name__
+
+
+def _describe_count(output: Any) -> str:
+    """``a tuple of N values``, or the type name of what is no tuple."""
+    return (
+        f"a tuple of {len(output)} values" if isinstance(output, tuple) else type(output).__name__
+    )
+
+
+def _per_step(values: Any, size: int, length: int, what: str) -> torch.Tensor:
+    """One number per sample and step, ``[B, L]``, from ``[B, L]`` or ``[B, L, 1]`` network outputs."""
+    if isinstance(values, torch.Tensor) and values.dim() >= 2:
+        values = values.flatten(0, 1)
+    return as_column(values, size * length, what).view(size, length)
+
+
 @dataclass
 class RecurrentBatch(SequenceBatch):
     """A :class:`~machin.frame.buffers.SequenceBatch` with the critics' stored hidden states.
@@ -68,10 +120,11 @@ class RecurrentActorCritic:
     It declares the sequence options, stores whole episodes in a
     :class:`~machin.frame.buffers.SequenceBuffer` (sampled uniformly: the priorities are
     never changed), and unrolls a network over the sampled windows. A network is called
-    once per time step, by keyword as everywhere in machin, with the hidden state under
-    ``hidden_key``, and returns its usual outputs followed by its new hidden state. Only
-    what the host algorithm's losses differ in is left to :class:`RecurrentSAC` and
-    :class:`RecurrentTD3`.
+    by keyword as everywhere in machin, with the hidden state under ``hidden_key``, and
+    returns its usual outputs followed by its hidden state: once per time step
+    (``unroll="step"``, the default) or once per part of a window (``unroll="sequence"``,
+    see :class:`RecurrentSAC`). Only what the host algorithm's losses differ in is left
+    to :class:`RecurrentSAC` and :class:`RecurrentTD3`.
     """
 
     driver: Driver
@@ -102,6 +155,13 @@ class RecurrentActorCritic:
         "Name of the hidden-state argument of every network's ``forward`` "
         "and of the actor's hidden state in the stored state dicts.",
     )
+    unroll = Option(
+        "step",
+        one_of("step", "sequence"),
+        "How the networks run over a window: ``'step'`` calls each network once per "
+        "time step; ``'sequence'`` calls it once per window with ``[B, T, ...]`` inputs "
+        "and takes back ``[B, T, ...]`` outputs and its hidden states after every step.",
+    )
     #: What the actor returns, for error messages, and how many outputs that is at least.
     _actor_outputs: Tuple[str, int] = ("(action, ..., new_hidden)", 2)
     #: Parts of the tuple hidden states stored so far, by network name.
@@ -129,6 +189,19 @@ class RecurrentActorCritic:
                     f"{type(self).__name__} was given {name}={value!r}"
                 )
         return buffer
+
+    # -- acting -----------------------------------------------------------------------
+    def _actor_output(self, state: Dict[str, Any], *flags: Any) -> Any:
+        """The actor's output for one step; in sequence mode, from a window of one step."""
+        if self.unroll == "step":
+            return super()._actor_output(state, *flags)
+        self._check_state(state)
+        hidden = state.get(self.hidden_key)
+        window = {**_with_time(state), self.hidden_key: hidden}
+        output = super()._actor_output(window, *flags)
+        size = next(v for v in state.values() if isinstance(v, torch.Tensor)).shape[0]
+        self._check_window(self.actor, "actor", output, hidden, size, 1)
+        return _first_step(output)
 
     # -- storing ----------------------------------------------------------------------
     def store_transition(self, transition: Any) -> None:
@@ -212,14 +285,15 @@ class RecurrentActorCritic:
         self, name: str, critic: nn.Module, steps: List[Dict[str, Any]]
     ) -> List[torch.Tensor]:
         """The (packed) hidden state ``critic`` is given at each step when run over ``steps``."""
-        given, hidden = [], None
+        stored = self._stored_keys()
+        states = [{k: v for k, v in step["state"].items() if k not in stored} for step in steps]
+        inputs = [_stack_time(states), _stack_time([step["action"] for step in steps])]
+        observed = torch.ones(1, len(steps), dtype=torch.bool)
         with torch.no_grad():
-            for step in steps:
-                given.append(hidden)
-                state = {k: v for k, v in step["state"].items() if k not in self._stored_keys()}
-                _, hidden = self._step(critic, name, [state, step["action"]], hidden)
-        given[0] = map_hidden(torch.zeros_like, hidden)
-        return [self._pack(name, h) for h in given]
+            _, given = self._run(critic, name, inputs, None, observed, len(steps))
+        return [
+            self._pack(name, map_hidden(lambda h, k=k: h[:, k], given)) for k in range(len(steps))
+        ]
 
     # -- sampling and unrolling -------------------------------------------------------
     def _sample(self, concatenate: bool, *_: Any) -> Optional[RecurrentBatch]:
@@ -242,32 +316,40 @@ class RecurrentActorCritic:
             critic_hidden[name] = None if stored is None else stored[rows, first]
         return RecurrentBatch(**{**vars(batch), "state": state, "critic_hidden": critic_hidden})
 
-    def _step(
-        self, network: nn.Module, role: str, inputs: List[Dict[str, Any]], hidden: Optional[Hidden]
-    ) -> Tuple[tuple, Hidden]:
-        """One call of ``network``: ``(its outputs but the last, its new hidden state)``."""
+    def _expected_outputs(self, role: str) -> Tuple[str, int]:
+        """What network ``role`` returns, for error messages, and how many outputs that is at least."""
+        return self._actor_outputs if role == "actor" else ("(value, ..., new_hidden)", 2)
+
+    def _check_takes_hidden(self, network: nn.Module, role: str) -> None:
         if not forward_takes(network, self.hidden_key):
             raise TypeError(
                 f"{type(self).__name__} passes the hidden state of the {role} as "
                 f"hidden_key={self.hidden_key!r}, but the forward of {type(network).__name__} "
                 f"has no argument of that name"
             )
+
+    def _step(
+        self, network: nn.Module, role: str, inputs: List[Dict[str, Any]], hidden: Optional[Hidden]
+    ) -> Tuple[tuple, Hidden]:
+        """One time step of ``network`` (``[B, ...]`` inputs): ``(its outputs but the last, its new hidden state)``.
+
+        In sequence mode the network runs over a window of one step.
+        """
+        size = next(iter(inputs[0].values())).shape[0]
+        if self.unroll == "sequence":
+            output, states = self._call_window(
+                network, role, [_with_time(values) for values in inputs], hidden, size, 1
+            )
+            return _first_step(output), _first_step(states)
+        self._check_takes_hidden(network, role)
         output = safe_call(network, *inputs, {self.hidden_key: hidden})
-        expected, needed = (
-            self._actor_outputs if role == "actor" else ("(value, ..., new_hidden)", 2)
-        )
-        if not self._ends_with_hidden(output, needed, next(iter(inputs[0].values())).shape[0]):
-            got = (
-                f"a tuple of {len(output)} values"
-                if isinstance(output, tuple)
-                else type(output).__name__
-            )
+        if not self._ends_with_hidden(output, self._expected_outputs(role)[1], size):
             raise ValueError(
-                f"{type(self).__name__} needs the {role} to return {expected}, its new hidden "
-                f"state ([batch, ...] tensors) last; {type(network).__name__} returned {got}"
+                f"{type(self).__name__} needs the {role} to return "
+                f"{self._expected_outputs(role)[0]}, its new hidden state ([batch, ...] tensors) "
+                f"last; {type(network).__name__} returned {_describe_count(output)}"
             )
-        new_hidden = output[-1]
-        return output[:-1], new_hidden
+        return output[:-1], output[-1]
 
     @staticmethod
     def _ends_with_hidden(output: Any, needed: int, size: int) -> bool:
@@ -280,6 +362,194 @@ class RecurrentActorCritic:
             for part in parts
         )
 
+    def _call_window(
+        self,
+        network: nn.Module,
+        role: str,
+        inputs: List[Dict[str, Any]],
+        hidden: Optional[Hidden],
+        size: int,
+        steps: int,
+    ) -> Tuple[tuple, Hidden]:
+        """One call of ``network`` over ``[B, T, ...]`` inputs (sequence mode).
+
+        Returns:
+            Its outputs but the last, ``[B, T, ...]``, and its hidden states after every
+            step, ``[B, T, ...]``.
+        """
+        self._check_takes_hidden(network, role)
+        output = safe_call(network, *inputs, {self.hidden_key: hidden})
+        self._check_window(network, role, output, hidden, size, steps)
+        return output[:-1], output[-1]
+
+    def _check_window(
+        self,
+        network: nn.Module,
+        role: str,
+        output: Any,
+        hidden: Optional[Hidden],
+        size: int,
+        steps: int,
+    ) -> None:
+        """Raise ``ValueError`` unless ``output`` is what a network returns over a window in sequence mode."""
+        expected, needed = self._expected_outputs(role)
+        where = (
+            f"{type(self).__name__} runs the {role} over windows (unroll='sequence'), so "
+            f"{type(network).__name__}"
+        )
+        if not isinstance(output, tuple) or len(output) < needed:
+            raise ValueError(
+                f"{where} must return {expected} with its hidden states after every step "
+                f"last; it returned {_describe_count(output)}"
+            )
+        states = output[-1] if isinstance(output[-1], tuple) else (output[-1],)
+        given = hidden if isinstance(hidden, tuple) else (hidden,) * len(states)
+        values_fit = all(
+            _has_time(value, size, steps)
+            for value in output[:-1]
+            if isinstance(value, torch.Tensor)
+        )
+        states_fit = len(given) == len(states) and all(
+            _has_time(state, size, steps)
+            and (before is None or state.shape[2:] == before.shape[1:])
+            for state, before in zip(states, given)
+        )
+        if not (values_fit and states_fit):
+            state_shape = "..." if hidden is None else _shapes(hidden)
+            raise ValueError(
+                f"{where} must return outputs of shape [batch, time, ...] = [{size}, {steps}, ...] "
+                f"and, last, its hidden states after every step, [batch, time, <hidden state>] "
+                f"(hidden state given: {state_shape}); it returned shapes {_shapes(output)}"
+            )
+
+    def _run(
+        self,
+        network: nn.Module,
+        role: str,
+        inputs: List[Dict[str, torch.Tensor]],
+        hidden: Optional[Hidden],
+        observed: torch.Tensor,
+        grad_from: int,
+    ) -> Tuple[tuple, Hidden]:
+        """Run ``network`` over windows of ``[B, L, ...]`` ``inputs`` from the hidden state ``hidden``.
+
+        ``None`` stands for the network's initial state. Positions from ``grad_from`` on run
+        with gradient, those before it without. At positions without an observation
+        (``observed`` ``[B, L]`` false) the hidden state stays as it was: in sequence mode
+        this holds for the positions before a window's first observation, after the last
+        one the hidden states go on (no loss reads them).
+
+        Returns:
+            The outputs (without the hidden state) ``[B, L, ...]``, and the hidden states
+            the network was given at each position, ``[B, L, ...]``.
+        """
+        run = self._run_windows if self.unroll == "sequence" else self._run_steps
+        return run(network, role, inputs, hidden, observed, grad_from)
+
+    def _run_steps(
+        self,
+        network: nn.Module,
+        role: str,
+        inputs: List[Dict[str, torch.Tensor]],
+        hidden: Optional[Hidden],
+        observed: torch.Tensor,
+        grad_from: int,
+    ) -> Tuple[tuple, Hidden]:
+        """:meth:`_run` in step mode: one call per position."""
+        outputs, given = [], []
+        all_observed = observed.all(dim=0).tolist()
+        for k, observed_k in enumerate(all_observed):
+            with torch.set_grad_enabled(k >= grad_from):
+                given.append(hidden)
+                step_inputs = [{key: value[:, k] for key, value in d.items()} for d in inputs]
+                output, new_hidden = self._step(network, role, step_inputs, hidden)
+                hidden = (
+                    new_hidden
+                    if observed_k
+                    else R2D1._keep_unobserved(observed[:, k], new_hidden, hidden)
+                )
+            outputs.append(output)
+        if given[0] is None:  # the initial state is zeros, as for torch's recurrent cells
+            given[0] = map_hidden(torch.zeros_like, hidden)
+        stacked = tuple(
+            torch.stack(parts, dim=1) if isinstance(parts[0], torch.Tensor) else None
+            for parts in zip(*outputs)
+        )
+        return stacked, map_hidden(lambda *steps: torch.stack(steps, dim=1), *given)
+
+    def _run_windows(
+        self,
+        network: nn.Module,
+        role: str,
+        inputs: List[Dict[str, torch.Tensor]],
+        hidden: Optional[Hidden],
+        observed: torch.Tensor,
+        grad_from: int,
+    ) -> Tuple[tuple, Hidden]:
+        """:meth:`_run` in sequence mode: one call for the part without gradient, one for the rest."""
+        length = observed.shape[1]
+        outputs, given = [], []
+        for start, end in ((0, grad_from), (grad_from, length)):
+            if start >= end:
+                continue
+            with torch.set_grad_enabled(start == grad_from):
+                part = [{key: value[:, start:end] for key, value in d.items()} for d in inputs]
+                output, part_given, hidden = self._run_window(
+                    network, role, part, hidden, observed[:, start:end]
+                )
+            outputs.append(output)
+            given.append(part_given)
+        joined = tuple(
+            torch.cat(parts, dim=1) if isinstance(parts[0], torch.Tensor) else None
+            for parts in zip(*outputs)
+        )
+        return joined, map_hidden(lambda *parts: torch.cat(parts, dim=1), *given)
+
+    def _run_window(
+        self,
+        network: nn.Module,
+        role: str,
+        inputs: List[Dict[str, torch.Tensor]],
+        hidden: Optional[Hidden],
+        observed: torch.Tensor,
+    ) -> Tuple[tuple, Hidden, Hidden]:
+        """One call of ``network`` over a window, each row shifted to start at its first observation.
+
+        Returns:
+            The outputs ``[B, T, ...]`` (at positions before a row's first observation: its
+            first output), the hidden states given at each position ``[B, T, ...]``, and
+            the hidden state after the window ``[B, ...]``.
+        """
+        size, steps = observed.shape
+        first = torch.where(observed.any(dim=1), observed.to(torch.int8).argmax(dim=1), steps)
+        shift = bool(first.any())
+        if shift:  # move each row's first observation to position 0
+            index = (torch.arange(steps, device=first.device) + first.view(-1, 1)).clamp(
+                max=steps - 1
+            )
+            inputs = [{key: _take(value, index) for key, value in d.items()} for d in inputs]
+        output, states = self._call_window(network, role, inputs, hidden, size, steps)
+        if hidden is None:  # the initial state is zeros, as for torch's recurrent cells
+            hidden = map_hidden(lambda state: torch.zeros_like(state[:, 0]), states)
+        # known[:, j]: the hidden state given at shifted position j (j = T: after the window)
+        known = map_hidden(
+            lambda before, after: torch.cat([before.unsqueeze(1).to(after), after], dim=1),
+            hidden,
+            states,
+        )
+        if shift:  # and back: position p of a row was its shifted position p - first
+            back = (torch.arange(steps + 1, device=first.device) - first.view(-1, 1)).clamp(min=0)
+            output = tuple(
+                _take(value, back[:, :steps]) if isinstance(value, torch.Tensor) else value
+                for value in output
+            )
+            known = map_hidden(lambda value: _take(value, back), known)
+        return (
+            output,
+            map_hidden(lambda value: value[:, :-1], known),
+            map_hidden(lambda value: value[:, -1], known),
+        )
+
     def _unroll(
         self,
         network: nn.Module,
@@ -289,41 +559,23 @@ class RecurrentActorCritic:
         hidden: Optional[Hidden] = None,
         action: Optional[Dict[str, torch.Tensor]] = None,
         train: bool = False,
-    ) -> Tuple[List[tuple], Hidden]:
-        """Run ``network`` over the first ``length`` positions of the windows of ``batch``.
+    ) -> Tuple[tuple, Hidden]:
+        """Run ``network`` over the first ``length`` positions of the windows of ``batch`` (see :meth:`_run`).
 
         The run starts from ``hidden`` (``None``: the network's initial state); ``action``
-        (for a critic) gives the stored actions. At positions without an observation
-        (padding) the hidden state stays as it was. With ``train``, the burn-in
-        positions run without gradient and the others with it.
-
-        Returns:
-            The outputs at each position (without the hidden state), and the hidden
-            states the network was given, stacked ``[B, length, ...]``.
+        (for a critic) gives the stored actions. With ``train``, the burn-in positions
+        run without gradient and the others with it; else all run without gradient.
         """
-        outputs, given = [], []
-        observed = batch.observed.all(dim=0).tolist()
-        for k in range(length):
-            with torch.set_grad_enabled(train and k >= self.burn_in and torch.is_grad_enabled()):
-                inputs = [{key: value[:, k] for key, value in batch.state.items()}]
-                if action is not None:
-                    inputs.append({key: value[:, k] for key, value in action.items()})
-                given.append(hidden)
-                output, new_hidden = self._step(network, role, inputs, hidden)
-                hidden = (
-                    new_hidden
-                    if observed[k]
-                    else R2D1._keep_unobserved(batch.observed[:, k], new_hidden, hidden)
-                )
-            outputs.append(output)
-        if given[0] is None:  # the initial state is zeros, as for torch's recurrent cells
-            given[0] = map_hidden(torch.zeros_like, hidden)
-        return outputs, map_hidden(lambda *steps: torch.stack(steps, dim=1), *given)
+        inputs = [{key: value[:, :length] for key, value in batch.state.items()}]
+        if action is not None:
+            inputs.append({key: value[:, :length] for key, value in action.items()})
+        grad_from = min(self.burn_in, length) if train and torch.is_grad_enabled() else length
+        return self._run(network, role, inputs, hidden, batch.observed[:, :length], grad_from)
 
     def _actor_run(
         self, actor: nn.Module, batch: RecurrentBatch, length: int, train: bool = False
-    ) -> List[tuple]:
-        """The actor's outputs over the first ``length`` positions, from the stored hidden state."""
+    ) -> tuple:
+        """The actor's outputs ``[B, length, ...]``, unrolled from the stored hidden state."""
         outputs, _ = self._unroll(
             actor, "actor", batch, length, self._unpack("actor", batch.hidden), train=train
         )
@@ -344,8 +596,7 @@ class RecurrentActorCritic:
         """
         hidden = self._unpack(name, batch.critic_hidden.get(name))
         outputs, given = self._unroll(critic, name, batch, length, hidden, batch.action, train)
-        values = [value_column(output, batch.size, type(critic).__name__) for output in outputs]
-        return torch.cat(values, dim=1), given
+        return _per_step(outputs[0], batch.size, length, f"{type(critic).__name__} output"), given
 
     def _value_at(
         self,
@@ -441,7 +692,30 @@ class RecurrentSAC(RecurrentActorCritic, SAC):
 
     A hidden state is a ``[B, ...]`` tensor, or a tuple of tensors of one shape (an
     LSTM's ``(h, c)``). :meth:`act` returns the actor's output as is, so the caller
-    feeds its last element back as the next step's hidden state. Store whole episodes
+    feeds its last element back as the next step's hidden state.
+
+    That per-step contract (``unroll="step"``) costs one call of every network per
+    window position in each update. With ``unroll="sequence"`` a network runs over
+    many steps in one call instead: every input is ``[B, T, ...]``, ``hidden`` is the
+    state before the first of those steps (``[B, ...]``, ``None`` for zeros), and it
+    returns its outputs at every step, ``[B, T, ...]``, then its hidden states after
+    every step, ``[B, T, ...]`` (a one-layer ``nn.GRU`` with ``batch_first=True``
+    returns them as its output sequence):
+
+    * actor: ``forward(<state keys>[B, T, ...], hidden=None) -> (action[B, T, A],
+      log_prob[B, T, 1], hidden_states[B, T, ...])``;
+    * critics: ``forward(<state keys>[B, T, ...], action[B, T, A], hidden=None) ->
+      (q_value[B, T, 1], hidden_states[B, T, ...])``.
+
+    The update calls a network once for the burn-in and once for the training steps
+    of a window, and once with ``T = 1`` to score fresh actions from the hidden states
+    the critic had at each step (why the states after every step are needed: a final
+    state alone is refused with a ``ValueError`` naming the network and the shapes it
+    returned). Where a window starts before its episode, each row is shifted to start
+    at its first observation, so the hidden state waits there as in step mode; after
+    an episode's end the states run on over padding that no loss reads. :meth:`act`
+    calls the actor on a window of one step and returns its outputs at that step
+    (``[B, ...]``, the new hidden state last), so acting and storing are unchanged. Store whole episodes
     with :meth:`store_episode`, each step's ``state`` dict holding the hidden state the
     actor was given at that step; the critics' hidden states are computed and stored
     with the steps there.
@@ -466,12 +740,14 @@ class RecurrentSAC(RecurrentActorCritic, SAC):
     Takes the arguments and options of :class:`~machin.frame.algorithms.sac.SAC`
     (``batch_size`` counts sequences; ``criterion`` is called on the real training
     steps, ``[N, 1]``) and the sequence options ``sequence_length``, ``burn_in``,
-    ``sequence_stride`` and ``hidden_key``; a ``replay_buffer`` must be a
+    ``sequence_stride``, ``hidden_key`` and ``unroll``; a ``replay_buffer`` must be a
     :class:`~machin.frame.buffers.SequenceBuffer` with the same sequence options.
 
     Raises:
         ValueError: When an option is out of range or ``replay_buffer`` does not match
-            them; in :meth:`update`, when a network does not return its new hidden state.
+            them; in :meth:`update`, when a network does not return its new hidden state
+            (with ``unroll="sequence"``: ``[B, T, ...]`` outputs and its hidden states
+            after every step, also in :meth:`store_episode` and when acting).
     """
 
     driver = Driver("act", {}, "act", "episode", needs_hidden=True)
@@ -503,13 +779,11 @@ class RecurrentSAC(RecurrentActorCritic, SAC):
         self, actor: nn.Module, batch: RecurrentBatch, length: int, train: bool = False
     ) -> Tuple[torch.Tensor, torch.Tensor]:
         """Actions ``[B, length, ...]`` drawn by the actor and their log-probabilities ``[B, length, 1]``."""
-        actions, log_probs = [], []
-        for output in self._actor_run(actor, batch, length, train):
-            action, log_prob, _ = split_actor_output(output, type(self).__name__)
-            actions.append(action)
-            log_probs.append(as_column(log_prob, batch.size, "the actor's log_prob output"))
-        self._resolve_target_entropy(actions[0])
-        return torch.stack(actions, dim=1), torch.stack(log_probs, dim=1)
+        output = self._actor_run(actor, batch, length, train)
+        action, log_prob, _ = split_actor_output(output, type(self).__name__)
+        self._resolve_target_entropy(action[:, 0])
+        log_prob = _per_step(log_prob, batch.size, length, "the actor's log_prob output")
+        return action, log_prob.unsqueeze(-1)
 
     def _actor_and_alpha_losses(
         self, batch: RecurrentBatch, alpha: torch.Tensor
@@ -548,6 +822,9 @@ class RecurrentTD3(RecurrentActorCritic, TD3):
     * actor and its target: ``forward(<state keys>, hidden=None) -> (action, new_hidden)``;
     * critics: ``forward(<state keys>, action, hidden=None) -> (q_value[B, 1], new_hidden)``.
 
+    With ``unroll="sequence"`` they run over windows as there: ``[B, T, ...]`` inputs,
+    ``(action[B, T, A], hidden_states[B, T, ...])`` from the actors.
+
     :meth:`act` and :meth:`act_with_noise` return ``(action, new_hidden)``. Episodes are
     stored and windows sampled as for :class:`RecurrentSAC`. On the training steps of a
     window, the critics regress on ``r + discount**m * (1 - terminal) * min(Q1', Q2')``
@@ -563,7 +840,9 @@ class RecurrentTD3(RecurrentActorCritic, TD3):
 
     Raises:
         ValueError: When an option is out of range or ``replay_buffer`` does not match
-            them; in :meth:`update`, when a network does not return its new hidden state.
+            them; in :meth:`update`, when a network does not return its new hidden state
+            (with ``unroll="sequence"``: ``[B, T, ...]`` outputs and its hidden states
+            after every step, also in :meth:`store_episode` and when acting).
     """
 
     driver = Driver(
@@ -581,7 +860,7 @@ class RecurrentTD3(RecurrentActorCritic, TD3):
         self, actor: nn.Module, batch: RecurrentBatch, length: int, train: bool = False
     ) -> torch.Tensor:
         """The actor's actions ``[B, length, ...]``, unrolled from the stored hidden state."""
-        return torch.stack([o[0] for o in self._actor_run(actor, batch, length, train)], dim=1)
+        return self._actor_run(actor, batch, length, train)[0]
 
     def _critic_losses(self, batch: RecurrentBatch) -> List[torch.Tensor]:
         """The value loss of every critic on the training steps."""
