@@ -102,6 +102,16 @@ def _per_step(values: Any, size: int, length: int, what: str) -> torch.Tensor:
     return as_column(values, size * length, what).view(size, length)
 
 
+def _along_time(join: Any, outputs: List[tuple], given: List[Hidden]) -> Tuple[tuple, Hidden]:
+    """Per-step (``torch.stack``) or per-part (``torch.cat``) outputs and hidden states joined
+    along the time dimension; outputs that are no tensors become ``None``."""
+    joined = tuple(
+        join(parts, dim=1) if isinstance(parts[0], torch.Tensor) else None
+        for parts in zip(*outputs)
+    )
+    return joined, map_hidden(lambda *parts: join(parts, dim=1), *given)
+
+
 @dataclass
 class RecurrentBatch(SequenceBatch):
     """A :class:`~machin.frame.buffers.SequenceBatch` with the critics' stored hidden states.
@@ -471,11 +481,7 @@ class RecurrentActorCritic:
             outputs.append(output)
         if given[0] is None:  # the initial state is zeros, as for torch's recurrent cells
             given[0] = map_hidden(torch.zeros_like, hidden)
-        stacked = tuple(
-            torch.stack(parts, dim=1) if isinstance(parts[0], torch.Tensor) else None
-            for parts in zip(*outputs)
-        )
-        return stacked, map_hidden(lambda *steps: torch.stack(steps, dim=1), *given)
+        return _along_time(torch.stack, outputs, given)
 
     def _run_windows(
         self,
@@ -499,11 +505,7 @@ class RecurrentActorCritic:
                 )
             outputs.append(output)
             given.append(part_given)
-        joined = tuple(
-            torch.cat(parts, dim=1) if isinstance(parts[0], torch.Tensor) else None
-            for parts in zip(*outputs)
-        )
-        return joined, map_hidden(lambda *parts: torch.cat(parts, dim=1), *given)
+        return _along_time(torch.cat, outputs, given)
 
     def _run_window(
         self,
