@@ -100,6 +100,17 @@ def _mode_sensitive(network: nn.Module) -> bool:
     return known
 
 
+def _modules_in(values: Iterable[Any]) -> List[nn.Module]:
+    """The modules among ``values`` and in their lists and tuples (other values left out)."""
+    found: List[nn.Module] = []
+    for value in values:
+        if isinstance(value, nn.Module):
+            found.append(value)
+        elif isinstance(value, (list, tuple)):
+            found.extend(_modules_in(value))
+    return found
+
+
 def pack_result(main: Union[Any, Tuple[Any, ...]], extras: Sequence[Any] = ()) -> Any:
     """Return ``main`` bare when there is nothing else, else a tuple of ``main`` then ``extras``.
 
@@ -306,8 +317,11 @@ class TorchFramework(metaclass=FrameworkType):
         return []
 
     def _after_init(self) -> None:
-        """Run once after the whole constructor (every subclass's part): creates the schedulers."""
+        """Run once after the whole constructor (every subclass's part): creates the schedulers
+        and puts the networks in evaluation mode, the mode they act in (an update switches
+        the networks it trains to training mode and back)."""
         self._init_lr_schedulers(self._optimizers())
+        self._set_mode(False, *_modules_in(getattr(self, name, None) for name in self._is_top))
 
     # -- class-level descriptions ---------------------------------------------------
     @classmethod

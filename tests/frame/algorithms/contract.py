@@ -28,7 +28,9 @@ Contracts:
   the design);
 * inputs: acting, storing and updating change nothing the caller handed over;
 * bad state: acting on a state with a NaN raises ``ValueError`` naming the state's key, and
-  on numpy arrays instead of tensors a ``TypeError`` saying to convert them.
+  on numpy arrays instead of tensors a ``TypeError`` saying to convert them;
+* modes: networks act in evaluation mode: a new instance's networks are in it, and an
+  update leaves them in it (a batch-norm actor can act on one state before any update).
 """
 
 from __future__ import annotations
@@ -625,6 +627,35 @@ def check_fused_adam(
         )
 
 
+def _in_training_mode(agent: Any) -> List[str]:
+    """The networks of ``agent`` marked mode-dependent by :func:`check_modes` that are in training mode."""
+    return [
+        name
+        for name in type(agent)._is_top
+        for module in modules(getattr(agent, name, None))
+        if module.training and getattr(module, "mode_sensitive", False)
+    ]
+
+
+def check_modes(cls: type, case: ContractCase, directory: str, ctx: Optional[WorldContext]) -> None:
+    """Networks act in evaluation mode: the networks given to the constructor in training mode
+    (and declared mode-dependent, as a network with batch norm or dropout is) are in
+    evaluation mode once the instance is built, and again after an update. (GAIL's actor and
+    critic come inside an algorithm built before: that one's contract covers them.)"""
+    torch.manual_seed(0)
+    args = case.args(ctx) if case.world else case.args()
+    for network in modules(list(args)):
+        network.mode_sensitive = True
+        network.train()
+    agent = cls(*args, **case.options)
+    training = _in_training_mode(agent)
+    assert not training, f"networks left in training mode by the constructor: {training}"
+    _act(case, agent, case.state())
+    _train(case, agent)
+    training = _in_training_mode(agent)
+    assert not training, f"networks left in training mode by an update: {training}"
+
+
 CONTRACTS: Dict[str, Callable[[type, ContractCase, str, Optional[WorldContext]], None]] = {
     "save_load": check_save_load,
     "extra_keyword": check_extra_keyword,
@@ -635,6 +666,7 @@ CONTRACTS: Dict[str, Callable[[type, ContractCase, str, Optional[WorldContext]],
     "inputs": check_inputs,
     "bad_state": check_bad_state,
     "fused_adam": check_fused_adam,
+    "modes": check_modes,
 }
 
 

@@ -143,6 +143,11 @@ def test_acting_on_nan_or_numpy_states_raises_machins_error(cls, tmp_path, world
     assert check("bad_state", cls, tmp_path, world_outcomes) is None
 
 
+@pytest.mark.parametrize("cls", _params("modes"))
+def test_networks_act_in_evaluation_mode(cls, tmp_path, world_outcomes):
+    assert check("modes", cls, tmp_path, world_outcomes) is None
+
+
 @pytest.mark.parametrize("cls", _params("fused_adam"))
 def test_adam_optimizers_are_built_fused(cls, tmp_path, world_outcomes):
     assert check("fused_adam", cls, tmp_path, world_outcomes) is None
