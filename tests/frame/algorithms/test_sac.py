@@ -114,7 +114,8 @@ def test_the_actor_acts_in_evaluation_mode():
     actor = TanhGaussianActor(hidden=16)
     actor.body = nn.Sequential(nn.BatchNorm1d(3), nn.Linear(3, 16), nn.ReLU())
     sac = make(actor)
-    assert actor.training  # a fresh network is in training mode
+    assert not actor.training  # built: in evaluation mode
+    actor.train()  # put back into training mode by the user: acting switches it again
     action, log_prob, _ = sac.act({"state": torch.randn(1, 3)})  # one state: no batch statistics
     assert action.shape == (1, 1) and log_prob.shape == (1, 1)
     assert not actor.training and actor.body[0].num_batches_tracked.item() == 0
