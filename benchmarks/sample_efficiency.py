@@ -448,24 +448,24 @@ class _Trainer(Trainer):
         return result
 
 
-def _train_dqn(task: Task, steps: int, seed: int, eval_episodes: int) -> Any:
-    dqn = DQN(
-        QNet(4, 2),
-        QNet(4, 2),
-        torch.optim.Adam,
-        nn.SmoothL1Loss(),
-        mode=_DQN_MODE,
+def _zoo_q_options() -> Dict[str, Any]:
+    """The options DQN and QR-DQN share (rl-zoo's CartPole settings; a fresh epsilon schedule)."""
+    return dict(
         update_rate=None,
         update_steps=128,
         learning_rate=2.3e-3,
         batch_size=64,
         replay_size=100_000,
         discount=0.99,
-        gradient_max=10.0,
         epsilon=LinearSchedule(1.0, 0.04, 0.16),
     )
-    trainer = _Trainer(
-        dqn,
+
+
+def _q_learning_trainer(framework: Any, task: Task, seed: int, eval_episodes: int) -> _Trainer:
+    """The trainer of the DQN-like tasks (rl-zoo's CartPole settings): 1000 random steps, then
+    128 updates every 256 steps."""
+    return _Trainer(
+        framework,
         _make(task.env_id),
         eval_env=_make(task.env_id),
         act_method="act_discrete_with_noise",
@@ -479,7 +479,19 @@ def _train_dqn(task: Task, steps: int, seed: int, eval_episodes: int) -> Any:
         seed=seed,
         progress=False,
     )
-    return trainer.train(steps)
+
+
+def _train_dqn(task: Task, steps: int, seed: int, eval_episodes: int) -> Any:
+    dqn = DQN(
+        QNet(4, 2),
+        QNet(4, 2),
+        torch.optim.Adam,
+        nn.SmoothL1Loss(),
+        mode=_DQN_MODE,
+        gradient_max=10.0,
+        **_zoo_q_options(),
+    )
+    return _q_learning_trainer(dqn, task, seed, eval_episodes).train(steps)
 
 
 def _train_ppo(task: Task, steps: int, seed: int, eval_episodes: int) -> Any:
@@ -535,24 +547,7 @@ def _train_sac(task: Task, steps: int, seed: int, eval_episodes: int) -> Any:
         initial_entropy_alpha=1.0,
         target_entropy=-1.0,
     )
-    trainer = _Trainer(
-        sac,
-        _make(task.env_id),
-        eval_env=_make(task.env_id),
-        act_method="act",
-        eval_act_method="act_greedy",
-        action_to_env=_unscaler(task.env_id),
-        train_freq=1,
-        gradient_steps=1,
-        warmup_steps=100,
-        random_steps=100,
-        random_action=_uniform_unit_action,
-        eval_every_steps=EVAL_EVERY,
-        eval_episodes=eval_episodes,
-        seed=seed,
-        progress=False,
-    )
-    return trainer.train(steps)
+    return _soft_actor_critic_trainer(sac, task, seed, eval_episodes, train_freq=1).train(steps)
 
 
 def _train_td3(task: Task, steps: int, seed: int, eval_episodes: int) -> Any:
@@ -604,31 +599,10 @@ def _train_qrdqn(task: Task, steps: int, seed: int, eval_episodes: int) -> Any:
         QuantileNet(4, 2, 10),
         torch.optim.Adam,
         mode="fixed_target",
-        update_rate=None,
-        update_steps=128,
-        learning_rate=2.3e-3,
-        batch_size=64,
-        replay_size=100_000,
-        discount=0.99,
         kappa=1.0,
-        epsilon=LinearSchedule(1.0, 0.04, 0.16),
+        **_zoo_q_options(),
     )
-    trainer = _Trainer(
-        qrdqn,
-        _make(task.env_id),
-        eval_env=_make(task.env_id),
-        act_method="act_discrete_with_noise",
-        eval_act_method="act_discrete",
-        train_freq=256,
-        gradient_steps=128,
-        warmup_steps=1000,
-        random_steps=1000,
-        eval_every_steps=EVAL_EVERY,
-        eval_episodes=eval_episodes,
-        seed=seed,
-        progress=False,
-    )
-    return trainer.train(steps)
+    return _q_learning_trainer(qrdqn, task, seed, eval_episodes).train(steps)
 
 
 def _soft_actor_critic_trainer(

@@ -143,8 +143,6 @@ class DQN(ReplayMixin, TorchFramework):
             self._check_same_structure(qnet_target=(qnet, qnet_target))
             self.qnet_target = qnet_target
             hard_update(self.qnet_target, self.qnet)
-        # Networks act in evaluation mode and train in training mode (matters for dropout/batch norm).
-        self._set_mode(False, self.qnet, self.qnet_target)
         self.qnet_optim = self._make_optimizer(optimizer, self.qnet, self.learning_rate)
         self.replay_buffer = self._make_buffer(self._default_buffer)
         self._uniform = torch.empty(())  # what act_discrete_with_noise draws its epsilon test into
